@@ -1,1 +1,59 @@
-//! placeholder
+//! quaver's graph engine.
+//!
+//! - [`graph`]: the control side's description (nodes, typed ports, links), validated.
+//! - [`plan`]: the description compiled into an immutable execution plan.
+//! - [`rt`]: the real-time thread that swaps plans at cycle boundaries and runs them
+//!   (its module docs state the real-time contract).
+//! - [`engine`]: the control API that protocol front-ends and policy use.
+//! - [`stream`]: adapters that turn a client's interleaved ring into graph ports.
+//!
+//! The engine knows DSP and the device trait; it never knows a protocol.
+
+pub mod engine;
+pub mod graph;
+pub mod node;
+pub mod plan;
+pub mod rt;
+pub mod sched;
+pub mod stream;
+
+pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus};
+pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
+pub use node::{CycleInfo, Processor};
+pub use rt::{RtEvent, RtRunner};
+pub use sched::RtOutcome;
+
+/// Why an engine operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// No node with that name or id.
+    #[error("no node named '{0}'")]
+    NoSuchNode(String),
+    /// No port with that name.
+    #[error("no port named '{0}'")]
+    NoSuchPort(String),
+    /// No link between the given ends.
+    #[error("no link {0}")]
+    NoSuchLink(String),
+    /// The ports cannot be linked.
+    #[error("{0}")]
+    Incompatible(String),
+    /// A bad argument.
+    #[error("{0}")]
+    Invalid(String),
+    /// A configured limit was reached.
+    #[error("{0}")]
+    TooMany(String),
+    /// The real-time thread's queue is full.
+    #[error("{0}")]
+    Busy(String),
+    /// Bad engine configuration.
+    #[error("{0}")]
+    Config(String),
+    /// An OS error.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A device error.
+    #[error(transparent)]
+    Device(#[from] quaver_devices::DeviceError),
+}

@@ -1,0 +1,602 @@
+//! The engine's control API: graph edits, volume, status, start and shutdown.
+//!
+//! Thread: every method here is for control threads (protocol front-ends, policy, the
+//! daemon). Edits lock a control-side mutex that the real-time thread never touches.
+
+use crate::EngineError;
+use crate::graph::{Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
+use crate::node::Processor;
+use crate::plan::{NodeSlot, Plan, compile};
+use crate::rt::{Garbage, MAX_DEVICES, RtEvent, RtRunner, RtStats, ToRt};
+use crate::sched::{RtOutcome, promote};
+use quaver_devices::{Device, DeviceInfo};
+use rustix::event::{EventfdFlags, eventfd};
+use rustix::fd::OwnedFd;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Capacity of the control → RT queue; edits beyond it are refused, not blocked on.
+const CONTROL_QUEUE: usize = 1024;
+/// Capacity of the garbage queue; large so the RT thread never has to leak.
+const GARBAGE_QUEUE: usize = 8192;
+/// Capacity of the event queue; events beyond it are dropped and counted.
+const EVENT_QUEUE: usize = 1024;
+
+/// Engine settings fixed at start.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Smallest quantum a client may ask for, frames.
+    pub quantum_min: usize,
+    /// Largest quantum, frames; buffers are sized for it.
+    pub quantum_max: usize,
+    /// Quantum when no stream asks for a latency.
+    pub quantum_default: usize,
+    /// SCHED_FIFO priority for the RT thread; 0 disables.
+    pub rt_priority: i32,
+    /// Idle time before devices suspend; `None` never suspends.
+    pub suspend_timeout: Option<Duration>,
+    /// Most nodes at once.
+    pub max_nodes: usize,
+    /// Length of link and volume ramps, frames (capped at one quantum for links).
+    pub ramp_frames: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            quantum_min: 32,
+            quantum_max: 8192,
+            quantum_default: 1024,
+            rt_priority: 20,
+            suspend_timeout: Some(quaver_devices::DEFAULT_SUSPEND_TIMEOUT),
+            max_nodes: 1024,
+            ramp_frames: quaver_dsp::volume::DEFAULT_RAMP_FRAMES,
+        }
+    }
+}
+
+/// A device as the engine reports it.
+#[derive(Debug, Clone)]
+pub struct DeviceStatus {
+    /// Static description.
+    pub info: DeviceInfo,
+    /// Suspended for idleness.
+    pub suspended: bool,
+    /// Failed and no longer driven.
+    pub gone: bool,
+    /// Driver wakeups.
+    pub wakeups: u64,
+    /// Hardware-pointer queries.
+    pub pointer_queries: u64,
+    /// Underruns.
+    pub underruns: u64,
+    /// Overruns.
+    pub overruns: u64,
+    /// Frames written.
+    pub frames_written: u64,
+}
+
+/// A snapshot of the engine's state for `quaver status`.
+#[derive(Debug, Clone)]
+pub struct EngineStatus {
+    /// Sample rate.
+    pub rate: u32,
+    /// Current quantum.
+    pub quantum: usize,
+    /// Quantum bounds.
+    pub quantum_min: usize,
+    /// Quantum bounds.
+    pub quantum_max: usize,
+    /// Real-time scheduling outcome.
+    pub realtime: RtOutcome,
+    /// Cycles run.
+    pub cycles: u64,
+    /// Driver xruns.
+    pub xruns: u64,
+    /// Last cycle's processing time, ns.
+    pub busy_ns_last: u64,
+    /// Longest processing time, ns.
+    pub busy_ns_max: u64,
+    /// Devices.
+    pub devices: Vec<DeviceStatus>,
+}
+
+struct Control {
+    graph: Graph,
+    to_rt: rtrb::Producer<ToRt>,
+    free_slots: Vec<usize>,
+    published: HashSet<(PortId, PortId)>,
+    quantum: usize,
+    garbage: rtrb::Consumer<Garbage>,
+    events: rtrb::Consumer<RtEvent>,
+}
+
+/// The real-time thread (which hands the devices back) and the service thread.
+type EngineThreads = (JoinHandle<Vec<Box<dyn Device>>>, JoinHandle<()>);
+
+struct Shared {
+    ctl: Mutex<Control>,
+    stats: Arc<RtStats>,
+    wake: Arc<OwnedFd>,
+    service_bell: Arc<OwnedFd>,
+    config: EngineConfig,
+    rate: u32,
+    devices: Vec<DeviceInfo>,
+    realtime: Mutex<RtOutcome>,
+    threads: Mutex<Option<EngineThreads>>,
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+/// A handle to a running engine; clones share it.
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<Shared>,
+}
+
+fn round_quantum(frames: usize) -> usize {
+    // Powers of two keep buffer math simple and match what every peer offers.
+    let f = frames.max(1);
+    1usize << (usize::BITS - 1 - f.leading_zeros())
+}
+
+impl Engine {
+    /// Builds an engine over `devices` (the first one drives the clock) without
+    /// starting a thread; tests drive the returned runner cycle by cycle.
+    pub fn new_manual(
+        config: EngineConfig,
+        devices: Vec<Box<dyn Device>>,
+    ) -> Result<(Engine, RtRunner), EngineError> {
+        if devices.is_empty() {
+            return Err(EngineError::Config("at least one device is needed".into()));
+        }
+        if devices.len() > MAX_DEVICES {
+            return Err(EngineError::Config(format!(
+                "at most {MAX_DEVICES} devices"
+            )));
+        }
+        let c = &config;
+        if !(c.quantum_min.is_power_of_two()
+            && c.quantum_max.is_power_of_two()
+            && c.quantum_min <= c.quantum_default
+            && c.quantum_default <= c.quantum_max
+            && c.quantum_max <= 65536)
+        {
+            return Err(EngineError::Config(format!(
+                "quantum bounds must be powers of two with min ≤ default ≤ max ≤ 65536 (got {}..{}, default {})",
+                c.quantum_min, c.quantum_max, c.quantum_default
+            )));
+        }
+        let rate = devices[0].info().rate;
+        if let Some(d) = devices.iter().find(|d| d.info().rate != rate) {
+            return Err(EngineError::Config(format!(
+                "device {} runs at {} Hz but the driver {} runs at {rate} Hz; one engine has one rate",
+                d.info().name,
+                d.info().rate,
+                devices[0].info().name
+            )));
+        }
+        let infos: Vec<DeviceInfo> = devices.iter().map(|d| d.info().clone()).collect();
+        let (to_rt, from_ctl) = rtrb::RingBuffer::new(CONTROL_QUEUE);
+        let (garbage_tx, garbage) = rtrb::RingBuffer::new(GARBAGE_QUEUE);
+        let (events_tx, events) = rtrb::RingBuffer::new(EVENT_QUEUE);
+        let io = |e: rustix::io::Errno| EngineError::Io(e.into());
+        let wake = Arc::new(eventfd(0, EventfdFlags::CLOEXEC).map_err(io)?);
+        let service_bell = Arc::new(eventfd(0, EventfdFlags::CLOEXEC).map_err(io)?);
+        let stats = Arc::new(RtStats::default());
+        let freewheel = infos[0].freewheel;
+        let runner = RtRunner {
+            slots: (0..config.max_nodes).map(|_| None).collect(),
+            plan: Box::new(Plan {
+                quantum: config.quantum_default,
+                ..Plan::default()
+            }),
+            devices,
+            gone: [false; MAX_DEVICES],
+            from_ctl,
+            garbage: garbage_tx,
+            events: events_tx,
+            service_bell: service_bell.clone(),
+            wake: wake.clone(),
+            stats: stats.clone(),
+            rate,
+            ramp_frames: config.ramp_frames.max(1),
+            // A freewheeling driver has no real time to wait out: suspend at once.
+            suspend_after_frames: if freewheel {
+                Some(0)
+            } else {
+                config
+                    .suspend_timeout
+                    .map(|t| (t.as_secs_f64() * rate as f64) as u64)
+            },
+            freewheel,
+            cycle: 0,
+            idle_frames: 0,
+            running: false,
+            suspended: false,
+            shutdown: false,
+            first_cycle_of_plan: true,
+            last_quantum: 0,
+            notify: false,
+            fallback_deadline: 0,
+        };
+        let ctl = Control {
+            graph: Graph::default(),
+            to_rt,
+            free_slots: (0..config.max_nodes).rev().collect(),
+            published: HashSet::new(),
+            quantum: config.quantum_default,
+            garbage,
+            events,
+        };
+        let engine = Engine {
+            shared: Arc::new(Shared {
+                ctl: Mutex::new(ctl),
+                stats,
+                wake,
+                service_bell,
+                config,
+                rate,
+                devices: infos.clone(),
+                realtime: Mutex::new(RtOutcome::Disabled),
+                threads: Mutex::new(None),
+                stopping: false.into(),
+            }),
+        };
+        for (i, info) in infos.iter().enumerate() {
+            if let Some(map) = &info.playback {
+                let mut s = NodeSpec::new(&format!("{}-sink", info.name), NodeKind::DeviceSink);
+                s.description = info.description.clone();
+                s.inputs = map.clone();
+                s.outputs = map.clone();
+                s.device = Some(i);
+                engine.add_node(s, None)?;
+            }
+            if let Some(map) = &info.capture {
+                let mut s = NodeSpec::new(&format!("{}-source", info.name), NodeKind::DeviceSource);
+                s.description = info.description.clone();
+                s.outputs = map.clone();
+                s.device = Some(i);
+                engine.add_node(s, None)?;
+            }
+        }
+        Ok((engine, runner))
+    }
+
+    /// Builds an engine and starts its real-time and service threads.
+    pub fn start(
+        config: EngineConfig,
+        devices: Vec<Box<dyn Device>>,
+    ) -> Result<Engine, EngineError> {
+        let priority = config.rt_priority;
+        let (engine, runner) = Engine::new_manual(config, devices)?;
+        let rt = std::thread::Builder::new()
+            .name("quaver-rt".into())
+            .spawn(move || runner.run())
+            .map_err(EngineError::Io)?;
+        let outcome = promote(&rt, priority);
+        match &outcome {
+            RtOutcome::Fifo(p) => {
+                tracing::info!("real-time thread runs SCHED_FIFO at priority {p}")
+            }
+            RtOutcome::Disabled => tracing::info!("real-time scheduling disabled by configuration"),
+            RtOutcome::Refused(why) => tracing::warn!(
+                "real-time scheduling refused ({why}); the audio thread keeps normal priority and may glitch under load"
+            ),
+        }
+        *engine.shared.realtime.lock().expect("poisoned") = outcome;
+        let svc = engine.clone();
+        let service = std::thread::Builder::new()
+            .name("quaver-service".into())
+            .spawn(move || svc.service_loop())
+            .map_err(EngineError::Io)?;
+        *engine.shared.threads.lock().expect("poisoned") = Some((rt, service));
+        Ok(engine)
+    }
+
+    fn service_loop(&self) {
+        let mut buf = [0u8; 8];
+        loop {
+            // Blocks until the RT thread rings: no periodic wakeups while idle.
+            let _ = rustix::io::read(&*self.shared.service_bell, &mut buf);
+            self.collect();
+            if self.shared.stopping.load(Relaxed) {
+                return;
+            }
+        }
+    }
+
+    /// Frees retired objects and logs RT events. Called by the service thread, and by
+    /// tests that drive the runner by hand.
+    pub fn collect(&self) -> Vec<RtEvent> {
+        let mut ctl = self.lock();
+        while let Ok(g) = ctl.garbage.pop() {
+            drop(g);
+        }
+        let mut out = Vec::new();
+        while let Ok(e) = ctl.events.pop() {
+            match e {
+                RtEvent::Xrun { device } => {
+                    tracing::warn!("xrun on device {}", self.shared.devices[device].name)
+                }
+                RtEvent::DeviceGone { device } => tracing::error!(
+                    "device {} failed and is no longer driven",
+                    self.shared.devices[device].name
+                ),
+                RtEvent::Suspended => tracing::debug!("devices suspended (idle)"),
+                RtEvent::Resumed => tracing::debug!("devices resumed"),
+                RtEvent::Quantum(q) => tracing::debug!("quantum is now {q} frames"),
+            }
+            out.push(e);
+        }
+        out
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Control> {
+        self.shared
+            .ctl
+            .lock()
+            .expect("engine control mutex poisoned")
+    }
+
+    fn send(&self, ctl: &mut Control, msg: ToRt) -> Result<(), EngineError> {
+        // Free what the RT thread handed back first, so queues never fill up.
+        while let Ok(g) = ctl.garbage.pop() {
+            drop(g);
+        }
+        ctl.to_rt
+            .push(msg)
+            .map_err(|_| EngineError::Busy("the real-time thread is not keeping up".into()))?;
+        let _ = rustix::io::write(&*self.shared.wake, &1u64.to_ne_bytes());
+        Ok(())
+    }
+
+    fn quantum_for(&self, graph: &Graph) -> usize {
+        let c = &self.shared.config;
+        // A stream that asks for latency L gets a quantum of at most L/2: one quantum
+        // is being played while the next is filled.
+        graph
+            .nodes
+            .values()
+            .filter_map(|n| n.latency_frames)
+            .map(|l| round_quantum(l as usize / 2))
+            .min()
+            .unwrap_or(c.quantum_default)
+            .clamp(c.quantum_min, c.quantum_max)
+    }
+
+    fn publish(&self, ctl: &mut Control) -> Result<(), EngineError> {
+        ctl.quantum = self.quantum_for(&ctl.graph);
+        let (plan, current) = compile(&ctl.graph, ctl.quantum, &ctl.published);
+        ctl.published = current;
+        self.send(ctl, ToRt::Plan(Box::new(plan)))
+    }
+
+    /// Adds a node; `processor` is None only for device nodes. Returns its id.
+    pub fn add_node(
+        &self,
+        spec: NodeSpec,
+        processor: Option<Box<dyn Processor>>,
+    ) -> Result<NodeId, EngineError> {
+        if spec.name.is_empty() || spec.name.contains(':') || spec.name.len() > 128 {
+            return Err(EngineError::Invalid(format!(
+                "node name '{}' must be 1–128 characters without ':'",
+                spec.name
+            )));
+        }
+        if processor.is_none() && spec.device.is_none() {
+            return Err(EngineError::Invalid("a node needs a processor".into()));
+        }
+        let mut ctl = self.lock();
+        let slot = ctl.free_slots.pop().ok_or_else(|| {
+            EngineError::TooMany(format!(
+                "node limit of {} reached",
+                self.shared.config.max_nodes
+            ))
+        })?;
+        let node = Box::new(NodeSlot::new(
+            processor,
+            spec.inputs.len(),
+            spec.outputs.len(),
+            self.shared.config.quantum_max,
+            spec.volume,
+            spec.kind,
+        ));
+        let id = ctl.graph.add_node(&spec, slot);
+        if let Err(e) = self.send(&mut ctl, ToRt::AddNode { slot, node }) {
+            ctl.graph.remove_node(id);
+            ctl.free_slots.push(slot);
+            return Err(e);
+        }
+        self.publish(&mut ctl)?;
+        Ok(id)
+    }
+
+    /// Removes a node and its links.
+    pub fn remove_node(&self, id: NodeId) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        let node = ctl
+            .graph
+            .remove_node(id)
+            .ok_or_else(|| EngineError::NoSuchNode(id.to_string()))?;
+        self.publish(&mut ctl)?;
+        self.send(&mut ctl, ToRt::RemoveNode { slot: node.slot })?;
+        ctl.free_slots.push(node.slot);
+        Ok(())
+    }
+
+    /// Links `output` to `input` ("node" or "node:port" on each side).
+    pub fn link(&self, output: &str, input: &str) -> Result<Vec<LinkId>, EngineError> {
+        let mut ctl = self.lock();
+        let pairs = ctl.graph.link_pairs(output, input)?;
+        let ids = ctl.graph.add_links(&pairs)?;
+        self.publish(&mut ctl)?;
+        Ok(ids)
+    }
+
+    /// Removes links between `output` and `input`; returns how many.
+    pub fn unlink(&self, output: &str, input: &str) -> Result<usize, EngineError> {
+        let mut ctl = self.lock();
+        let n = ctl.graph.unlink(output, input)?;
+        self.publish(&mut ctl)?;
+        Ok(n)
+    }
+
+    /// Sets a node's linear volume and/or mute, ramped.
+    pub fn set_volume(
+        &self,
+        node: &str,
+        volume: Option<f32>,
+        mute: Option<bool>,
+    ) -> Result<(), EngineError> {
+        if let Some(v) = volume
+            && !(v.is_finite() && (0.0..=10.0).contains(&v))
+        {
+            return Err(EngineError::Invalid(format!(
+                "volume {v} is outside 0..=10"
+            )));
+        }
+        let mut ctl = self.lock();
+        let (id, _) = ctl.graph.resolve(node)?;
+        let n = ctl.graph.nodes.get_mut(&id).expect("resolved");
+        if let Some(v) = volume {
+            n.volume = v;
+        }
+        if let Some(m) = mute {
+            n.mute = m;
+        }
+        let gain = if n.mute { 0.0 } else { n.volume };
+        let slot = n.slot;
+        let ramp = self.shared.config.ramp_frames;
+        self.send(&mut ctl, ToRt::Volume { slot, gain, ramp })
+    }
+
+    /// A copy of the graph description.
+    pub fn graph(&self) -> Graph {
+        self.lock().graph.clone()
+    }
+
+    /// The name of node `id`, if it exists.
+    pub fn node_name(&self, id: NodeId) -> Option<String> {
+        self.lock().graph.nodes.get(&id).map(|n| n.name.clone())
+    }
+
+    /// The engine's sample rate.
+    pub fn rate(&self) -> u32 {
+        self.shared.rate
+    }
+
+    /// The quantum of the latest published plan.
+    pub fn quantum(&self) -> usize {
+        self.lock().quantum
+    }
+
+    /// The configuration the engine runs with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// Static descriptions of the devices, in engine order.
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.shared.devices
+    }
+
+    /// Counters and state for `quaver status`.
+    pub fn status(&self) -> EngineStatus {
+        let s = &self.shared.stats;
+        let suspended = s.suspended.load(Relaxed);
+        EngineStatus {
+            rate: self.shared.rate,
+            quantum: self.quantum(),
+            quantum_min: self.shared.config.quantum_min,
+            quantum_max: self.shared.config.quantum_max,
+            realtime: self.shared.realtime.lock().expect("poisoned").clone(),
+            cycles: s.cycles.load(Relaxed),
+            xruns: s.xruns.load(Relaxed),
+            busy_ns_last: s.busy_ns_last.load(Relaxed),
+            busy_ns_max: s.busy_ns_max.load(Relaxed),
+            devices: self
+                .shared
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(i, info)| {
+                    let d = &s.devices[i];
+                    DeviceStatus {
+                        info: info.clone(),
+                        suspended,
+                        gone: d.gone.load(Relaxed),
+                        wakeups: d.wakeups.load(Relaxed),
+                        pointer_queries: d.pointer_queries.load(Relaxed),
+                        underruns: d.underruns.load(Relaxed),
+                        overruns: d.overruns.load(Relaxed),
+                        frames_written: d.frames_written.load(Relaxed),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// The RT thread's raw counters.
+    pub fn stats(&self) -> &RtStats {
+        &self.shared.stats
+    }
+
+    /// Stops the threads and closes every device (finalizing files). Other handles
+    /// become inert. Returns the first close error, if any.
+    pub fn shutdown(&self) -> Result<(), EngineError> {
+        let Some((rt, service)) = self.shared.threads.lock().expect("poisoned").take() else {
+            return Ok(());
+        };
+        {
+            let mut ctl = self.lock();
+            let _ = self.send(&mut ctl, ToRt::Shutdown);
+        }
+        let devices = rt
+            .join()
+            .map_err(|_| EngineError::Config("real-time thread panicked".into()))?;
+        self.shared.stopping.store(true, Relaxed);
+        let _ = rustix::io::write(&*self.shared.service_bell, &1u64.to_ne_bytes());
+        let _ = service.join();
+        self.collect();
+        close_all(devices)
+    }
+
+    /// Ends a manual engine: closes the runner's devices after freeing its objects.
+    pub fn shutdown_manual(&self, runner: RtRunner) -> Result<(), EngineError> {
+        {
+            let mut ctl = self.lock();
+            let _ = self.send(&mut ctl, ToRt::Shutdown);
+        }
+        let devices = runner.run();
+        self.collect();
+        close_all(devices)
+    }
+}
+
+fn close_all(devices: Vec<Box<dyn Device>>) -> Result<(), EngineError> {
+    let mut first = Ok(());
+    for mut d in devices {
+        if let Err(e) = d.close() {
+            tracing::error!("closing {}: {e}", d.info().name);
+            if first.is_ok() {
+                first = Err(EngineError::Device(e));
+            }
+        }
+    }
+    first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_quantum;
+
+    #[test]
+    fn quantum_rounds_down_to_power_of_two() {
+        assert_eq!(round_quantum(960), 512);
+        assert_eq!(round_quantum(1024), 1024);
+        assert_eq!(round_quantum(0), 1);
+    }
+}

@@ -1,0 +1,159 @@
+//! Compiled execution plans and the node slots the real-time thread owns.
+//!
+//! A [`Plan`] is built on a control thread from a [`Graph`] and is immutable once
+//! published: the real-time thread swaps it in at a cycle boundary and hands the old
+//! one back to be freed on the control side.
+
+use crate::graph::{Graph, NodeKind, PortId};
+use crate::node::Processor;
+use quaver_dsp::PlanarBuf;
+use quaver_dsp::volume::GainRamp;
+use std::collections::HashSet;
+use std::ops::Range;
+
+/// How a link's gain behaves in the first cycle after its plan is swapped in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fade {
+    /// Full gain, no ramp.
+    Steady,
+    /// New link: ramps 0 → 1 in the first cycle, then steady.
+    In,
+    /// Removed link: ramps 1 → 0 in the first cycle, then ignored.
+    Out,
+}
+
+/// One link as the real-time thread executes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlanLink {
+    pub src_slot: usize,
+    pub src_port: usize,
+    pub dst_port: usize,
+    pub fade: Fade,
+}
+
+/// What a step does besides running its processor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeviceRole {
+    /// Write the node's inputs to the device, copy them to the monitor outputs.
+    Sink(usize),
+    /// Fill the node's outputs from the device.
+    Source(usize),
+}
+
+/// One node's turn in a cycle.
+#[derive(Debug, Clone)]
+pub(crate) struct Step {
+    pub slot: usize,
+    pub links: Range<usize>,
+    pub device: Option<DeviceRole>,
+    pub stream: bool,
+}
+
+/// An immutable, fully resolved execution plan.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub(crate) steps: Vec<Step>,
+    pub(crate) links: Vec<PlanLink>,
+    pub(crate) quantum: usize,
+    /// True when client streams exist, which keeps the devices from suspending.
+    pub(crate) keep_awake: bool,
+}
+
+impl Plan {
+    /// Frames per cycle this plan runs at.
+    pub fn quantum(&self) -> usize {
+        self.quantum
+    }
+}
+
+/// A node's real-time state: its processor, port buffers and volume ramp.
+pub struct NodeSlot {
+    pub(crate) processor: Option<Box<dyn Processor>>,
+    pub(crate) inputs: PlanarBuf,
+    pub(crate) outputs: PlanarBuf,
+    pub(crate) gain: GainRamp,
+    pub(crate) volume_on_inputs: bool,
+}
+
+impl NodeSlot {
+    /// Allocates buffers for `max_quantum` frames (control thread).
+    pub(crate) fn new(
+        processor: Option<Box<dyn Processor>>,
+        inputs: usize,
+        outputs: usize,
+        max_quantum: usize,
+        gain: f32,
+        kind: NodeKind,
+    ) -> Self {
+        NodeSlot {
+            processor,
+            inputs: PlanarBuf::new(inputs, max_quantum),
+            outputs: PlanarBuf::new(outputs, max_quantum),
+            gain: GainRamp::new(gain),
+            volume_on_inputs: kind.volume_on_inputs(),
+        }
+    }
+}
+
+/// Compiles `graph` into a plan. `previous` holds the port pairs of the plan before
+/// this one, so new links fade in and removed ones fade out.
+pub(crate) fn compile(
+    graph: &Graph,
+    quantum: usize,
+    previous: &HashSet<(PortId, PortId)>,
+) -> (Plan, HashSet<(PortId, PortId)>) {
+    let current: HashSet<(PortId, PortId)> =
+        graph.links.values().map(|l| (l.output, l.input)).collect();
+    let mut plan = Plan {
+        quantum,
+        keep_awake: graph.nodes.values().any(|n| n.kind.is_stream()),
+        ..Plan::default()
+    };
+    for id in graph.topo_order() {
+        let node = &graph.nodes[&id];
+        let start = plan.links.len();
+        let mut push = |out: PortId, inp: PortId, fade: Fade| {
+            let (o, i) = (&graph.ports[&out], &graph.ports[&inp]);
+            plan.links.push(PlanLink {
+                src_slot: graph.nodes[&o.node].slot,
+                src_port: o.index,
+                dst_port: i.index,
+                fade,
+            });
+        };
+        for l in graph.links.values() {
+            if graph.ports[&l.input].node != id {
+                continue;
+            }
+            let fade = if previous.contains(&(l.output, l.input)) {
+                Fade::Steady
+            } else {
+                Fade::In
+            };
+            push(l.output, l.input, fade);
+        }
+        // A link that vanished fades out for one cycle, but only if both of its
+        // nodes are still there (a removed node's buffers are gone).
+        for &(o, i) in previous {
+            if current.contains(&(o, i)) {
+                continue;
+            }
+            match (graph.ports.get(&o), graph.ports.get(&i)) {
+                (Some(_), Some(ip)) if ip.node == id => push(o, i, Fade::Out),
+                _ => {}
+            }
+        }
+        let device = node.device.and_then(|d| match node.kind {
+            NodeKind::DeviceSink => Some(DeviceRole::Sink(d)),
+            NodeKind::DeviceSource => Some(DeviceRole::Source(d)),
+            _ => None,
+        });
+        plan.steps.push(Step {
+            slot: node.slot,
+            links: start..plan.links.len(),
+            device,
+            stream: node.kind.is_stream(),
+        });
+    }
+    (plan, current)
+}

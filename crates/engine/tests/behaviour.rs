@@ -1,0 +1,231 @@
+//! Engine behaviour driven cycle by cycle on a recording device.
+
+mod common;
+
+use common::{Dc, RecordingDevice, Thru};
+use quaver_dsp::ChannelMap;
+use quaver_engine::{Engine, EngineConfig, NodeKind, NodeSpec};
+
+const RATE: u32 = 48000;
+
+fn config(quantum: usize) -> EngineConfig {
+    EngineConfig {
+        quantum_default: quantum,
+        quantum_min: 32,
+        quantum_max: 4096,
+        rt_priority: 0,
+        suspend_timeout: None,
+        ramp_frames: 64,
+        ..EngineConfig::default()
+    }
+}
+
+/// Runs cycles until every queued edit is applied, then forgets the output so far.
+fn settle(
+    runner: &mut quaver_engine::RtRunner,
+    out: &[&std::sync::Arc<std::sync::Mutex<Vec<f32>>>],
+) {
+    let mut n = 0;
+    while runner.pending() > 0 {
+        runner.run_cycle();
+        n += 1;
+        assert!(n < 100, "edits never drained");
+    }
+    runner.run_cycle();
+    for o in out {
+        o.lock().unwrap().clear();
+    }
+}
+
+fn source(engine: &Engine, name: &str, value: f32, latency: Option<u32>) -> u32 {
+    let mut s = NodeSpec::new(name, NodeKind::PlaybackStream);
+    s.outputs = ChannelMap::stereo();
+    s.latency_frames = latency;
+    engine.add_node(s, Some(Box::new(Dc(value)))).unwrap()
+}
+
+#[test]
+fn device_nodes_exist_with_ports() {
+    let dev = RecordingDevice::new(RATE, 0);
+    let (engine, runner) = Engine::new_manual(config(256), vec![Box::new(dev)]).unwrap();
+    let g = engine.graph();
+    let sink = g.node_by_name("test-sink").unwrap();
+    assert_eq!(sink.inputs.len(), 2);
+    assert_eq!(sink.outputs.len(), 2, "a sink has monitor outputs");
+    assert!(g.node_by_name("test-source").is_some());
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn fan_in_sums_and_fan_out_copies() {
+    let dev = RecordingDevice::new(RATE, 4096);
+    let left = dev.left.clone();
+    let (engine, mut runner) = Engine::new_manual(config(256), vec![Box::new(dev)]).unwrap();
+    source(&engine, "a", 0.25, None);
+    source(&engine, "b", 0.125, None);
+    engine.link("a", "test-sink").unwrap();
+    engine.link("b", "test-sink").unwrap();
+    // Monitor fan-out: the sink's monitor feeds a filter node.
+    let mut f = NodeSpec::new("thru", NodeKind::Filter);
+    f.inputs = ChannelMap::stereo();
+    f.outputs = ChannelMap::stereo();
+    engine.add_node(f, Some(Box::new(Thru))).unwrap();
+    engine.link("test-sink", "thru").unwrap();
+    settle(&mut runner, &[&left]);
+    for _ in 0..4 {
+        runner.run_cycle();
+    }
+    let out = left.lock().unwrap().clone();
+    assert_eq!(out.len(), 4 * 256);
+    // After the fade-in cycle, the sum is exact.
+    assert!(
+        out[256..].iter().all(|&s| s == 0.375),
+        "{:?}",
+        &out[256..260]
+    );
+    engine.shutdown_manual(runner).unwrap();
+}
+
+fn max_step(s: &[f32]) -> f32 {
+    s.windows(2)
+        .map(|w| (w[1] - w[0]).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn unlink_and_link_take_effect_within_one_quantum_with_a_ramp() {
+    let q = 256;
+    let dev = RecordingDevice::new(RATE, 64 * q);
+    let left = dev.left.clone();
+    let (engine, mut runner) = Engine::new_manual(config(q), vec![Box::new(dev)]).unwrap();
+    source(&engine, "dc", 0.5, None);
+    engine.link("dc", "test-sink").unwrap();
+    settle(&mut runner, &[&left]);
+    for _ in 0..4 {
+        runner.run_cycle();
+    }
+    engine.unlink("dc", "test-sink").unwrap();
+    runner.run_cycle();
+    runner.run_cycle();
+    engine.link("dc", "test-sink").unwrap();
+    runner.run_cycle();
+    runner.run_cycle();
+    let out = left.lock().unwrap().clone();
+    let cycle = |k: usize| &out[k * q..(k + 1) * q];
+    // Steady before the edit.
+    assert!(cycle(3).iter().all(|&s| s == 0.5));
+    // The very next cycle carries the fade-out: 64 ramp frames then silence.
+    let c4 = cycle(4);
+    assert!(
+        c4[0] < 0.5 && c4[0] > 0.49,
+        "ramp starts near full level: {}",
+        c4[0]
+    );
+    assert!(c4[64..].iter().all(|&s| s == 0.0), "silent after the ramp");
+    assert!(
+        max_step(c4) <= 0.5 / 64.0 + 1e-6,
+        "no click: max step {}",
+        max_step(c4)
+    );
+    assert!(cycle(5).iter().all(|&s| s == 0.0));
+    // Relink: ramps up within the next cycle, steady after.
+    let c6 = cycle(6);
+    assert!(c6[0] > 0.0 && c6[0] < 0.01);
+    assert!(c6[64..].iter().all(|&s| s == 0.5));
+    assert!(max_step(c6) <= 0.5 / 64.0 + 1e-6);
+    assert!(cycle(7).iter().all(|&s| s == 0.5));
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn quantum_follows_the_smallest_latency_request() {
+    let dev = RecordingDevice::new(RATE, 0);
+    let (engine, mut runner) = Engine::new_manual(config(1024), vec![Box::new(dev)]).unwrap();
+    assert_eq!(engine.quantum(), 1024);
+    let a = source(&engine, "a", 0.0, Some(960)); // 20 ms → quantum 256 (≤ L/2)
+    assert_eq!(engine.quantum(), 256);
+    let b = source(&engine, "b", 0.0, Some(100)); // → 32 (clamped to min 32)
+    assert_eq!(engine.quantum(), 32);
+    settle(&mut runner, &[]);
+    assert_eq!(engine.status().quantum, 32);
+    assert_eq!(
+        engine
+            .stats()
+            .quantum
+            .load(std::sync::atomic::Ordering::Relaxed),
+        32
+    );
+    engine.remove_node(b).unwrap();
+    assert_eq!(engine.quantum(), 256);
+    engine.remove_node(a).unwrap();
+    assert_eq!(engine.quantum(), 1024);
+    // A huge request is clamped to the maximum.
+    source(&engine, "c", 0.0, Some(1 << 20));
+    assert_eq!(engine.quantum(), 4096);
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn volume_and_mute_ramp_on_a_node() {
+    let q = 256;
+    let dev = RecordingDevice::new(RATE, 16 * q);
+    let left = dev.left.clone();
+    let (engine, mut runner) = Engine::new_manual(config(q), vec![Box::new(dev)]).unwrap();
+    source(&engine, "dc", 0.5, None);
+    engine.link("dc", "test-sink").unwrap();
+    settle(&mut runner, &[&left]);
+    runner.run_cycle();
+    runner.run_cycle();
+    engine.set_volume("dc", Some(0.5), None).unwrap();
+    runner.run_cycle();
+    runner.run_cycle();
+    engine.set_volume("test-sink", None, Some(true)).unwrap();
+    runner.run_cycle();
+    runner.run_cycle();
+    let out = left.lock().unwrap().clone();
+    assert!(out[q..2 * q].iter().all(|&s| s == 0.5));
+    assert!(
+        max_step(&out[2 * q..3 * q]) < 0.01,
+        "volume change is ramped"
+    );
+    assert!(out[3 * q..4 * q].iter().all(|&s| (s - 0.25).abs() < 1e-6));
+    assert!(
+        out[5 * q..].iter().all(|&s| s == 0.0),
+        "muted sink is silent"
+    );
+    assert!(engine.set_volume("dc", Some(f32::NAN), None).is_err());
+    assert!(engine.set_volume("nope", Some(1.0), None).is_err());
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn bad_edits_are_refused_and_change_nothing() {
+    let dev = RecordingDevice::new(RATE, 0);
+    let (engine, runner) = Engine::new_manual(config(256), vec![Box::new(dev)]).unwrap();
+    source(&engine, "a", 0.1, None);
+    let before = engine.graph().links.len();
+    assert!(engine.link("a", "nope").is_err());
+    assert!(engine.link("test-sink:playback_FL", "a:output_FL").is_err());
+    assert!(engine.link("a:output_XX", "test-sink").is_err());
+    assert!(engine.unlink("a", "test-sink").is_err());
+    assert_eq!(engine.graph().links.len(), before);
+    let mut bad = NodeSpec::new("has:colon", NodeKind::Filter);
+    bad.outputs = ChannelMap::mono();
+    assert!(engine.add_node(bad, Some(Box::new(Dc(0.0)))).is_err());
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn node_limit_is_enforced() {
+    let dev = RecordingDevice::new(RATE, 0);
+    let mut cfg = config(256);
+    cfg.max_nodes = 4; // two device nodes + two more
+    let (engine, runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
+    source(&engine, "a", 0.0, None);
+    source(&engine, "b", 0.0, None);
+    let mut s = NodeSpec::new("c", NodeKind::PlaybackStream);
+    s.outputs = ChannelMap::stereo();
+    let err = engine.add_node(s, Some(Box::new(Dc(0.0)))).unwrap_err();
+    assert!(err.to_string().contains("limit"), "{err}");
+    engine.shutdown_manual(runner).unwrap();
+}

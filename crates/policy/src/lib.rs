@@ -87,13 +87,17 @@ mod tests {
     use super::*;
 
     fn nodes() -> Vec<NodeView> {
-        [("a-sink", "sink"), ("b-sink", "sink"), ("a-source", "source")]
-            .iter()
-            .map(|(n, k)| NodeView {
-                name: n.to_string(),
-                kind: k.to_string(),
-            })
-            .collect()
+        [
+            ("a-sink", "sink"),
+            ("b-sink", "sink"),
+            ("a-source", "source"),
+        ]
+        .iter()
+        .map(|(n, k)| NodeView {
+            name: n.to_string(),
+            kind: k.to_string(),
+        })
+        .collect()
     }
 
     #[test]
@@ -120,7 +124,10 @@ mod tests {
     #[test]
     fn explicit_target_wins() {
         let p = Policy::default();
-        assert_eq!(p.playback_target(Some("b-sink"), &nodes()).as_deref(), Some("b-sink"));
+        assert_eq!(
+            p.playback_target(Some("b-sink"), &nodes()).as_deref(),
+            Some("b-sink")
+        );
         assert_eq!(p.record_target(None, &nodes()).as_deref(), Some("a-source"));
     }
 }

@@ -1,0 +1,248 @@
+//! quaverd's configuration: one TOML file, every key optional, command-line flags on top.
+//!
+//! The annotated example at `config/quaver.toml` documents every key; a test keeps it
+//! parseable and in sync with the defaults here.
+
+use anyhow::{Context, Result, bail};
+use quaver_dsp::ChannelMap;
+use quaver_dsp::resample::ResampleQuality;
+use quaver_policy::PolicyConfig;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[server]`: where and how the daemon serves.
+    pub server: ServerConfig,
+    /// `[engine]`: graph engine and devices.
+    pub engine: EngineSection,
+    /// `[policy]`: routing defaults.
+    pub policy: PolicyConfig,
+}
+
+/// `[server]` table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Runtime directory holding the socket; default `$XDG_RUNTIME_DIR/quaver`.
+    pub runtime_dir: Option<PathBuf>,
+    /// Log level: error, warn, info, debug or trace.
+    pub log_level: String,
+    /// Most simultaneous clients.
+    pub max_clients: usize,
+    /// Most streams per client.
+    pub max_streams_per_client: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            runtime_dir: None,
+            log_level: "info".into(),
+            max_clients: 256,
+            max_streams_per_client: 64,
+        }
+    }
+}
+
+/// `[engine]` table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSection {
+    /// Devices to open; the first drives the clock.
+    pub devices: Vec<String>,
+    /// Sample rate for devices that do not name one.
+    pub rate: u32,
+    /// Channel layout for devices that do not name one.
+    pub channels: String,
+    /// Smallest quantum, frames (power of two).
+    pub quantum_min: usize,
+    /// Largest quantum, frames (power of two).
+    pub quantum_max: usize,
+    /// Quantum when no stream asks for a latency.
+    pub quantum_default: usize,
+    /// SCHED_FIFO priority of the audio thread; 0 keeps normal scheduling.
+    pub realtime_priority: i32,
+    /// Idle time before devices suspend, ms; 0 never suspends.
+    pub suspend_timeout_ms: u64,
+    /// Most graph nodes.
+    pub max_nodes: usize,
+    /// Link and volume ramp length, frames.
+    pub ramp_frames: usize,
+    /// Resampler quality: fast, medium or high.
+    pub resample_quality: String,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        EngineSection {
+            devices: vec!["null".into()],
+            rate: 48000,
+            channels: "stereo".into(),
+            quantum_min: 32,
+            quantum_max: 8192,
+            quantum_default: 1024,
+            realtime_priority: 20,
+            suspend_timeout_ms: 3000,
+            max_nodes: 1024,
+            ramp_frames: 256,
+            resample_quality: "high".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses a configuration file's text; errors name the line and the key.
+    pub fn parse(text: &str, origin: &Path) -> Result<Config> {
+        let cfg: Config = toml::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{}: {}", origin.display(), e.to_string().trim_end()))?;
+        cfg.validate()
+            .with_context(|| format!("{}: invalid value", origin.display()))?;
+        Ok(cfg)
+    }
+
+    /// Loads `path`, or the default location if `path` is None (absent file = defaults).
+    pub fn load(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
+        let (path, required) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => match default_config_path() {
+                Some(p) => (p, false),
+                None => return Ok((Config::default(), None)),
+            },
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok((Config::parse(&text, &path)?, Some(path))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                Ok((Config::default(), None))
+            }
+            Err(e) => Err(e).with_context(|| format!("reading config {}", path.display())),
+        }
+    }
+
+    /// Checks values that TOML types alone cannot.
+    pub fn validate(&self) -> Result<()> {
+        let e = &self.engine;
+        if e.devices.is_empty() {
+            bail!("engine.devices must name at least one device");
+        }
+        if !(1..=384_000).contains(&e.rate) {
+            bail!("engine.rate {} is outside 1..=384000", e.rate);
+        }
+        e.channels
+            .parse::<ChannelMap>()
+            .map_err(|err| anyhow::anyhow!("engine.channels: {err}"))?;
+        for (k, v) in [
+            ("quantum_min", e.quantum_min),
+            ("quantum_max", e.quantum_max),
+            ("quantum_default", e.quantum_default),
+        ] {
+            if !v.is_power_of_two() || !(16..=65536).contains(&v) {
+                bail!("engine.{k} = {v} must be a power of two in 16..=65536");
+            }
+        }
+        if !(e.quantum_min <= e.quantum_default && e.quantum_default <= e.quantum_max) {
+            bail!(
+                "engine quantum bounds must satisfy quantum_min ≤ quantum_default ≤ quantum_max (got {} ≤ {} ≤ {})",
+                e.quantum_min,
+                e.quantum_default,
+                e.quantum_max
+            );
+        }
+        if !(0..=99).contains(&e.realtime_priority) {
+            bail!("engine.realtime_priority {} is outside 0..=99", e.realtime_priority);
+        }
+        if e.max_nodes == 0 || e.max_nodes > 65536 {
+            bail!("engine.max_nodes {} is outside 1..=65536", e.max_nodes);
+        }
+        e.resample_quality
+            .parse::<ResampleQuality>()
+            .map_err(|err| anyhow::anyhow!("engine.resample_quality: {err}"))?;
+        if !["error", "warn", "info", "debug", "trace"].contains(&self.server.log_level.as_str()) {
+            bail!(
+                "server.log_level '{}' must be one of error, warn, info, debug, trace",
+                self.server.log_level
+            );
+        }
+        Ok(())
+    }
+
+    /// The engine settings this configuration asks for.
+    pub fn engine_config(&self) -> quaver_engine::EngineConfig {
+        let e = &self.engine;
+        quaver_engine::EngineConfig {
+            quantum_min: e.quantum_min,
+            quantum_max: e.quantum_max,
+            quantum_default: e.quantum_default,
+            rt_priority: e.realtime_priority,
+            suspend_timeout: (e.suspend_timeout_ms > 0)
+                .then(|| Duration::from_millis(e.suspend_timeout_ms)),
+            max_nodes: e.max_nodes,
+            ramp_frames: e.ramp_frames.max(1),
+        }
+    }
+
+    /// The runtime directory: configured, else `$XDG_RUNTIME_DIR/quaver` (or the
+    /// protocol crate's private fallback).
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.server
+            .runtime_dir
+            .clone()
+            .unwrap_or_else(quaver_protocol::paths::runtime_dir)
+    }
+}
+
+/// `$XDG_CONFIG_HOME/quaver/quaver.toml`, else `~/.config/quaver/quaver.toml`.
+pub fn default_config_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("quaver").join("quaver.toml"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_matches_defaults() {
+        let text = include_str!("../../../config/quaver.toml");
+        let cfg = Config::parse(text, Path::new("config/quaver.toml")).unwrap();
+        assert_eq!(cfg.engine, EngineSection::default());
+        assert_eq!(cfg.server, ServerConfig::default());
+    }
+
+    #[test]
+    fn unknown_key_names_its_line() {
+        let err = Config::parse("[engine]\nrate = 48000\nquantum_mni = 64\n", Path::new("q.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("quantum_mni"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_type_names_its_line() {
+        let err = Config::parse("[engine]\n\nrate = \"fast\"\n", Path::new("q.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        for bad in [
+            "[engine]\nquantum_min = 48\n",
+            "[engine]\nrate = 0\n",
+            "[engine]\nquantum_min = 4096\nquantum_default = 1024\n",
+            "[engine]\nresample_quality = \"best\"\n",
+            "[server]\nlog_level = \"loud\"\n",
+            "[engine]\ndevices = []\n",
+        ] {
+            assert!(Config::parse(bad, Path::new("q.toml")).is_err(), "{bad}");
+        }
+    }
+}

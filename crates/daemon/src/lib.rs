@@ -1,0 +1,101 @@
+//! quaverd: wiring of the engine, devices, policy and protocol front-ends.
+//!
+//! The binary (`main.rs`) parses flags and calls [`run`]; everything with logic lives in
+//! the library crates, so this crate stays thin.
+
+pub mod config;
+pub mod native;
+
+use anyhow::{Context, Result};
+use config::Config;
+use quaver_devices::spec::{DeviceDefaults, open_device};
+use quaver_dsp::ChannelMap;
+use quaver_engine::Engine;
+use quaver_policy::Policy;
+use std::sync::{Arc, Mutex};
+
+/// Signals that stop the daemon cleanly (files finalized, socket removed).
+const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+fn stop_signal_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in STOP_SIGNALS {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Blocks the stop signals in this thread and every thread started after it, so that
+/// only [`wait_for_stop_signal`] receives them. Call first thing in `main`.
+pub fn block_stop_signals() {
+    let set = stop_signal_set();
+    // SAFETY: valid set pointer; a null old-set pointer is allowed.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits for SIGTERM, SIGINT or SIGHUP; returns its number.
+pub fn wait_for_stop_signal() -> i32 {
+    let set = stop_signal_set();
+    let mut sig = 0;
+    // SAFETY: valid pointers; the signals are blocked so sigwait can take them.
+    unsafe {
+        libc::sigwait(&set, &mut sig);
+    }
+    sig
+}
+
+/// Starts quaverd with `cfg` and serves until a stop signal arrives.
+pub fn run(cfg: Config) -> Result<()> {
+    let runtime_dir = cfg.runtime_dir();
+    // Take the runtime directory before touching devices: a second daemon must not
+    // truncate the first one's output file.
+    let listener = native::Listener::bind(&runtime_dir)?;
+    let channels: ChannelMap = cfg
+        .engine
+        .channels
+        .parse()
+        .map_err(|e| anyhow::anyhow!("engine.channels: {e}"))?;
+    let defaults = DeviceDefaults {
+        rate: cfg.engine.rate,
+        channels,
+    };
+    let mut devices = Vec::new();
+    for spec in &cfg.engine.devices {
+        let dev = open_device(spec, &defaults).with_context(|| format!("opening device '{spec}'"))?;
+        tracing::info!("device {}: {}", dev.info().name, dev.info().description);
+        devices.push(dev);
+    }
+    let engine = Engine::start(cfg.engine_config(), devices).context("starting the engine")?;
+    let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
+    let server = native::NativeServer::new(
+        engine.clone(),
+        policy,
+        native::NativeOptions {
+            max_clients: cfg.server.max_clients,
+            max_streams_per_client: cfg.server.max_streams_per_client,
+            resample_quality: cfg.engine.resample_quality.parse().map_err(|e| anyhow::anyhow!("{e}"))?,
+        },
+    );
+    server.spawn_accept(&listener)?;
+    tracing::info!(
+        "quaverd {} serving on {} ({} Hz, quantum {}..{})",
+        env!("CARGO_PKG_VERSION"),
+        listener.socket_path().display(),
+        engine.rate(),
+        cfg.engine.quantum_min,
+        cfg.engine.quantum_max
+    );
+    let sig = wait_for_stop_signal();
+    tracing::info!("signal {sig} received; shutting down");
+    let closed = engine.shutdown();
+    drop(listener);
+    closed.context("closing devices")?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}

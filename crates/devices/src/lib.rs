@@ -1,1 +1,187 @@
-//! placeholder
+//! quaver's device layer: one trait for every device, and the devices that work on
+//! every machine (`null`, `file:`, `sim`).
+//!
+//! Thread rules: methods marked *RT* are called only from the engine's real-time
+//! thread while the device is running; they must not allocate, lock, log or make
+//! syscalls other than device I/O, clock reads and sleeping until the device's
+//! next deadline in [`Device::wait`]. Methods marked *control* are called from
+//! control threads while the real-time thread does not own the device.
+
+use quaver_dsp::{ChannelMap, Planar, PlanarMut};
+use std::time::Duration;
+
+pub mod clock;
+pub mod file;
+pub mod null;
+mod pacer;
+pub mod sim;
+pub mod spec;
+
+pub use clock::{RealClock, SimClock, VirtualClock};
+pub use file::{FileConfig, FileSink, WavFormat};
+pub use null::{NullConfig, NullDevice};
+pub use sim::{Fault, SimCard, SimConfig};
+pub use spec::{DeviceDefaults, DeviceSpec, open_device, parse_spec};
+
+/// Why a device operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The device description could not be understood (e.g. `--device` syntax).
+    #[error("bad device spec '{spec}': {reason}")]
+    BadSpec {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An I/O error while opening, writing or finalizing the device.
+    #[error("device {device}: {source}")]
+    Io {
+        /// Device name.
+        device: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The device went away (unplugged); the engine stops driving it.
+    #[error("device {0} is gone")]
+    Gone(String),
+}
+
+/// Static description of a device, fixed once it is opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    /// Short unique name used for its graph nodes, e.g. "null", "sim", "file".
+    pub name: String,
+    /// Human description, e.g. "File sink writing out.wav".
+    pub description: String,
+    /// Sample rate in Hz.
+    pub rate: u32,
+    /// Playback channels (the sink node's input ports); `None` if no playback.
+    pub playback: Option<ChannelMap>,
+    /// Capture channels (the source node's output ports); `None` if no capture.
+    pub capture: Option<ChannelMap>,
+    /// True if the device renders as fast as possible instead of in real time.
+    pub freewheel: bool,
+}
+
+/// What [`Device::wait`] found when the next cycle became due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitStatus {
+    /// Time for the next cycle.
+    Ready,
+    /// The device ran dry (playback) or overflowed (capture) since the last cycle and has
+    /// recovered; the cycle should still run.
+    Xrun,
+}
+
+/// Counters a device keeps for tests and `quaver status`; read from the control side
+/// through [`Device::counters`] snapshots taken by the engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Completed waits (device-driven wakeups).
+    pub wakeups: u64,
+    /// Hardware-pointer queries (sim card; 0 where there is no pointer).
+    pub pointer_queries: u64,
+    /// Playback underruns seen.
+    pub underruns: u64,
+    /// Capture overruns seen.
+    pub overruns: u64,
+    /// Frames written for playback since open.
+    pub frames_written: u64,
+    /// Frames read from capture since open.
+    pub frames_read: u64,
+}
+
+/// One audio device (a sink, a source or both sharing one clock).
+pub trait Device: Send {
+    /// Static description. *control* and *RT*.
+    fn info(&self) -> &DeviceInfo;
+
+    /// Starts (or resumes after [`Device::suspend`]) the device clock for cycles of
+    /// `quantum` frames. *RT* (called before the first cycle and on resume).
+    fn start(&mut self, quantum: usize) -> Result<(), DeviceError>;
+
+    /// Blocks until the next cycle of `quantum` frames is due. `quantum` may change
+    /// between calls (quantum negotiation). A freewheeling device returns at once.
+    /// *RT*.
+    fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError>;
+
+    /// Queues one cycle of playback, `buf.frames()` frames in the playback channel
+    /// order. Devices without playback ignore it. *RT*.
+    fn write(&mut self, buf: Planar<'_>) -> Result<(), DeviceError>;
+
+    /// Fills one cycle of capture, `buf.frames()` frames in the capture channel order.
+    /// Devices without capture fill silence. *RT*.
+    fn read(&mut self, buf: &mut PlanarMut<'_>) -> Result<(), DeviceError>;
+
+    /// Stops the clock (idle suspend); no wakeups until [`Device::start`]. *RT*.
+    fn suspend(&mut self);
+
+    /// Frames between a sample passed to `write` and the moment it is heard, right
+    /// after a `write` (playback), for latency reports. *RT* and *control*.
+    fn playback_delay(&self) -> usize;
+
+    /// Frames between a sample reaching the device and it being returned by `read`,
+    /// right after a `read` (capture). *RT* and *control*.
+    fn capture_delay(&self) -> usize;
+
+    /// A snapshot of the counters. *RT* (the engine publishes it to control).
+    fn counters(&self) -> DeviceCounters;
+
+    /// Flushes and finalizes (e.g. the WAV header) on shutdown. *control*, after the
+    /// real-time thread has handed the device back.
+    fn close(&mut self) -> Result<(), DeviceError>;
+}
+
+/// How long a device may be idle before the engine suspends it, unless configured.
+pub const DEFAULT_SUSPEND_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Most channels a device of this crate accepts (a sanity bound for specs and configs).
+pub const MAX_CHANNELS: usize = 64;
+
+/// Highest sample rate a device of this crate accepts, in Hz.
+pub const MAX_RATE: u32 = 768_000;
+
+/// Checks the format every device shares; `what` names the device in the error.
+pub(crate) fn check_format(
+    what: &str,
+    rate: u32,
+    channels: &ChannelMap,
+) -> Result<(), DeviceError> {
+    let reason = if rate == 0 || rate > MAX_RATE {
+        format!("rate {rate} Hz is outside 1..={MAX_RATE}")
+    } else if channels.is_empty() || channels.len() > MAX_CHANNELS {
+        format!("{} channels is outside 1..={MAX_CHANNELS}", channels.len())
+    } else {
+        return Ok(());
+    };
+    Err(DeviceError::BadSpec {
+        spec: what.to_string(),
+        reason,
+    })
+}
+
+/// A device name kept twice, so the first error raised on the real-time thread can own a
+/// `String` without allocating there (later errors, already off the happy path, clone).
+#[derive(Debug)]
+pub(crate) struct ErrName {
+    spare: String,
+}
+
+impl ErrName {
+    pub(crate) fn new(name: &str) -> Self {
+        ErrName {
+            spare: name.to_string(),
+        }
+    }
+
+    /// The name for an error value.
+    pub(crate) fn take(&mut self, name: &str) -> String {
+        if self.spare.is_empty() {
+            name.to_string()
+        } else {
+            std::mem::take(&mut self.spare)
+        }
+    }
+}

@@ -1,0 +1,657 @@
+//! A simulated sound card: playback and capture rings driven by a virtual DMA pointer
+//! that advances with a (pluggable) clock, with optional loopback from playback to
+//! capture, clock drift and injected faults.
+//!
+//! The card is split the way a real driver is:
+//!
+//! * the **hardware model** (`sync`): the DMA position is a pure function of time,
+//!   `hw(t) = base + floor((t - t_base) · rate · (1 + drift_ppm/1e6))`. Whenever the
+//!   model is brought up to date it "plays" the playback ring up to that position,
+//!   copies what was played into the capture ring at the same position (loopback; a
+//!   position the application had not written yet was played as silence — an underrun),
+//!   and notices underruns and overruns. Positions are frame counters that never wrap;
+//!   ring slots are `position % buffer_frames`.
+//! * the **driver** (`wait`): timer-based scheduling that knows only what a real driver
+//!   knows — the nominal rate, the pointer values it has read and the system clock. It
+//!   predicts when the pointer will reach the watermark, sleeps once until then (with a
+//!   small late margin and a rate estimated from its own readings, so it is not woken
+//!   early by drift), and reads the pointer once on waking. Only these reads count as
+//!   `pointer_queries`; `write`/`read` also bring the model up to date (a real card's DMA
+//!   runs on its own; the simulation has to catch up before the rings are touched), which
+//!   is a clock read, not a driver pointer query.
+//!
+//! Buffering: the card keeps `quantum + period_frames` frames queued for playback right
+//! after each cycle's write, so when the driver wakes `period_frames` frames are still
+//! queued — the period is the watermark, the margin that absorbs wakeup latency. See
+//! [`theoretical_round_trip_frames`] and docs/devices.md for what that means for latency.
+//!
+//! The engine must call `read` and `write` every cycle (with silence or dropping the data
+//! if nothing uses that side), exactly as with a real duplex card; a side left unserviced
+//! under- or overruns.
+
+use crate::clock::{RealClock, SimClock};
+use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, WaitStatus, check_format};
+use quaver_dsp::{ChannelMap, Planar, PlanarMut};
+use std::io;
+use std::time::Duration;
+
+pub use crate::clock::VirtualClock;
+
+/// A fault injected into a [`SimCard`] at a given cycle (the n-th call of `wait` since the
+/// card was opened, counting from 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fault {
+    /// The card reports an xrun: queued audio is dropped and the streams restart.
+    Xrun {
+        /// Cycle at which the xrun happens.
+        at_cycle: u64,
+    },
+    /// The driver thread stalls for `duration` inside the cycle (as if descheduled); a
+    /// stall longer than the headroom makes the hardware underrun.
+    Stall {
+        /// Cycle in which the stall happens.
+        at_cycle: u64,
+        /// How long the thread stalls.
+        duration: Duration,
+    },
+    /// The card disappears: `wait` (and every later call) fails with `DeviceError::Gone`.
+    Unplug {
+        /// Cycle at which the card is unplugged.
+        at_cycle: u64,
+    },
+}
+
+impl Fault {
+    /// The cycle the fault fires in.
+    pub fn at_cycle(&self) -> u64 {
+        match *self {
+            Fault::Xrun { at_cycle }
+            | Fault::Stall { at_cycle, .. }
+            | Fault::Unplug { at_cycle } => at_cycle,
+        }
+    }
+}
+
+/// How to build a [`SimCard`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// Nominal sample rate in Hz.
+    pub rate: u32,
+    /// Channels of both the playback and the capture side.
+    pub channels: ChannelMap,
+    /// Size of each ring in frames; `quantum + period_frames` may not exceed it.
+    pub buffer_frames: usize,
+    /// The watermark: frames still queued for playback when the driver wakes.
+    pub period_frames: usize,
+    /// Capture returns what was played at the same hardware position.
+    pub loopback: bool,
+    /// The hardware clock runs at `rate · (1 + drift_ppm / 1e6)` frames per second.
+    pub drift_ppm: f64,
+    /// Faults to inject.
+    pub faults: Vec<Fault>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            rate: 48_000,
+            channels: ChannelMap::stereo(),
+            buffer_frames: 8192,
+            period_frames: 256,
+            loopback: true,
+            drift_ppm: 0.0,
+            faults: Vec::new(),
+        }
+    }
+}
+
+/// Largest accepted |drift_ppm|: 10 %, far beyond any real crystal.
+pub const MAX_DRIFT_PPM: f64 = 100_000.0;
+
+/// Frames from a sample passed to `write` in some cycle until the same sample comes back
+/// from `read`, through loopback, for an engine that runs `wait → read → process → write`
+/// at a constant `quantum` since the last start or xrun: `quantum + period_frames`.
+///
+/// After `write`, `quantum + period_frames` frames are queued ahead of the hardware, and
+/// the capture side has nothing unread, so the written sample is played, and captured,
+/// exactly that many frames after the capture position the application reads next. The
+/// derivation is in docs/devices.md.
+pub fn theoretical_round_trip_frames(cfg: &SimConfig, quantum: usize) -> usize {
+    quantum + cfg.period_frames
+}
+
+/// A simulated sound card with a playback (sink) and a capture (source) side on one clock.
+pub struct SimCard {
+    info: DeviceInfo,
+    cfg: SimConfig,
+    clock: Box<dyn SimClock>,
+    counters: DeviceCounters,
+    err_name: ErrName,
+    channels: usize,
+    /// Ring size in frames (as u64 for position arithmetic).
+    size: u64,
+    /// Playback and capture rings, planar: channel `c`, slot `s` at `c * size + s`.
+    play: Vec<f32>,
+    cap: Vec<f32>,
+
+    // Hardware model.
+    /// Hardware clock in units of 1e-9 frames per second (exact integer rate with drift).
+    hw_rate_nano: u128,
+    running: bool,
+    t_base: u64,
+    hw_base: u64,
+    /// Hardware position as of the last model update, and the time of that update.
+    hw: u64,
+    t_hw: u64,
+    /// Application positions: next frame `write` fills, next frame `read` returns.
+    play_appl: u64,
+    cap_appl: u64,
+    /// An underrun or overrun happened and the streams have not been restarted yet.
+    xrun_pending: bool,
+    unplugged: bool,
+
+    // Driver (scheduler) state.
+    cycle: u64,
+    fired: Vec<bool>,
+    /// Estimated nanoseconds per hardware frame, from the driver's own pointer readings.
+    ns_per_frame: f64,
+    est_t: u64,
+    est_hw: u64,
+}
+
+/// The driver wakes this much later than its estimate says the watermark is reached, so
+/// that estimation error does not make it wake early and read the pointer twice.
+const WAKE_MARGIN: f64 = 500e-6;
+
+impl SimCard {
+    /// A simulated card paced by the real monotonic clock. *control*.
+    pub fn new(cfg: SimConfig) -> Result<Self, DeviceError> {
+        Self::with_clock(cfg, Box::new(RealClock))
+    }
+
+    /// A simulated card paced by `clock`; with a [`VirtualClock`] runs are deterministic
+    /// and take no wall time. *control*.
+    pub fn with_clock(cfg: SimConfig, clock: Box<dyn SimClock>) -> Result<Self, DeviceError> {
+        let name = "sim".to_string();
+        check_format(&name, cfg.rate, &cfg.channels)?;
+        let bad = |reason: String| DeviceError::BadSpec {
+            spec: name.clone(),
+            reason,
+        };
+        if cfg.period_frames == 0 || cfg.period_frames >= cfg.buffer_frames {
+            return Err(bad(format!(
+                "period {} must be at least 1 and smaller than the buffer ({})",
+                cfg.period_frames, cfg.buffer_frames
+            )));
+        }
+        if cfg.buffer_frames > 1 << 24 {
+            return Err(bad(format!("buffer {} is too large", cfg.buffer_frames)));
+        }
+        if !cfg.drift_ppm.is_finite() || cfg.drift_ppm.abs() > MAX_DRIFT_PPM {
+            return Err(bad(format!(
+                "drift {} ppm is outside ±{MAX_DRIFT_PPM}",
+                cfg.drift_ppm
+            )));
+        }
+        let channels = cfg.channels.len();
+        let size = cfg.buffer_frames;
+        let info = DeviceInfo {
+            description: format!(
+                "Simulated card ({} Hz, {} ch, buffer {}, period {}, {}, {:+} ppm)",
+                cfg.rate,
+                channels,
+                cfg.buffer_frames,
+                cfg.period_frames,
+                if cfg.loopback {
+                    "loopback"
+                } else {
+                    "no loopback"
+                },
+                cfg.drift_ppm
+            ),
+            rate: cfg.rate,
+            playback: Some(cfg.channels.clone()),
+            capture: Some(cfg.channels.clone()),
+            freewheel: false,
+            name,
+        };
+        let hw_rate_nano = (cfg.rate as f64 * (1e9 + cfg.drift_ppm * 1e3)).round() as u128;
+        Ok(SimCard {
+            err_name: ErrName::new(&info.name),
+            info,
+            clock,
+            counters: DeviceCounters::default(),
+            channels,
+            size: size as u64,
+            play: vec![0.0; channels * size],
+            cap: vec![0.0; channels * size],
+            hw_rate_nano,
+            running: false,
+            t_base: 0,
+            hw_base: 0,
+            hw: 0,
+            t_hw: 0,
+            play_appl: 0,
+            cap_appl: 0,
+            xrun_pending: false,
+            unplugged: false,
+            cycle: 0,
+            fired: vec![false; cfg.faults.len()],
+            ns_per_frame: 1e9 / cfg.rate as f64,
+            est_t: 0,
+            est_hw: 0,
+            cfg,
+        })
+    }
+
+    /// Renames the device (its graph node name). *control*.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.info.name = name.into();
+        self.err_name = ErrName::new(&self.info.name);
+        self
+    }
+
+    /// The configuration the card was built from.
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+
+    /// Round-trip frames through loopback at `quantum`; see [`theoretical_round_trip_frames`].
+    pub fn theoretical_round_trip_frames(&self, quantum: usize) -> usize {
+        theoretical_round_trip_frames(&self.cfg, quantum)
+    }
+
+    /// Frames the virtual hardware has played since the card was opened, as of its last
+    /// update (for tests and diagnostics).
+    pub fn hw_position(&self) -> u64 {
+        self.hw
+    }
+
+    fn gone(&mut self) -> DeviceError {
+        DeviceError::Gone(self.err_name.take(&self.info.name))
+    }
+
+    fn check_quantum(&mut self, quantum: usize) -> Result<(), DeviceError> {
+        if quantum == 0 || quantum + self.cfg.period_frames > self.cfg.buffer_frames {
+            // Only an engine bug gets here, so this error path may allocate.
+            return Err(DeviceError::Io {
+                device: self.err_name.take(&self.info.name),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "quantum must be at least 1 and at most buffer - period frames",
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    // ---- hardware model ----
+
+    fn hw_at(&self, t: u64) -> u64 {
+        if !self.running {
+            return self.hw;
+        }
+        let dt = t.saturating_sub(self.t_base) as u128;
+        self.hw_base + (dt * self.hw_rate_nano / 1_000_000_000_000_000_000) as u64
+    }
+
+    /// Brings the hardware model up to the current time: plays, loops back and detects
+    /// xruns. Not a driver pointer query.
+    fn sync(&mut self) {
+        let t = self.clock.now_ns();
+        let new = self.hw_at(t);
+        self.t_hw = t;
+        if new <= self.hw {
+            return;
+        }
+        if self.cfg.loopback {
+            self.loop_back(self.hw, new);
+        }
+        if !self.xrun_pending {
+            if new > self.play_appl {
+                self.counters.underruns += 1;
+                self.xrun_pending = true;
+            }
+            if new - self.cap_appl.min(new) > self.size {
+                self.counters.overruns += 1;
+                self.xrun_pending = true;
+            }
+        }
+        self.hw = new;
+    }
+
+    /// Copies what the hardware played at positions `from..to` into the capture ring at
+    /// the same positions; positions not written yet (underrun) were played as silence.
+    fn loop_back(&mut self, from: u64, to: u64) {
+        let size = self.size;
+        // Anything older than one ring would be overwritten again anyway.
+        let mut p = from.max(to.saturating_sub(size));
+        while p < to {
+            let slot = (p % size) as usize;
+            let run_end = to.min(p + (size - slot as u64));
+            let played_end = run_end.min(self.play_appl).max(p);
+            let n_copy = (played_end - p) as usize;
+            let n_all = (run_end - p) as usize;
+            for ch in 0..self.channels {
+                let base = ch * self.size as usize + slot;
+                self.cap[base..base + n_copy].copy_from_slice(&self.play[base..base + n_copy]);
+                self.cap[base + n_copy..base + n_all].fill(0.0);
+            }
+            p = run_end;
+        }
+    }
+
+    /// Restarts both streams around hardware position `at` (ALSA's prepare + prefill +
+    /// start): unread capture and queued playback are dropped, and `quantum +
+    /// period_frames` frames of silence are queued so the next wakeup finds exactly the
+    /// watermark left.
+    fn restart(&mut self, at: u64, quantum: usize) {
+        self.cap_appl = at;
+        self.play_appl = at;
+        self.queue_silence((quantum + self.cfg.period_frames) as u64);
+        self.xrun_pending = false;
+    }
+
+    fn queue_silence(&mut self, frames: u64) {
+        let mut left = frames;
+        while left > 0 {
+            let slot = (self.play_appl % self.size) as usize;
+            let n = left.min(self.size - slot as u64) as usize;
+            for ch in 0..self.channels {
+                let base = ch * self.size as usize + slot;
+                self.play[base..base + n].fill(0.0);
+            }
+            self.play_appl += n as u64;
+            left -= n as u64;
+        }
+    }
+
+    // ---- driver ----
+
+    /// One driver read of the hardware pointer (counted), which also refines the rate
+    /// estimate the driver uses to predict wakeups.
+    fn query_pointer(&mut self) {
+        self.counters.pointer_queries += 1;
+        self.sync();
+        let frames = self.hw - self.est_hw;
+        // Readings are floored to whole frames; over a quarter second that error is below
+        // 100 ppm, well inside WAKE_MARGIN, and it only makes the estimate (and so the
+        // wakeup) later, never earlier.
+        if frames >= self.cfg.rate as u64 / 4 {
+            self.ns_per_frame = (self.t_hw - self.est_t) as f64 / frames as f64;
+        }
+    }
+
+    /// The hardware position at which the cycle is due: playback down to the watermark
+    /// and `quantum` frames captured.
+    fn due_position(&self, quantum: usize) -> u64 {
+        let play_due = self.play_appl.saturating_sub(self.cfg.period_frames as u64);
+        let cap_due = self.cap_appl + quantum as u64;
+        play_due.max(cap_due)
+    }
+}
+
+impl Device for SimCard {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn start(&mut self, quantum: usize) -> Result<(), DeviceError> {
+        if self.unplugged {
+            return Err(self.gone());
+        }
+        self.check_quantum(quantum)?;
+        if self.running {
+            self.sync();
+        }
+        let t = self.clock.now_ns();
+        self.running = true;
+        self.t_base = t;
+        self.hw_base = self.hw;
+        self.t_hw = t;
+        self.est_t = t;
+        self.est_hw = self.hw;
+        self.restart(self.hw, quantum);
+        Ok(())
+    }
+
+    fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError> {
+        if self.unplugged {
+            return Err(self.gone());
+        }
+        self.check_quantum(quantum)?;
+        if !self.running {
+            self.start(quantum)?;
+        }
+        let cycle = self.cycle;
+        self.cycle += 1;
+        let mut xrun = false;
+        for i in 0..self.cfg.faults.len() {
+            let fault = self.cfg.faults[i];
+            if self.fired[i] || fault.at_cycle() != cycle {
+                continue;
+            }
+            self.fired[i] = true;
+            match fault {
+                Fault::Stall { duration, .. } => {
+                    let t = self.clock.now_ns();
+                    let d = duration.as_nanos().min(u64::MAX as u128) as u64;
+                    self.clock.sleep_until_ns(t.saturating_add(d));
+                }
+                Fault::Xrun { .. } => {
+                    self.query_pointer();
+                    if !self.xrun_pending {
+                        self.counters.underruns += 1;
+                    }
+                    self.restart(self.hw, quantum);
+                    xrun = true;
+                }
+                Fault::Unplug { .. } => {
+                    self.unplugged = true;
+                    self.running = false;
+                    return Err(self.gone());
+                }
+            }
+        }
+        if self.xrun_pending {
+            // Detected by write/read since the last wakeup; restart around the hardware's
+            // current position, not the stale one.
+            self.query_pointer();
+            self.restart(self.hw, quantum);
+            xrun = true;
+        }
+        // After a quantum increase keep the same headroom: queue silence so that
+        // playback still leads capture by quantum + period (latency grows with the
+        // quantum; a decrease keeps the larger lead rather than dropping audio).
+        let lead = self.play_appl.saturating_sub(self.cap_appl);
+        let want = (quantum + self.cfg.period_frames) as u64;
+        if lead < want {
+            let room = self.size - self.play_appl.saturating_sub(self.hw).min(self.size);
+            self.queue_silence((want - lead).min(room));
+        }
+        loop {
+            let due = self.due_position(quantum);
+            if self.hw >= due {
+                break;
+            }
+            let ahead = (due - self.hw) as f64 * self.ns_per_frame * (1.0 + WAKE_MARGIN);
+            let wake = self.t_hw + ahead.ceil() as u64;
+            self.clock.sleep_until_ns(wake);
+            self.query_pointer();
+            if self.xrun_pending {
+                self.restart(self.hw, quantum);
+                xrun = true;
+            }
+        }
+        self.counters.wakeups += 1;
+        Ok(if xrun {
+            WaitStatus::Xrun
+        } else {
+            WaitStatus::Ready
+        })
+    }
+
+    fn write(&mut self, buf: Planar<'_>) -> Result<(), DeviceError> {
+        if self.unplugged {
+            return Err(self.gone());
+        }
+        if !self.running {
+            return Ok(());
+        }
+        self.sync();
+        let queued = self.play_appl.saturating_sub(self.hw);
+        // Never overwrite frames the hardware has not played (only an engine writing more
+        // than `wait` allowed could try); the excess is dropped.
+        let frames = (buf.frames() as u64).min(self.size - queued.min(self.size)) as usize;
+        let mut done = 0;
+        while done < frames {
+            let slot = (self.play_appl % self.size) as usize;
+            let n = (frames - done).min(self.size as usize - slot);
+            for ch in 0..self.channels {
+                let dst = &mut self.play[ch * self.size as usize + slot..][..n];
+                if ch < buf.channels() {
+                    dst.copy_from_slice(&buf.channel(ch)[done..done + n]);
+                } else {
+                    dst.fill(0.0);
+                }
+            }
+            self.play_appl += n as u64;
+            done += n;
+        }
+        self.counters.frames_written += buf.frames() as u64;
+        Ok(())
+    }
+
+    fn read(&mut self, buf: &mut PlanarMut<'_>) -> Result<(), DeviceError> {
+        if self.unplugged {
+            buf.fill_silence();
+            return Err(self.gone());
+        }
+        let frames = buf.frames();
+        self.counters.frames_read += frames as u64;
+        if !self.running {
+            buf.fill_silence();
+            return Ok(());
+        }
+        self.sync();
+        if self.xrun_pending {
+            // The ring may hold newer audio than these positions; hand out silence until
+            // the restart at the next wait.
+            buf.fill_silence();
+            return Ok(());
+        }
+        // Only an engine reading more than `wait` allowed gets silence for the frames the
+        // hardware has not captured yet; positions still advance so the streams stay
+        // aligned.
+        let avail = self.hw.saturating_sub(self.cap_appl).min(frames as u64) as usize;
+        let mut done = 0;
+        while done < avail {
+            let slot = ((self.cap_appl + done as u64) % self.size) as usize;
+            let n = (avail - done).min(self.size as usize - slot);
+            for ch in 0..buf.channels() {
+                let dst = &mut buf.channel_mut(ch)[done..done + n];
+                if ch < self.channels {
+                    dst.copy_from_slice(&self.cap[ch * self.size as usize + slot..][..n]);
+                } else {
+                    dst.fill(0.0);
+                }
+            }
+            done += n;
+        }
+        for ch in 0..buf.channels() {
+            buf.channel_mut(ch)[avail..].fill(0.0);
+        }
+        self.cap_appl += frames as u64;
+        Ok(())
+    }
+
+    fn suspend(&mut self) {
+        if self.running {
+            self.sync();
+            self.running = false;
+        }
+    }
+
+    /// Frames queued ahead of the hardware as of the last update (right after `write`:
+    /// how long until a sample written next is played).
+    fn playback_delay(&self) -> usize {
+        self.play_appl.saturating_sub(self.hw) as usize
+    }
+
+    /// Frames captured but not yet read as of the last update.
+    fn capture_delay(&self) -> usize {
+        self.hw.saturating_sub(self.cap_appl) as usize
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        self.counters
+    }
+
+    fn close(&mut self) -> Result<(), DeviceError> {
+        self.suspend();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(cfg: SimConfig) -> (SimCard, VirtualClock) {
+        let clock = VirtualClock::new();
+        (
+            SimCard::with_clock(cfg, Box::new(clock.clone())).unwrap(),
+            clock,
+        )
+    }
+
+    #[test]
+    fn hardware_position_is_exact_rational_time() {
+        let (mut c, clock) = card(SimConfig {
+            rate: 44_100,
+            drift_ppm: 0.0,
+            ..SimConfig::default()
+        });
+        c.start(441).unwrap();
+        clock.advance(Duration::from_secs(3));
+        c.sync();
+        assert_eq!(c.hw_position(), 3 * 44_100);
+        clock.advance(Duration::from_nanos(22_675)); // 0.99998 of a frame
+        c.sync();
+        assert_eq!(c.hw_position(), 3 * 44_100);
+        clock.advance(Duration::from_nanos(1));
+        c.sync();
+        assert_eq!(c.hw_position(), 3 * 44_100 + 1);
+    }
+
+    #[test]
+    fn rejects_bad_configs() {
+        let bad = [
+            SimConfig {
+                period_frames: 0,
+                ..SimConfig::default()
+            },
+            SimConfig {
+                period_frames: 8192,
+                ..SimConfig::default()
+            },
+            SimConfig {
+                drift_ppm: f64::NAN,
+                ..SimConfig::default()
+            },
+            SimConfig {
+                channels: ChannelMap(vec![]),
+                ..SimConfig::default()
+            },
+        ];
+        for cfg in bad {
+            assert!(matches!(
+                SimCard::with_clock(cfg, Box::new(VirtualClock::new())),
+                Err(DeviceError::BadSpec { .. })
+            ));
+        }
+        let (mut c, _) = card(SimConfig::default());
+        assert!(matches!(c.start(8192 - 255), Err(DeviceError::Io { .. })));
+        assert!(c.start(8192 - 256).is_ok());
+    }
+}

@@ -1,0 +1,145 @@
+//! The real-time methods (start, wait, write, read, suspend, counters) never allocate once
+//! a device is constructed. A counting global allocator (this test binary only) counts
+//! allocations made by the current thread.
+
+use quaver_devices::{
+    Device, DeviceError, Fault, FileConfig, FileSink, NullConfig, NullDevice, SimCard, SimConfig,
+    VirtualClock, WavFormat,
+};
+use quaver_dsp::{ChannelMap, PlanarBuf};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::time::Duration;
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
+/// Runs start + `cycles` cycles + suspend + start + cycles, counting allocations.
+fn run(dev: &mut dyn Device, q: usize, cycles: usize) -> u64 {
+    let mut inb = PlanarBuf::new(2, q);
+    let outb = PlanarBuf::new(2, q);
+    let before = allocs();
+    for round in 0..2 {
+        dev.start(q).unwrap();
+        for _ in 0..cycles {
+            dev.wait(q).unwrap();
+            dev.read(&mut inb.view_mut(q)).unwrap();
+            dev.write(outb.view(q)).unwrap();
+            let _ = dev.counters();
+            let _ = dev.playback_delay() + dev.capture_delay();
+        }
+        if round == 0 {
+            dev.suspend();
+        }
+    }
+    allocs() - before
+}
+
+#[test]
+fn null_rt_path_does_not_allocate() {
+    let mut dev = NullDevice::with_clock(
+        NullConfig {
+            capture: true,
+            ..NullConfig::default()
+        },
+        Box::new(VirtualClock::new()),
+    )
+    .unwrap();
+    assert_eq!(run(&mut dev, 256, 200), 0);
+}
+
+#[test]
+fn sim_rt_path_does_not_allocate_even_through_xruns() {
+    let mut dev = SimCard::with_clock(
+        SimConfig {
+            faults: vec![
+                Fault::Xrun { at_cycle: 50 },
+                Fault::Stall {
+                    at_cycle: 80,
+                    duration: Duration::from_millis(200),
+                },
+            ],
+            drift_ppm: 37.0,
+            ..SimConfig::default()
+        },
+        Box::new(VirtualClock::new()),
+    )
+    .unwrap();
+    assert_eq!(run(&mut dev, 256, 200), 0);
+    assert!(dev.counters().underruns >= 2);
+}
+
+#[test]
+fn sim_first_gone_error_does_not_allocate() {
+    let mut dev = SimCard::with_clock(
+        SimConfig {
+            faults: vec![Fault::Unplug { at_cycle: 3 }],
+            ..SimConfig::default()
+        },
+        Box::new(VirtualClock::new()),
+    )
+    .unwrap();
+    let before = allocs();
+    dev.start(128).unwrap();
+    for _ in 0..3 {
+        dev.wait(128).unwrap();
+    }
+    let err = dev.wait(128).unwrap_err();
+    assert_eq!(allocs() - before, 0);
+    assert!(matches!(err, DeviceError::Gone(ref n) if n == "sim"));
+}
+
+#[test]
+fn file_rt_path_does_not_allocate() {
+    let dir = tempfile::tempdir().unwrap();
+    for format in [
+        WavFormat::S16,
+        WavFormat::S24,
+        WavFormat::S32,
+        WavFormat::F32,
+    ] {
+        let mut dev = FileSink::create(FileConfig {
+            path: dir.path().join(format!("{format}.wav")),
+            rate: 48_000,
+            channels: ChannelMap::stereo(),
+            format,
+            freewheel: true,
+        })
+        .unwrap();
+        // 2 × 2000 cycles of 256 stereo frames: many flushes of the output buffer.
+        assert_eq!(run(&mut dev, 256, 2000), 0, "{format}");
+        dev.close().unwrap();
+    }
+}
+
+#[test]
+fn the_counter_sees_allocations() {
+    let before = allocs();
+    let v = std::hint::black_box(vec![1u8; 10]);
+    assert_eq!(allocs() - before, 1);
+    drop(v);
+}

@@ -1,1 +1,26 @@
-//! placeholder
+//! quaver's native protocol, version 1.
+//!
+//! Three layers, each usable on its own:
+//! - [`message`]: the JSON control messages (requests, replies, envelopes);
+//! - [`framing`]: length-prefixed frames over a Unix stream socket, with file
+//!   descriptors attached through `SCM_RIGHTS`;
+//! - [`shm`]: the per-stream audio ring in a sealed memfd plus its eventfd doorbell.
+//!
+//! [`paths`] says where the server's socket lives. The wire format is described in
+//! `docs/protocol.md`.
+
+#![warn(missing_docs)]
+
+pub mod framing;
+pub mod message;
+pub mod paths;
+pub mod shm;
+
+pub use framing::{Frame, FrameError, FramedSocket, MAX_FDS, MAX_MESSAGE_BYTES, ProtocolError};
+pub use message::{
+    ClientInfo, DeviceStatus, Direction, ErrorCode, GraphInfo, LinkInfo, NodeInfo,
+    PROTOCOL_VERSION, PortDirection, PortInfo, Reply, ReplyEnvelope, Request, RequestEnvelope,
+    StatusInfo, StreamCreated, StreamParams,
+};
+pub use quaver_dsp::{ChannelMap, ChannelPosition};
+pub use shm::{Doorbell, ShmError, ShmRing};

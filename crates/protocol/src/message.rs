@@ -1,0 +1,736 @@
+//! Control messages of the native protocol (JSON, one message per frame).
+//!
+//! Requests are parsed strictly (`deny_unknown_fields`): they come from untrusted
+//! clients and a typo should be an error, not a silently ignored option. Info
+//! replies are parsed leniently so that a server may add fields within v1 without
+//! breaking older clients.
+
+use quaver_dsp::{ChannelMap, ChannelPosition};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fmt;
+
+/// Version of the message set; a server rejects a `Hello` carrying another version.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Longest accepted name (node, stream, client, port address) in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Highest accepted stream sample rate.
+pub const MAX_RATE: u32 = 384_000;
+/// Most channels a stream may have.
+pub const MAX_CHANNELS: usize = 64;
+/// Largest accepted requested latency in milliseconds.
+pub const MAX_LATENCY_MS: f64 = 10_000.0;
+/// Largest accepted linear volume (+20 dB).
+pub const MAX_VOLUME: f32 = 10.0;
+
+/// A request from client to server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// First message on every connection; the server answers `Welcome` or `Error`.
+    Hello {
+        /// The client's `PROTOCOL_VERSION`.
+        version: u32,
+        /// Human-readable client name shown in status output.
+        client_name: String,
+    },
+    /// Asks for [`StatusInfo`].
+    Status,
+    /// Asks for [`GraphInfo`].
+    Graph,
+    /// Creates a playback or record stream; answered by `StreamCreated` plus two fds.
+    CreateStream(StreamParams),
+    /// Destroys a stream this connection created.
+    DestroyStream {
+        /// Node id from `StreamCreated`.
+        node: u32,
+    },
+    /// Connects an output (`node` or `node:port`) to an input.
+    Link {
+        /// Output node or port.
+        output: String,
+        /// Input node or port.
+        input: String,
+    },
+    /// Removes the link(s) between an output and an input.
+    Unlink {
+        /// Output node or port.
+        output: String,
+        /// Input node or port.
+        input: String,
+    },
+    /// Changes a node's volume and/or mute; `None` leaves that setting alone.
+    SetVolume {
+        /// Node name or numeric id as a string.
+        node: String,
+        /// Linear gain, 0..=10.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        volume: Option<f32>,
+        /// Mute state.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mute: Option<bool>,
+    },
+}
+
+impl Request {
+    /// Checks value ranges the type system cannot express; the server calls this
+    /// before acting on a request.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Request::Hello { client_name, .. } => check_name("client_name", client_name),
+            Request::Status | Request::Graph | Request::DestroyStream { .. } => Ok(()),
+            Request::CreateStream(p) => p.validate(),
+            Request::Link { output, input } | Request::Unlink { output, input } => {
+                check_name("output", output)?;
+                check_name("input", input)
+            }
+            Request::SetVolume { node, volume, mute } => {
+                check_name("node", node)?;
+                if let Some(v) = volume {
+                    check_volume(*v)?;
+                }
+                if volume.is_none() && mute.is_none() {
+                    return Err("set_volume needs volume and/or mute".into());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The `type` tag of this request, for logs and error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Status => "status",
+            Request::Graph => "graph",
+            Request::CreateStream(_) => "create_stream",
+            Request::DestroyStream { .. } => "destroy_stream",
+            Request::Link { .. } => "link",
+            Request::Unlink { .. } => "unlink",
+            Request::SetVolume { .. } => "set_volume",
+        }
+    }
+}
+
+/// Which way audio flows through a stream, seen from the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The client writes audio that the server plays.
+    Playback,
+    /// The client reads audio the server captured.
+    Record,
+}
+
+/// Parameters of a new stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamParams {
+    /// Playback or record.
+    pub direction: Direction,
+    /// Stream (node) name; the server may make it unique.
+    pub name: String,
+    /// Sample rate of the client's audio in Hz; the server resamples if needed.
+    pub rate: u32,
+    /// Channel positions of the interleaved frames in the ring.
+    pub channels: ChannelMap,
+    /// Requested latency: how much audio may be queued between client and device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    /// Node to link to instead of the policy's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Initial linear volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<f32>,
+    /// Record streams only: record what this sink plays instead of a source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor_of: Option<String>,
+}
+
+impl StreamParams {
+    /// Parameters for a playback stream with defaults for the optional fields.
+    pub fn playback(name: impl Into<String>, rate: u32, channels: ChannelMap) -> Self {
+        Self::new(Direction::Playback, name.into(), rate, channels)
+    }
+
+    /// Parameters for a record stream with defaults for the optional fields.
+    pub fn record(name: impl Into<String>, rate: u32, channels: ChannelMap) -> Self {
+        Self::new(Direction::Record, name.into(), rate, channels)
+    }
+
+    fn new(direction: Direction, name: String, rate: u32, channels: ChannelMap) -> Self {
+        StreamParams {
+            direction,
+            name,
+            rate,
+            channels,
+            latency_ms: None,
+            target: None,
+            volume: None,
+            monitor_of: None,
+        }
+    }
+
+    /// Checks every field's range; returns a message naming the offending field.
+    pub fn validate(&self) -> Result<(), String> {
+        check_name("name", &self.name)?;
+        if !(1..=MAX_RATE).contains(&self.rate) {
+            return Err(format!("rate {} out of range 1..={MAX_RATE}", self.rate));
+        }
+        let n = self.channels.len();
+        if !(1..=MAX_CHANNELS).contains(&n) {
+            return Err(format!("{n} channels out of range 1..={MAX_CHANNELS}"));
+        }
+        // Ports are named after positions, so duplicates would make links ambiguous.
+        let mut seen: HashSet<ChannelPosition> = HashSet::with_capacity(n);
+        for p in self.channels.positions() {
+            if !seen.insert(*p) {
+                return Err(format!("channel position {p} appears twice"));
+            }
+        }
+        if let Some(l) = self.latency_ms
+            && !(l.is_finite() && l > 0.0 && l <= MAX_LATENCY_MS)
+        {
+            return Err(format!("latency_ms {l} out of range (0, {MAX_LATENCY_MS}]"));
+        }
+        if let Some(v) = self.volume {
+            check_volume(v)?;
+        }
+        if let Some(t) = &self.target {
+            check_name("target", t)?;
+        }
+        if let Some(m) = &self.monitor_of {
+            check_name("monitor_of", m)?;
+            if self.direction != Direction::Record {
+                return Err("monitor_of is only valid for record streams".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_name(field: &str, s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err(format!("{field} must not be empty"));
+    }
+    if s.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "{field} is {} bytes, longer than {MAX_NAME_BYTES}",
+            s.len()
+        ));
+    }
+    // Control characters would corrupt terminal output of `quaver status`.
+    if s.chars().any(char::is_control) {
+        return Err(format!("{field} contains control characters"));
+    }
+    Ok(())
+}
+
+fn check_volume(v: f32) -> Result<(), String> {
+    if v.is_finite() && (0.0..=MAX_VOLUME).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("volume {v} out of range 0..={MAX_VOLUME}"))
+    }
+}
+
+/// Why the server refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Malformed or out-of-range request.
+    BadRequest,
+    /// `Hello` carried a protocol version the server does not speak.
+    UnsupportedVersion,
+    /// The named or numbered node does not exist.
+    NoSuchNode,
+    /// The named port does not exist.
+    NoSuchPort,
+    /// The ports cannot be linked (direction or media mismatch).
+    Incompatible,
+    /// The link or object already exists.
+    Exists,
+    /// The server failed; not the client's fault.
+    Internal,
+    /// A limit (streams, clients, memory) was reached.
+    TooMany,
+    /// A code this client does not know (sent by a newer server); never sent by v1 servers.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The wire name, e.g. `no_such_node`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::UnsupportedVersion => "unsupported_version",
+            ErrorCode::NoSuchNode => "no_such_node",
+            ErrorCode::NoSuchPort => "no_such_port",
+            ErrorCode::Incompatible => "incompatible",
+            ErrorCode::Exists => "exists",
+            ErrorCode::Internal => "internal",
+            ErrorCode::TooMany => "too_many",
+            ErrorCode::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A reply from server to client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// Answer to `Hello`.
+    Welcome {
+        /// quaverd's version string.
+        server_version: String,
+        /// The protocol version the server speaks on this connection.
+        protocol_version: u32,
+    },
+    /// Answer to `Status`.
+    Status(StatusInfo),
+    /// Answer to `Graph`.
+    Graph(GraphInfo),
+    /// Answer to `CreateStream`; carries the ring memfd and doorbell eventfd.
+    StreamCreated(StreamCreated),
+    /// Success without data.
+    Ok,
+    /// The request failed.
+    Error {
+        /// Machine-readable reason.
+        code: ErrorCode,
+        /// Human-readable explanation.
+        message: String,
+    },
+}
+
+impl Reply {
+    /// Shorthand for an `Error` reply.
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
+        Reply::Error {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The `type` tag of this reply, for logs and error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reply::Welcome { .. } => "welcome",
+            Reply::Status(_) => "status",
+            Reply::Graph(_) => "graph",
+            Reply::StreamCreated(_) => "stream_created",
+            Reply::Ok => "ok",
+            Reply::Error { .. } => "error",
+        }
+    }
+}
+
+/// Details of a new stream; fd 0 = ring memfd, fd 1 = doorbell eventfd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamCreated {
+    /// Node id, used by `DestroyStream`.
+    pub node: u32,
+    /// Node name as the server registered it (maybe made unique).
+    pub node_name: String,
+    /// Ring capacity in frames (a power of two).
+    pub capacity_frames: u32,
+    /// Channels per frame in the ring.
+    pub channels: u32,
+    /// Stream rate (the client's rate).
+    pub rate: u32,
+    /// Rate of the device the stream is linked to.
+    pub device_rate: u32,
+    /// Current graph quantum in device frames.
+    pub quantum: u32,
+}
+
+/// Server-wide state for `quaver status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusInfo {
+    /// quaverd's version string.
+    pub server_version: String,
+    /// Protocol version.
+    pub protocol_version: u32,
+    /// Graph rate in Hz.
+    pub rate: u32,
+    /// Current quantum in frames.
+    pub quantum: u32,
+    /// Configured smallest quantum.
+    pub quantum_min: u32,
+    /// Configured largest quantum.
+    pub quantum_max: u32,
+    /// Whether the RT thread runs with a real-time scheduling policy.
+    pub realtime: bool,
+    /// Graph cycles run since start.
+    pub cycles: u64,
+    /// Total xruns since start.
+    pub xruns: u64,
+    /// Devices.
+    pub devices: Vec<DeviceStatus>,
+    /// Connected clients.
+    pub clients: Vec<ClientInfo>,
+}
+
+/// One device in [`StatusInfo`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    /// Device name.
+    pub name: String,
+    /// Human-readable description.
+    pub description: String,
+    /// `running`, `suspended` or `gone`.
+    pub state: String,
+    /// Device rate in Hz.
+    pub rate: u32,
+    /// Playback channels, if it plays.
+    pub playback_channels: Option<u32>,
+    /// Capture channels, if it captures.
+    pub capture_channels: Option<u32>,
+    /// Playback underruns.
+    pub underruns: u64,
+    /// Capture overruns.
+    pub overruns: u64,
+    /// Times the device driver woke the server.
+    pub wakeups: u64,
+}
+
+/// One client in [`StatusInfo`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientInfo {
+    /// Client id.
+    pub id: u32,
+    /// Name from `Hello`.
+    pub name: String,
+    /// Peer process id, when the socket tells us.
+    pub pid: Option<u32>,
+    /// Node ids of the client's streams.
+    pub streams: Vec<u32>,
+}
+
+/// The processing graph for `quaver graph`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphInfo {
+    /// Nodes.
+    pub nodes: Vec<NodeInfo>,
+    /// Links.
+    pub links: Vec<LinkInfo>,
+}
+
+/// One node in [`GraphInfo`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Node id.
+    pub id: u32,
+    /// Unique node name.
+    pub name: String,
+    /// Kind, e.g. `sink`, `source`, `playback`, `record`, `monitor`, `filter`.
+    pub kind: String,
+    /// Human-readable description.
+    pub description: String,
+    /// Linear volume.
+    pub volume: f32,
+    /// Mute state.
+    pub mute: bool,
+    /// Latency the node contributes, when known.
+    pub latency_ms: Option<f64>,
+    /// Ports.
+    pub ports: Vec<PortInfo>,
+}
+
+/// Whether a port receives or produces audio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortDirection {
+    /// Input port (link target).
+    In,
+    /// Output port (link source).
+    Out,
+}
+
+/// One port of a [`NodeInfo`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortInfo {
+    /// Port id.
+    pub id: u32,
+    /// Port name, unique within its node.
+    pub name: String,
+    /// In or out.
+    pub direction: PortDirection,
+    /// Channel position name (`FL`, `AUX3`, ...).
+    pub channel: String,
+}
+
+/// One link in [`GraphInfo`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkInfo {
+    /// Link id.
+    pub id: u32,
+    /// Name of the node owning the output port.
+    pub output_node: String,
+    /// Name of the output port.
+    pub output_port: String,
+    /// Name of the node owning the input port.
+    pub input_node: String,
+    /// Name of the input port.
+    pub input_port: String,
+}
+
+/// Client→server wire message: `{"id": N, "request": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestEnvelope {
+    /// Chosen by the client, echoed in the reply.
+    pub id: u64,
+    /// The request.
+    pub request: Request,
+}
+
+/// Server→client wire message: `{"id": N, "reply": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplyEnvelope {
+    /// The id of the request this answers.
+    pub id: u64,
+    /// The reply.
+    pub reply: Reply,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn roundtrip_req(r: Request) {
+        let env = RequestEnvelope { id: 7, request: r };
+        let s = serde_json::to_string(&env).unwrap();
+        let back: RequestEnvelope = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, env, "{s}");
+    }
+
+    #[test]
+    fn request_roundtrips() {
+        roundtrip_req(Request::Hello {
+            version: 1,
+            client_name: "cli".into(),
+        });
+        roundtrip_req(Request::Status);
+        roundtrip_req(Request::Graph);
+        let mut p = StreamParams::playback("music", 48000, ChannelMap::stereo());
+        p.latency_ms = Some(20.0);
+        p.volume = Some(0.5);
+        p.target = Some("null".into());
+        roundtrip_req(Request::CreateStream(p));
+        roundtrip_req(Request::DestroyStream { node: 3 });
+        roundtrip_req(Request::Link {
+            output: "a:FL".into(),
+            input: "b:FL".into(),
+        });
+        roundtrip_req(Request::Unlink {
+            output: "a".into(),
+            input: "b".into(),
+        });
+        roundtrip_req(Request::SetVolume {
+            node: "a".into(),
+            volume: None,
+            mute: Some(true),
+        });
+    }
+
+    #[test]
+    fn wire_shape_is_internally_tagged() {
+        let env = RequestEnvelope {
+            id: 1,
+            request: Request::CreateStream(StreamParams::record("rec", 44100, ChannelMap::mono())),
+        };
+        let v = serde_json::to_value(&env).unwrap();
+        assert_eq!(
+            v,
+            json!({"id": 1, "request": {"type": "create_stream", "direction": "record",
+                   "name": "rec", "rate": 44100, "channels": ["Mono"]}})
+        );
+        let v = serde_json::to_value(RequestEnvelope {
+            id: 2,
+            request: Request::Status,
+        })
+        .unwrap();
+        assert_eq!(v, json!({"id": 2, "request": {"type": "status"}}));
+        let v = serde_json::to_value(ReplyEnvelope {
+            id: 2,
+            reply: Reply::error(ErrorCode::NoSuchNode, "no node x"),
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"id": 2, "reply": {"type": "error", "code": "no_such_node", "message": "no node x"}})
+        );
+    }
+
+    #[test]
+    fn unknown_fields_in_requests_are_rejected() {
+        let s = r#"{"id":1,"request":{"type":"hello","version":1,"client_name":"x","extra":1}}"#;
+        assert!(serde_json::from_str::<RequestEnvelope>(s).is_err());
+        let s = r#"{"id":1,"request":{"type":"create_stream","direction":"playback","name":"x",
+                    "rate":48000,"channels":["FL","FR"],"latncy_ms":5}}"#;
+        assert!(serde_json::from_str::<RequestEnvelope>(s).is_err());
+        let s = r#"{"id":1,"request":{"type":"frobnicate"}}"#;
+        assert!(serde_json::from_str::<RequestEnvelope>(s).is_err());
+    }
+
+    #[test]
+    fn replies_tolerate_added_fields_and_codes() {
+        let s = r#"{"id":1,"reply":{"type":"error","code":"quota_exceeded","message":"m"}}"#;
+        let r: ReplyEnvelope = serde_json::from_str(s).unwrap();
+        assert_eq!(r.reply, Reply::error(ErrorCode::Unknown, "m"));
+        let s = r#"{"id":1,"reply":{"type":"welcome","server_version":"0.1","protocol_version":1,"new":true}}"#;
+        assert!(serde_json::from_str::<ReplyEnvelope>(s).is_ok());
+    }
+
+    #[test]
+    fn status_and_graph_roundtrip() {
+        let st = Reply::Status(StatusInfo {
+            server_version: "0.1.0".into(),
+            protocol_version: 1,
+            rate: 48000,
+            quantum: 256,
+            quantum_min: 32,
+            quantum_max: 2048,
+            realtime: false,
+            cycles: 10,
+            xruns: 0,
+            devices: vec![DeviceStatus {
+                name: "null".into(),
+                description: "Null".into(),
+                state: "running".into(),
+                rate: 48000,
+                playback_channels: Some(2),
+                capture_channels: None,
+                underruns: 0,
+                overruns: 0,
+                wakeups: 5,
+            }],
+            clients: vec![ClientInfo {
+                id: 1,
+                name: "cli".into(),
+                pid: Some(42),
+                streams: vec![3],
+            }],
+        });
+        let s = serde_json::to_string(&st).unwrap();
+        assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), st);
+        let g = Reply::Graph(GraphInfo {
+            nodes: vec![NodeInfo {
+                id: 1,
+                name: "null".into(),
+                kind: "sink".into(),
+                description: "Null sink".into(),
+                volume: 1.0,
+                mute: false,
+                latency_ms: Some(5.3),
+                ports: vec![PortInfo {
+                    id: 10,
+                    name: "FL".into(),
+                    direction: PortDirection::In,
+                    channel: "FL".into(),
+                }],
+            }],
+            links: vec![LinkInfo {
+                id: 4,
+                output_node: "music".into(),
+                output_port: "FL".into(),
+                input_node: "null".into(),
+                input_port: "FL".into(),
+            }],
+        });
+        let s = serde_json::to_string(&g).unwrap();
+        assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), g);
+        let c = Reply::StreamCreated(StreamCreated {
+            node: 3,
+            node_name: "music".into(),
+            capacity_frames: 4096,
+            channels: 2,
+            rate: 44100,
+            device_rate: 48000,
+            quantum: 256,
+        });
+        let s = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), c);
+        assert_eq!(
+            serde_json::from_str::<Reply>(r#"{"type":"ok"}"#).unwrap(),
+            Reply::Ok
+        );
+    }
+
+    #[test]
+    fn stream_params_validation() {
+        let ok = StreamParams::playback("x", 48000, ChannelMap::stereo());
+        assert!(ok.validate().is_ok());
+        let bad = |f: &dyn Fn(&mut StreamParams)| {
+            let mut p = ok.clone();
+            f(&mut p);
+            p.validate().unwrap_err()
+        };
+        assert!(bad(&|p| p.rate = 0).contains("rate"));
+        assert!(bad(&|p| p.rate = 384_001).contains("rate"));
+        assert!(bad(&|p| p.channels = ChannelMap(vec![])).contains("channels"));
+        assert!(bad(&|p| p.channels = ChannelMap::default_for(65)).contains("channels"));
+        assert!(
+            bad(&|p| p.channels = ChannelMap(vec![ChannelPosition::FL, ChannelPosition::FL]))
+                .contains("twice")
+        );
+        assert!(bad(&|p| p.latency_ms = Some(0.0)).contains("latency"));
+        assert!(bad(&|p| p.latency_ms = Some(f64::NAN)).contains("latency"));
+        assert!(bad(&|p| p.latency_ms = Some(10_000.5)).contains("latency"));
+        assert!(bad(&|p| p.volume = Some(f32::INFINITY)).contains("volume"));
+        assert!(bad(&|p| p.volume = Some(-0.1)).contains("volume"));
+        assert!(bad(&|p| p.volume = Some(10.5)).contains("volume"));
+        assert!(bad(&|p| p.name = "n".repeat(257)).contains("name"));
+        assert!(bad(&|p| p.name = String::new()).contains("name"));
+        assert!(bad(&|p| p.name = "a\nb".into()).contains("control"));
+        assert!(bad(&|p| p.monitor_of = Some("sink".into())).contains("record"));
+        let mut p = ok.clone();
+        p.latency_ms = Some(10_000.0);
+        p.volume = Some(10.0);
+        p.channels = ChannelMap::default_for(64);
+        p.rate = 384_000;
+        p.name = "n".repeat(256);
+        assert!(p.validate().is_ok());
+    }
+
+    #[test]
+    fn request_validation() {
+        assert!(
+            Request::SetVolume {
+                node: "x".into(),
+                volume: None,
+                mute: None
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Request::SetVolume {
+                node: "x".into(),
+                volume: Some(f32::NAN),
+                mute: None
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Request::Link {
+                output: String::new(),
+                input: "b".into()
+            }
+            .validate()
+            .is_err()
+        );
+    }
+}

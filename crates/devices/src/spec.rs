@@ -9,7 +9,8 @@
 //! ```
 //!
 //! * `null`: `rate`, `channels`, `playback=on|off` (default on), `capture=on|off`
-//!   (default off), `name`.
+//!   (default on: the embedded default is a null sink, its monitor and a null source),
+//!   `name`.
 //! * `file`: `format=s16|s24|s32|f32` (default s16), `freewheel[=on|off]` (default off),
 //!   `rate`, `channels`, `name`. PATH is everything up to the first comma, so it cannot
 //!   contain one.
@@ -217,7 +218,7 @@ impl Parser<'_> {
             rate: d.rate,
             channels: d.channels.clone(),
             playback: true,
-            capture: false,
+            capture: true,
             name: "null".into(),
         };
         for (key, value) in self.options(rest, &[])? {

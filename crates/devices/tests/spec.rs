@@ -33,7 +33,7 @@ fn null_specs() {
             rate: 44_100,
             channels: ChannelMap::stereo(),
             playback: true,
-            capture: false,
+            capture: true,
             name: "null".into(),
         })
     );
@@ -162,7 +162,7 @@ fn errors_name_the_offending_part() {
     assert!(bad("null:channels=0").contains("channel count 0"));
     assert!(bad("null:channels=quadrophonic").contains("'quadrophonic'"));
     assert!(bad("null:capture=maybe").contains("'maybe'"));
-    assert!(bad("null:playback=off").contains("nothing"));
+    assert!(bad("null:playback=off,capture=off").contains("nothing"));
     assert!(bad("null:rate=48000,rate=44100").contains("'rate' given twice"));
     assert!(bad("null:name").contains("'name' needs a value"));
     assert!(bad("null:=3").contains("no key"));

@@ -71,6 +71,8 @@ pub struct PlaybackAdapter<S: FrameSource> {
     prebuf: usize,
     started: bool,
     consumed: u64,
+    /// Engine frames output since the client's last frame was consumed (while draining).
+    tail: usize,
     xruns: u32,
     in_rate: u32,
     out_rate: u32,
@@ -112,6 +114,7 @@ impl<S: FrameSource> PlaybackAdapter<S> {
             prebuf,
             started: false,
             consumed: 0,
+            tail: 0,
             xruns: 0,
             in_rate: format.rate,
             out_rate: engine_rate,
@@ -160,9 +163,16 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
             }
         }
         self.mixer.process(client.as_planar(), outputs);
-        let delay_engine =
+        // Once a draining stream's ring is empty, the frames still in flight play out
+        // cycle by cycle; count them so `played` reaches the last frame and drain ends.
+        if draining && self.source.available() == 0 {
+            self.tail += q;
+        } else {
+            self.tail = 0;
+        }
+        let in_flight =
             cx.playback_delay + self.resampler.as_ref().map_or(0, |r| r.delay_frames());
-        let delay = self.to_stream_frames(delay_engine);
+        let delay = self.to_stream_frames(in_flight.saturating_sub(self.tail));
         let played = self.consumed.saturating_sub(delay);
         self.source
             .report(played, delay.min(u32::MAX as u64) as u32, self.xruns, true);

@@ -1,0 +1,129 @@
+//! Planar f32 audio buffers shared by the engine and the devices.
+
+/// A read-only view of planar audio: `channels` slices of `frames` samples each,
+/// stored back to back with a fixed stride.
+#[derive(Debug, Clone, Copy)]
+pub struct Planar<'a> {
+    data: &'a [f32],
+    channels: usize,
+    frames: usize,
+    stride: usize,
+}
+
+impl<'a> Planar<'a> {
+    /// Wraps `data` laid out as `channels` runs of `stride` samples, of which the first
+    /// `frames` are valid. Panics if `data` is too short (a caller bug, caught in tests).
+    pub fn new(data: &'a [f32], channels: usize, frames: usize, stride: usize) -> Self {
+        assert!(frames <= stride && data.len() >= channels * stride);
+        Planar {
+            data,
+            channels,
+            frames,
+            stride,
+        }
+    }
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+    /// Number of valid frames per channel.
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+    /// The samples of channel `ch`.
+    pub fn channel(&self, ch: usize) -> &'a [f32] {
+        &self.data[ch * self.stride..ch * self.stride + self.frames]
+    }
+}
+
+/// A mutable view of planar audio with the same layout as [`Planar`].
+#[derive(Debug)]
+pub struct PlanarMut<'a> {
+    data: &'a mut [f32],
+    channels: usize,
+    frames: usize,
+    stride: usize,
+}
+
+impl<'a> PlanarMut<'a> {
+    /// Wraps `data` laid out as `channels` runs of `stride` samples, of which the first
+    /// `frames` are in use.
+    pub fn new(data: &'a mut [f32], channels: usize, frames: usize, stride: usize) -> Self {
+        assert!(frames <= stride && data.len() >= channels * stride);
+        PlanarMut {
+            data,
+            channels,
+            frames,
+            stride,
+        }
+    }
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+    /// Number of frames per channel.
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+    /// The samples of channel `ch`.
+    pub fn channel(&self, ch: usize) -> &[f32] {
+        &self.data[ch * self.stride..ch * self.stride + self.frames]
+    }
+    /// The samples of channel `ch`, writable.
+    pub fn channel_mut(&mut self, ch: usize) -> &mut [f32] {
+        &mut self.data[ch * self.stride..ch * self.stride + self.frames]
+    }
+    /// A read-only view of the same samples.
+    pub fn as_planar(&self) -> Planar<'_> {
+        Planar::new(self.data, self.channels, self.frames, self.stride)
+    }
+    /// Sets every sample to zero.
+    pub fn fill_silence(&mut self) {
+        for ch in 0..self.channels {
+            self.channel_mut(ch).fill(0.0);
+        }
+    }
+}
+
+/// An owned planar buffer allocated once for a maximum number of frames.
+#[derive(Debug, Clone)]
+pub struct PlanarBuf {
+    data: Vec<f32>,
+    channels: usize,
+    max_frames: usize,
+}
+
+impl PlanarBuf {
+    /// Allocates silence for `channels` × `max_frames` samples (control thread only).
+    pub fn new(channels: usize, max_frames: usize) -> Self {
+        PlanarBuf {
+            data: vec![0.0; channels * max_frames],
+            channels,
+            max_frames,
+        }
+    }
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+    /// Capacity in frames.
+    pub fn max_frames(&self) -> usize {
+        self.max_frames
+    }
+    /// A view of the first `frames` frames. Panics if `frames` exceeds the capacity.
+    pub fn view(&self, frames: usize) -> Planar<'_> {
+        Planar::new(&self.data, self.channels, frames, self.max_frames)
+    }
+    /// A writable view of the first `frames` frames.
+    pub fn view_mut(&mut self, frames: usize) -> PlanarMut<'_> {
+        PlanarMut::new(&mut self.data, self.channels, frames, self.max_frames)
+    }
+    /// Channel `ch`, all `max_frames` samples.
+    pub fn channel(&self, ch: usize) -> &[f32] {
+        &self.data[ch * self.max_frames..(ch + 1) * self.max_frames]
+    }
+    /// Channel `ch`, all `max_frames` samples, writable.
+    pub fn channel_mut(&mut self, ch: usize) -> &mut [f32] {
+        &mut self.data[ch * self.max_frames..(ch + 1) * self.max_frames]
+    }
+}

@@ -1,0 +1,627 @@
+//! Sample-rate conversion for streams, wrapping rubato's asynchronous resampler.
+//!
+//! Every quality uses rubato's `Async` resampler (never `Fft`): a stream whose clock
+//! drifts against the device needs its ratio nudged at run time
+//! ([`StreamResampler::set_ratio_relative`]), which only `Async` supports, and `Fft`
+//! works in fixed blocks that add a block of latency on top of the filter delay.
+//!
+//! The resampler runs with a fixed *output* chunk that is resized to each call's
+//! request. That makes the pull side exact (one call produces exactly the frames asked
+//! for, reading exactly the input it needs, with no output FIFO and no latency beyond
+//! the filter's), and the push side uses a small input FIFO for the fraction of a
+//! frame that is not yet enough to produce output.
+
+use crate::buffer::{Planar, PlanarMut};
+use audioadapter_buffers::direct::SequentialSlice;
+use rubato::{
+    Adjustable, Async, FixedAsync, Indexing, PolynomialDegree, Resampler, Resizable,
+    SincInterpolationParameters, SincInterpolationType, WindowFunction,
+};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// How far [`StreamResampler::set_ratio_relative`] may move the ratio either way.
+/// ±10 % covers any real clock drift (usually well under 0.1 %) with room for a
+/// catch-up; a wider range would only grow the buffers.
+pub const MAX_RELATIVE_RATIO: f64 = 1.1;
+
+/// Trade-off between CPU time and conversion quality.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResampleQuality {
+    /// Cubic polynomial interpolation: cheapest, no anti-aliasing filter.
+    Fast,
+    /// Windowed sinc of 64 taps, linear interpolation between 128 sub-phases.
+    #[default]
+    Medium,
+    /// Windowed sinc of 256 taps, cubic interpolation between 256 sub-phases.
+    High,
+}
+
+impl ResampleQuality {
+    /// Every quality, cheapest first.
+    pub const ALL: [ResampleQuality; 3] = [
+        ResampleQuality::Fast,
+        ResampleQuality::Medium,
+        ResampleQuality::High,
+    ];
+
+    /// The lowercase name ("fast", "medium", "high").
+    pub fn name(&self) -> &'static str {
+        match self {
+            ResampleQuality::Fast => "fast",
+            ResampleQuality::Medium => "medium",
+            ResampleQuality::High => "high",
+        }
+    }
+}
+
+impl fmt::Display for ResampleQuality {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ResampleQuality {
+    type Err = ResampleError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fast" => Ok(ResampleQuality::Fast),
+            "medium" => Ok(ResampleQuality::Medium),
+            "high" => Ok(ResampleQuality::High),
+            _ => Err(ResampleError::UnknownQuality(s.to_string())),
+        }
+    }
+}
+
+/// Why a resampler could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ResampleError {
+    /// A sample rate of zero.
+    #[error("invalid sample rates {from} -> {to} Hz")]
+    InvalidRate {
+        /// Input rate.
+        from: u32,
+        /// Output rate.
+        to: u32,
+    },
+    /// Zero channels.
+    #[error("a resampler needs at least one channel")]
+    NoChannels,
+    /// A zero `max_frames`.
+    #[error("max_frames must be at least 1")]
+    NoFrames,
+    /// A quality name that is not "fast", "medium" or "high".
+    #[error("unknown resample quality '{0}' (expected fast, medium or high)")]
+    UnknownQuality(String),
+    /// rubato refused the parameters.
+    #[error("resampler construction failed: {0}")]
+    Rubato(#[from] rubato::ResamplerConstructionError),
+}
+
+/// A sample-rate converter for one stream, usable from the real-time thread. Use an
+/// instance either for pull or for push: a pull discards input queued by a push.
+pub struct StreamResampler {
+    inner: Async<f32>,
+    from_rate: u32,
+    to_rate: u32,
+    channels: usize,
+    quality: ResampleQuality,
+    max_frames: usize,
+    /// Input scratch (pull) or input FIFO (push): `channels` runs of `in_cap` frames.
+    in_buf: Vec<f32>,
+    in_cap: usize,
+    /// Frames waiting in `in_buf` (push mode only).
+    fifo_len: usize,
+    /// Output scratch: `channels` runs of `out_cap` frames.
+    out_buf: Vec<f32>,
+    out_cap: usize,
+    /// The output chunk size rubato is currently set to.
+    chunk: usize,
+    relative: f64,
+}
+
+impl fmt::Debug for StreamResampler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamResampler")
+            .field("from_rate", &self.from_rate)
+            .field("to_rate", &self.to_rate)
+            .field("channels", &self.channels)
+            .field("quality", &self.quality)
+            .field("max_frames", &self.max_frames)
+            .field("relative", &self.relative)
+            .finish()
+    }
+}
+
+impl StreamResampler {
+    /// Builds a converter from `from_rate` to `to_rate` for up to `max_frames` output
+    /// frames per pull or input frames per push. All allocation happens here.
+    pub fn new(
+        from_rate: u32,
+        to_rate: u32,
+        channels: usize,
+        quality: ResampleQuality,
+        max_frames: usize,
+    ) -> Result<Self, ResampleError> {
+        if from_rate == 0 || to_rate == 0 {
+            return Err(ResampleError::InvalidRate {
+                from: from_rate,
+                to: to_rate,
+            });
+        }
+        if channels == 0 {
+            return Err(ResampleError::NoChannels);
+        }
+        if max_frames == 0 {
+            return Err(ResampleError::NoFrames);
+        }
+        let ratio = to_rate as f64 / from_rate as f64;
+        // A push of max_frames input frames may produce up to max_frames·ratio output
+        // frames; the output chunk must cover both that and a pull of max_frames.
+        let max_chunk =
+            max_frames.max((max_frames as f64 * ratio * MAX_RELATIVE_RATIO).ceil() as usize);
+        let sinc = |len, interpolation, oversampling_factor| SincInterpolationParameters {
+            sinc_len: len,
+            f_cutoff: None,
+            oversampling_factor,
+            interpolation,
+            window: WindowFunction::BlackmanHarris2,
+        };
+        let fixed = FixedAsync::Output;
+        let inner = match quality {
+            ResampleQuality::Fast => Async::new_poly(
+                ratio,
+                MAX_RELATIVE_RATIO,
+                PolynomialDegree::Cubic,
+                max_chunk,
+                channels,
+                fixed,
+            )?,
+            ResampleQuality::Medium => Async::new_sinc(
+                ratio,
+                MAX_RELATIVE_RATIO,
+                &sinc(64, SincInterpolationType::Linear, 128),
+                max_chunk,
+                channels,
+                fixed,
+            )?,
+            ResampleQuality::High => Async::new_sinc(
+                ratio,
+                MAX_RELATIVE_RATIO,
+                &sinc(256, SincInterpolationType::Cubic, 256),
+                max_chunk,
+                channels,
+                fixed,
+            )?,
+        };
+        // The FIFO holds one push on top of what is left over from the previous one,
+        // which is less than one chunk's worth of input.
+        let in_cap = inner.input_frames_max() + max_frames + 16;
+        let out_cap = inner.output_frames_max();
+        Ok(StreamResampler {
+            chunk: max_chunk,
+            inner,
+            from_rate,
+            to_rate,
+            channels,
+            quality,
+            max_frames,
+            in_buf: vec![0.0; channels * in_cap],
+            in_cap,
+            fifo_len: 0,
+            out_buf: vec![0.0; channels * out_cap],
+            out_cap,
+            relative: 1.0,
+        })
+    }
+
+    /// Input sample rate.
+    pub fn from_rate(&self) -> u32 {
+        self.from_rate
+    }
+
+    /// Output sample rate.
+    pub fn to_rate(&self) -> u32 {
+        self.to_rate
+    }
+
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+
+    /// The quality chosen at construction.
+    pub fn quality(&self) -> ResampleQuality {
+        self.quality
+    }
+
+    /// Largest frame count one call may ask for.
+    pub fn max_frames(&self) -> usize {
+        self.max_frames
+    }
+
+    /// The current output/input ratio, including any relative adjustment.
+    pub fn ratio(&self) -> f64 {
+        self.inner.resample_ratio()
+    }
+
+    fn set_chunk(&mut self, frames: usize) {
+        if frames != self.chunk {
+            // Cannot fail: 1 <= frames <= the chunk size given at construction.
+            let res = self.inner.set_chunk_size(frames);
+            debug_assert!(res.is_ok());
+            self.chunk = frames;
+        }
+    }
+
+    /// Produces exactly `out.frames()` (at most `max_frames`) output frames, calling
+    /// `pull` once with a planar scratch buffer of the input frames needed. `pull`
+    /// returns how many frames it filled; the rest count as silence. Never allocates.
+    pub fn process_pull(
+        &mut self,
+        out: &mut PlanarMut,
+        pull: &mut dyn FnMut(&mut PlanarMut) -> usize,
+    ) {
+        let frames = out.frames();
+        assert!(
+            frames <= self.max_frames,
+            "process_pull: {frames} > max_frames"
+        );
+        assert_eq!(out.channels(), self.channels, "process_pull: channels");
+        if frames == 0 {
+            return;
+        }
+        self.fifo_len = 0;
+        self.set_chunk(frames);
+        let need = self.inner.input_frames_next();
+        debug_assert!(need <= self.in_cap);
+        let filled = {
+            let mut scratch = PlanarMut::new(&mut self.in_buf, self.channels, need, self.in_cap);
+            pull(&mut scratch).min(need)
+        };
+        let indexing = Indexing {
+            input_offset: 0,
+            output_offset: 0,
+            partial_len: Some(filled),
+            active_channels_mask: None,
+        };
+        match self.run(&indexing) {
+            Some((_, produced)) => {
+                debug_assert_eq!(produced, frames);
+                for ch in 0..self.channels {
+                    let start = ch * self.out_cap;
+                    out.channel_mut(ch)
+                        .copy_from_slice(&self.out_buf[start..start + frames]);
+                }
+            }
+            None => out.fill_silence(),
+        }
+    }
+
+    /// Feeds `input` (at most `max_frames` frames) and hands every output frame that
+    /// is ready to `out`, possibly in several pieces. Never allocates.
+    pub fn process_push(&mut self, input: Planar, out: &mut dyn FnMut(Planar)) {
+        let frames = input.frames();
+        assert!(
+            frames <= self.max_frames,
+            "process_push: {frames} > max_frames"
+        );
+        assert_eq!(input.channels(), self.channels, "process_push: channels");
+        assert!(
+            self.fifo_len + frames <= self.in_cap,
+            "process_push: FIFO overflow"
+        );
+        for ch in 0..self.channels {
+            let start = ch * self.in_cap + self.fifo_len;
+            self.in_buf[start..start + frames].copy_from_slice(input.channel(ch));
+        }
+        self.fifo_len += frames;
+
+        let mut read = 0;
+        loop {
+            let avail = self.fifo_len - read;
+            let n = self.chunk_for_input(avail);
+            if n == 0 {
+                break;
+            }
+            let indexing = Indexing {
+                input_offset: read,
+                output_offset: 0,
+                partial_len: None,
+                active_channels_mask: None,
+            };
+            match self.run(&indexing) {
+                Some((consumed, produced)) => {
+                    read += consumed;
+                    out(Planar::new(
+                        &self.out_buf,
+                        self.channels,
+                        produced,
+                        self.out_cap,
+                    ));
+                }
+                None => {
+                    read = self.fifo_len;
+                    break;
+                }
+            }
+        }
+        if read > 0 {
+            for ch in 0..self.channels {
+                let start = ch * self.in_cap;
+                self.in_buf
+                    .copy_within(start + read..start + self.fifo_len, start);
+            }
+            self.fifo_len -= read;
+        }
+    }
+
+    /// The largest output chunk that `avail` buffered input frames can produce, and
+    /// sets rubato to it (0 if not even one frame is ready).
+    fn chunk_for_input(&mut self, avail: usize) -> usize {
+        let ratio = self.inner.resample_ratio();
+        let mut n = ((avail as f64 * ratio) as usize + 1).min(self.out_cap);
+        while n > 0 {
+            self.set_chunk(n);
+            let need = self.inner.input_frames_next();
+            if need <= avail {
+                return n;
+            }
+            let cut = (((need - avail) as f64 * ratio).ceil() as usize).max(1);
+            n = n.saturating_sub(cut);
+        }
+        0
+    }
+
+    /// One rubato call from `in_buf` into `out_buf`; `None` only on a size bug.
+    fn run(&mut self, indexing: &Indexing) -> Option<(usize, usize)> {
+        let input = SequentialSlice::new(&self.in_buf[..], self.channels, self.in_cap).ok()?;
+        let mut output =
+            SequentialSlice::new_mut(&mut self.out_buf[..], self.channels, self.out_cap).ok()?;
+        let res = self
+            .inner
+            .process_into_buffer(&input, &mut output, Some(indexing));
+        debug_assert!(res.is_ok(), "rubato: {res:?}");
+        res.ok()
+    }
+
+    /// Latency in output-rate frames: the filter's group delay plus, in push mode,
+    /// the input still waiting in the FIFO.
+    pub fn delay_frames(&self) -> usize {
+        let ratio = self.inner.resample_ratio();
+        self.inner.output_delay() + (self.fifo_len as f64 * ratio).round() as usize
+    }
+
+    /// Scales the ratio to `r` times the nominal `to_rate / from_rate` (clamped to
+    /// [1/`MAX_RELATIVE_RATIO`, `MAX_RELATIVE_RATIO`]); `r > 1` makes more output per
+    /// input. The change is ramped over the next chunk so it does not click.
+    pub fn set_ratio_relative(&mut self, r: f64) {
+        let r = if r.is_finite() {
+            r.clamp(1.0 / MAX_RELATIVE_RATIO, MAX_RELATIVE_RATIO)
+        } else {
+            1.0
+        };
+        if r != self.relative {
+            let res = self.inner.set_resample_ratio_relative(r, true);
+            debug_assert!(res.is_ok());
+            self.relative = r;
+        }
+    }
+
+    /// Forgets all buffered audio and any ratio adjustment, as after a seek or flush.
+    pub fn reset(&mut self) {
+        self.inner.reset();
+        self.chunk = self.inner.output_frames_next();
+        self.fifo_len = 0;
+        self.relative = 1.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{find_impulse, sine, thd_n_db};
+    use crate::buffer::PlanarBuf;
+
+    /// Resamples `input` (mono) by pulling blocks of the sizes in `blocks` in turn.
+    fn pull_all(
+        r: &mut StreamResampler,
+        input: &[f32],
+        out_frames: usize,
+        blocks: &[usize],
+    ) -> Vec<f32> {
+        let mut pos = 0;
+        let mut out = Vec::with_capacity(out_frames);
+        let mut buf = PlanarBuf::new(1, r.max_frames());
+        let mut k = 0;
+        while out.len() < out_frames {
+            let n = blocks[k % blocks.len()].min(out_frames - out.len());
+            k += 1;
+            let mut view = buf.view_mut(n);
+            r.process_pull(&mut view, &mut |scratch: &mut PlanarMut| {
+                let take = scratch.frames().min(input.len() - pos);
+                scratch.channel_mut(0)[..take].copy_from_slice(&input[pos..pos + take]);
+                pos += take;
+                take
+            });
+            out.extend_from_slice(view.channel(0));
+        }
+        out
+    }
+
+    #[test]
+    fn names() {
+        for q in ResampleQuality::ALL {
+            assert_eq!(q.to_string().parse::<ResampleQuality>().unwrap(), q);
+            let json = serde_json::to_string(&q).unwrap();
+            assert_eq!(json, format!("\"{q}\""));
+            assert_eq!(serde_json::from_str::<ResampleQuality>(&json).unwrap(), q);
+        }
+        assert!("best".parse::<ResampleQuality>().is_err());
+    }
+
+    #[test]
+    fn rejects_bad_parameters() {
+        assert!(StreamResampler::new(0, 48000, 2, ResampleQuality::Fast, 256).is_err());
+        assert!(StreamResampler::new(44100, 48000, 0, ResampleQuality::Fast, 256).is_err());
+        assert!(StreamResampler::new(44100, 48000, 2, ResampleQuality::Fast, 0).is_err());
+    }
+
+    #[test]
+    fn pull_produces_exact_counts_and_consumes_at_the_ratio() {
+        for q in ResampleQuality::ALL {
+            let mut r = StreamResampler::new(44100, 48000, 2, q, 1024).unwrap();
+            let mut buf = PlanarBuf::new(2, 1024);
+            let mut consumed = 0usize;
+            let mut produced = 0usize;
+            for (i, n) in [1024usize, 1, 64, 441, 1000, 128, 7, 256]
+                .iter()
+                .cycle()
+                .take(200)
+                .enumerate()
+            {
+                let mut v = buf.view_mut(*n);
+                r.process_pull(&mut v, &mut |s: &mut PlanarMut| {
+                    consumed += s.frames();
+                    // Return short now and then: the rest must count as silence.
+                    if i % 5 == 0 {
+                        s.frames() / 2
+                    } else {
+                        s.frames()
+                    }
+                });
+                assert_eq!(v.frames(), *n);
+                produced += n;
+            }
+            let expect = produced as f64 * 44100.0 / 48000.0;
+            assert!(
+                (consumed as f64 - expect).abs() < 300.0,
+                "{q}: {consumed} vs {expect}"
+            );
+        }
+    }
+
+    #[test]
+    fn push_produces_output_at_the_ratio() {
+        for q in ResampleQuality::ALL {
+            let mut r = StreamResampler::new(48000, 44100, 2, q, 512).unwrap();
+            let input = PlanarBuf::new(2, 512);
+            let mut produced = 0usize;
+            let mut pushed = 0usize;
+            for n in [512usize, 1, 3, 100, 480, 256, 17].iter().cycle().take(300) {
+                r.process_push(input.view(*n), &mut |p: Planar| {
+                    assert_eq!(p.channels(), 2);
+                    produced += p.frames();
+                });
+                pushed += n;
+                // Everything except a fraction of a frame has been turned into output.
+                let expect = pushed as f64 * 44100.0 / 48000.0;
+                assert!(
+                    (produced as f64 - expect).abs() < 3.0,
+                    "{q}: {produced} vs {expect}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn push_and_pull_agree() {
+        let input = sine(44100, 997.0, 0.5, 20_000);
+        let mut a = StreamResampler::new(44100, 48000, 1, ResampleQuality::Medium, 512).unwrap();
+        let pulled = pull_all(&mut a, &input, 20_000, &[512, 100, 33]);
+        let mut b = StreamResampler::new(44100, 48000, 1, ResampleQuality::Medium, 512).unwrap();
+        let mut pushed = Vec::new();
+        let mut pos = 0;
+        for n in [300usize, 512, 1, 77].iter().cycle() {
+            if pos >= input.len() {
+                break;
+            }
+            let n = (*n).min(input.len() - pos);
+            let view = Planar::new(&input[pos..], 1, n, input.len() - pos);
+            b.process_push(view, &mut |p: Planar| {
+                pushed.extend_from_slice(p.channel(0))
+            });
+            pos += n;
+        }
+        let len = pushed.len().min(pulled.len());
+        assert!(len > 15_000);
+        for i in 0..len {
+            assert!(
+                (pushed[i] - pulled[i]).abs() < 1e-4,
+                "frame {i}: {} vs {}",
+                pushed[i],
+                pulled[i]
+            );
+        }
+    }
+
+    #[test]
+    fn delay_matches_an_impulse() {
+        for q in ResampleQuality::ALL {
+            for (from, to) in [
+                (44100u32, 48000u32),
+                (48000, 44100),
+                (48000, 48000),
+                (22050, 48000),
+            ] {
+                let at = 2000;
+                let mut input = vec![0.0f32; 8000];
+                input[at] = 1.0;
+                let mut r = StreamResampler::new(from, to, 1, q, 256).unwrap();
+                let delay = r.delay_frames();
+                let out = pull_all(&mut r, &input, 8000, &[256, 100]);
+                let peak = find_impulse(&out, 0.3).expect("impulse");
+                let expect = at as f64 * to as f64 / from as f64 + delay as f64;
+                assert!(
+                    (peak as f64 - expect).abs() <= 2.0,
+                    "{q} {from}->{to}: peak at {peak}, expected {expect:.1} (delay {delay})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ratio_adjustment_changes_consumption() {
+        let mut r = StreamResampler::new(48000, 48000, 1, ResampleQuality::Fast, 256).unwrap();
+        r.set_ratio_relative(1.01);
+        r.set_ratio_relative(5.0); // clamped
+        assert!((r.ratio() - MAX_RELATIVE_RATIO).abs() < 1e-9 || r.ratio() < MAX_RELATIVE_RATIO);
+        r.set_ratio_relative(1.01);
+        let mut buf = PlanarBuf::new(1, 256);
+        let mut consumed = 0;
+        for _ in 0..100 {
+            r.process_pull(&mut buf.view_mut(256), &mut |s: &mut PlanarMut| {
+                consumed += s.frames();
+                s.frames()
+            });
+        }
+        assert!((r.ratio() - 1.01).abs() < 1e-9);
+        let expect = 25600.0 / 1.01;
+        assert!(
+            (consumed as f64 - expect).abs() < 10.0,
+            "{consumed} vs {expect}"
+        );
+        r.reset();
+        assert_eq!(r.ratio(), 1.0);
+    }
+
+    #[test]
+    fn high_quality_44k1_to_48k_thd_n_below_minus_90_db() {
+        let input = sine(44100, 1000.0, 0.5, 44100 * 2);
+        for q in ResampleQuality::ALL {
+            let mut r = StreamResampler::new(44100, 48000, 1, q, 1024).unwrap();
+            let out = pull_all(&mut r, &input, 96000, &[1024, 480, 128]);
+            let skip = 4000;
+            // The input runs out just before the end; skip that too.
+            let thd = thd_n_db(&out[skip..out.len() - skip], 48000, 1000.0);
+            eprintln!("THD+N {q}: {thd:.1} dB");
+            match q {
+                ResampleQuality::High => assert!(thd < -90.0, "high: {thd} dB"),
+                ResampleQuality::Medium => assert!(thd < -60.0, "medium: {thd} dB"),
+                ResampleQuality::Fast => assert!(thd < -40.0, "fast: {thd} dB"),
+            }
+        }
+    }
+}

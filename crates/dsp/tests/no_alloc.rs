@@ -1,0 +1,155 @@
+//! Proves that the real-time entry points never allocate: a counting global
+//! allocator records every allocation made on the current thread while armed.
+
+use quaver_dsp::channels::{ChannelMap, ChannelMixer};
+use quaver_dsp::format::{self, SampleFormat};
+use quaver_dsp::mix;
+use quaver_dsp::resample::{ResampleQuality, StreamResampler};
+use quaver_dsp::volume::{self, GainRamp};
+use quaver_dsp::{Planar, PlanarBuf, PlanarMut};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+struct Counting;
+
+thread_local! {
+    // Const-initialised and without Drop, so touching them inside the allocator
+    // cannot itself allocate or register a destructor.
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note() {
+    let _ = ARMED.try_with(|armed| {
+        if armed.get() {
+            COUNT.with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note();
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Runs `f` with the counter armed and returns how many allocator calls it made.
+fn allocations(f: impl FnOnce()) -> usize {
+    COUNT.with(|c| c.set(0));
+    ARMED.with(|a| a.set(true));
+    f();
+    ARMED.with(|a| a.set(false));
+    COUNT.with(|c| c.get())
+}
+
+#[test]
+fn counter_sees_allocations() {
+    let n = allocations(|| {
+        let v = vec![1u8; 100];
+        std::hint::black_box(v);
+    });
+    assert!(n >= 1);
+}
+
+/// Frame counts that change from call to call, like a quantum that follows clients.
+const BLOCKS: [usize; 9] = [1024, 1, 64, 441, 256, 7, 1000, 128, 480];
+
+#[test]
+fn resampler_pull_and_push_do_not_allocate() {
+    for quality in ResampleQuality::ALL {
+        for (from, to) in [(44100u32, 48000u32), (48000, 44100), (96000, 48000)] {
+            let channels = 2;
+            let mut r = StreamResampler::new(from, to, channels, quality, 1024).unwrap();
+            let mut push_r = StreamResampler::new(from, to, channels, quality, 1024).unwrap();
+            let mut out = PlanarBuf::new(channels, 1024);
+            let mut input = PlanarBuf::new(channels, 1024);
+            for (i, s) in input.channel_mut(0).iter_mut().enumerate() {
+                *s = (i as f32 * 0.01).sin();
+            }
+            let mut phase = 0.0f32;
+            let mut emitted = 0usize;
+            let n = allocations(|| {
+                for (k, &frames) in BLOCKS.iter().cycle().take(300).enumerate() {
+                    if k == 100 {
+                        r.set_ratio_relative(1.001);
+                        push_r.set_ratio_relative(0.999);
+                    }
+                    let mut view = out.view_mut(frames);
+                    r.process_pull(&mut view, &mut |s: &mut PlanarMut| {
+                        for ch in 0..s.channels() {
+                            for x in s.channel_mut(ch) {
+                                phase += 0.05;
+                                *x = phase.sin();
+                            }
+                        }
+                        s.frames()
+                    });
+                    push_r.process_push(input.view(frames), &mut |p: Planar| emitted += p.frames());
+                    std::hint::black_box(r.delay_frames());
+                }
+            });
+            assert_eq!(n, 0, "{quality} {from}->{to}: {n} allocations");
+            assert!(emitted > 0);
+        }
+    }
+}
+
+#[test]
+fn kernels_do_not_allocate() {
+    let stereo = ChannelMap::stereo();
+    let surround = ChannelMap::default_for(6);
+    let down = ChannelMixer::new(&surround, &stereo);
+    let up = ChannelMixer::new(&ChannelMap::mono(), &surround);
+    let mut six = PlanarBuf::new(6, 1024);
+    let mut two = PlanarBuf::new(2, 1024);
+    let mut one = PlanarBuf::new(1, 1024);
+    let mut inter = vec![0.0f32; 2 * 1024];
+    let mut bytes = vec![0u8; 2 * 1024 * 4];
+    let mut acc = vec![0.0f32; 1024];
+    let mut ramp = GainRamp::new(1.0);
+    ramp.set_target(0.0, volume::DEFAULT_RAMP_FRAMES);
+
+    let n = allocations(|| {
+        for &frames in BLOCKS.iter().cycle().take(100) {
+            up.process(one.view(frames), &mut six.view_mut(frames));
+            down.process(six.view(frames), &mut two.view_mut(frames));
+            ramp.apply(&mut two.view_mut(frames));
+            if !ramp.is_ramping() {
+                ramp.set_target(if ramp.current() == 0.0 { 1.0 } else { 0.0 }, 300);
+            }
+            volume::apply_gain(&mut two.channel_mut(0)[..frames], 0.5);
+            let inter = &mut inter[..2 * frames];
+            format::interleave(two.view(frames), inter);
+            format::deinterleave(inter, &mut two.view_mut(frames));
+            for fmt in SampleFormat::ALL {
+                let bytes = &mut bytes[..2 * frames * fmt.bytes_per_sample()];
+                format::encode_interleaved(fmt, inter, bytes);
+                format::decode_interleaved(fmt, bytes, inter);
+                format::encode_from_planar(fmt, two.view(frames), bytes);
+                format::decode_to_planar(fmt, bytes, &mut two.view_mut(frames));
+            }
+            let acc = &mut acc[..frames];
+            mix::mix_into(acc, &two.channel(0)[..frames]);
+            mix::mix_into_gain(acc, &two.channel(1)[..frames], 0.3);
+            mix::mix_into_ramp(acc, &two.channel(0)[..frames], 0.1, 0.9);
+            mix::copy_ramp(&mut one.channel_mut(0)[..frames], acc, 1.0, 0.0);
+        }
+    });
+    assert_eq!(n, 0, "{n} allocations");
+}

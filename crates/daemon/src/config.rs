@@ -152,7 +152,10 @@ impl Config {
             );
         }
         if !(0..=99).contains(&e.realtime_priority) {
-            bail!("engine.realtime_priority {} is outside 0..=99", e.realtime_priority);
+            bail!(
+                "engine.realtime_priority {} is outside 0..=99",
+                e.realtime_priority
+            );
         }
         if e.max_nodes == 0 || e.max_nodes > 65536 {
             bail!("engine.max_nodes {} is outside 1..=65536", e.max_nodes);
@@ -217,9 +220,12 @@ mod tests {
 
     #[test]
     fn unknown_key_names_its_line() {
-        let err = Config::parse("[engine]\nrate = 48000\nquantum_mni = 64\n", Path::new("q.toml"))
-            .unwrap_err()
-            .to_string();
+        let err = Config::parse(
+            "[engine]\nrate = 48000\nquantum_mni = 64\n",
+            Path::new("q.toml"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("quantum_mni"), "{err}");
     }

@@ -67,7 +67,8 @@ pub fn run(cfg: Config) -> Result<()> {
     };
     let mut devices = Vec::new();
     for spec in &cfg.engine.devices {
-        let dev = open_device(spec, &defaults).with_context(|| format!("opening device '{spec}'"))?;
+        let dev =
+            open_device(spec, &defaults).with_context(|| format!("opening device '{spec}'"))?;
         tracing::info!("device {}: {}", dev.info().name, dev.info().description);
         devices.push(dev);
     }
@@ -79,7 +80,11 @@ pub fn run(cfg: Config) -> Result<()> {
         native::NativeOptions {
             max_clients: cfg.server.max_clients,
             max_streams_per_client: cfg.server.max_streams_per_client,
-            resample_quality: cfg.engine.resample_quality.parse().map_err(|e| anyhow::anyhow!("{e}"))?,
+            resample_quality: cfg
+                .engine
+                .resample_quality
+                .parse()
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
         },
     );
     server.spawn_accept(&listener)?;

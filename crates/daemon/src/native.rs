@@ -8,7 +8,9 @@ use anyhow::{Context, Result, bail};
 use quaver_dsp::ChannelMap;
 use quaver_dsp::resample::ResampleQuality;
 use quaver_engine::stream::{FrameSink, FrameSource, PlaybackAdapter, RecordAdapter, StreamFormat};
-use quaver_engine::{Direction as PortDir, Engine, EngineError, NodeId, NodeKind, NodeSpec, RtOutcome};
+use quaver_engine::{
+    Direction as PortDir, Engine, EngineError, NodeId, NodeKind, NodeSpec, RtOutcome,
+};
 use quaver_policy::{NodeView, Policy};
 use quaver_protocol::framing::{FramedSocket, decode_json, encode_json};
 use quaver_protocol::message::*;
@@ -215,7 +217,10 @@ impl NativeServer {
         let pid = peer_pid(&stream);
         let full = self.clients.lock().expect("poisoned").len() >= self.opts.max_clients;
         if full {
-            tracing::warn!("refusing client {id} (pid {pid:?}): {} clients connected", self.opts.max_clients);
+            tracing::warn!(
+                "refusing client {id} (pid {pid:?}): {} clients connected",
+                self.opts.max_clients
+            );
             let mut sock = FramedSocket::new(stream);
             let msg = format!("too many clients (limit {})", self.opts.max_clients);
             let _ = send_reply(&mut sock, 0, Reply::error(ErrorCode::TooMany, msg), &[]);
@@ -241,7 +246,11 @@ impl NativeServer {
                     tracing::warn!("removing stream {node} of client {id}: {e}");
                 }
             }
-            tracing::info!("client {id} ({}) left; {} stream(s) removed", c.name, c.streams.len());
+            tracing::info!(
+                "client {id} ({}) left; {} stream(s) removed",
+                c.name,
+                c.streams.len()
+            );
         }
     }
 
@@ -280,7 +289,12 @@ impl NativeServer {
                             let msg = format!(
                                 "protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"
                             );
-                            let _ = send_reply(&mut sock, env.id, Reply::error(ErrorCode::UnsupportedVersion, msg), &[]);
+                            let _ = send_reply(
+                                &mut sock,
+                                env.id,
+                                Reply::error(ErrorCode::UnsupportedVersion, msg),
+                                &[],
+                            );
                             return;
                         }
                         hello = true;
@@ -320,7 +334,10 @@ impl NativeServer {
     fn handle(&self, client: u32, req: Request) -> (Reply, Vec<OwnedFd>) {
         let none = Vec::new();
         match req {
-            Request::Hello { .. } => (Reply::error(ErrorCode::BadRequest, "hello was already sent"), none),
+            Request::Hello { .. } => (
+                Reply::error(ErrorCode::BadRequest, "hello was already sent"),
+                none,
+            ),
             Request::Status => (Reply::Status(self.status()), none),
             Request::Graph => (Reply::Graph(self.graph_info()), none),
             Request::CreateStream(p) => match self.create_stream(client, &p) {
@@ -352,18 +369,27 @@ impl NativeServer {
                 Ok(_) => (Reply::Ok, none),
                 Err(e) => (engine_error(e), none),
             },
-            Request::SetVolume { node, volume, mute } => match self.engine.set_volume(&node, volume, mute) {
-                Ok(()) => (Reply::Ok, none),
-                Err(e) => (engine_error(e), none),
-            },
+            Request::SetVolume { node, volume, mute } => {
+                match self.engine.set_volume(&node, volume, mute) {
+                    Ok(()) => (Reply::Ok, none),
+                    Err(e) => (engine_error(e), none),
+                }
+            }
         }
     }
 
-    fn create_stream(&self, client: u32, p: &StreamParams) -> Result<(StreamCreated, Vec<OwnedFd>), Reply> {
+    fn create_stream(
+        &self,
+        client: u32,
+        p: &StreamParams,
+    ) -> Result<(StreamCreated, Vec<OwnedFd>), Reply> {
         {
             let clients = self.clients.lock().expect("poisoned");
             if clients[&client].streams.len() >= self.opts.max_streams_per_client {
-                let msg = format!("stream limit of {} per client reached", self.opts.max_streams_per_client);
+                let msg = format!(
+                    "stream limit of {} per client reached",
+                    self.opts.max_streams_per_client
+                );
                 return Err(Reply::error(ErrorCode::TooMany, msg));
             }
         }
@@ -385,11 +411,9 @@ impl NativeServer {
             }
         };
         let target_node = match &target {
-            Some(t) => Some(
-                graph
-                    .node_by_name(t)
-                    .ok_or_else(|| Reply::error(ErrorCode::NoSuchNode, format!("no node named '{t}'")))?,
-            ),
+            Some(t) => Some(graph.node_by_name(t).ok_or_else(|| {
+                Reply::error(ErrorCode::NoSuchNode, format!("no node named '{t}'"))
+            })?),
             None => None,
         };
         // The node's ports take the target's layout so the adapter does the up/down-mix
@@ -402,7 +426,11 @@ impl NativeServer {
                 ChannelMap(n.outputs.iter().map(|id| graph.ports[id].channel).collect())
             }
             (Some(n), dir) => {
-                let what = if dir == Direction::Playback { "input" } else { "output" };
+                let what = if dir == Direction::Playback {
+                    "input"
+                } else {
+                    "output"
+                };
                 let msg = format!("node '{}' has no {what} ports", n.name);
                 return Err(Reply::error(ErrorCode::Incompatible, msg));
             }
@@ -417,25 +445,34 @@ impl NativeServer {
             .max(1);
         let quantum = (1usize << (usize::BITS - 1 - (latency_engine / 2).max(1).leading_zeros()))
             .clamp(cfg.quantum_min, cfg.quantum_max);
-        let to_stream = |frames: usize| (frames as u64 * p.rate as u64).div_ceil(rate as u64) as usize;
-        let mut capacity = pow2_ceil(to_stream(latency_engine).max(to_stream(2 * quantum)).max(64));
+        let to_stream =
+            |frames: usize| (frames as u64 * p.rate as u64).div_ceil(rate as u64) as usize;
+        let mut capacity = pow2_ceil(
+            to_stream(latency_engine)
+                .max(to_stream(2 * quantum))
+                .max(64),
+        );
         if p.rate != rate {
             // The resampler pulls input in chunks; leave room so it never starves.
             capacity *= 2;
         }
         let ch = p.channels.len() as u32;
-        let (ring, memfd) = ShmRing::create(ch, capacity as u32)
-            .map_err(|e| Reply::error(ErrorCode::Internal, format!("creating shared memory: {e}")))?;
-        let bell = Arc::new(
-            Doorbell::new().map_err(|e| Reply::error(ErrorCode::Internal, format!("creating eventfd: {e}")))?,
-        );
+        let (ring, memfd) = ShmRing::create(ch, capacity as u32).map_err(|e| {
+            Reply::error(ErrorCode::Internal, format!("creating shared memory: {e}"))
+        })?;
+        let bell =
+            Arc::new(Doorbell::new().map_err(|e| {
+                Reply::error(ErrorCode::Internal, format!("creating eventfd: {e}"))
+            })?);
         let bell_fd = rustix::io::dup(bell.as_fd())
             .map_err(|e| Reply::error(ErrorCode::Internal, format!("dup eventfd: {e}")))?;
         let format = StreamFormat {
             rate: p.rate,
             channels: p.channels.clone(),
         };
-        let internal = |e: quaver_dsp::resample::ResampleError| Reply::error(ErrorCode::Internal, e.to_string());
+        let internal = |e: quaver_dsp::resample::ResampleError| {
+            Reply::error(ErrorCode::Internal, e.to_string())
+        };
         let name = p.name.replace(':', "_");
         let mut spec = match p.direction {
             Direction::Playback => {
@@ -449,7 +486,14 @@ impl NativeServer {
                 s
             }
         };
-        spec.description = format!("{} stream of client {client}", if p.direction == Direction::Playback { "playback" } else { "record" });
+        spec.description = format!(
+            "{} stream of client {client}",
+            if p.direction == Direction::Playback {
+                "playback"
+            } else {
+                "record"
+            }
+        );
         spec.latency_frames = Some(latency_engine as u32);
         spec.volume = p.volume.unwrap_or(1.0);
         spec.owner = Some(client);
@@ -486,18 +530,11 @@ impl NativeServer {
                 .map_err(internal)?,
             ),
         };
-        let id = self.engine.add_node(spec, Some(processor)).map_err(engine_error)?;
+        let id = self
+            .engine
+            .add_node_linked(spec, Some(processor), target.as_deref())
+            .map_err(engine_error)?;
         let node_name = self.engine.node_name(id).unwrap_or_default();
-        if let Some(t) = &target {
-            let linked = match p.direction {
-                Direction::Playback => self.engine.link(&node_name, t),
-                Direction::Record => self.engine.link(t, &node_name),
-            };
-            if let Err(e) = linked {
-                let _ = self.engine.remove_node(id);
-                return Err(engine_error(e));
-            }
-        }
         self.clients
             .lock()
             .expect("poisoned")

@@ -16,7 +16,7 @@ fn stderr(out: &std::process::Output) -> String {
 
 #[test]
 fn second_daemon_on_the_same_runtime_dir_is_refused() {
-    let d = Daemon::start(&[]);
+    let mut d = Daemon::start(&[]);
     let out = Command::new(quaverd_bin())
         .args(["--realtime-priority", "0"])
         .env("XDG_RUNTIME_DIR", d.runtime.parent().unwrap())
@@ -49,7 +49,11 @@ fn config_with_unknown_key_or_bad_value_names_the_line() {
             .output()
             .unwrap();
         assert!(!out.status.success(), "{text} was accepted");
-        assert!(stderr(&out).contains(needle), "error for {text:?} lacks {needle}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(needle),
+            "error for {text:?} lacks {needle}: {}",
+            stderr(&out)
+        );
     }
 }
 
@@ -69,7 +73,7 @@ fn bad_device_spec_is_a_clear_error() {
 
 #[test]
 fn garbage_from_a_client_gets_an_error_and_others_keep_working() {
-    let d = Daemon::start(&[]);
+    let mut d = Daemon::start(&[]);
     let mut good = d.connect("good");
     // Well-framed garbage JSON: an error reply, and the connection stays usable.
     let mut raw = UnixStream::connect(&d.socket).unwrap();
@@ -99,7 +103,10 @@ fn garbage_from_a_client_gets_an_error_and_others_keep_working() {
     // Invalid parameters are refused with a reason.
     let mut p = StreamParams::playback("x", 0, quaver_dsp::ChannelMap::stereo());
     p.direction = Direction::Playback;
-    let err = good.create_playback(p).err().expect("rate 0 accepted").to_string();
+    let err = match good.create_playback(p) {
+        Ok(_) => panic!("rate 0 accepted"),
+        Err(e) => e.to_string(),
+    };
     assert!(err.contains("rate"), "{err}");
     good.status().expect("the good client is still served");
     d.stop();
@@ -107,13 +114,17 @@ fn garbage_from_a_client_gets_an_error_and_others_keep_working() {
 
 #[test]
 fn unknown_nodes_and_incompatible_links_are_clear_errors() {
-    let d = Daemon::start(&[]);
+    let mut d = Daemon::start(&[]);
     let out = d.run(&["link", "nope", "null-sink"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("nope"), "{}", stderr(&out));
     let out = d.run(&["link", "null-sink:playback_FL", "null-source:capture_FL"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("output port to an input port"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("output port to an input port"),
+        "{}",
+        stderr(&out)
+    );
     let out = d.run(&["play", "missing.wav"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("missing.wav"), "{}", stderr(&out));
@@ -131,7 +142,7 @@ fn unknown_nodes_and_incompatible_links_are_clear_errors() {
 
 #[test]
 fn a_client_that_stops_reading_its_capture_ring_harms_no_one() {
-    let d = Daemon::start(&[]);
+    let mut d = Daemon::start(&[]);
     let mut lazy = d.connect("lazy");
     let mut p = StreamParams::record("lazy-rec", 48000, quaver_dsp::ChannelMap::stereo());
     p.target = Some("null-sink".into());

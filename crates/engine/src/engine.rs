@@ -368,8 +368,16 @@ impl Engine {
     }
 
     fn publish(&self, ctl: &mut Control) -> Result<(), EngineError> {
+        self.publish_with_new(ctl, &HashSet::new())
+    }
+
+    fn publish_with_new(
+        &self,
+        ctl: &mut Control,
+        new_nodes: &HashSet<NodeId>,
+    ) -> Result<(), EngineError> {
         ctl.quantum = self.quantum_for(&ctl.graph);
-        let (plan, current) = compile(&ctl.graph, ctl.quantum, &ctl.published);
+        let (plan, current) = compile(&ctl.graph, ctl.quantum, &ctl.published, new_nodes);
         ctl.published = current;
         self.send(ctl, ToRt::Plan(Box::new(plan)))
     }
@@ -379,6 +387,19 @@ impl Engine {
         &self,
         spec: NodeSpec,
         processor: Option<Box<dyn Processor>>,
+    ) -> Result<NodeId, EngineError> {
+        self.add_node_linked(spec, processor, None)
+    }
+
+    /// Adds a node and, in the same plan, links it with `target` (its outputs to the
+    /// target's inputs, or the target's outputs to its inputs for a node without
+    /// outputs). Its links start at full gain: the new node's first sample is its start.
+    /// On any error nothing changes.
+    pub fn add_node_linked(
+        &self,
+        spec: NodeSpec,
+        processor: Option<Box<dyn Processor>>,
+        target: Option<&str>,
     ) -> Result<NodeId, EngineError> {
         if spec.name.is_empty() || spec.name.contains(':') || spec.name.len() > 128 {
             return Err(EngineError::Invalid(format!(
@@ -405,12 +426,26 @@ impl Engine {
             spec.kind,
         ));
         let id = ctl.graph.add_node(&spec, slot);
+        if let Some(t) = target {
+            let name = ctl.graph.nodes[&id].name.clone();
+            let linked = if spec.outputs.is_empty() {
+                ctl.graph.link_pairs(t, &name)
+            } else {
+                ctl.graph.link_pairs(&name, t)
+            }
+            .and_then(|pairs| ctl.graph.add_links(&pairs));
+            if let Err(e) = linked {
+                ctl.graph.remove_node(id);
+                ctl.free_slots.push(slot);
+                return Err(e);
+            }
+        }
         if let Err(e) = self.send(&mut ctl, ToRt::AddNode { slot, node }) {
             ctl.graph.remove_node(id);
             ctl.free_slots.push(slot);
             return Err(e);
         }
-        self.publish(&mut ctl)?;
+        self.publish_with_new(&mut ctl, &HashSet::from([id]))?;
         Ok(id)
     }
 

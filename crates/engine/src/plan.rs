@@ -4,7 +4,7 @@
 //! published: the real-time thread swaps it in at a cycle boundary and hands the old
 //! one back to be freed on the control side.
 
-use crate::graph::{Graph, NodeKind, PortId};
+use crate::graph::{Graph, NodeId, NodeKind, PortId};
 use crate::node::Processor;
 use quaver_dsp::PlanarBuf;
 use quaver_dsp::volume::GainRamp;
@@ -96,11 +96,14 @@ impl NodeSlot {
 }
 
 /// Compiles `graph` into a plan. `previous` holds the port pairs of the plan before
-/// this one, so new links fade in and removed ones fade out.
+/// this one, so new links fade in and removed ones fade out; `new_nodes` are nodes that
+/// appear in this plan for the first time: their links start at full gain, because a
+/// new stream's first sample is its true start, not a cut into running audio.
 pub(crate) fn compile(
     graph: &Graph,
     quantum: usize,
     previous: &HashSet<(PortId, PortId)>,
+    new_nodes: &HashSet<NodeId>,
 ) -> (Plan, HashSet<(PortId, PortId)>) {
     let current: HashSet<(PortId, PortId)> =
         graph.links.values().map(|l| (l.output, l.input)).collect();
@@ -125,7 +128,9 @@ pub(crate) fn compile(
             if graph.ports[&l.input].node != id {
                 continue;
             }
-            let fade = if previous.contains(&(l.output, l.input)) {
+            let fresh = new_nodes.contains(&graph.ports[&l.output].node)
+                || new_nodes.contains(&graph.ports[&l.input].node);
+            let fade = if previous.contains(&(l.output, l.input)) || fresh {
                 Fade::Steady
             } else {
                 Fade::In

@@ -170,8 +170,7 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
         } else {
             self.tail = 0;
         }
-        let in_flight =
-            cx.playback_delay + self.resampler.as_ref().map_or(0, |r| r.delay_frames());
+        let in_flight = cx.playback_delay + self.resampler.as_ref().map_or(0, |r| r.delay_frames());
         let delay = self.to_stream_frames(in_flight.saturating_sub(self.tail));
         let played = self.consumed.saturating_sub(delay);
         self.source

@@ -83,7 +83,11 @@ impl Daemon {
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("quaverd exited early ({st}):\n{}", self.log_text());
             }
-            assert!(t0.elapsed() < WAIT, "quaverd did not start:\n{}", self.log_text());
+            assert!(
+                t0.elapsed() < WAIT,
+                "quaverd did not start:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -106,7 +110,8 @@ impl Daemon {
     /// A `quaver` command aimed at this daemon.
     pub fn quaver(&self) -> Command {
         let mut c = Command::new(quaver_bin());
-        c.env("QUAVER_SERVER", &self.socket).current_dir(self.dir.path());
+        c.env("QUAVER_SERVER", &self.socket)
+            .current_dir(self.dir.path());
         c
     }
 
@@ -127,9 +132,10 @@ impl Daemon {
         quaver_client::Connection::connect(Some(&self.socket), name).expect("connecting")
     }
 
-    /// Sends SIGTERM and waits (bounded) for a clean exit; returns the log.
-    pub fn stop(mut self) -> String {
-        let mut child = self.child.take().unwrap();
+    /// Sends SIGTERM and waits (bounded) for a clean exit; returns the log. The
+    /// temporary directory lives on until the `Daemon` is dropped.
+    pub fn stop(&mut self) -> String {
+        let mut child = self.child.take().expect("daemon already stopped");
         signal(child.id(), libc::SIGTERM);
         let t0 = Instant::now();
         loop {

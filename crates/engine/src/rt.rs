@@ -438,7 +438,15 @@ impl RtRunner {
             if self.suspended {
                 self.ring_service();
                 self.block_until_woken();
-                self.apply_messages();
+                // One read of the eventfd may stand for several messages; apply them
+                // all (fades are moot while nothing plays) so none waits for a wake
+                // that already happened.
+                loop {
+                    self.apply_messages();
+                    if self.shutdown || self.from_ctl.is_empty() {
+                        break;
+                    }
+                }
                 if self.shutdown {
                     break;
                 }

@@ -229,3 +229,35 @@ fn node_limit_is_enforced() {
     assert!(err.to_string().contains("limit"), "{err}");
     engine.shutdown_manual(runner).unwrap();
 }
+
+#[test]
+fn a_suspended_engine_wakes_for_a_burst_of_edits() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+    let dev = RecordingDevice::new(RATE, 0);
+    let mut cfg = config(256);
+    cfg.suspend_timeout = Some(Duration::from_millis(5));
+    let engine = Engine::start(cfg, vec![Box::new(dev)]).unwrap();
+    let wait = |want: bool| {
+        let t0 = Instant::now();
+        while engine.stats().suspended.load(Relaxed) != want {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "suspended never became {want}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait(true);
+    // Several messages behind one wake-up: the stream's plan must not be left queued.
+    let mut f = NodeSpec::new("fx", NodeKind::Filter);
+    f.inputs = ChannelMap::stereo();
+    f.outputs = ChannelMap::stereo();
+    engine.add_node(f, Some(Box::new(Thru))).unwrap();
+    engine.link("test-sink", "fx").unwrap();
+    let id = source(&engine, "s", 0.1, None);
+    wait(false);
+    engine.remove_node(id).unwrap();
+    wait(true);
+    engine.shutdown().unwrap();
+}

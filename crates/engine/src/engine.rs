@@ -104,11 +104,32 @@ pub struct EngineStatus {
     pub devices: Vec<DeviceStatus>,
 }
 
+/// A change in the graph or device state, for front-ends that notify their clients
+/// (e.g. PulseAudio subscriptions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphEvent {
+    /// A node appeared.
+    NodeAdded(NodeId),
+    /// A node went away.
+    NodeRemoved(NodeId),
+    /// A node's volume or mute changed.
+    NodeChanged(NodeId),
+    /// Links were added or removed.
+    LinksChanged,
+    /// Devices suspended (true) or resumed (false).
+    Suspended(bool),
+}
+
+fn notify(ctl: &mut Control, e: GraphEvent) {
+    ctl.watchers.retain(|w| w.send(e).is_ok());
+}
+
 struct Control {
     graph: Graph,
     to_rt: rtrb::Producer<ToRt>,
     free_slots: Vec<usize>,
     published: HashSet<(PortId, PortId)>,
+    watchers: Vec<std::sync::mpsc::Sender<GraphEvent>>,
     quantum: usize,
     garbage: rtrb::Consumer<Garbage>,
     events: rtrb::Consumer<RtEvent>,
@@ -227,6 +248,7 @@ impl Engine {
             to_rt,
             free_slots: (0..config.max_nodes).rev().collect(),
             published: HashSet::new(),
+            watchers: Vec::new(),
             quantum: config.quantum_default,
             garbage,
             events,
@@ -325,8 +347,14 @@ impl Engine {
                     "device {} failed and is no longer driven",
                     self.shared.devices[device].name
                 ),
-                RtEvent::Suspended => tracing::debug!("devices suspended (idle)"),
-                RtEvent::Resumed => tracing::debug!("devices resumed"),
+                RtEvent::Suspended => {
+                    tracing::debug!("devices suspended (idle)");
+                    notify(&mut ctl, GraphEvent::Suspended(true));
+                }
+                RtEvent::Resumed => {
+                    tracing::debug!("devices resumed");
+                    notify(&mut ctl, GraphEvent::Suspended(false));
+                }
                 RtEvent::Quantum(q) => tracing::debug!("quantum is now {q} frames"),
             }
             out.push(e);
@@ -446,6 +474,10 @@ impl Engine {
             return Err(e);
         }
         self.publish_with_new(&mut ctl, &HashSet::from([id]))?;
+        notify(&mut ctl, GraphEvent::NodeAdded(id));
+        if target.is_some() {
+            notify(&mut ctl, GraphEvent::LinksChanged);
+        }
         Ok(id)
     }
 
@@ -459,6 +491,7 @@ impl Engine {
         self.publish(&mut ctl)?;
         self.send(&mut ctl, ToRt::RemoveNode { slot: node.slot })?;
         ctl.free_slots.push(node.slot);
+        notify(&mut ctl, GraphEvent::NodeRemoved(id));
         Ok(())
     }
 
@@ -468,6 +501,7 @@ impl Engine {
         let pairs = ctl.graph.link_pairs(output, input)?;
         let ids = ctl.graph.add_links(&pairs)?;
         self.publish(&mut ctl)?;
+        notify(&mut ctl, GraphEvent::LinksChanged);
         Ok(ids)
     }
 
@@ -476,6 +510,7 @@ impl Engine {
         let mut ctl = self.lock();
         let n = ctl.graph.unlink(output, input)?;
         self.publish(&mut ctl)?;
+        notify(&mut ctl, GraphEvent::LinksChanged);
         Ok(n)
     }
 
@@ -505,7 +540,17 @@ impl Engine {
         let gain = if n.mute { 0.0 } else { n.volume };
         let slot = n.slot;
         let ramp = self.shared.config.ramp_frames;
-        self.send(&mut ctl, ToRt::Volume { slot, gain, ramp })
+        self.send(&mut ctl, ToRt::Volume { slot, gain, ramp })?;
+        notify(&mut ctl, GraphEvent::NodeChanged(id));
+        Ok(())
+    }
+
+    /// A channel that receives every later graph and device change, in order. Events
+    /// are sent from control threads; a dropped receiver is forgotten.
+    pub fn subscribe(&self) -> std::sync::mpsc::Receiver<GraphEvent> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.lock().watchers.push(tx);
+        rx
     }
 
     /// A copy of the graph description.

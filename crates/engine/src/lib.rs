@@ -17,7 +17,7 @@ pub mod rt;
 pub mod sched;
 pub mod stream;
 
-pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus};
+pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent};
 pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
 pub use node::{CycleInfo, Processor};
 pub use rt::{RtEvent, RtRunner};

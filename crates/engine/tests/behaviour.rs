@@ -261,3 +261,27 @@ fn a_suspended_engine_wakes_for_a_burst_of_edits() {
     wait(true);
     engine.shutdown().unwrap();
 }
+
+#[test]
+fn subscribers_see_every_change_in_order() {
+    use quaver_engine::GraphEvent;
+    let dev = RecordingDevice::new(RATE, 0);
+    let (engine, runner) = Engine::new_manual(config(256), vec![Box::new(dev)]).unwrap();
+    let rx = engine.subscribe();
+    let id = source(&engine, "a", 0.1, None);
+    engine.link("a", "test-sink").unwrap();
+    engine.set_volume("a", Some(0.5), None).unwrap();
+    assert!(engine.link("a", "nope").is_err());
+    engine.remove_node(id).unwrap();
+    let got: Vec<GraphEvent> = rx.try_iter().collect();
+    assert_eq!(
+        got,
+        vec![
+            GraphEvent::NodeAdded(id),
+            GraphEvent::LinksChanged,
+            GraphEvent::NodeChanged(id),
+            GraphEvent::NodeRemoved(id),
+        ]
+    );
+    engine.shutdown_manual(runner).unwrap();
+}

@@ -17,7 +17,7 @@ use quaver_protocol::shm::{FLAG_CLIENT_DRAIN, FLAG_SERVER_ERROR, FLAG_SERVER_STA
 use quaver_protocol::{
     Direction, Doorbell, ErrorCode, FrameError, FramedSocket, GraphInfo, PROTOCOL_VERSION,
     ProtocolError, Reply, ReplyEnvelope, Request, RequestEnvelope, ShmError, ShmRing, StatusInfo,
-    StreamCreated, StreamParams, paths,
+    StreamCreated, StreamParams, TimingStats, paths,
 };
 
 pub use quaver_protocol;
@@ -237,6 +237,14 @@ impl Connection {
         match self.request(Request::Status)?.0 {
             Reply::Status(s) => Ok(s),
             other => Err(unexpected("status", &other)),
+        }
+    }
+
+    /// Timing statistics of the server's real-time thread.
+    pub fn timing(&mut self) -> Result<TimingStats> {
+        match self.request(Request::Timing)?.0 {
+            Reply::Timing(t) => Ok(t),
+            other => Err(unexpected("timing", &other)),
         }
     }
 

@@ -339,6 +339,7 @@ impl NativeServer {
                 none,
             ),
             Request::Status => (Reply::Status(self.status()), none),
+            Request::Timing => (Reply::Timing(self.timing()), none),
             Request::Graph => (Reply::Graph(self.graph_info()), none),
             Request::CreateStream(p) => match self.create_stream(client, &p) {
                 Ok((created, fds)) => (Reply::StreamCreated(created), fds),
@@ -608,6 +609,27 @@ impl NativeServer {
                     streams: c.streams.clone(),
                 })
                 .collect(),
+        }
+    }
+
+    /// The timing reply.
+    pub fn timing(&self) -> TimingStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = self.engine.stats();
+        let hist = |h: &[std::sync::atomic::AtomicU64]| -> Vec<u64> {
+            let v: Vec<u64> = h.iter().map(|b| b.load(Relaxed)).collect();
+            let used = v.iter().rposition(|&c| c > 0).map_or(0, |i| i + 1);
+            v[..used].to_vec()
+        };
+        TimingStats {
+            rate: self.engine.rate(),
+            quantum: self.engine.quantum() as u32,
+            cycles: st.cycles.load(Relaxed),
+            xruns: st.xruns.load(Relaxed),
+            lateness_ns_log2: hist(&st.lateness_hist),
+            busy_ns_log2: hist(&st.busy_hist),
+            lateness_max_ns: st.lateness_max_ns.load(Relaxed),
+            busy_max_ns: st.busy_ns_max.load(Relaxed),
         }
     }
 

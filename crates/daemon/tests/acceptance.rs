@@ -268,3 +268,28 @@ fn idle_daemon_suspends_and_stops_waking_up() {
     ok(&d.run(&["play", "short.wav"]));
     d.stop();
 }
+
+#[test]
+fn timing_statistics_count_every_cycle() {
+    let mut d = Daemon::start(&["--quantum", "256"]);
+    let mut conn = d.connect("timing");
+    assert!(wait_until(WAIT, || conn.timing().unwrap().cycles > 50));
+    let t = conn.timing().unwrap();
+    let busy: u64 = t.busy_ns_log2.iter().sum();
+    let late: u64 = t.lateness_ns_log2.iter().sum();
+    // Each cycle lands in exactly one bucket of each histogram (the null sink sleeps to
+    // a deadline, so it knows its lateness); a few cycles may run between the reads.
+    assert!(
+        busy + 1 >= t.cycles && busy <= t.cycles + 5,
+        "{busy} vs {}",
+        t.cycles
+    );
+    assert!(
+        late >= t.cycles && late <= t.cycles + 5,
+        "{late} vs {}",
+        t.cycles
+    );
+    assert_eq!(t.quantum, 256);
+    drop(conn);
+    d.stop();
+}

@@ -319,6 +319,10 @@ impl Device for FileSink {
         self.counters
     }
 
+    fn wakeup_lateness_ns(&self) -> Option<u64> {
+        (!self.info.freewheel).then_some(self.pacer.last_lateness_ns)
+    }
+
     /// Writes the final header, flushes and fsyncs. Safe to call more than once; a failed
     /// close still leaves every sample that reached the kernel in the file.
     fn close(&mut self) -> Result<(), DeviceError> {

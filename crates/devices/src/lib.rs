@@ -129,6 +129,12 @@ pub trait Device: Send {
     /// A snapshot of the counters. *RT* (the engine publishes it to control).
     fn counters(&self) -> DeviceCounters;
 
+    /// How late the last [`Device::wait`] returned after its deadline, in ns, for
+    /// devices that sleep until a computed deadline; `None` where that is unknown. *RT*.
+    fn wakeup_lateness_ns(&self) -> Option<u64> {
+        None
+    }
+
     /// Flushes and finalizes (e.g. the WAV header) on shutdown. *control*, after the
     /// real-time thread has handed the device back.
     fn close(&mut self) -> Result<(), DeviceError>;

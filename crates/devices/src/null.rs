@@ -158,6 +158,10 @@ impl Device for NullDevice {
         self.counters
     }
 
+    fn wakeup_lateness_ns(&self) -> Option<u64> {
+        Some(self.pacer.last_lateness_ns)
+    }
+
     fn close(&mut self) -> Result<(), DeviceError> {
         self.pacer.stop();
         Ok(())

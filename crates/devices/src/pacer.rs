@@ -16,6 +16,8 @@ pub(crate) struct Pacer {
     t0: u64,
     frames: u64,
     running: bool,
+    /// How late the last wakeup was after its deadline.
+    pub(crate) last_lateness_ns: u64,
 }
 
 impl Pacer {
@@ -26,6 +28,7 @@ impl Pacer {
             t0: 0,
             frames: 0,
             running: false,
+            last_lateness_ns: 0,
         }
     }
 
@@ -51,6 +54,7 @@ impl Pacer {
         let deadline = self.t0 + (self.frames as u128 * 1_000_000_000 / self.rate as u128) as u64;
         self.clock.sleep_until_ns(deadline);
         let now = self.clock.now_ns();
+        self.last_lateness_ns = now.saturating_sub(deadline);
         if now > deadline + LATE_LIMIT_NS {
             self.t0 = now;
             self.frames = 0;

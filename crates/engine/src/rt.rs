@@ -108,6 +108,22 @@ pub struct RtStats {
     pub events_dropped: AtomicU64,
     /// Per-device counters.
     pub devices: [DeviceStats; MAX_DEVICES],
+    /// Driver wakeup lateness, log2 buckets of ns (bucket i: [2^i, 2^(i+1))).
+    pub lateness_hist: [AtomicU64; HIST_BUCKETS],
+    /// Largest wakeup lateness, ns.
+    pub lateness_max_ns: AtomicU64,
+    /// Cycle processing time, log2 buckets of ns.
+    pub busy_hist: [AtomicU64; HIST_BUCKETS],
+}
+
+/// Buckets of the log2 timing histograms (the last, from 2^31 ns ≈ 2.1 s, takes all longer).
+pub const HIST_BUCKETS: usize = 32;
+
+/// The log2 bucket of a duration in ns.
+pub fn hist_bucket(ns: u64) -> usize {
+    ((u64::BITS - ns.leading_zeros()) as usize)
+        .saturating_sub(1)
+        .min(HIST_BUCKETS - 1)
 }
 
 fn now_ns() -> u64 {
@@ -292,6 +308,12 @@ impl RtRunner {
             self.event(RtEvent::Quantum(q));
         }
         self.wait_driver(q);
+        if !self.gone[0]
+            && let Some(late) = self.devices[0].wakeup_lateness_ns()
+        {
+            self.stats.lateness_hist[hist_bucket(late)].fetch_add(1, Relaxed);
+            self.stats.lateness_max_ns.fetch_max(late, Relaxed);
+        }
         if self.freewheel {
             self.freewheel_wait(q);
         }
@@ -319,6 +341,7 @@ impl RtRunner {
         self.stats.cycles.store(self.cycle, Relaxed);
         self.stats.busy_ns_last.store(busy, Relaxed);
         self.stats.busy_ns_max.fetch_max(busy, Relaxed);
+        self.stats.busy_hist[hist_bucket(busy)].fetch_add(1, Relaxed);
         self.publish_device_counters();
         self.account_idle(q);
         self.ring_service();
@@ -477,5 +500,20 @@ impl RtRunner {
         self.retire(Garbage::Plan(plan));
         self.ring_service();
         std::mem::take(&mut self.devices)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hist_bucket;
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(1), 0);
+        assert_eq!(hist_bucket(2), 1);
+        assert_eq!(hist_bucket(1023), 9);
+        assert_eq!(hist_bucket(1024), 10);
+        assert_eq!(hist_bucket(u64::MAX), 31);
     }
 }

@@ -20,7 +20,7 @@ pub use framing::{Frame, FrameError, FramedSocket, MAX_FDS, MAX_MESSAGE_BYTES, P
 pub use message::{
     ClientInfo, DeviceStatus, Direction, ErrorCode, GraphInfo, LinkInfo, NodeInfo,
     PROTOCOL_VERSION, PortDirection, PortInfo, Reply, ReplyEnvelope, Request, RequestEnvelope,
-    StatusInfo, StreamCreated, StreamParams,
+    StatusInfo, StreamCreated, StreamParams, TimingStats,
 };
 pub use quaver_dsp::{ChannelMap, ChannelPosition};
 pub use shm::{Doorbell, ShmError, ShmRing};

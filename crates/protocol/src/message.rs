@@ -37,6 +37,8 @@ pub enum Request {
     },
     /// Asks for [`StatusInfo`].
     Status,
+    /// Asks for [`TimingStats`]: the real-time thread's wakeup lateness and busy time.
+    Timing,
     /// Asks for [`GraphInfo`].
     Graph,
     /// Creates a playback or record stream; answered by `StreamCreated` plus two fds.
@@ -79,7 +81,9 @@ impl Request {
     pub fn validate(&self) -> Result<(), String> {
         match self {
             Request::Hello { client_name, .. } => check_name("client_name", client_name),
-            Request::Status | Request::Graph | Request::DestroyStream { .. } => Ok(()),
+            Request::Status | Request::Timing | Request::Graph | Request::DestroyStream { .. } => {
+                Ok(())
+            }
             Request::CreateStream(p) => p.validate(),
             Request::Link { output, input } | Request::Unlink { output, input } => {
                 check_name("output", output)?;
@@ -103,6 +107,7 @@ impl Request {
         match self {
             Request::Hello { .. } => "hello",
             Request::Status => "status",
+            Request::Timing => "timing",
             Request::Graph => "graph",
             Request::CreateStream(_) => "create_stream",
             Request::DestroyStream { .. } => "destroy_stream",
@@ -284,6 +289,29 @@ impl fmt::Display for ErrorCode {
     }
 }
 
+/// Timing of the real-time thread since the daemon started, as log2 histograms:
+/// bucket `i` counts events of `[2^i, 2^(i+1))` nanoseconds (bucket 0 also counts 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimingStats {
+    /// Sample rate in Hz.
+    pub rate: u32,
+    /// Current quantum in frames.
+    pub quantum: u32,
+    /// Cycles run.
+    pub cycles: u64,
+    /// Driver xruns.
+    pub xruns: u64,
+    /// How late the driver woke the real-time thread after its deadline (timer-driven
+    /// devices only; empty when the driver cannot tell).
+    pub lateness_ns_log2: Vec<u64>,
+    /// Time spent processing each cycle.
+    pub busy_ns_log2: Vec<u64>,
+    /// Largest lateness seen, ns.
+    pub lateness_max_ns: u64,
+    /// Largest busy time seen, ns.
+    pub busy_max_ns: u64,
+}
+
 /// A reply from server to client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -297,6 +325,8 @@ pub enum Reply {
     },
     /// Answer to `Status`.
     Status(StatusInfo),
+    /// Answer to `Timing`.
+    Timing(TimingStats),
     /// Answer to `Graph`.
     Graph(GraphInfo),
     /// Answer to `CreateStream`; carries the ring memfd and doorbell eventfd.
@@ -326,6 +356,7 @@ impl Reply {
         match self {
             Reply::Welcome { .. } => "welcome",
             Reply::Status(_) => "status",
+            Reply::Timing(_) => "timing",
             Reply::Graph(_) => "graph",
             Reply::StreamCreated(_) => "stream_created",
             Reply::Ok => "ok",

@@ -155,6 +155,7 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                     devices: vec![],
                     clients: vec![],
                 }),
+                Request::Timing => Reply::error(ErrorCode::BadRequest, "no timing here"),
                 Request::Graph => Reply::Graph(GraphInfo {
                     nodes: vec![],
                     links: vec![],

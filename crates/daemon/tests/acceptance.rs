@@ -178,7 +178,7 @@ fn killed_client_leaves_within_a_second_and_others_play_on() {
     write_wav_s16(&d.path("victim.wav"), 48000, 2, &victim);
     let steady_p = d
         .quaver()
-        .args(["play", "steady.wav"])
+        .args(["play", "steady.wav", "--latency-ms", "300"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -292,4 +292,67 @@ fn timing_statistics_count_every_cycle() {
     assert_eq!(t.quantum, 256);
     drop(conn);
     d.stop();
+}
+
+#[test]
+fn unlink_and_relink_during_playback_ramp_without_clicks() {
+    let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+    let level = 0.25f32;
+    let dc: Vec<f32> = vec![level; 48000 * 2 * 4];
+    write_wav_f32(&d.path("dc.wav"), 48000, 2, &dc);
+    let player = d
+        .quaver()
+        .args(["play", "dc.wav", "--latency-ms", "300"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut conn = d.connect("patchbay");
+    let mut node = String::new();
+    assert!(wait_until(WAIT, || {
+        let g = conn.graph().unwrap();
+        match g.nodes.iter().find(|n| n.kind == "playback") {
+            Some(n) => {
+                node = n.name.clone();
+                true
+            }
+            None => false,
+        }
+    }));
+    std::thread::sleep(Duration::from_millis(700));
+    ok(&d.run(&["unlink", &node, "file-sink"]));
+    std::thread::sleep(Duration::from_millis(500));
+    ok(&d.run(&["link", &node, "file-sink"]));
+    ok(&wait_output(player, WAIT));
+    let out_path = d.path("out.wav");
+    drop(conn);
+    d.stop();
+    let (_, out) = read_wav_f32(&out_path);
+    let left: Vec<f32> = out.iter().step_by(2).copied().collect();
+    let start = onset(&left);
+    let end = left.iter().rposition(|&s| s != 0.0).unwrap();
+    let body = &left[start..end];
+    // Two ramps (down, then up), each at most 256 frames long; no step anywhere larger
+    // than one ramp increment.
+    let max_step = body
+        .windows(2)
+        .map(|w| (w[1] - w[0]).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        max_step <= level / 256.0 + 1e-6,
+        "click: a step of {max_step}"
+    );
+    let silent = body.iter().filter(|&&s| s == 0.0).count();
+    assert!(
+        silent > 4800,
+        "the unlink produced no silence ({silent} frames)"
+    );
+    let partial = body.iter().filter(|&&s| s != 0.0 && s != level).count();
+    assert!(
+        partial <= 2 * 256,
+        "ramps longer than expected: {partial} frames"
+    );
+    assert_eq!(
+        body[0], level,
+        "a new stream starts at full level, not ramped"
+    );
 }

@@ -1,0 +1,94 @@
+//! The `quaver` command line: control commands, playback and recording against
+//! quaverd. The binary is a thin wrapper around [`main`]; the modules are public
+//! so that integration tests can reuse the decoder and the parsers.
+
+pub mod args;
+pub mod decode;
+pub mod dot;
+pub mod present;
+pub mod raw;
+pub mod values;
+
+mod commands;
+mod play;
+mod record;
+mod signals;
+
+use anyhow::Result;
+use args::{Cli, Command};
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Runs one parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    let server = cli.server.as_deref();
+    match &cli.command {
+        Command::Status { json } => commands::status(server, *json),
+        Command::Ls { json } => commands::ls(server, *json),
+        Command::Play(a) => play::play(server, cli.verbose, a),
+        Command::Record(a) => record::record(server, cli.verbose, a),
+        Command::Link { output, input } => commands::link(server, output, input, false),
+        Command::Unlink { output, input } => commands::link(server, output, input, true),
+        Command::Volume(a) => commands::volume(server, a),
+        Command::Graph { json, .. } => commands::graph(server, *json),
+    }
+}
+
+/// One line for an error and its causes, skipping causes the message already
+/// quotes (client errors embed their source) and OS error numbers.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = strip_os_error(&cause.to_string());
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+fn strip_os_error(s: &str) -> String {
+    let mut out = s.to_string();
+    while let Some(i) = out.find(" (os error ") {
+        match out[i..].find(')') {
+            Some(j) => out.replace_range(i..i + j + 1, ""),
+            None => break,
+        }
+    }
+    out
+}
+
+/// Entry point of the `quaver` binary: usage errors exit 2 (clap), others 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quaver: {}", error_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn error_lines() {
+        let io = std::io::Error::from_raw_os_error(13);
+        let e = anyhow::Error::new(io).context("cannot create out.wav");
+        assert_eq!(error_line(&e), "cannot create out.wav: Permission denied");
+
+        // A message that already contains its cause is not repeated.
+        let e: anyhow::Error = Err::<(), _>(std::io::Error::from_raw_os_error(2))
+            .context("cannot open x: No such file or directory (os error 2)")
+            .unwrap_err();
+        assert_eq!(error_line(&e), "cannot open x: No such file or directory");
+    }
+}

@@ -1,0 +1,360 @@
+//! Human-readable `quaver status` and `quaver ls` output: short, aligned tables.
+
+use crate::values::format_volume;
+use quaver_protocol::{GraphInfo, NodeInfo, PortDirection, StatusInfo};
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// A table whose columns are padded to their widest cell; the last column is not
+/// padded, so lines carry no trailing blanks.
+struct Table {
+    indent: usize,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(indent: usize, header: &[&str]) -> Table {
+        Table {
+            indent,
+            rows: vec![header.iter().map(|s| s.to_string()).collect()],
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn render(&self, out: &mut String) {
+        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..cols)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for row in &self.rows {
+            let mut line = " ".repeat(self.indent);
+            for (c, cell) in row.iter().enumerate() {
+                if c + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    line.push_str(cell);
+                    line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+fn opt_u32(v: Option<u32>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+/// `quaver status` text; `graph`, when available, names the clients' streams.
+pub fn status_text(st: &StatusInfo, graph: Option<&GraphInfo>) -> String {
+    let mut s = String::new();
+    let ms = if st.rate > 0 {
+        st.quantum as f64 * 1000.0 / st.rate as f64
+    } else {
+        0.0
+    };
+    let kv = [
+        (
+            "server",
+            format!(
+                "quaverd {} (protocol {})",
+                st.server_version, st.protocol_version
+            ),
+        ),
+        ("rate", format!("{} Hz", st.rate)),
+        (
+            "quantum",
+            format!(
+                "{} frames ({ms:.1} ms), bounds {}..{}",
+                st.quantum, st.quantum_min, st.quantum_max
+            ),
+        ),
+        ("realtime", yes_no(st.realtime).to_string()),
+        ("cycles", st.cycles.to_string()),
+        ("xruns", st.xruns.to_string()),
+    ];
+    for (k, v) in kv {
+        let _ = writeln!(s, "{:<10}{v}", format!("{k}:"));
+    }
+
+    s.push('\n');
+    if st.devices.is_empty() {
+        s.push_str("devices:  none\n");
+    } else {
+        s.push_str("devices:\n");
+        let mut t = Table::new(
+            2,
+            &[
+                "NAME",
+                "STATE",
+                "RATE",
+                "OUT",
+                "IN",
+                "UNDERRUNS",
+                "OVERRUNS",
+                "WAKEUPS",
+                "DESCRIPTION",
+            ],
+        );
+        for d in &st.devices {
+            t.row(vec![
+                d.name.clone(),
+                d.state.clone(),
+                d.rate.to_string(),
+                opt_u32(d.playback_channels),
+                opt_u32(d.capture_channels),
+                d.underruns.to_string(),
+                d.overruns.to_string(),
+                d.wakeups.to_string(),
+                d.description.clone(),
+            ]);
+        }
+        t.render(&mut s);
+    }
+
+    s.push('\n');
+    if st.clients.is_empty() {
+        s.push_str("clients:  none\n");
+    } else {
+        s.push_str("clients:\n");
+        let nodes: HashMap<u32, &NodeInfo> = graph
+            .map(|g| g.nodes.iter().map(|n| (n.id, n)).collect())
+            .unwrap_or_default();
+        let mut t = Table::new(2, &["ID", "NAME", "PID", "STREAMS"]);
+        for c in &st.clients {
+            let streams: Vec<String> = c
+                .streams
+                .iter()
+                .map(|id| match nodes.get(id) {
+                    Some(n) => format!("{id} {} ({})", n.name, n.kind),
+                    None => id.to_string(),
+                })
+                .collect();
+            t.row(vec![
+                c.id.to_string(),
+                c.name.clone(),
+                opt_u32(c.pid),
+                if streams.is_empty() {
+                    "-".into()
+                } else {
+                    streams.join(", ")
+                },
+            ]);
+        }
+        t.render(&mut s);
+    }
+    s
+}
+
+/// `quaver ls` text: nodes with their ports, then links.
+pub fn ls_text(g: &GraphInfo) -> String {
+    let mut s = String::new();
+    if g.nodes.is_empty() {
+        s.push_str("nodes:  none\n");
+    } else {
+        s.push_str("nodes:\n");
+        let mut t = Table::new(2, &["ID", "NAME", "KIND", "VOLUME", "DESCRIPTION"]);
+        for n in &g.nodes {
+            t.row(vec![
+                n.id.to_string(),
+                n.name.clone(),
+                n.kind.clone(),
+                format_volume(n.volume, n.mute),
+                n.description.clone(),
+            ]);
+        }
+        // Render the table, then slot each node's port lines under its row.
+        let mut table = String::new();
+        t.render(&mut table);
+        let mut lines = table.lines();
+        if let Some(header) = lines.next() {
+            s.push_str(header);
+            s.push('\n');
+        }
+        for (n, line) in g.nodes.iter().zip(lines) {
+            s.push_str(line);
+            s.push('\n');
+            for (dir, label) in [(PortDirection::In, "in: "), (PortDirection::Out, "out:")] {
+                let ports: Vec<String> = n
+                    .ports
+                    .iter()
+                    .filter(|p| p.direction == dir)
+                    .map(|p| {
+                        // The channel is only worth repeating when the name does not say it.
+                        if p.name == p.channel {
+                            p.name.clone()
+                        } else {
+                            format!("{}[{}]", p.name, p.channel)
+                        }
+                    })
+                    .collect();
+                if !ports.is_empty() {
+                    let _ = writeln!(s, "      {label} {}", ports.join(" "));
+                }
+            }
+        }
+    }
+    s.push('\n');
+    if g.links.is_empty() {
+        s.push_str("links:  none\n");
+    } else {
+        s.push_str("links:\n");
+        let mut t = Table::new(2, &[]);
+        t.rows.clear();
+        for l in &g.links {
+            t.row(vec![
+                format!("{}:{}", l.output_node, l.output_port),
+                "->".into(),
+                format!("{}:{}", l.input_node, l.input_port),
+            ]);
+        }
+        t.render(&mut s);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quaver_protocol::{ClientInfo, DeviceStatus, LinkInfo, PortInfo};
+
+    fn graph() -> GraphInfo {
+        GraphInfo {
+            nodes: vec![
+                NodeInfo {
+                    id: 1,
+                    name: "null".into(),
+                    kind: "sink".into(),
+                    description: "Null output".into(),
+                    volume: 1.0,
+                    mute: false,
+                    latency_ms: None,
+                    ports: vec![
+                        PortInfo {
+                            id: 10,
+                            name: "FL".into(),
+                            direction: PortDirection::In,
+                            channel: "FL".into(),
+                        },
+                        PortInfo {
+                            id: 12,
+                            name: "monitor_FL".into(),
+                            direction: PortDirection::Out,
+                            channel: "FL".into(),
+                        },
+                    ],
+                },
+                NodeInfo {
+                    id: 7,
+                    name: "music.wav".into(),
+                    kind: "playback".into(),
+                    description: String::new(),
+                    volume: 0.5,
+                    mute: true,
+                    latency_ms: Some(20.0),
+                    ports: vec![PortInfo {
+                        id: 30,
+                        name: "FL".into(),
+                        direction: PortDirection::Out,
+                        channel: "FL".into(),
+                    }],
+                },
+            ],
+            links: vec![LinkInfo {
+                id: 1,
+                output_node: "music.wav".into(),
+                output_port: "FL".into(),
+                input_node: "null".into(),
+                input_port: "FL".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn ls() {
+        let want = "\
+nodes:
+  ID  NAME       KIND      VOLUME               DESCRIPTION
+  1   null       sink      100%                 Null output
+      in:  FL
+      out: monitor_FL[FL]
+  7   music.wav  playback  50% (-6.0 dB) muted
+      out: FL
+
+links:
+  music.wav:FL  ->  null:FL
+";
+        assert_eq!(ls_text(&graph()), want);
+    }
+
+    #[test]
+    fn status() {
+        let st = StatusInfo {
+            server_version: "0.1.0".into(),
+            protocol_version: 1,
+            rate: 48000,
+            quantum: 1024,
+            quantum_min: 32,
+            quantum_max: 2048,
+            realtime: true,
+            cycles: 1234,
+            xruns: 2,
+            devices: vec![DeviceStatus {
+                name: "null".into(),
+                description: "Null output".into(),
+                state: "running".into(),
+                rate: 48000,
+                playback_channels: Some(2),
+                capture_channels: None,
+                underruns: 2,
+                overruns: 0,
+                wakeups: 99,
+            }],
+            clients: vec![ClientInfo {
+                id: 3,
+                name: "quaver".into(),
+                pid: Some(4242),
+                streams: vec![7, 8],
+            }],
+        };
+        let want = "\
+server:   quaverd 0.1.0 (protocol 1)
+rate:     48000 Hz
+quantum:  1024 frames (21.3 ms), bounds 32..2048
+realtime: yes
+cycles:   1234
+xruns:    2
+
+devices:
+  NAME  STATE    RATE   OUT  IN  UNDERRUNS  OVERRUNS  WAKEUPS  DESCRIPTION
+  null  running  48000  2    -   2          0         99       Null output
+
+clients:
+  ID  NAME    PID   STREAMS
+  3   quaver  4242  7 music.wav (playback), 8
+";
+        assert_eq!(status_text(&st, Some(&graph())), want);
+        let empty = StatusInfo {
+            devices: vec![],
+            clients: vec![],
+            ..st
+        };
+        let text = status_text(&empty, None);
+        assert!(text.contains("devices:  none\n") && text.contains("clients:  none\n"));
+    }
+}

@@ -1,0 +1,166 @@
+//! The `quaver` command line against a real daemon: every command, JSON output,
+//! stdin playback, compressed files and Ctrl-C during a recording.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+
+#[test]
+fn status_ls_and_graph_describe_the_default_server() {
+    let mut d = Daemon::start(&[]);
+    let text = ok(&d.run(&["status"]));
+    assert!(text.contains("null"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&ok(&d.run(&["status", "--json"]))).unwrap();
+    assert_eq!(json["rate"], 48000);
+    assert_eq!(json["devices"][0]["name"], "null");
+    let ls: serde_json::Value = serde_json::from_str(&ok(&d.run(&["ls", "--json"]))).unwrap();
+    let names: Vec<&str> = ls["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"null-sink") && names.contains(&"null-source"),
+        "{names:?}"
+    );
+    let text = ok(&d.run(&["ls"]));
+    assert!(text.contains("monitor_FL"), "{text}");
+    let dot = ok(&d.run(&["graph", "--dot"]));
+    assert!(
+        dot.starts_with("digraph") && dot.contains("null-sink"),
+        "{dot}"
+    );
+    d.stop();
+}
+
+#[test]
+fn volume_accepts_linear_percent_and_db() {
+    let mut d = Daemon::start(&[]);
+    let vol = |d: &Daemon| -> (f64, bool) {
+        let ls: serde_json::Value = serde_json::from_str(&ok(&d.run(&["ls", "--json"]))).unwrap();
+        let n = ls["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "null-sink")
+            .unwrap()
+            .clone();
+        (n["volume"].as_f64().unwrap(), n["mute"].as_bool().unwrap())
+    };
+    ok(&d.run(&["volume", "null-sink", "-6dB"]));
+    assert!((vol(&d).0 - 0.501).abs() < 0.001, "{:?}", vol(&d));
+    ok(&d.run(&["volume", "null-sink", "50%"]));
+    assert!((vol(&d).0 - 0.5).abs() < 1e-6);
+    ok(&d.run(&["volume", "null-sink", "--mute"]));
+    assert!(vol(&d).1);
+    ok(&d.run(&["volume", "null-sink", "1.0", "--unmute"]));
+    assert_eq!(vol(&d), (1.0, false));
+    let out = d.run(&["volume", "null-sink", "loud"]);
+    assert!(!out.status.success());
+    d.stop();
+}
+
+#[test]
+fn raw_pcm_from_stdin_arrives_bit_exact() {
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000 * 2, 77, 12000);
+    let bytes: Vec<u8> = input.iter().flat_map(|s| s.to_le_bytes()).collect();
+    let mut child = d
+        .quaver()
+        .args([
+            "play",
+            "-",
+            "--raw",
+            "--rate",
+            "48000",
+            "--channels",
+            "2",
+            "--format",
+            "s16le",
+        ])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    ok(&wait_output(child, WAIT));
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    let start =
+        out.iter().position(|&s| s != 0).unwrap() - input.iter().position(|&s| s != 0).unwrap();
+    let diff = out[start..start + input.len()]
+        .iter()
+        .zip(&input)
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(diff, 0, "{diff} samples differ");
+}
+
+#[test]
+fn compressed_files_play_through_the_resampler() {
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/testdata");
+    for f in ["stereo.flac", "stereo.ogg", "stereo.mp3", "mono.mp3"] {
+        let p = data.join(f);
+        ok(&d.run(&["play", p.to_str().unwrap()]));
+    }
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (spec, out) = read_wav_s16(&out_path);
+    assert_eq!(spec.sample_rate, 48000);
+    // Four 22.05 kHz files of 5000 frames each, resampled to 48 kHz: about 43,500
+    // frames of signal in all.
+    let loud = out.chunks(2).filter(|f| f[0] != 0 || f[1] != 0).count();
+    assert!(loud > 35_000, "only {loud} frames of signal");
+}
+
+#[test]
+fn ctrl_c_finalizes_a_recording() {
+    let mut d = Daemon::start(&[]);
+    let child = d
+        .quaver()
+        .args(["record", "rec.wav", "--from", "null-sink"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut conn = d.connect("watch");
+    assert!(wait_until(WAIT, || conn
+        .graph()
+        .unwrap()
+        .nodes
+        .iter()
+        .any(|n| n.kind == "record")));
+    std::thread::sleep(Duration::from_millis(500));
+    signal(child.id(), libc::SIGINT);
+    ok(&wait_output(child, WAIT));
+    let r = hound::WavReader::open(d.path("rec.wav")).expect("a valid WAV after Ctrl-C");
+    assert!(r.duration() > 4800, "recorded {} frames", r.duration());
+    assert_eq!(r.len() as u64, r.duration() as u64 * 2);
+    // The record stream is gone once the client left.
+    assert!(wait_until(WAIT, || !conn
+        .graph()
+        .unwrap()
+        .nodes
+        .iter()
+        .any(|n| n.kind == "record")));
+    drop(conn);
+    d.stop();
+}
+
+#[test]
+fn clear_errors_without_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(quaver_bin())
+        .args(["status"])
+        .env("QUAVER_SERVER", dir.path().join("nothing-here"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is quaverd running"), "{err}");
+}

@@ -67,6 +67,14 @@ pub enum Command {
         #[arg(long, conflicts_with = "dot")]
         json: bool,
     },
+    /// Run a benchmark mode of `quaver-bench` (latency, load, stress, …); arguments
+    /// are passed through, e.g. `quaver bench latency --quick`.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Mode and its arguments (see `quaver bench --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Arguments of `quaver play`.

@@ -31,7 +31,33 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Unlink { output, input } => commands::link(server, output, input, true),
         Command::Volume(a) => commands::volume(server, a),
         Command::Graph { json, .. } => commands::graph(server, *json),
+        Command::Bench { args } => bench(args),
     }
+}
+
+/// Runs `quaver-bench` from next to this executable (or from PATH) with `args`, and
+/// exits with its status: the benchmarks live in their own crate and binary so the
+/// CLI stays lean.
+fn bench(args: &[String]) -> Result<()> {
+    use anyhow::Context;
+    let beside = std::env::current_exe()
+        .ok()
+        .map(|p| p.with_file_name("quaver-bench"))
+        .filter(|p| p.exists());
+    let program = beside.unwrap_or_else(|| "quaver-bench".into());
+    let status = std::process::Command::new(&program)
+        .args(args)
+        .status()
+        .with_context(|| {
+            format!(
+                "cannot run {} (is quaver-bench installed?)",
+                program.display()
+            )
+        })?;
+    if !status.success() {
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    Ok(())
 }
 
 /// One line for an error and its causes, skipping causes the message already

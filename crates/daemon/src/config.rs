@@ -21,6 +21,33 @@ pub struct Config {
     pub engine: EngineSection,
     /// `[policy]`: routing defaults.
     pub policy: PolicyConfig,
+    /// `[pulse]`: the PulseAudio front-end.
+    pub pulse: PulseSection,
+}
+
+/// `[pulse]` table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PulseSection {
+    /// Serve the PulseAudio native protocol.
+    pub enabled: bool,
+    /// Socket path; default `$XDG_RUNTIME_DIR/pulse/native`.
+    pub socket: Option<PathBuf>,
+    /// Most PulseAudio clients at once.
+    pub max_clients: usize,
+    /// Most streams per PulseAudio client.
+    pub max_streams_per_client: usize,
+}
+
+impl Default for PulseSection {
+    fn default() -> Self {
+        PulseSection {
+            enabled: true,
+            socket: None,
+            max_clients: 256,
+            max_streams_per_client: 64,
+        }
+    }
 }
 
 /// `[server]` table.
@@ -163,6 +190,15 @@ impl Config {
         e.resample_quality
             .parse::<ResampleQuality>()
             .map_err(|err| anyhow::anyhow!("engine.resample_quality: {err}"))?;
+        let p = &self.pulse;
+        if p.max_clients == 0 || p.max_streams_per_client == 0 {
+            bail!("pulse.max_clients and pulse.max_streams_per_client must be at least 1");
+        }
+        if let Some(s) = &p.socket
+            && s.as_os_str().is_empty()
+        {
+            bail!("pulse.socket must not be empty");
+        }
         if !["error", "warn", "info", "debug", "trace"].contains(&self.server.log_level.as_str()) {
             bail!(
                 "server.log_level '{}' must be one of error, warn, info, debug, trace",
@@ -185,6 +221,14 @@ impl Config {
             max_nodes: e.max_nodes,
             ramp_frames: e.ramp_frames.max(1),
         }
+    }
+
+    /// The PulseAudio socket path: configured, else `$XDG_RUNTIME_DIR/pulse/native`.
+    pub fn pulse_socket(&self) -> PathBuf {
+        self.pulse
+            .socket
+            .clone()
+            .unwrap_or_else(quaver_pulse::default_socket_path)
     }
 
     /// The runtime directory: configured, else `$XDG_RUNTIME_DIR/quaver` (or the
@@ -216,6 +260,7 @@ mod tests {
         let cfg = Config::parse(text, Path::new("config/quaver.toml")).unwrap();
         assert_eq!(cfg.engine, EngineSection::default());
         assert_eq!(cfg.server, ServerConfig::default());
+        assert_eq!(cfg.pulse, PulseSection::default());
     }
 
     #[test]
@@ -247,6 +292,8 @@ mod tests {
             "[engine]\nresample_quality = \"best\"\n",
             "[server]\nlog_level = \"loud\"\n",
             "[engine]\ndevices = []\n",
+            "[pulse]\nmax_clients = 0\n",
+            "[pulse]\nenable = true\n",
         ] {
             assert!(Config::parse(bad, Path::new("q.toml")).is_err(), "{bad}");
         }

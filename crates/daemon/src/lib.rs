@@ -56,6 +56,12 @@ pub fn run(cfg: Config) -> Result<()> {
     // Take the runtime directory before touching devices: a second daemon must not
     // truncate the first one's output file.
     let listener = native::Listener::bind(&runtime_dir)?;
+    // Refuse a PulseAudio socket a live server answers on before any device opens.
+    let pulse_listener = if cfg.pulse.enabled {
+        Some(quaver_pulse::PulseListener::bind(&cfg.pulse_socket())?)
+    } else {
+        None
+    };
     let channels: ChannelMap = cfg
         .engine
         .channels
@@ -76,7 +82,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     let server = native::NativeServer::new(
         engine.clone(),
-        policy,
+        policy.clone(),
         native::NativeOptions {
             max_clients: cfg.server.max_clients,
             max_streams_per_client: cfg.server.max_streams_per_client,
@@ -88,6 +94,27 @@ pub fn run(cfg: Config) -> Result<()> {
         },
     );
     server.spawn_accept(&listener)?;
+    let pulse = match pulse_listener {
+        Some(l) => {
+            let p = quaver_pulse::PulseServer::start(
+                engine.clone(),
+                policy.clone(),
+                l,
+                quaver_pulse::PulseOptions {
+                    max_clients: cfg.pulse.max_clients,
+                    max_streams_per_client: cfg.pulse.max_streams_per_client,
+                    resample_quality: cfg
+                        .engine
+                        .resample_quality
+                        .parse()
+                        .map_err(|e| anyhow::anyhow!("{e}"))?,
+                },
+            )?;
+            tracing::info!("PulseAudio clients served on {}", p.socket_path().display());
+            Some(p)
+        }
+        None => None,
+    };
     tracing::info!(
         "quaverd {} serving on {} ({} Hz, quantum {}..{})",
         env!("CARGO_PKG_VERSION"),
@@ -100,6 +127,7 @@ pub fn run(cfg: Config) -> Result<()> {
     tracing::info!("signal {sig} received; shutting down");
     let closed = engine.shutdown();
     drop(listener);
+    drop(pulse);
     closed.context("closing devices")?;
     tracing::info!("stopped cleanly");
     Ok(())

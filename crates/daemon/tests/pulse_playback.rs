@@ -1,0 +1,177 @@
+//! PulseAudio playback through quaverd with the real libpulse tools: what paplay and
+//! pacat send arrives in the file sink (bit-exact where nothing converts it).
+
+mod common;
+#[macro_use]
+mod pulse_util;
+
+use common::*;
+use pulse_util::*;
+use quaver_pulse::convert::Codec;
+
+#[test]
+fn paplay_s16_48k_stereo_is_bit_exact() {
+    require_tools!("paplay");
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000 * 2, 5, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (spec, out) = read_wav_s16(&out_path);
+    assert_eq!((spec.sample_rate, spec.channels), (48000, 2));
+    assert_contains_exactly(&out, &input, "paplay s16");
+}
+
+/// A stereo test signal whose first sample is non-zero, exactly representable in 8 bits
+/// so that every format (u8 included) can carry it.
+fn signal(frames: usize) -> Vec<f32> {
+    (0..frames)
+        .flat_map(|i| {
+            let l = (((i * 37) % 200) as f32 - 99.5).round() / 128.0;
+            let r = (((i * 53) % 180) as f32 - 90.5).round() / 128.0;
+            [if i == 0 { 0.5 } else { l }, r]
+        })
+        .collect()
+}
+
+#[test]
+fn pacat_every_sample_format_arrives_exactly() {
+    require_tools!("pacat");
+    use quaver_pulse::pulseaudio::protocol::SampleFormat as F;
+    let formats = [
+        ("u8", F::U8),
+        ("alaw", F::Alaw),
+        ("ulaw", F::Ulaw),
+        ("s16le", F::S16Le),
+        ("s16be", F::S16Be),
+        ("float32le", F::Float32Le),
+        ("float32be", F::Float32Be),
+        ("s32le", F::S32Le),
+        ("s32be", F::S32Be),
+        ("s24le", F::S24Le),
+        ("s24be", F::S24Be),
+        ("s24-32le", F::S24In32Le),
+        ("s24-32be", F::S24In32Be),
+    ];
+    let sig = signal(9600);
+    for (name, f) in formats {
+        let codec = Codec::of(f).unwrap();
+        let mut raw = vec![0u8; sig.len() * codec.bytes()];
+        codec.encode(&sig, &mut raw);
+        // What the server should output: the client's samples decoded, nothing else.
+        let mut expect = vec![0f32; sig.len()];
+        codec.decode(&raw, &mut expect);
+        let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+        std::fs::write(d.path("in.raw"), &raw).unwrap();
+        let out = run_pa(
+            &d,
+            "pacat",
+            &[
+                "--playback",
+                "--raw",
+                &format!("--format={name}"),
+                "--rate=48000",
+                "--channels=2",
+                "--latency-msec=50",
+                "in.raw",
+            ],
+        );
+        pa_ok(&d, &out);
+        let out_path = d.path("out.wav");
+        d.stop();
+        let (_, got) = read_wav_f32(&out_path);
+        assert_contains_exactly(&got, &expect, name);
+    }
+}
+
+fn channel(s: &[f32], ch: usize, n: usize) -> Vec<f32> {
+    s.iter().skip(ch).step_by(n).copied().collect()
+}
+
+#[test]
+fn paplay_rates_resample_cleanly() {
+    require_tools!("paplay");
+    for rate in [8000u32, 44100, 96000] {
+        let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+        let sine = quaver_dsp::analysis::sine(rate, 1000.0, 0.5, rate as usize);
+        let stereo: Vec<f32> = sine.iter().flat_map(|&s| [s, s]).collect();
+        write_wav_f32(&d.path("in.wav"), rate, 2, &stereo);
+        pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
+        let out_path = d.path("out.wav");
+        d.stop();
+        let (spec, out) = read_wav_f32(&out_path);
+        assert_eq!(spec.sample_rate, 48000);
+        let left = channel(&out, 0, 2);
+        // One second of audio, whatever the client's rate (measured at half amplitude,
+        // past the resampler's ringing at both ends).
+        let start = left.iter().position(|x| x.abs() > 0.25).unwrap();
+        let end = left.iter().rposition(|x| x.abs() > 0.25).unwrap();
+        let played = end - start;
+        assert!(
+            (47900..48100).contains(&played),
+            "{rate} Hz: {played} frames of audio at 48 kHz"
+        );
+        let seg = &left[start + 4800..start + 4800 + 24000];
+        let thd = quaver_dsp::analysis::thd_n_db(seg, 48000, 1000.0);
+        eprintln!("{rate} Hz → 48 kHz: THD+N {thd:.1} dB");
+        assert!(thd < -60.0, "{rate} Hz: THD+N {thd} dB");
+    }
+}
+
+#[test]
+fn paplay_mono_and_5_1_are_mixed_to_the_sink_layout() {
+    require_tools!("paplay");
+    // Mono reaches both channels.
+    let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+    let sine = quaver_dsp::analysis::sine(48000, 440.0, 0.5, 24000);
+    // 16-bit PCM: libsndfile maps a plain mono WAV to PulseAudio's "mono" (an f32 WAV
+    // carries a channel mask, and its single channel is front-left).
+    let mono: Vec<i16> = sine.iter().map(|&x| (x * 32767.0) as i16).collect();
+    write_wav_s16(&d.path("mono.wav"), 48000, 1, &mono);
+    pa_ok(&d, &run_pa(&d, "paplay", &["mono.wav"]));
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_f32(&out_path);
+    let (l, r) = (channel(&out, 0, 2), channel(&out, 1, 2));
+    let energy = |s: &[f32]| s.iter().map(|x| x * x).sum::<f32>();
+    let (el, er) = (energy(&l), energy(&r));
+    assert!(
+        el > 100.0 && (el - er).abs() < 1e-3 * el,
+        "mono: left {el}, right {er}"
+    );
+    // 5.1 with a tone only on front-left lands on the left.
+    let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+    let six: Vec<f32> = sine
+        .iter()
+        .flat_map(|&s| [s, 0.0, 0.0, 0.0, 0.0, 0.0])
+        .collect();
+    write_wav_f32(&d.path("six.wav"), 48000, 6, &six);
+    pa_ok(&d, &run_pa(&d, "paplay", &["six.wav"]));
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_f32(&out_path);
+    let (l, r) = (channel(&out, 0, 2), channel(&out, 1, 2));
+    assert!(energy(&l) > 100.0, "front-left reached the left channel");
+    assert!(energy(&r) < 1e-3 * energy(&l), "and not the right one");
+}
+
+#[test]
+fn paplay_latency_msec_drives_the_quantum() {
+    require_tools!("paplay");
+    let d = Daemon::start(&["--device", "null"]);
+    let input = noise_s16(48000, 3, 8000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]));
+    let log = d.log_text();
+    let quanta: Vec<usize> = log
+        .lines()
+        .filter_map(|l| l.split("quantum is now ").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    // 20 ms end to end leaves about 5 ms for the device: a quantum of at most 2.5 ms.
+    assert!(
+        quanta.iter().any(|&q| q <= 128),
+        "no small quantum for a 20 ms stream: {quanta:?}\n{log}"
+    );
+}

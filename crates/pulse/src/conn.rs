@@ -1,0 +1,1964 @@
+//! One thread per PulseAudio connection.
+//!
+//! The thread owns the socket (non-blocking, buffered both ways) and the control side of
+//! the client's streams. It sleeps in `poll` on two descriptors: the socket and an
+//! eventfd that the streams' RT side, the event dispatcher and other connections ring.
+//! After every wakeup it reads whole packets, services every stream (REQUESTs,
+//! STARTED/UNDERFLOW, drain acks, record data), forwards queued events and writes what
+//! it can. An idle client costs no wakeups; a playing one about one per minimum request.
+
+use crate::bufattr::{self, LatencyMode};
+use crate::convert::{
+    Codec, check_spec, cvolume_to_linear, frame_size, frames_to_usec, map_from_pa, usec_to_bytes,
+};
+use crate::introspect::{cstr, prop_str};
+use crate::server::{
+    ConnHandle, ConnMsg, Device, Server, StreamIo, StreamRec, record_source_index, stream_target,
+};
+use crate::tagcheck;
+use crate::transport::{
+    F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, NEVER, PlayShared, PlaySource, R_CORKED, RecShared,
+    RecSink,
+};
+use crate::wire::{Out, Packet, PacketReader, SeekMode};
+use pulseaudio::protocol::props::PropsUpdateMode;
+use pulseaudio::protocol::stream::BufferAttr;
+use pulseaudio::protocol::{
+    self as pa, AuthReply, ChannelMap as PaMap, ChannelVolume, Command, CommandTag,
+    CreatePlaybackStreamReply, CreateRecordStreamReply, FormatEncoding, FormatInfo, LookupReply,
+    PlaybackLatency, PlaybackStreamMovedParams, PlaybackStreamParams, Prop, Props, PulseError,
+    RecordLatency, RecordStreamMovedParams, RecordStreamParams, SampleFormat, SampleSpec,
+    SetClientNameReply, SetPlaybackStreamBufferAttrReply, SetRecordStreamBufferAttrReply, StatInfo,
+    SubscriptionEventFacility as Fac, SubscriptionEventType as Ev, TagStructReader, Underflow,
+};
+use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
+use quaver_engine::{EngineError, NodeId, NodeKind, NodeSpec};
+use rustix::event::{PollFd, PollFlags, poll};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{Cursor, ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::time::SystemTime;
+
+/// Bytes read from the socket per `read`.
+const READ_CHUNK: usize = 64 * 1024;
+/// A client that lets this much output pile up unread is disconnected.
+const MAX_OUT: usize = 32 * 1024 * 1024;
+/// Record data is only queued while less than this is waiting for the socket.
+const RECORD_OUT_LIMIT: usize = 512 * 1024;
+/// Without ADJUST_LATENCY a record stream gets data at least this often.
+const TRADITIONAL_RECORD_USEC: u64 = 100_000;
+/// Largest ratio between a stream's rate and the engine's that the adapter resamples.
+const MAX_RATE_RATIO: u32 = 16;
+/// The protocol version this server speaks.
+const SERVER_VERSION: u16 = pa::MAX_VERSION;
+
+type Reply = Result<(), PulseError>;
+
+fn engine_err(e: EngineError) -> PulseError {
+    match e {
+        EngineError::NoSuchNode(_) | EngineError::NoSuchPort(_) | EngineError::NoSuchLink(_) => {
+            PulseError::NoEntity
+        }
+        EngineError::Invalid(_) | EngineError::Incompatible(_) => PulseError::Invalid,
+        EngineError::TooMany(_) => PulseError::TooLarge,
+        EngineError::Busy(_) => PulseError::Busy,
+        _ => PulseError::Internal,
+    }
+}
+
+/// Applies a proplist update in PulseAudio's modes.
+fn update_props(dst: &mut Props, mode: PropsUpdateMode, src: &Props) {
+    match mode {
+        PropsUpdateMode::Set => *dst = src.clone(),
+        PropsUpdateMode::Merge => {
+            for (k, v) in src.iter() {
+                if dst.get_bytes(k).is_none() {
+                    dst.set_bytes(k, v);
+                }
+            }
+        }
+        PropsUpdateMode::Replace => {
+            for (k, v) in src.iter() {
+                dst.set_bytes(k, v);
+            }
+        }
+    }
+}
+
+fn remove_props(dst: &mut Props, keys: &[std::ffi::CString]) {
+    let mut kept = Props::new();
+    for (k, v) in dst.iter() {
+        if !keys.iter().any(|r| r.as_c_str() == k.as_ref()) {
+            kept.set_bytes(k, v);
+        }
+    }
+    *dst = kept;
+}
+
+/// A node name from a stream's proplist: readable, without ':' and not too long.
+fn node_name(props: &Props, client: &str, playback: bool) -> String {
+    let base = prop_str(props, Prop::MediaName)
+        .or_else(|| prop_str(props, Prop::ApplicationName))
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| {
+            if client.is_empty() {
+                if playback {
+                    "pulse-playback"
+                } else {
+                    "pulse-record"
+                }
+                .to_string()
+            } else {
+                client.to_string()
+            }
+        });
+    let clean: String = base
+        .chars()
+        .map(|c| if c == ':' || c.is_control() { '_' } else { c })
+        .take(100)
+        .collect();
+    if clean.is_empty() {
+        "pulse-stream".into()
+    } else {
+        clean
+    }
+}
+
+/// A sample spec from a format list (clients that create streams with
+/// `pa_stream_new_extended` send an invalid spec plus formats).
+fn spec_from_formats(formats: &[FormatInfo], rate: u32) -> Option<(SampleSpec, Option<PaMap>)> {
+    let f = formats.iter().find(|f| f.encoding == FormatEncoding::Pcm)?;
+    let get = |p: Prop| prop_str(&f.props, p).map(|s| s.trim().trim_matches('"').to_string());
+    let format = match get(Prop::FormatSampleFormat).as_deref() {
+        None | Some("float32le") => SampleFormat::Float32Le,
+        Some("u8") => SampleFormat::U8,
+        Some("aLaw") => SampleFormat::Alaw,
+        Some("uLaw") => SampleFormat::Ulaw,
+        Some("s16le") => SampleFormat::S16Le,
+        Some("s16be") => SampleFormat::S16Be,
+        Some("float32be") => SampleFormat::Float32Be,
+        Some("s32le") => SampleFormat::S32Le,
+        Some("s32be") => SampleFormat::S32Be,
+        Some("s24le") => SampleFormat::S24Le,
+        Some("s24be") => SampleFormat::S24Be,
+        Some("s24-32le") => SampleFormat::S24In32Le,
+        Some("s24-32be") => SampleFormat::S24In32Be,
+        Some(_) => return None,
+    };
+    let sample_rate = get(Prop::FormatRate)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(rate);
+    let channels = get(Prop::FormatChannels)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    Some((
+        SampleSpec {
+            format,
+            channels,
+            sample_rate,
+        },
+        None,
+    ))
+}
+
+/// A channel map for `channels` when the client sent none (PulseAudio's AIFF defaults
+/// for the common counts).
+fn default_pa_map(channels: u8) -> PaMap {
+    use pa::ChannelPosition::*;
+    match channels {
+        1 => PaMap::mono(),
+        2 => PaMap::stereo(),
+        3 => PaMap::new([FrontLeft, FrontRight, FrontCenter]),
+        4 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight]),
+        5 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter]),
+        6 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter, Lfe]),
+        n => crate::convert::map_to_pa(&quaver_dsp::ChannelMap::default_for(n as usize)),
+    }
+}
+
+/// The control side of a playback stream.
+struct Playback {
+    node: NodeId,
+    channel: u32,
+    spec: SampleSpec,
+    codec: Codec,
+    fs: usize,
+    ch: usize,
+    attr: BufferAttr,
+    configured_usec: u64,
+    shared: Arc<PlayShared>,
+    ring: rtrb::Producer<f32>,
+    ring_frames: usize,
+    pending: VecDeque<f32>,
+    carry: Vec<u8>,
+    decoded: Vec<f32>,
+    write_index: i64,
+    missing: i64,
+    pushed: u64,
+    seen_consumed: u64,
+    seen_starts: u32,
+    seen_underruns: u32,
+    drains: Vec<u32>,
+}
+
+impl Playback {
+    fn read_index(&self) -> i64 {
+        (self.shared.consumed.load(Acquire) * self.fs as u64) as i64
+    }
+
+    fn queued_frames(&self) -> u64 {
+        self.pushed
+            .saturating_sub(self.shared.removed.load(Acquire))
+            + (self.pending.len() / self.ch) as u64
+    }
+
+    /// Moves pending samples into the ring as far as it has room.
+    fn fill_ring(&mut self) {
+        while !self.pending.is_empty() {
+            let room = self.ring.slots() / self.ch * self.ch;
+            let n = room.min(self.pending.len());
+            if n == 0 {
+                break;
+            }
+            let Ok(mut chunk) = self.ring.write_chunk(n) else {
+                break;
+            };
+            let (a, b) = chunk.as_mut_slices();
+            for (d, s) in a
+                .iter_mut()
+                .chain(b.iter_mut())
+                .zip(self.pending.drain(..n))
+            {
+                *d = s;
+            }
+            chunk.commit_all();
+            self.pushed += (n / self.ch) as u64;
+        }
+        self.shared.pushed.store(self.pushed, Release);
+    }
+
+    /// Queues decoded samples (whole frames) behind what is already queued.
+    fn push(&mut self, samples: &[f32]) {
+        let mut rest = samples;
+        if self.pending.is_empty() {
+            let room = self.ring.slots() / self.ch * self.ch;
+            let n = room.min(samples.len());
+            if n > 0
+                && let Ok(mut chunk) = self.ring.write_chunk(n)
+            {
+                let (a, b) = chunk.as_mut_slices();
+                let split = a.len();
+                a.copy_from_slice(&samples[..split]);
+                b.copy_from_slice(&samples[split..n]);
+                chunk.commit_all();
+                self.pushed += (n / self.ch) as u64;
+                rest = &samples[n..];
+            }
+        }
+        self.pending.extend(rest.iter().copied());
+        self.shared.pushed.store(self.pushed, Release);
+    }
+
+    /// Drops everything queued (FLUSH): the write index falls back to the read index.
+    fn flush(&mut self) {
+        self.pending.clear();
+        self.carry.clear();
+        self.shared.flush_to.store(self.pushed, Release);
+        let read = self.read_index();
+        self.missing += self.write_index - read;
+        self.write_index = read;
+    }
+
+    /// Room left under `maxlength`, in frames.
+    fn room_frames(&self) -> u64 {
+        (self.attr.max_length as u64 / self.fs as u64).saturating_sub(self.queued_frames())
+    }
+
+    fn push_silence(&mut self, bytes: i64) -> i64 {
+        let frames = ((bytes.max(0) as u64) / self.fs as u64).min(self.room_frames());
+        let zeros = vec![0f32; frames as usize * self.ch];
+        self.push(&zeros);
+        frames as i64 * self.fs as i64
+    }
+
+    /// A memblock from the client.
+    fn write(&mut self, seek: SeekMode, offset: i64, data: &[u8], out: &mut Out) {
+        let old = self.write_index;
+        let target = match seek {
+            SeekMode::Relative | SeekMode::RelativeEnd => old.saturating_add(offset),
+            SeekMode::Absolute => offset,
+            SeekMode::RelativeOnRead => self.read_index().saturating_add(offset),
+        };
+        if target < self.write_index {
+            // Audio handed to the graph cannot be rewritten. A seek to the read index
+            // (or before it) replaces the queue, which is what such clients mean; other
+            // backwards seeks append at the end instead of overwriting.
+            if target <= self.read_index() {
+                self.flush();
+            } else {
+                tracing::debug!(
+                    "stream {}: backwards seek by {} bytes appended instead",
+                    self.node,
+                    self.write_index - target
+                );
+            }
+        }
+        if target > self.write_index {
+            self.write_index += self.push_silence(target - self.write_index);
+        }
+        if seek != SeekMode::Relative {
+            // PulseAudio does not account non-relative seeks to the client's request.
+            self.missing -= self.write_index - old;
+        }
+        // Whole frames only; a partial frame waits for the next block.
+        let mut bytes = std::mem::take(&mut self.carry);
+        bytes.extend_from_slice(data);
+        let whole = bytes.len() / self.fs * self.fs;
+        self.carry = bytes[whole..].to_vec();
+        let mut frames = whole / self.fs;
+        let room = self.room_frames() as usize;
+        if frames > room {
+            tracing::debug!(
+                "stream {}: {} frames over maxlength dropped",
+                self.node,
+                frames - room
+            );
+            out.command(&Command::Overflow(self.channel));
+            frames = room;
+        }
+        let n = frames * self.ch;
+        self.decoded.resize(n, 0.0);
+        self.codec
+            .decode(&bytes[..frames * self.fs], &mut self.decoded[..n]);
+        let decoded = std::mem::take(&mut self.decoded);
+        self.push(&decoded[..n]);
+        self.decoded = decoded;
+        self.write_index += data.len() as i64;
+    }
+
+    /// Reports what the RT side did and asks for more data; returns drain acks to send.
+    fn service(&mut self, out: &mut Out) {
+        let sh = self.shared.clone();
+        let consumed = sh.consumed.load(Acquire);
+        if consumed > self.seen_consumed {
+            self.missing += ((consumed - self.seen_consumed) * self.fs as u64) as i64;
+            self.seen_consumed = consumed;
+        }
+        self.fill_ring();
+        let starts = sh.starts.load(Acquire);
+        if starts != self.seen_starts {
+            self.seen_starts = starts;
+            out.command(&Command::Started(self.channel));
+        }
+        let underruns = sh.underruns.load(Acquire);
+        if underruns != self.seen_underruns {
+            self.seen_underruns = underruns;
+            out.command(&Command::Underflow(Underflow {
+                channel: self.channel,
+                offset: (sh.underrun_at.load(Relaxed) * self.fs as u64) as i64,
+            }));
+        }
+        let removed = sh.removed.load(Acquire);
+        if !self.drains.is_empty() {
+            let played = sh.played.load(Acquire);
+            if self.pending.is_empty() && removed >= self.pushed && played >= consumed {
+                for seq in self.drains.drain(..) {
+                    out.ack(seq);
+                }
+                sh.set_flag(F_DRAIN, false);
+                sh.drain_at.store(NEVER, Release);
+            } else {
+                sh.drain_at.store(consumed + self.queued_frames(), Release);
+            }
+        }
+        let minreq = self.attr.minimum_request_length as i64;
+        let prebuffering = sh.prebuffering.load(Relaxed) || self.queued_frames() == 0;
+        if self.missing > 0 && (self.missing >= minreq || prebuffering) {
+            out.command(&Command::Request(pa::Request {
+                channel: self.channel,
+                length: self.missing.min(u32::MAX as i64) as u32,
+            }));
+            self.missing = 0;
+        }
+        let fs = self.fs as i64;
+        let need = ((minreq - self.missing).max(fs) + fs - 1) / fs;
+        let mut wake = consumed + need as u64;
+        if !self.pending.is_empty() {
+            wake = wake.min(consumed + (self.ring_frames as u64 / 4).max(1));
+        }
+        if sh.flush_to.load(Relaxed) > removed {
+            wake = consumed;
+        }
+        sh.wake_at.store(wake, Release);
+    }
+}
+
+/// The control side of a record stream.
+struct Record {
+    node: NodeId,
+    channel: u32,
+    spec: SampleSpec,
+    codec: Codec,
+    fs: usize,
+    ch: usize,
+    attr: BufferAttr,
+    configured_usec: u64,
+    shared: Arc<RecShared>,
+    ring: rtrb::Consumer<f32>,
+    frag_frames: usize,
+    sent: u64,
+    scratch: Vec<u8>,
+}
+
+impl Record {
+    fn service(&mut self, out: &mut Out) {
+        while out.buf.len() < RECORD_OUT_LIMIT {
+            let avail = self.ring.slots() / self.ch;
+            if avail == 0 || avail < self.frag_frames {
+                break;
+            }
+            let n = avail.min(self.frag_frames);
+            let Ok(chunk) = self.ring.read_chunk(n * self.ch) else {
+                break;
+            };
+            let (a, b) = chunk.as_slices();
+            self.scratch.resize(n * self.fs, 0);
+            let split = a.len() / self.ch * self.fs;
+            self.codec.encode(a, &mut self.scratch[..split]);
+            self.codec.encode(b, &mut self.scratch[split..]);
+            chunk.commit_all();
+            out.memblock(self.channel, &self.scratch);
+            self.sent += n as u64;
+        }
+        self.shared.sent.store(self.sent, Release);
+        // Wake when a whole fragment waits. If one already does, the socket is full and
+        // POLLOUT brings the thread back.
+        let queued = self.ring.slots() / self.ch;
+        let target = if queued >= self.frag_frames {
+            NEVER
+        } else {
+            self.sent + self.frag_frames as u64
+        };
+        self.shared.wake_at.store(target, Release);
+    }
+}
+
+struct Conn {
+    srv: Arc<Server>,
+    handle: Arc<ConnHandle>,
+    client: u32,
+    sock: UnixStream,
+    reader: PacketReader,
+    out: Vec<u8>,
+    version: u16,
+    authed: bool,
+    playback: BTreeMap<u32, Playback>,
+    record: BTreeMap<u32, Record>,
+    next_channel: u32,
+    closing: bool,
+}
+
+/// Serves one client until it disconnects or is killed; cleans up its streams.
+pub fn serve(srv: Arc<Server>, sock: UnixStream, handle: Arc<ConnHandle>) {
+    let client = handle.client;
+    let mut c = Conn {
+        srv,
+        handle,
+        client,
+        sock,
+        reader: PacketReader::new(),
+        out: Vec::new(),
+        version: pa::MIN_VERSION,
+        authed: false,
+        playback: BTreeMap::new(),
+        record: BTreeMap::new(),
+        next_channel: 0,
+        closing: false,
+    };
+    if let Err(why) = c.run() {
+        tracing::info!("pulse client {client}: {why}; disconnecting");
+    }
+    c.cleanup();
+}
+
+impl Conn {
+    fn out(&mut self) -> Out<'_> {
+        Out {
+            buf: &mut self.out,
+            version: self.version,
+        }
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        self.sock
+            .set_nonblocking(true)
+            .map_err(|e| format!("socket: {e}"))?;
+        let mut buf = vec![0u8; READ_CHUNK];
+        loop {
+            self.service();
+            self.flush_out()?;
+            if self.closing {
+                return Err("killed".into());
+            }
+            if self.out.len() > MAX_OUT {
+                return Err("client does not read its socket".into());
+            }
+            let mut sock_events = PollFlags::IN;
+            if !self.out.is_empty() {
+                sock_events |= PollFlags::OUT;
+            }
+            let (sock_ready, bell_ready) = {
+                let mut fds = [
+                    PollFd::new(&self.sock, sock_events),
+                    PollFd::new(&*self.handle.bell, PollFlags::IN),
+                ];
+                match poll(&mut fds, None) {
+                    Ok(_) => {}
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(format!("poll: {e}")),
+                }
+                (fds[0].revents(), fds[1].revents())
+            };
+            if !bell_ready.is_empty() {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(&*self.handle.bell, &mut b);
+            }
+            if sock_ready.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
+                loop {
+                    match self.sock.read(&mut buf) {
+                        Ok(0) => {
+                            return Err(if self.reader.at_boundary() {
+                                "closed".into()
+                            } else {
+                                "closed inside a packet".into()
+                            });
+                        }
+                        Ok(n) => self.on_bytes(&buf[..n])?,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(format!("read: {e}")),
+                    }
+                    if self.closing {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush_out(&mut self) -> Result<(), String> {
+        while !self.out.is_empty() {
+            match self.sock.write(&self.out) {
+                Ok(0) => return Err("socket closed".into()),
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("write: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    fn on_bytes(&mut self, mut bytes: &[u8]) -> Result<(), String> {
+        while !bytes.is_empty() {
+            let (used, packet) = self.reader.feed(bytes).map_err(|e| e.to_string())?;
+            bytes = &bytes[used..];
+            match packet {
+                Some(Packet::Control(data)) => self.on_control(&data)?,
+                Some(Packet::Memblock {
+                    channel,
+                    offset,
+                    seek,
+                    data,
+                }) => {
+                    if !self.authed {
+                        return Err("audio before AUTH".into());
+                    }
+                    let mut out = Out {
+                        buf: &mut self.out,
+                        version: self.version,
+                    };
+                    match self.playback.get_mut(&channel) {
+                        Some(p) => p.write(seek, offset, &data, &mut out),
+                        None => tracing::debug!(
+                            "pulse client {}: audio for unknown channel {channel} dropped",
+                            self.client
+                        ),
+                    }
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Services streams and forwards what other threads queued for this client.
+    fn service(&mut self) {
+        let msgs: Vec<ConnMsg> = self
+            .handle
+            .queue
+            .lock()
+            .expect("poisoned")
+            .drain(..)
+            .collect();
+        for m in msgs {
+            match m {
+                ConnMsg::Event(e) => self.out().command(&Command::SubscribeEvent(e)),
+                ConnMsg::Kill => self.closing = true,
+                ConnMsg::KillStream(node) => self.kill_stream(node),
+                ConnMsg::Moved(node) => self.send_moved(node),
+            }
+        }
+        let mut out = Out {
+            buf: &mut self.out,
+            version: self.version,
+        };
+        for p in self.playback.values_mut() {
+            p.service(&mut out);
+        }
+        for r in self.record.values_mut() {
+            r.service(&mut out);
+        }
+    }
+
+    fn on_control(&mut self, data: &[u8]) -> Result<(), String> {
+        if data.len() < 10 || data[0] != b'L' || data[5] != b'L' {
+            return Err("control packet without command and tag".into());
+        }
+        let tag = u32::from_be_bytes([data[1], data[2], data[3], data[4]]);
+        let seq = u32::from_be_bytes([data[6], data[7], data[8], data[9]]);
+        if let Err(why) = tagcheck::check(data) {
+            tracing::debug!("pulse client {}: malformed tagstruct: {why}", self.client);
+            self.out().error(seq, PulseError::Protocol);
+            return Ok(());
+        }
+        if !self.authed && tag != CommandTag::Auth as u32 {
+            self.out().error(seq, PulseError::AccessDenied);
+            return Ok(());
+        }
+        // Commands whose payload the codec does not read (or reads only partly).
+        let manual = [
+            CommandTag::RemoveClientProplist,
+            CommandTag::RemovePlaybackStreamProplist,
+            CommandTag::RemoveRecordStreamProplist,
+            CommandTag::Extension,
+            CommandTag::EnableSrbchannel,
+            CommandTag::DisableSrbchannel,
+            CommandTag::RegisterMemfdShmid,
+            CommandTag::SendObjectMessage,
+        ];
+        if let Some(&t) = manual.iter().find(|&&t| t as u32 == tag) {
+            let r = self.manual(seq, t, &data[10..]);
+            self.finish(seq, r);
+            return Ok(());
+        }
+        let known = tag <= CommandTag::SendObjectMessage as u32 && !(53..=56).contains(&tag);
+        if !known {
+            tracing::debug!("pulse client {}: unknown command {tag}", self.client);
+            self.out().error(seq, PulseError::Command);
+            return Ok(());
+        }
+        let mut cursor = Cursor::new(data);
+        match Command::read_tag_prefixed(&mut cursor, self.version) {
+            Ok((_, cmd)) => {
+                let r = self.handle_cmd(seq, cmd);
+                self.finish(seq, r);
+            }
+            Err(pa::ProtocolError::Unimplemented(..)) => {
+                self.out().error(seq, PulseError::NotSupported)
+            }
+            Err(e) => {
+                tracing::debug!("pulse client {}: bad command {tag}: {e}", self.client);
+                self.out().error(seq, PulseError::Invalid);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, seq: u32, r: Reply) {
+        if let Err(e) = r {
+            self.out().error(seq, e);
+        }
+    }
+
+    fn manual(&mut self, seq: u32, tag: CommandTag, payload: &[u8]) -> Reply {
+        let mut cur = Cursor::new(payload);
+        let mut ts = TagStructReader::new(&mut cur, self.version);
+        let keys = |ts: &mut TagStructReader<'_>| -> Result<Vec<std::ffi::CString>, PulseError> {
+            let mut keys = Vec::new();
+            while let Some(k) = ts.read_string().map_err(|_| PulseError::Invalid)? {
+                keys.push(k);
+            }
+            Ok(keys)
+        };
+        match tag {
+            CommandTag::RemoveClientProplist => {
+                let keys = keys(&mut ts)?;
+                let mut st = self.srv.lock();
+                if let Some(c) = st.clients.get_mut(&self.client) {
+                    remove_props(&mut c.props, &keys);
+                }
+                drop(st);
+                self.srv.broadcast(Fac::Client, Ev::Changed, self.client);
+                self.out().ack(seq);
+                Ok(())
+            }
+            CommandTag::RemovePlaybackStreamProplist | CommandTag::RemoveRecordStreamProplist => {
+                let channel = ts.read_u32().map_err(|_| PulseError::Invalid)?;
+                let keys = keys(&mut ts)?;
+                let playback = tag == CommandTag::RemovePlaybackStreamProplist;
+                let node = self.stream_node(channel, playback)?;
+                if let Some(s) = self.srv.lock().streams.get_mut(&node) {
+                    remove_props(&mut s.props, &keys);
+                }
+                self.srv.broadcast(
+                    if playback {
+                        Fac::SinkInput
+                    } else {
+                        Fac::SourceOutput
+                    },
+                    Ev::Changed,
+                    node,
+                );
+                self.out().ack(seq);
+                Ok(())
+            }
+            CommandTag::Extension => Err(PulseError::NoExtension),
+            _ => Err(PulseError::NotSupported),
+        }
+    }
+}
+
+/// What a new stream links to.
+struct Target {
+    /// Node to link with.
+    node: NodeId,
+    /// Its name (the engine links by name).
+    name: String,
+    /// PulseAudio index and name of the device the client sees.
+    dev_index: u32,
+    dev_name: String,
+}
+
+impl Conn {
+    fn stream_node(&self, channel: u32, playback: bool) -> Result<NodeId, PulseError> {
+        if playback {
+            self.playback.get(&channel).map(|p| p.node)
+        } else {
+            self.record.get(&channel).map(|r| r.node)
+        }
+        .ok_or(PulseError::NoEntity)
+    }
+
+    fn handle_cmd(&mut self, seq: u32, cmd: Command) -> Reply {
+        let srv = self.srv.clone();
+        match cmd {
+            Command::Auth(p) => {
+                if p.version < pa::MIN_VERSION {
+                    self.closing = true;
+                    return Err(PulseError::Version);
+                }
+                self.version = p.version.min(SERVER_VERSION);
+                self.authed = true;
+                tracing::debug!(
+                    "pulse client {}: protocol {} (shm {}, memfd {}): inline audio",
+                    self.client,
+                    self.version,
+                    p.supports_shm,
+                    p.supports_memfd
+                );
+                self.out().reply(
+                    seq,
+                    &AuthReply {
+                        version: SERVER_VERSION,
+                        use_memfd: false,
+                        use_shm: false,
+                    },
+                );
+            }
+            Command::SetClientName(props) => {
+                self.update_client(PropsUpdateMode::Replace, &props);
+                let reply = SetClientNameReply {
+                    client_id: self.client,
+                };
+                self.out().reply(seq, &reply);
+            }
+            Command::UpdateClientProplist(p) => {
+                self.update_client(p.mode, &p.props);
+                self.out().ack(seq);
+            }
+            Command::Exit => return Err(PulseError::AccessDenied),
+            Command::Stat => {
+                let st = srv.lock();
+                let blocks = st.streams.len() as u32;
+                drop(st);
+                self.out().reply(
+                    seq,
+                    &StatInfo {
+                        memblock_total: blocks,
+                        memblock_total_size: 0,
+                        memblock_allocated: blocks,
+                        memblock_allocated_size: 0,
+                        sample_cache_size: 0,
+                    },
+                );
+            }
+            Command::GetServerInfo => {
+                let info = self.server_info();
+                self.out().reply(seq, &info);
+            }
+            Command::GetSinkInfo(q) => {
+                let snap = srv.snapshot();
+                let dev = srv
+                    .find_sink(
+                        &snap.graph,
+                        q.index,
+                        q.name.as_ref().and_then(|n| n.to_str().ok()),
+                    )
+                    .ok_or(PulseError::NoEntity)?;
+                let info = srv.sink_info(&snap, &srv.lock(), &snap.graph.nodes[&dev.node]);
+                self.out().reply(seq, &info);
+            }
+            Command::GetSinkInfoList => {
+                let snap = srv.snapshot();
+                let list = srv.sink_list(&snap, &srv.lock());
+                self.out().reply(seq, &list);
+            }
+            Command::GetSourceInfo(q) => {
+                let snap = srv.snapshot();
+                let dev = srv
+                    .find_source(
+                        &snap.graph,
+                        q.index,
+                        q.name.as_ref().and_then(|n| n.to_str().ok()),
+                    )
+                    .ok_or(PulseError::NoEntity)?;
+                let info = srv
+                    .source_info(&snap, &srv.lock(), &dev)
+                    .ok_or(PulseError::NoEntity)?;
+                self.out().reply(seq, &info);
+            }
+            Command::GetSourceInfoList => {
+                let snap = srv.snapshot();
+                let list = srv.source_list(&snap, &srv.lock());
+                self.out().reply(seq, &list);
+            }
+            Command::GetSinkInputInfo(idx) => {
+                let snap = srv.snapshot();
+                let node = Server::stream_node(&snap, idx, NodeKind::PlaybackStream)
+                    .ok_or(PulseError::NoEntity)?;
+                let info = srv.sink_input_info(&snap, &srv.lock(), node);
+                self.out().reply(seq, &info);
+            }
+            Command::GetSinkInputInfoList => {
+                let snap = srv.snapshot();
+                let list = srv.sink_input_list(&snap, &srv.lock());
+                self.out().reply(seq, &list);
+            }
+            Command::GetSourceOutputInfo(idx) => {
+                let snap = srv.snapshot();
+                let node = Server::stream_node(&snap, idx, NodeKind::RecordStream)
+                    .ok_or(PulseError::NoEntity)?;
+                let info = srv.source_output_info(&snap, &srv.lock(), node);
+                self.out().reply(seq, &info);
+            }
+            Command::GetSourceOutputInfoList => {
+                let snap = srv.snapshot();
+                let list = srv.source_output_list(&snap, &srv.lock());
+                self.out().reply(seq, &list);
+            }
+            Command::GetClientInfo(idx) => {
+                let info = srv
+                    .client_info(&srv.lock(), idx)
+                    .ok_or(PulseError::NoEntity)?;
+                self.out().reply(seq, &info);
+            }
+            Command::GetClientInfoList => {
+                let list = srv.client_list(&srv.lock());
+                self.out().reply(seq, &list);
+            }
+            Command::GetModuleInfo(idx) => {
+                let list = srv.module_list(&srv.lock());
+                let m = list
+                    .into_iter()
+                    .find(|m| m.index == idx)
+                    .ok_or(PulseError::NoEntity)?;
+                self.out().reply(seq, &m);
+            }
+            Command::GetModuleInfoList => {
+                let list = srv.module_list(&srv.lock());
+                self.out().reply(seq, &list);
+            }
+            Command::GetCardInfo(_) | Command::GetSampleInfo(_) => {
+                return Err(PulseError::NoEntity);
+            }
+            Command::GetCardInfoList | Command::GetSampleInfoList => {
+                self.out().reply_with(seq, |_| {});
+            }
+            Command::LookupSink(name) => {
+                let graph = srv.engine.graph();
+                let d = srv
+                    .sink_by_name(&graph, name.to_str().unwrap_or(""))
+                    .ok_or(PulseError::NoEntity)?;
+                self.out().reply(seq, &LookupReply(d.index));
+            }
+            Command::LookupSource(name) => {
+                let graph = srv.engine.graph();
+                let d = srv
+                    .source_by_name(&graph, name.to_str().unwrap_or(""))
+                    .ok_or(PulseError::NoEntity)?;
+                self.out().reply(seq, &LookupReply(d.index));
+            }
+            Command::Subscribe(mask) => {
+                self.handle.mask.store(mask.bits(), Relaxed);
+                self.out().ack(seq);
+            }
+            Command::SetDefaultSink(name) => {
+                let name = name.to_str().map_err(|_| PulseError::Invalid)?.to_string();
+                let graph = srv.engine.graph();
+                let d = srv
+                    .sink_by_name(&graph, &name)
+                    .ok_or(PulseError::NoEntity)?;
+                srv.policy
+                    .lock()
+                    .expect("poisoned")
+                    .set_default_sink(Some(d.name));
+                srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
+                self.out().ack(seq);
+            }
+            Command::SetDefaultSource(name) => {
+                let name = name.to_str().map_err(|_| PulseError::Invalid)?.to_string();
+                let graph = srv.engine.graph();
+                let d = srv
+                    .source_by_name(&graph, &name)
+                    .ok_or(PulseError::NoEntity)?;
+                srv.policy
+                    .lock()
+                    .expect("poisoned")
+                    .set_default_source(Some(d.name));
+                srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
+                self.out().ack(seq);
+            }
+            Command::SetSinkVolume(p) => {
+                let graph = srv.engine.graph();
+                let d = srv
+                    .find_sink(
+                        &graph,
+                        p.device_index,
+                        p.device_name.as_ref().and_then(|n| n.to_str().ok()),
+                    )
+                    .ok_or(PulseError::NoEntity)?;
+                srv.engine
+                    .set_volume(&d.name, Some(cvolume_to_linear(&p.volume)), None)
+                    .map_err(engine_err)?;
+                srv.lock().device_volumes.insert((false, d.index), p.volume);
+                self.out().ack(seq);
+            }
+            Command::SetSourceVolume(p) => {
+                let graph = srv.engine.graph();
+                let d = srv
+                    .find_source(
+                        &graph,
+                        p.device_index,
+                        p.device_name.as_ref().and_then(|n| n.to_str().ok()),
+                    )
+                    .ok_or(PulseError::NoEntity)?;
+                srv.lock().device_volumes.insert((true, d.index), p.volume);
+                if d.monitor {
+                    srv.broadcast(Fac::Source, Ev::Changed, d.index);
+                } else {
+                    srv.engine
+                        .set_volume(&d.name, Some(cvolume_to_linear(&p.volume)), None)
+                        .map_err(engine_err)?;
+                }
+                self.out().ack(seq);
+            }
+            Command::SetSinkMute(p) => {
+                let graph = srv.engine.graph();
+                let d = srv
+                    .find_sink(
+                        &graph,
+                        p.device_index,
+                        p.device_name.as_ref().and_then(|n| n.to_str().ok()),
+                    )
+                    .ok_or(PulseError::NoEntity)?;
+                srv.engine
+                    .set_volume(&d.name, None, Some(p.mute))
+                    .map_err(engine_err)?;
+                self.out().ack(seq);
+            }
+            Command::SetSourceMute(p) => {
+                let graph = srv.engine.graph();
+                let d = srv
+                    .find_source(
+                        &graph,
+                        p.device_index,
+                        p.device_name.as_ref().and_then(|n| n.to_str().ok()),
+                    )
+                    .ok_or(PulseError::NoEntity)?;
+                if d.monitor {
+                    srv.lock().monitor_mute.insert(d.index, p.mute);
+                    srv.broadcast(Fac::Source, Ev::Changed, d.index);
+                } else {
+                    srv.engine
+                        .set_volume(&d.name, None, Some(p.mute))
+                        .map_err(engine_err)?;
+                }
+                self.out().ack(seq);
+            }
+            Command::SetSinkInputVolume(p) => {
+                self.set_stream_volume(p.index, NodeKind::PlaybackStream, Some(p.volume), None)?;
+                self.out().ack(seq);
+            }
+            Command::SetSourceOutputVolume(p) => {
+                self.set_stream_volume(p.index, NodeKind::RecordStream, Some(p.volume), None)?;
+                self.out().ack(seq);
+            }
+            Command::SetSinkInputMute(p) => {
+                self.set_stream_volume(p.index, NodeKind::PlaybackStream, None, Some(p.mute))?;
+                self.out().ack(seq);
+            }
+            Command::SetSourceOutputMute(p) => {
+                self.set_stream_volume(p.index, NodeKind::RecordStream, None, Some(p.mute))?;
+                self.out().ack(seq);
+            }
+            Command::SuspendSink(p) => {
+                let graph = srv.engine.graph();
+                if p.device_index.is_some() || p.device_name.is_some() {
+                    srv.find_sink(
+                        &graph,
+                        p.device_index,
+                        p.device_name.as_ref().and_then(|n| n.to_str().ok()),
+                    )
+                    .ok_or(PulseError::NoEntity)?;
+                }
+                // The engine suspends idle devices by itself; an explicit request is
+                // acknowledged and otherwise left to that policy.
+                self.out().ack(seq);
+            }
+            Command::SuspendSource(p) => {
+                let graph = srv.engine.graph();
+                if p.device_index.is_some() || p.device_name.is_some() {
+                    srv.find_source(
+                        &graph,
+                        p.device_index,
+                        p.device_name.as_ref().and_then(|n| n.to_str().ok()),
+                    )
+                    .ok_or(PulseError::NoEntity)?;
+                }
+                self.out().ack(seq);
+            }
+            Command::MoveSinkInput(p) => {
+                self.move_stream(p.index, p.device_index, p.device_name, true)?;
+                self.out().ack(seq);
+            }
+            Command::MoveSourceOutput(p) => {
+                self.move_stream(p.index, p.device_index, p.device_name, false)?;
+                self.out().ack(seq);
+            }
+            Command::KillClient(idx) => {
+                let conn = srv
+                    .lock()
+                    .clients
+                    .get(&idx)
+                    .map(|c| c.conn.clone())
+                    .ok_or(PulseError::NoEntity)?;
+                self.out().ack(seq);
+                if idx == self.client {
+                    self.closing = true;
+                } else {
+                    conn.post(ConnMsg::Kill);
+                }
+            }
+            Command::KillSinkInput(idx) | Command::KillSourceOutput(idx) => {
+                let owner = srv.lock().streams.get(&idx).map(|s| s.client);
+                let owner = owner.ok_or(PulseError::NoEntity)?;
+                self.out().ack(seq);
+                if owner == self.client {
+                    self.kill_stream(idx);
+                } else if let Some(c) = srv.lock().clients.get(&owner) {
+                    c.conn.post(ConnMsg::KillStream(idx));
+                }
+            }
+            Command::SetSinkPort(_)
+            | Command::SetSourcePort(_)
+            | Command::SetCardProfile(_)
+            | Command::SetPortLatencyOffset(_) => return Err(PulseError::NoEntity),
+            Command::LoadModule(_) | Command::UnloadModule(_) => {
+                return Err(PulseError::NotSupported);
+            }
+            Command::Extension(_) => return Err(PulseError::NoExtension),
+            Command::PlaySample(_) | Command::RemoveSample(_) => {
+                return Err(PulseError::NoEntity);
+            }
+            Command::CreateUploadStream(_)
+            | Command::DeleteUploadStream(_)
+            | Command::FinishUploadStream(_) => return Err(PulseError::NotSupported),
+            Command::CreatePlaybackStream(p) => self.create_playback(seq, p)?,
+            Command::CreateRecordStream(p) => self.create_record(seq, p)?,
+            Command::DeletePlaybackStream(ch) => {
+                let p = self.playback.remove(&ch).ok_or(PulseError::NoEntity)?;
+                self.drop_stream(p.node);
+                self.out().ack(seq);
+            }
+            Command::DeleteRecordStream(ch) => {
+                let r = self.record.remove(&ch).ok_or(PulseError::NoEntity)?;
+                self.drop_stream(r.node);
+                self.out().ack(seq);
+            }
+            Command::DrainPlaybackStream(ch) => {
+                let p = self.playback.get_mut(&ch).ok_or(PulseError::NoEntity)?;
+                p.shared.set_flag(F_DRAIN, true);
+                p.drains.push(seq);
+                // Acked from service() once the last frame has played.
+            }
+            Command::CorkPlaybackStream(c) => {
+                let p = self.playback.get(&c.channel).ok_or(PulseError::NoEntity)?;
+                p.shared.set_flag(F_CORKED, c.cork);
+                let node = p.node;
+                self.set_corked(node, c.cork);
+                self.out().ack(seq);
+            }
+            Command::CorkRecordStream(c) => {
+                let r = self.record.get(&c.channel).ok_or(PulseError::NoEntity)?;
+                if c.cork {
+                    r.shared.flags.fetch_or(R_CORKED, Release);
+                } else {
+                    r.shared.flags.fetch_and(!R_CORKED, Release);
+                }
+                let node = r.node;
+                self.set_corked(node, c.cork);
+                self.out().ack(seq);
+            }
+            Command::FlushPlaybackStream(ch) => {
+                let p = self.playback.get_mut(&ch).ok_or(PulseError::NoEntity)?;
+                p.flush();
+                self.out().ack(seq);
+            }
+            Command::FlushRecordStream(ch) => {
+                let r = self.record.get_mut(&ch).ok_or(PulseError::NoEntity)?;
+                let n = r.ring.slots();
+                if let Ok(c) = r.ring.read_chunk(n) {
+                    c.commit_all();
+                }
+                r.sent += (n / r.ch) as u64;
+                self.out().ack(seq);
+            }
+            Command::TriggerPlaybackStream(ch) => {
+                let p = self.playback.get(&ch).ok_or(PulseError::NoEntity)?;
+                p.shared.set_flag(F_TRIGGER, true);
+                self.out().ack(seq);
+            }
+            Command::PrebufPlaybackStream(ch) => {
+                let p = self.playback.get(&ch).ok_or(PulseError::NoEntity)?;
+                p.shared.set_flag(F_PREBUF, true);
+                self.out().ack(seq);
+            }
+            Command::GetPlaybackLatency(q) => {
+                let p = self.playback.get(&q.channel).ok_or(PulseError::NoEntity)?;
+                let sh = &p.shared;
+                let consumed = sh.consumed.load(Acquire);
+                let playing = sh.playing.load(Acquire) && sh.flags.load(Acquire) & F_CORKED == 0;
+                let reply = PlaybackLatency {
+                    sink_usec: frames_to_usec(sh.delay.load(Relaxed) as u64, p.spec.sample_rate),
+                    source_usec: 0,
+                    playing,
+                    local_time: q.now,
+                    remote_time: SystemTime::now(),
+                    write_offset: p.write_index,
+                    read_offset: (consumed * p.fs as u64) as i64,
+                    underrun_for: 0,
+                    playing_for: if playing {
+                        (consumed - sh.start_at.load(Relaxed).min(consumed)) * p.fs as u64
+                    } else {
+                        0
+                    },
+                };
+                self.out().reply(seq, &reply);
+            }
+            Command::GetRecordLatency(q) => {
+                let r = self.record.get(&q.channel).ok_or(PulseError::NoEntity)?;
+                let sh = &r.shared;
+                let reply = RecordLatency {
+                    sink_usec: 0,
+                    source_usec: frames_to_usec(sh.delay.load(Relaxed) as u64, r.spec.sample_rate),
+                    playing: sh.flags.load(Acquire) & R_CORKED == 0,
+                    local_time: q.now,
+                    remote_time: SystemTime::now(),
+                    write_offset: (sh.produced.load(Acquire) * r.fs as u64) as i64,
+                    read_offset: (r.sent * r.fs as u64) as i64,
+                };
+                self.out().reply(seq, &reply);
+            }
+            Command::SetPlaybackStreamName(p) => {
+                self.rename_stream(p.index, true, &p.name)?;
+                self.out().ack(seq);
+            }
+            Command::SetRecordStreamName(p) => {
+                self.rename_stream(p.index, false, &p.name)?;
+                self.out().ack(seq);
+            }
+            Command::UpdatePlaybackStreamProplist(p) => {
+                self.update_stream_props(p.index, true, p.mode, &p.props)?;
+                self.out().ack(seq);
+            }
+            Command::UpdateRecordStreamProplist(p) => {
+                self.update_stream_props(p.index, false, p.mode, &p.props)?;
+                self.out().ack(seq);
+            }
+            Command::SetPlaybackStreamBufferAttr(q) => {
+                let grant = self.grant();
+                let p = self
+                    .playback
+                    .get_mut(&q.index)
+                    .ok_or(PulseError::NoEntity)?;
+                let mode = LatencyMode {
+                    adjust_latency: q.adjust_latency,
+                    early_requests: q.early_requests,
+                };
+                let fixed = bufattr::fix_playback(&q.buffer_attr, &p.spec, mode, grant);
+                // The queue follows at once; the node's latency request stays as created
+                // (the engine has no call to change it yet).
+                let old_tlength = p.attr.target_length as i64;
+                p.attr = fixed.attr;
+                p.missing += fixed.attr.target_length as i64 - old_tlength;
+                p.shared
+                    .prebuf
+                    .store(fixed.attr.pre_buffering / p.fs as u32, Relaxed);
+                p.configured_usec = fixed.configured_sink_usec;
+                let reply = SetPlaybackStreamBufferAttrReply {
+                    buffer_attr: fixed.attr,
+                    configured_sink_latency: fixed.configured_sink_usec,
+                };
+                self.out().reply(seq, &reply);
+            }
+            Command::SetRecordStreamBufferAttr(q) => {
+                let grant = self.grant();
+                let r = self.record.get_mut(&q.index).ok_or(PulseError::NoEntity)?;
+                let mode = LatencyMode {
+                    adjust_latency: q.adjust_latency,
+                    early_requests: q.early_requests,
+                };
+                let fixed = bufattr::fix_record(&q.buffer_attr, &r.spec, mode, grant);
+                r.attr = fixed.attr;
+                r.frag_frames =
+                    record_wake_frames(&fixed, &r.spec, r.ring.buffer().capacity() / r.ch);
+                r.configured_usec = fixed.configured_source_usec;
+                let reply = SetRecordStreamBufferAttrReply {
+                    buffer_attr: fixed.attr,
+                    configured_source_latency: fixed.configured_source_usec,
+                };
+                self.out().reply(seq, &reply);
+            }
+            Command::UpdatePlaybackStreamSampleRate(_)
+            | Command::UpdateRecordStreamSampleRate(_) => {
+                return Err(PulseError::NotSupported);
+            }
+            // Replies and server-to-client commands are not requests.
+            _ => return Err(PulseError::Command),
+        }
+        Ok(())
+    }
+
+    fn server_info(&self) -> pa::ServerInfo {
+        let snap = self.srv.snapshot();
+        let sink = snap.default_sink.as_ref();
+        let channels = sink
+            .and_then(|d| snap.graph.nodes.get(&d.node))
+            .map(|n| {
+                quaver_dsp::ChannelMap(
+                    n.inputs
+                        .iter()
+                        .map(|p| snap.graph.ports[p].channel)
+                        .collect(),
+                )
+            })
+            .unwrap_or_else(quaver_dsp::ChannelMap::stereo);
+        let user = std::env::var("USER").unwrap_or_else(|_| "quaver".into());
+        let host = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        pa::ServerInfo {
+            server_name: Some(cstr("pulseaudio")),
+            server_version: Some(cstr(&format!(
+                "16.1.0 (quaver {})",
+                env!("CARGO_PKG_VERSION")
+            ))),
+            user_name: Some(cstr(&user)),
+            host_name: Some(cstr(&host)),
+            sample_spec: SampleSpec {
+                format: SampleFormat::Float32Le,
+                channels: channels.len().clamp(1, 32) as u8,
+                sample_rate: snap.rate,
+            },
+            cookie: self.srv.cookie,
+            default_sink_name: snap.default_sink.as_ref().map(|d| cstr(&d.name)),
+            default_source_name: snap.default_source.as_ref().map(|d| cstr(&d.name)),
+            channel_map: crate::convert::map_to_pa(&channels),
+        }
+    }
+
+    fn rename_stream(&self, channel: u32, playback: bool, name: &std::ffi::CStr) -> Reply {
+        let node = self.stream_node(channel, playback)?;
+        if let Some(s) = self.srv.lock().streams.get_mut(&node) {
+            s.props.set(Prop::MediaName, name);
+        }
+        self.stream_changed(node, playback);
+        Ok(())
+    }
+
+    fn update_stream_props(
+        &self,
+        channel: u32,
+        playback: bool,
+        mode: PropsUpdateMode,
+        props: &Props,
+    ) -> Reply {
+        let node = self.stream_node(channel, playback)?;
+        if let Some(s) = self.srv.lock().streams.get_mut(&node) {
+            update_props(&mut s.props, mode, props);
+        }
+        self.stream_changed(node, playback);
+        Ok(())
+    }
+
+    fn stream_changed(&self, node: NodeId, playback: bool) {
+        self.srv.broadcast(
+            if playback {
+                Fac::SinkInput
+            } else {
+                Fac::SourceOutput
+            },
+            Ev::Changed,
+            node,
+        );
+    }
+
+    fn update_client(&mut self, mode: PropsUpdateMode, props: &Props) {
+        let mut st = self.srv.lock();
+        if let Some(c) = st.clients.get_mut(&self.client) {
+            update_props(&mut c.props, mode, props);
+            if let Some(n) = prop_str(&c.props, Prop::ApplicationName) {
+                c.name = n;
+            }
+        }
+        drop(st);
+        self.srv.broadcast(Fac::Client, Ev::Changed, self.client);
+    }
+
+    fn set_corked(&self, node: NodeId, corked: bool) {
+        let playback = {
+            let mut st = self.srv.lock();
+            match st.streams.get_mut(&node) {
+                Some(s) => {
+                    s.corked = corked;
+                    matches!(s.io, StreamIo::Play(_))
+                }
+                None => return,
+            }
+        };
+        self.srv.broadcast(
+            if playback {
+                Fac::SinkInput
+            } else {
+                Fac::SourceOutput
+            },
+            Ev::Changed,
+            node,
+        );
+    }
+
+    fn set_stream_volume(
+        &self,
+        index: u32,
+        kind: NodeKind,
+        volume: Option<ChannelVolume>,
+        mute: Option<bool>,
+    ) -> Reply {
+        let graph = self.srv.engine.graph();
+        graph
+            .nodes
+            .get(&index)
+            .filter(|n| n.kind == kind)
+            .ok_or(PulseError::NoEntity)?;
+        if let Some(v) = &volume
+            && let Some(s) = self.srv.lock().streams.get_mut(&index)
+        {
+            let n = v.channels().len();
+            if n != s.spec.channels as usize && n != 1 {
+                return Err(PulseError::Invalid);
+            }
+            s.cvolume = if n == 1 {
+                crate::convert::uniform_cvolume(s.spec.channels as usize, cvolume_to_linear(v))
+            } else {
+                *v
+            };
+        }
+        self.srv
+            .engine
+            .set_volume(
+                &index.to_string(),
+                volume.map(|v| cvolume_to_linear(&v)),
+                mute,
+            )
+            .map_err(engine_err)
+    }
+
+    fn move_stream(
+        &self,
+        index: Option<u32>,
+        dev_index: Option<u32>,
+        dev_name: Option<std::ffi::CString>,
+        playback: bool,
+    ) -> Reply {
+        let srv = &self.srv;
+        let index = index.ok_or(PulseError::Invalid)?;
+        let graph = srv.engine.graph();
+        let kind = if playback {
+            NodeKind::PlaybackStream
+        } else {
+            NodeKind::RecordStream
+        };
+        let node = graph
+            .nodes
+            .get(&index)
+            .filter(|n| n.kind == kind)
+            .ok_or(PulseError::NoEntity)?;
+        let name = dev_name.as_ref().and_then(|n| n.to_str().ok());
+        let dev = if playback {
+            srv.find_sink(&graph, dev_index, name)
+        } else {
+            srv.find_source(&graph, dev_index, name)
+        }
+        .ok_or(PulseError::NoEntity)?;
+        let dev_node = &graph.nodes[&dev.node];
+        let old = stream_target(&graph, index);
+        if old == Some(dev.node) {
+            return Ok(());
+        }
+        // Link the new device first: for one cycle the stream feeds both, so the move
+        // never leaves a gap; the old link then fades out.
+        if playback {
+            srv.engine
+                .link(&node.name, &dev_node.name)
+                .map_err(engine_err)?;
+            if let Some(o) = old {
+                let _ = srv.engine.unlink(&node.name, &graph.nodes[&o].name);
+            }
+        } else {
+            srv.engine
+                .link(&dev_node.name, &node.name)
+                .map_err(engine_err)?;
+            if let Some(o) = old {
+                let _ = srv.engine.unlink(&graph.nodes[&o].name, &node.name);
+            }
+        }
+        let owner = srv.lock().streams.get(&index).map(|s| s.client);
+        if let Some(owner) = owner
+            && let Some(c) = srv.lock().clients.get(&owner)
+        {
+            c.conn.post(ConnMsg::Moved(index));
+        }
+        tracing::info!("pulse: moved {} to {}", node.name, dev.name);
+        Ok(())
+    }
+
+    fn send_moved(&mut self, node: NodeId) {
+        let graph = self.srv.engine.graph();
+        if let Some(p) = self.playback.values().find(|p| p.node == node) {
+            let Some(sink) = stream_target(&graph, node) else {
+                return;
+            };
+            let cmd = Command::PlaybackStreamMoved(PlaybackStreamMovedParams {
+                stream_index: p.channel,
+                device_index: sink,
+                device_name: cstr(&graph.nodes[&sink].name),
+                device_suspended: false,
+                buffer_attr: p.attr,
+                configured_sink_latency: p.configured_usec,
+            });
+            self.out().command(&cmd);
+        } else if let Some(r) = self.record.values().find(|r| r.node == node) {
+            let Some(src) = record_source_index(&graph, node) else {
+                return;
+            };
+            let Some(dev) = self.srv.source_by_index(&graph, src) else {
+                return;
+            };
+            let cmd = Command::RecordStreamMoved(RecordStreamMovedParams {
+                stream_index: r.channel,
+                device_index: dev.index,
+                device_name: cstr(&dev.name),
+                device_suspended: false,
+                buffer_attr: r.attr,
+                configured_source_latency: r.configured_usec,
+            });
+            self.out().command(&cmd);
+        }
+    }
+
+    fn kill_stream(&mut self, node: NodeId) {
+        if let Some(ch) = self
+            .playback
+            .iter()
+            .find(|(_, p)| p.node == node)
+            .map(|(c, _)| *c)
+        {
+            self.playback.remove(&ch);
+            self.drop_stream(node);
+            self.out().command(&Command::PlaybackStreamKilled(ch));
+        } else if let Some(ch) = self
+            .record
+            .iter()
+            .find(|(_, r)| r.node == node)
+            .map(|(c, _)| *c)
+        {
+            self.record.remove(&ch);
+            self.drop_stream(node);
+            self.out().command(&Command::RecordStreamKilled(ch));
+        }
+    }
+
+    fn drop_stream(&self, node: NodeId) {
+        if let Err(e) = self.srv.engine.remove_node(node) {
+            tracing::warn!("pulse: removing stream node {node}: {e}");
+        }
+        self.srv.lock().streams.remove(&node);
+    }
+
+    fn cleanup(&mut self) {
+        let nodes: Vec<NodeId> = self
+            .playback
+            .values()
+            .map(|p| p.node)
+            .chain(self.record.values().map(|r| r.node))
+            .collect();
+        self.playback.clear();
+        self.record.clear();
+        for n in &nodes {
+            self.drop_stream(*n);
+        }
+        let name = self
+            .srv
+            .lock()
+            .clients
+            .remove(&self.client)
+            .map(|c| c.name)
+            .unwrap_or_default();
+        self.srv.broadcast(Fac::Client, Ev::Removed, self.client);
+        tracing::info!(
+            "pulse client {} ({name}) left; {} stream(s) removed",
+            self.client,
+            nodes.len()
+        );
+    }
+
+    /// What the engine grants for a device-latency request: the quantum this stream
+    /// alone would make (half the request, a power of two within the bounds), twice.
+    fn grant(&self) -> impl Fn(u64) -> u64 + use<> {
+        let cfg = self.srv.engine.config().clone();
+        let rate = self.srv.engine.rate();
+        move |usec: u64| {
+            let frames = (usec as u128 * rate as u128 / 1_000_000) as usize;
+            let half = (frames / 2).max(1);
+            let q = (1usize << (usize::BITS - 1 - half.leading_zeros()))
+                .clamp(cfg.quantum_min, cfg.quantum_max);
+            frames_to_usec(2 * q as u64, rate)
+        }
+    }
+
+    fn stream_limit(&self) -> Reply {
+        if self.playback.len() + self.record.len() >= self.srv.opts.max_streams_per_client {
+            return Err(PulseError::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// Spec, codec and channel map of a new stream, from the spec or the format list.
+    fn stream_format(
+        &self,
+        spec: SampleSpec,
+        map: PaMap,
+        formats: &[FormatInfo],
+    ) -> Result<(SampleSpec, Codec, PaMap), PulseError> {
+        let (spec, map) = if spec.format == SampleFormat::Invalid {
+            let (s, m) = spec_from_formats(formats, self.srv.engine.rate())
+                .ok_or(PulseError::NotSupported)?;
+            (s, m.unwrap_or_else(PaMap::empty))
+        } else {
+            (spec, map)
+        };
+        let codec = check_spec(&spec).map_err(|why| {
+            tracing::debug!("pulse client {}: {why}", self.client);
+            PulseError::Invalid
+        })?;
+        let map = if map.num_channels() == 0 {
+            default_pa_map(spec.channels)
+        } else if map.num_channels() != spec.channels {
+            return Err(PulseError::Invalid);
+        } else {
+            map
+        };
+        let rate = self.srv.engine.rate();
+        if spec.sample_rate.max(rate) / spec.sample_rate.min(rate) > MAX_RATE_RATIO {
+            tracing::info!(
+                "pulse client {}: {} Hz is too far from the engine's {rate} Hz to resample",
+                self.client,
+                spec.sample_rate
+            );
+            return Err(PulseError::NotSupported);
+        }
+        Ok((spec, codec, map))
+    }
+
+    fn client_name(&self) -> String {
+        self.srv
+            .lock()
+            .clients
+            .get(&self.client)
+            .map(|c| c.name.clone())
+            .unwrap_or_default()
+    }
+
+    fn create_playback(&mut self, seq: u32, p: PlaybackStreamParams) -> Reply {
+        self.stream_limit()?;
+        let srv = self.srv.clone();
+        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
+        let graph = srv.engine.graph();
+        let sink = match (p.sink_index, p.sink_name.as_ref()) {
+            (None, None) => srv.default_sink(&graph),
+            (i, n) => srv.find_sink(&graph, i, n.and_then(|n| n.to_str().ok())),
+        }
+        .ok_or(PulseError::NoEntity)?;
+        let sink_node = &graph.nodes[&sink.node];
+        let node_map = quaver_dsp::ChannelMap(
+            sink_node
+                .inputs
+                .iter()
+                .map(|id| graph.ports[id].channel)
+                .collect(),
+        );
+        let mode = LatencyMode {
+            adjust_latency: p.flags.adjust_latency,
+            early_requests: p.flags.early_requests,
+        };
+        let fixed = bufattr::fix_playback(&p.buffer_attr, &spec, mode, self.grant());
+        let attr = fixed.attr;
+        let fs = frame_size(&spec);
+        let ch = spec.channels as usize;
+        let rate = srv.engine.rate();
+        let cfg = srv.engine.config().clone();
+        let tlength_frames = attr.target_length as usize / fs;
+        let minreq_frames = attr.minimum_request_length as usize / fs;
+        let quantum_frames =
+            (cfg.quantum_max as u64 * spec.sample_rate as u64).div_ceil(rate as u64) as usize;
+        let ring_frames = (tlength_frames + minreq_frames + quantum_frames)
+            .max(1024)
+            .next_power_of_two();
+        let (producer, consumer) = rtrb::RingBuffer::new(ring_frames * ch);
+        let corked = p.flags.start_corked;
+        let shared = Arc::new(PlayShared::new(
+            self.handle.bell.clone(),
+            attr.pre_buffering / fs as u32,
+            corked,
+        ));
+        let source = PlaySource::new(shared.clone(), consumer, ch);
+        let format = StreamFormat {
+            rate: spec.sample_rate,
+            channels: map_from_pa(&map),
+        };
+        let adapter = PlaybackAdapter::new(
+            source,
+            &format,
+            &node_map,
+            rate,
+            cfg.quantum_max,
+            0,
+            srv.opts.resample_quality,
+        )
+        .map_err(|e| {
+            tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
+            PulseError::NotSupported
+        })?;
+        let client_name = self.client_name();
+        let mut nspec = NodeSpec::new(
+            &node_name(&p.props, &client_name, true),
+            NodeKind::PlaybackStream,
+        );
+        nspec.description = format!("PulseAudio stream of {client_name}");
+        nspec.outputs = node_map;
+        nspec.latency_frames =
+            Some(((fixed.sink_request_usec as u128 * rate as u128 / 1_000_000) as u32).max(1));
+        let cvolume = p
+            .cvolume
+            .filter(|v| v.channels().len() == ch)
+            .unwrap_or_else(|| crate::convert::uniform_cvolume(ch, 1.0));
+        nspec.volume = cvolume_to_linear(&cvolume);
+        let node = srv
+            .engine
+            .add_node_linked(nspec, Some(Box::new(adapter)), Some(&sink.name))
+            .map_err(engine_err)?;
+        if p.flags.start_muted == Some(true) {
+            let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
+        }
+        let channel = self.next_channel;
+        self.next_channel += 1;
+        srv.lock().streams.insert(
+            node,
+            StreamRec {
+                client: self.client,
+                spec,
+                map,
+                props: p.props.clone(),
+                cvolume,
+                corked,
+                io: StreamIo::Play(shared.clone()),
+            },
+        );
+        tracing::info!(
+            "pulse client {}: playback {node} {:?} {} ch {:?} {} Hz → {} (tlength {} ms, minreq {} ms, prebuf {} ms, device {} ms)",
+            self.client,
+            spec.format,
+            spec.channels,
+            map,
+            spec.sample_rate,
+            sink.name,
+            crate::convert::bytes_to_usec(attr.target_length as u64, &spec) / 1000,
+            crate::convert::bytes_to_usec(attr.minimum_request_length as u64, &spec) / 1000,
+            crate::convert::bytes_to_usec(attr.pre_buffering as u64, &spec) / 1000,
+            fixed.configured_sink_usec / 1000,
+        );
+        let requested = attr.target_length;
+        self.playback.insert(
+            channel,
+            Playback {
+                node,
+                channel,
+                spec,
+                codec,
+                fs,
+                ch,
+                attr,
+                configured_usec: fixed.configured_sink_usec,
+                shared,
+                ring: producer,
+                ring_frames,
+                pending: VecDeque::new(),
+                carry: Vec::new(),
+                decoded: Vec::new(),
+                write_index: 0,
+                missing: 0,
+                pushed: 0,
+                seen_consumed: 0,
+                seen_starts: 0,
+                seen_underruns: 0,
+                drains: Vec::new(),
+            },
+        );
+        let reply = CreatePlaybackStreamReply {
+            channel,
+            stream_index: node,
+            requested_bytes: requested,
+            buffer_attr: attr,
+            sample_spec: spec,
+            channel_map: map,
+            stream_latency: fixed.configured_sink_usec,
+            sink_index: sink.index,
+            sink_name: Some(cstr(&sink.name)),
+            suspended: false,
+            format: FormatInfo::new(FormatEncoding::Pcm),
+        };
+        self.out().reply(seq, &reply);
+        Ok(())
+    }
+
+    fn record_target(&self, p: &RecordStreamParams) -> Result<(Target, Device), PulseError> {
+        let srv = &self.srv;
+        let graph = srv.engine.graph();
+        if let Some(input) = p.direct_on_input_index {
+            // A single sink input's monitor: tap that stream's node.
+            let n = graph
+                .nodes
+                .get(&input)
+                .filter(|n| n.kind == NodeKind::PlaybackStream)
+                .ok_or(PulseError::NoEntity)?;
+            let sink = stream_target(&graph, input)
+                .and_then(|s| srv.monitor_of(&graph, s))
+                .ok_or(PulseError::NoEntity)?;
+            return Ok((
+                Target {
+                    node: n.id,
+                    name: n.name.clone(),
+                    dev_index: sink.index,
+                    dev_name: sink.name.clone(),
+                },
+                sink,
+            ));
+        }
+        let dev = match (p.source_index, p.source_name.as_ref()) {
+            (None, None) => srv.default_source(&graph),
+            (i, n) => srv.find_source(&graph, i, n.and_then(|n| n.to_str().ok())),
+        }
+        .ok_or(PulseError::NoEntity)?;
+        let node = &graph.nodes[&dev.node];
+        Ok((
+            Target {
+                node: node.id,
+                name: node.name.clone(),
+                dev_index: dev.index,
+                dev_name: dev.name.clone(),
+            },
+            dev,
+        ))
+    }
+
+    fn create_record(&mut self, seq: u32, p: RecordStreamParams) -> Reply {
+        self.stream_limit()?;
+        let srv = self.srv.clone();
+        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
+        let (target, dev) = self.record_target(&p)?;
+        let graph = srv.engine.graph();
+        let tnode = graph.nodes.get(&target.node).ok_or(PulseError::NoEntity)?;
+        let node_map = quaver_dsp::ChannelMap(
+            tnode
+                .outputs
+                .iter()
+                .map(|id| graph.ports[id].channel)
+                .collect(),
+        );
+        if node_map.is_empty() {
+            return Err(PulseError::NoEntity);
+        }
+        let mode = LatencyMode {
+            adjust_latency: p.flags.adjust_latency,
+            early_requests: p.flags.early_requests,
+        };
+        let fixed = bufattr::fix_record(&p.buffer_attr, &spec, mode, self.grant());
+        let fs = frame_size(&spec);
+        let ch = spec.channels as usize;
+        let rate = srv.engine.rate();
+        let cfg = srv.engine.config().clone();
+        let quantum_frames =
+            (cfg.quantum_max as u64 * spec.sample_rate as u64).div_ceil(rate as u64) as usize;
+        let frag = (fixed.attr.fragment_size as usize / fs).max(1);
+        let ring_frames = (2 * frag.min(spec.sample_rate as usize * 4) + 2 * quantum_frames)
+            .max(4096)
+            .next_power_of_two();
+        let (producer, consumer) = rtrb::RingBuffer::new(ring_frames * ch);
+        let corked = p.flags.start_corked;
+        let shared = Arc::new(RecShared::new(self.handle.bell.clone(), corked));
+        let sink = RecSink::new(shared.clone(), producer, ch);
+        let format = StreamFormat {
+            rate: spec.sample_rate,
+            channels: map_from_pa(&map),
+        };
+        let adapter = RecordAdapter::new(
+            sink,
+            &format,
+            &node_map,
+            rate,
+            cfg.quantum_max,
+            srv.opts.resample_quality,
+        )
+        .map_err(|e| {
+            tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
+            PulseError::NotSupported
+        })?;
+        let client_name = self.client_name();
+        let mut nspec = NodeSpec::new(
+            &node_name(&p.props, &client_name, false),
+            NodeKind::RecordStream,
+        );
+        nspec.description = format!("PulseAudio record stream of {client_name}");
+        nspec.inputs = node_map;
+        nspec.latency_frames = fixed
+            .source_request_usec
+            .map(|u| ((u as u128 * rate as u128 / 1_000_000) as u32).max(1));
+        let cvolume = p
+            .cvolume
+            .filter(|v| v.channels().len() == ch)
+            .unwrap_or_else(|| crate::convert::uniform_cvolume(ch, 1.0));
+        nspec.volume = cvolume_to_linear(&cvolume);
+        let node = srv
+            .engine
+            .add_node_linked(nspec, Some(Box::new(adapter)), Some(&target.name))
+            .map_err(engine_err)?;
+        if p.flags.start_muted == Some(true) {
+            let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
+        }
+        let channel = self.next_channel;
+        self.next_channel += 1;
+        srv.lock().streams.insert(
+            node,
+            StreamRec {
+                client: self.client,
+                spec,
+                map,
+                props: p.props.clone(),
+                cvolume,
+                corked,
+                io: StreamIo::Record(shared.clone()),
+            },
+        );
+        let frag_frames = record_wake_frames(&fixed, &spec, ring_frames);
+        tracing::info!(
+            "pulse client {}: record {node} {:?} {} ch {} Hz ← {} (fragment {} ms)",
+            self.client,
+            spec.format,
+            spec.channels,
+            spec.sample_rate,
+            target.dev_name,
+            frames_to_usec(frag_frames as u64, spec.sample_rate) / 1000,
+        );
+        shared.wake_at.store(frag_frames as u64, Release);
+        self.record.insert(
+            channel,
+            Record {
+                node,
+                channel,
+                spec,
+                codec,
+                fs,
+                ch,
+                attr: fixed.attr,
+                configured_usec: fixed.configured_source_usec,
+                shared,
+                ring: consumer,
+                frag_frames,
+                sent: 0,
+                scratch: Vec::new(),
+            },
+        );
+        let reply = CreateRecordStreamReply {
+            channel,
+            stream_index: node,
+            buffer_attr: fixed.attr,
+            sample_spec: spec,
+            channel_map: map,
+            stream_latency: fixed.configured_source_usec,
+            sink_index: target.dev_index,
+            sink_name: Some(cstr(&dev.name)),
+            suspended: false,
+            format: FormatInfo::new(FormatEncoding::Pcm),
+        };
+        self.out().reply(seq, &reply);
+        Ok(())
+    }
+}
+
+/// Frames of record data to gather before sending: the fragment size with
+/// ADJUST_LATENCY or EARLY_REQUESTS, else at most [`TRADITIONAL_RECORD_USEC`]; always
+/// less than half the ring.
+fn record_wake_frames(fixed: &bufattr::RecordAttr, spec: &SampleSpec, ring_frames: usize) -> usize {
+    let fs = frame_size(spec).max(1);
+    let mut frag = fixed.attr.fragment_size as usize / fs;
+    if fixed.source_request_usec.is_none() {
+        frag = frag.min(usec_to_bytes(TRADITIONAL_RECORD_USEC, spec) as usize / fs);
+    }
+    frag.clamp(1, (ring_frames / 2).max(1))
+}

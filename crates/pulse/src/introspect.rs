@@ -1,0 +1,470 @@
+//! PulseAudio's view of the graph: sink, source, sink-input, source-output, client and
+//! module records built from a graph snapshot and the front-end's own state.
+
+use crate::convert::{cvolume_to_linear, frames_to_usec, map_to_pa, uniform_cvolume};
+use crate::server::{Device, Server, State, StreamIo, StreamRec, monitor_name, stream_target};
+use pulseaudio::protocol::{
+    ChannelVolume, ClientInfo, FormatEncoding, FormatInfo, ModuleInfo, Prop, Props, SampleFormat,
+    SampleSpec, SinkFlags, SinkInfo, SinkInputInfo, SinkState, SourceFlags, SourceInfo,
+    SourceOutputInfo, SourceState, Volume,
+};
+use quaver_dsp::ChannelMap;
+use quaver_engine::NodeKind;
+use quaver_engine::graph::{Graph, Node};
+use std::ffi::CString;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Index of the pseudo-module standing for this front-end.
+pub const PROTOCOL_MODULE: u32 = 0;
+
+/// A consistent view for one introspection reply.
+pub struct Snapshot {
+    /// The graph.
+    pub graph: Graph,
+    /// Engine rate.
+    pub rate: u32,
+    /// Current quantum.
+    pub quantum: usize,
+    /// Devices suspended for idleness.
+    pub suspended: bool,
+    /// Default sink.
+    pub default_sink: Option<Device>,
+    /// Default source.
+    pub default_source: Option<Device>,
+}
+
+/// A C string from text, dropping interior NULs.
+pub fn cstr(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).expect("NULs removed")
+}
+
+fn set(props: &mut Props, key: Prop, value: &str) {
+    props.set(key, cstr(value));
+}
+
+/// A proplist value as text, if it is a NUL-terminated string.
+pub fn prop_str(props: &Props, key: Prop) -> Option<String> {
+    let v = props.get(key)?;
+    let v = v.strip_suffix(&[0]).unwrap_or(v);
+    std::str::from_utf8(v).ok().map(str::to_string)
+}
+
+fn ports_map(graph: &Graph, ports: &[u32]) -> ChannelMap {
+    ChannelMap(ports.iter().map(|p| graph.ports[p].channel).collect())
+}
+
+fn float_spec(rate: u32, channels: usize) -> SampleSpec {
+    SampleSpec {
+        format: SampleFormat::Float32Le,
+        channels: channels.clamp(1, 32) as u8,
+        sample_rate: rate,
+    }
+}
+
+fn pcm_format(spec: &SampleSpec) -> FormatInfo {
+    let mut f = FormatInfo::new(FormatEncoding::Pcm);
+    let name = match spec.format {
+        SampleFormat::U8 => "u8",
+        SampleFormat::Alaw => "aLaw",
+        SampleFormat::Ulaw => "uLaw",
+        SampleFormat::S16Le => "s16le",
+        SampleFormat::S16Be => "s16be",
+        SampleFormat::Float32Le => "float32le",
+        SampleFormat::Float32Be => "float32be",
+        SampleFormat::S32Le => "s32le",
+        SampleFormat::S32Be => "s32be",
+        SampleFormat::S24Le => "s24le",
+        SampleFormat::S24Be => "s24be",
+        SampleFormat::S24In32Le => "s24-32le",
+        SampleFormat::S24In32Be => "s24-32be",
+        SampleFormat::Invalid => return f,
+    };
+    // Values are JSON, as pa_format_info stores them.
+    f.props
+        .set(Prop::FormatSampleFormat, cstr(&format!("\"{name}\"")));
+    f.props
+        .set(Prop::FormatRate, cstr(&spec.sample_rate.to_string()));
+    f.props
+        .set(Prop::FormatChannels, cstr(&spec.channels.to_string()));
+    f
+}
+
+impl Server {
+    /// Takes a snapshot of the graph and the defaults.
+    pub fn snapshot(&self) -> Snapshot {
+        let graph = self.engine.graph();
+        let status = self.engine.status();
+        let default_sink = self.default_sink(&graph);
+        let default_source = self.default_source(&graph);
+        Snapshot {
+            rate: status.rate,
+            quantum: status.quantum,
+            suspended: status.devices.iter().any(|d| d.suspended),
+            graph,
+            default_sink,
+            default_source,
+        }
+    }
+
+    /// The volume to report for a device: what a client set, while the node's gain still
+    /// matches it, else the gain spread over every channel.
+    fn device_volume(
+        st: &State,
+        source: bool,
+        index: u32,
+        gain: f32,
+        channels: usize,
+    ) -> ChannelVolume {
+        match st.device_volumes.get(&(source, index)) {
+            Some(v)
+                if v.channels().len() == channels
+                    && (cvolume_to_linear(v) - gain).abs() <= 1e-4 * gain.max(1.0) =>
+            {
+                *v
+            }
+            _ => uniform_cvolume(channels, gain),
+        }
+    }
+
+    fn device_latency_usec(snap: &Snapshot) -> u64 {
+        frames_to_usec(2 * snap.quantum as u64, snap.rate)
+    }
+
+    fn has_inputs(graph: &Graph, node: &Node) -> bool {
+        graph.links.values().any(|l| node.inputs.contains(&l.input))
+    }
+
+    fn has_readers(graph: &Graph, node: &Node) -> bool {
+        graph
+            .links
+            .values()
+            .any(|l| node.outputs.contains(&l.output))
+    }
+
+    /// The sink record of a device-sink node.
+    pub fn sink_info(&self, snap: &Snapshot, st: &State, node: &Node) -> SinkInfo {
+        let map = ports_map(&snap.graph, &node.inputs);
+        let mut props = Props::new();
+        set(&mut props, Prop::DeviceDescription, &node.description);
+        set(&mut props, Prop::DeviceClass, "sound");
+        set(&mut props, Prop::DeviceApi, "quaver");
+        props.set_bytes(cstr("node.name"), cstr(&node.name).as_bytes_with_nul());
+        let latency = Self::device_latency_usec(snap);
+        SinkInfo {
+            index: node.id,
+            name: cstr(&node.name),
+            description: Some(cstr(if node.description.is_empty() {
+                &node.name
+            } else {
+                &node.description
+            })),
+            props,
+            state: if snap.suspended {
+                SinkState::Suspended
+            } else if Self::has_inputs(&snap.graph, node) {
+                SinkState::Running
+            } else {
+                SinkState::Idle
+            },
+            sample_spec: float_spec(snap.rate, map.len()),
+            channel_map: map_to_pa(&map),
+            owner_module_index: None,
+            cvolume: Self::device_volume(st, false, node.id, node.volume, map.len()),
+            muted: node.mute,
+            monitor_source_index: Some(node.id),
+            monitor_source_name: Some(cstr(&monitor_name(&node.name))),
+            flags: SinkFlags::LATENCY | SinkFlags::DECIBEL_VOLUME,
+            actual_latency: latency,
+            configured_latency: latency,
+            driver: Some(cstr("quaver")),
+            base_volume: Volume::NORM,
+            volume_steps: Some(65537),
+            card_index: None,
+            ports: Vec::new(),
+            active_port: 0,
+            formats: vec![FormatInfo::new(FormatEncoding::Pcm)],
+        }
+    }
+
+    /// The source record of a capture device or a sink's monitor.
+    pub fn source_info(&self, snap: &Snapshot, st: &State, dev: &Device) -> Option<SourceInfo> {
+        let node = snap.graph.nodes.get(&dev.node)?;
+        let map = ports_map(&snap.graph, &node.outputs);
+        let mut props = Props::new();
+        let description = if dev.monitor {
+            format!(
+                "Monitor of {}",
+                if node.description.is_empty() {
+                    &node.name
+                } else {
+                    &node.description
+                }
+            )
+        } else if node.description.is_empty() {
+            node.name.clone()
+        } else {
+            node.description.clone()
+        };
+        set(&mut props, Prop::DeviceDescription, &description);
+        set(
+            &mut props,
+            Prop::DeviceClass,
+            if dev.monitor { "monitor" } else { "sound" },
+        );
+        set(&mut props, Prop::DeviceApi, "quaver");
+        let latency = Self::device_latency_usec(snap);
+        let (volume, muted) = if dev.monitor {
+            (
+                Self::device_volume(st, true, dev.index, 1.0, map.len()),
+                st.monitor_mute.get(&dev.index).copied().unwrap_or(false),
+            )
+        } else {
+            (
+                Self::device_volume(st, true, dev.index, node.volume, map.len()),
+                node.mute,
+            )
+        };
+        Some(SourceInfo {
+            index: dev.index,
+            name: cstr(&dev.name),
+            description: Some(cstr(&description)),
+            props,
+            state: if snap.suspended {
+                SourceState::Suspended
+            } else if Self::has_readers(&snap.graph, node) {
+                SourceState::Running
+            } else {
+                SourceState::Idle
+            },
+            sample_spec: float_spec(snap.rate, map.len()),
+            channel_map: map_to_pa(&map),
+            owner_module_index: None,
+            cvolume: volume,
+            base_volume: Volume::NORM,
+            volume_steps: Some(65537),
+            muted,
+            monitor_of_sink_index: dev.monitor.then_some(node.id),
+            monitor_of_sink_name: dev.monitor.then(|| cstr(&node.name)),
+            flags: SourceFlags::LATENCY | SourceFlags::DECIBEL_VOLUME,
+            actual_latency: latency,
+            configured_latency: latency,
+            driver: Some(cstr("quaver")),
+            card_index: None,
+            ports: Vec::new(),
+            active_port: 0,
+            formats: vec![FormatInfo::new(FormatEncoding::Pcm)],
+        })
+    }
+
+    fn stream_name(node: &Node, rec: Option<&StreamRec>) -> CString {
+        rec.and_then(|r| prop_str(&r.props, Prop::MediaName))
+            .map(|s| cstr(&s))
+            .unwrap_or_else(|| cstr(&node.name))
+    }
+
+    fn stream_props(node: &Node, rec: Option<&StreamRec>) -> Props {
+        let mut p = rec.map(|r| r.props.clone()).unwrap_or_default();
+        if prop_str(&p, Prop::MediaName).is_none() {
+            set(&mut p, Prop::MediaName, &node.name);
+        }
+        p.set_bytes(cstr("node.name"), cstr(&node.name).as_bytes_with_nul());
+        p
+    }
+
+    fn resample_method(&self, spec_rate: u32, rate: u32) -> Option<CString> {
+        (spec_rate != rate).then(|| {
+            cstr(match self.opts.resample_quality {
+                quaver_dsp::resample::ResampleQuality::Fast => "rubato-poly",
+                quaver_dsp::resample::ResampleQuality::Medium => "rubato-sinc-64",
+                quaver_dsp::resample::ResampleQuality::High => "rubato-sinc-256",
+            })
+        })
+    }
+
+    /// The sink-input record of a playback-stream node (ours or another front-end's).
+    pub fn sink_input_info(&self, snap: &Snapshot, st: &State, node: &Node) -> SinkInputInfo {
+        let rec = st.streams.get(&node.id);
+        let outputs = ports_map(&snap.graph, &node.outputs);
+        let (spec, map) = match rec {
+            Some(r) => (r.spec, r.map),
+            None => (float_spec(snap.rate, outputs.len()), map_to_pa(&outputs)),
+        };
+        let (buffer, sink_latency) = match rec.map(|r| &r.io) {
+            Some(StreamIo::Play(p)) => {
+                let queued = p
+                    .pushed
+                    .load(Relaxed)
+                    .saturating_sub(p.removed.load(Relaxed));
+                (
+                    frames_to_usec(queued, spec.sample_rate),
+                    frames_to_usec(p.delay.load(Relaxed) as u64, spec.sample_rate),
+                )
+            }
+            _ => (0, Self::device_latency_usec(snap)),
+        };
+        let cvolume = match rec {
+            Some(r) if (cvolume_to_linear(&r.cvolume) - node.volume).abs() <= 1e-4 => r.cvolume,
+            _ => uniform_cvolume(spec.channels as usize, node.volume),
+        };
+        SinkInputInfo {
+            index: node.id,
+            name: Self::stream_name(node, rec),
+            owner_module_index: rec.map(|_| PROTOCOL_MODULE),
+            client_index: rec.map(|r| r.client),
+            sink_index: stream_target(&snap.graph, node.id).unwrap_or(u32::MAX),
+            sample_spec: spec,
+            channel_map: map,
+            cvolume,
+            buffer_latency: buffer,
+            sink_latency,
+            resample_method: self.resample_method(spec.sample_rate, snap.rate),
+            driver: Some(cstr(if rec.is_some() {
+                "protocol-native.c"
+            } else {
+                "quaver-native"
+            })),
+            props: Self::stream_props(node, rec),
+            muted: node.mute,
+            corked: rec.is_some_and(|r| r.corked),
+            has_volume: true,
+            volume_writable: true,
+            format: pcm_format(&spec),
+        }
+    }
+
+    /// The source-output record of a record-stream node.
+    pub fn source_output_info(&self, snap: &Snapshot, st: &State, node: &Node) -> SourceOutputInfo {
+        let rec = st.streams.get(&node.id);
+        let inputs = ports_map(&snap.graph, &node.inputs);
+        let (spec, map) = match rec {
+            Some(r) => (r.spec, r.map),
+            None => (float_spec(snap.rate, inputs.len()), map_to_pa(&inputs)),
+        };
+        let (buffer, latency) = match rec.map(|r| &r.io) {
+            Some(StreamIo::Record(r)) => (
+                frames_to_usec(
+                    r.produced
+                        .load(Relaxed)
+                        .saturating_sub(r.sent.load(Relaxed)),
+                    spec.sample_rate,
+                ),
+                frames_to_usec(r.delay.load(Relaxed) as u64, spec.sample_rate),
+            ),
+            _ => (0, Self::device_latency_usec(snap)),
+        };
+        let cvolume = match rec {
+            Some(r) if (cvolume_to_linear(&r.cvolume) - node.volume).abs() <= 1e-4 => r.cvolume,
+            _ => uniform_cvolume(spec.channels as usize, node.volume),
+        };
+        SourceOutputInfo {
+            index: node.id,
+            name: Self::stream_name(node, rec),
+            owner_module_index: rec.map(|_| PROTOCOL_MODULE),
+            client_index: rec.map(|r| r.client),
+            source_index: crate::server::record_source_index(&snap.graph, node.id)
+                .unwrap_or(u32::MAX),
+            sample_spec: spec,
+            channel_map: map,
+            cvolume,
+            buffer_latency: buffer,
+            source_latency: latency,
+            resample_method: self.resample_method(spec.sample_rate, snap.rate),
+            driver: Some(cstr(if rec.is_some() {
+                "protocol-native.c"
+            } else {
+                "quaver-native"
+            })),
+            props: Self::stream_props(node, rec),
+            muted: node.mute,
+            corked: rec.is_some_and(|r| r.corked),
+            has_volume: true,
+            volume_writable: true,
+            format: pcm_format(&spec),
+        }
+    }
+
+    /// Every sink record.
+    pub fn sink_list(&self, snap: &Snapshot, st: &State) -> Vec<SinkInfo> {
+        snap.graph
+            .nodes
+            .values()
+            .filter(|n| n.kind == NodeKind::DeviceSink)
+            .map(|n| self.sink_info(snap, st, n))
+            .collect()
+    }
+
+    /// Every source record.
+    pub fn source_list(&self, snap: &Snapshot, st: &State) -> Vec<SourceInfo> {
+        self.sources(&snap.graph)
+            .iter()
+            .filter_map(|d| self.source_info(snap, st, d))
+            .collect()
+    }
+
+    /// Every sink-input record.
+    pub fn sink_input_list(&self, snap: &Snapshot, st: &State) -> Vec<SinkInputInfo> {
+        snap.graph
+            .nodes
+            .values()
+            .filter(|n| n.kind == NodeKind::PlaybackStream)
+            .map(|n| self.sink_input_info(snap, st, n))
+            .collect()
+    }
+
+    /// Every source-output record.
+    pub fn source_output_list(&self, snap: &Snapshot, st: &State) -> Vec<SourceOutputInfo> {
+        snap.graph
+            .nodes
+            .values()
+            .filter(|n| n.kind == NodeKind::RecordStream)
+            .map(|n| self.source_output_info(snap, st, n))
+            .collect()
+    }
+
+    /// The client record of client `index`.
+    pub fn client_info(&self, st: &State, index: u32) -> Option<ClientInfo> {
+        let c = st.clients.get(&index)?;
+        Some(ClientInfo {
+            index,
+            name: cstr(&c.name),
+            owner_module_index: Some(PROTOCOL_MODULE),
+            driver: Some(cstr("protocol-native.c")),
+            props: c.props.clone(),
+        })
+    }
+
+    /// Every client record.
+    pub fn client_list(&self, st: &State) -> Vec<ClientInfo> {
+        st.clients
+            .keys()
+            .filter_map(|&i| self.client_info(st, i))
+            .collect()
+    }
+
+    /// Every module record: the front-end itself.
+    pub fn module_list(&self, st: &State) -> Vec<ModuleInfo> {
+        let mut props = Props::new();
+        set(
+            &mut props,
+            Prop::ModuleDescription,
+            "Native protocol (UNIX sockets)",
+        );
+        set(&mut props, Prop::ModuleAuthor, "quaver");
+        set(&mut props, Prop::ModuleVersion, env!("CARGO_PKG_VERSION"));
+        #[allow(deprecated)]
+        let m = ModuleInfo {
+            index: PROTOCOL_MODULE,
+            name: cstr("module-native-protocol-unix"),
+            argument: None,
+            n_used: Some(st.clients.len() as u32),
+            auto_unload: false,
+            props,
+        };
+        vec![m]
+    }
+
+    /// The node of a sink input or source output by index, checked for kind.
+    pub fn stream_node(snap: &Snapshot, index: u32, kind: NodeKind) -> Option<&Node> {
+        snap.graph.nodes.get(&index).filter(|n| n.kind == kind)
+    }
+}

@@ -1,0 +1,174 @@
+//! quaver's PulseAudio front-end: libpulse applications (paplay, pactl, browsers, games)
+//! talk to quaverd as if it were PulseAudio.
+//!
+//! The front-end speaks the PulseAudio native protocol (versions 13–35) on a unix socket
+//! and translates its world into graph nodes through the engine's control API only:
+//! playback streams become `PlaybackStream` nodes built from
+//! [`quaver_engine::stream::PlaybackAdapter`] over an f32 ring ([`transport`]), record
+//! streams `RecordStream` nodes over [`quaver_engine::stream::RecordAdapter`]; sinks and
+//! sources are the engine's device nodes, a sink's monitor is its outputs. Routing comes
+//! from the daemon's shared [`quaver_policy::Policy`]. See `docs/pulse.md`.
+//!
+//! - [`wire`]: packet framing (our own descriptor handling, seek modes kept).
+//! - [`tagcheck`]: bounds check of tagstructs before the codec decodes them.
+//! - [`convert`], [`bufattr`]: formats, channel maps, volumes; buffer-attribute rules.
+//! - [`transport`]: the RT half of a stream.
+//! - `conn`: the thread per connection; `dispatch`: engine events → subscription events.
+//! - [`listener`]: the socket.
+
+pub mod bufattr;
+mod conn;
+pub mod convert;
+mod dispatch;
+mod introspect;
+pub mod listener;
+mod server;
+pub mod tagcheck;
+pub mod transport;
+pub mod wire;
+
+pub use listener::{PulseListener, default_socket_path};
+/// The wire codec, re-exported for tests and tools that speak the protocol directly.
+pub use pulseaudio;
+pub use server::PulseOptions;
+
+use anyhow::{Context, Result};
+use quaver_engine::Engine;
+use quaver_policy::Policy;
+use server::{ClientRec, ConnHandle, Server, State};
+use std::collections::VecDeque;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A running PulseAudio front-end. Dropping it removes the socket; connections end with
+/// the process.
+pub struct PulseServer {
+    listener: PulseListener,
+    server: Arc<Server>,
+}
+
+impl PulseServer {
+    /// Starts accepting PulseAudio clients on `listener`.
+    pub fn start(
+        engine: Engine,
+        policy: Arc<Mutex<Policy>>,
+        listener: PulseListener,
+        opts: PulseOptions,
+    ) -> Result<PulseServer> {
+        let cookie = {
+            let mut b = [0u8; 4];
+            rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty())
+                .map(|_| u32::from_ne_bytes(b))
+                .unwrap_or_else(|_| std::process::id())
+        };
+        let server = Arc::new(Server {
+            // Subscribe before anything else looks at the graph so no event is missed.
+            engine: engine.clone(),
+            policy,
+            opts,
+            state: Mutex::new(State::default()),
+            next_client: AtomicU32::new(0),
+            cookie,
+        });
+        let events = engine.subscribe();
+        let s = server.clone();
+        std::thread::Builder::new()
+            .name("quaver-pulse-events".into())
+            .spawn(move || dispatch::run(s, events))
+            .context("spawning the pulse event thread")?;
+        let l = listener
+            .listener
+            .try_clone()
+            .context("cloning the pulse listener")?;
+        let s = server.clone();
+        std::thread::Builder::new()
+            .name("quaver-pulse-accept".into())
+            .spawn(move || {
+                for conn in l.incoming() {
+                    match conn {
+                        Ok(sock) => accept(&s, sock),
+                        Err(e) => tracing::warn!("pulse accept failed: {e}"),
+                    }
+                }
+            })
+            .context("spawning the pulse accept thread")?;
+        Ok(PulseServer { listener, server })
+    }
+
+    /// The socket path clients connect to.
+    pub fn socket_path(&self) -> &std::path::Path {
+        self.listener.path()
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> usize {
+        self.server.lock().clients.len()
+    }
+}
+
+fn peer_pid(sock: &UnixStream) -> Option<u32> {
+    rustix::net::sockopt::socket_peercred(sock)
+        .ok()
+        .map(|c| c.pid.as_raw_nonzero().get() as u32)
+}
+
+fn accept(srv: &Arc<Server>, sock: UnixStream) {
+    let pid = peer_pid(&sock);
+    if srv.lock().clients.len() >= srv.opts.max_clients {
+        tracing::warn!(
+            "refusing PulseAudio client (pid {pid:?}): {} clients connected",
+            srv.opts.max_clients
+        );
+        return;
+    }
+    let bell = match rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+    ) {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => {
+            tracing::error!("pulse: eventfd: {e}");
+            return;
+        }
+    };
+    let index = srv.next_client.fetch_add(1, Ordering::Relaxed);
+    let handle = Arc::new(ConnHandle {
+        client: index,
+        mask: AtomicU32::new(0),
+        queue: Mutex::new(VecDeque::new()),
+        bell,
+    });
+    srv.lock().clients.insert(
+        index,
+        ClientRec {
+            name: "Native client (UNIX socket client)".into(),
+            props: {
+                let mut p = pulseaudio::protocol::Props::new();
+                if let Some(pid) = pid {
+                    p.set(
+                        pulseaudio::protocol::Prop::ApplicationProcessId,
+                        introspect::cstr(&pid.to_string()),
+                    );
+                }
+                p
+            },
+            conn: handle.clone(),
+        },
+    );
+    srv.broadcast(
+        pulseaudio::protocol::SubscriptionEventFacility::Client,
+        pulseaudio::protocol::SubscriptionEventType::New,
+        index,
+    );
+    tracing::debug!("pulse client {index} connected (pid {pid:?})");
+    let s = srv.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("quaver-pulse-{index}"))
+        .stack_size(512 * 1024)
+        .spawn(move || conn::serve(s, sock, handle));
+    if let Err(e) = spawned {
+        tracing::error!("pulse: cannot start a thread for client {index}: {e}");
+        srv.lock().clients.remove(&index);
+    }
+}

@@ -1,0 +1,411 @@
+//! State shared by every PulseAudio connection: clients, the streams this front-end
+//! created, volumes as PulseAudio clients set them, and event fan-out.
+//!
+//! PulseAudio indexes are derived from graph node ids, which the engine never reuses
+//! while it runs: a sink, source, sink input or source output has the index of its node;
+//! the monitor source of a sink has the sink's node id as its source index (node ids are
+//! unique across kinds, so it never collides with a real source). Clients and modules
+//! have indexes of their own, allocated by counters.
+
+use crate::transport::{PlayShared, RecShared};
+use pulseaudio::protocol::{
+    ChannelMap as PaMap, ChannelVolume, Props, SampleSpec, SubscriptionEvent,
+    SubscriptionEventFacility as Facility, SubscriptionEventType as EventType,
+};
+use quaver_dsp::resample::ResampleQuality;
+use quaver_engine::graph::{Graph, Node};
+use quaver_engine::{Engine, NodeId, NodeKind};
+use quaver_policy::{NodeView, Policy};
+use rustix::fd::OwnedFd;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Settings of the PulseAudio front-end.
+#[derive(Debug, Clone)]
+pub struct PulseOptions {
+    /// Most clients at once; further connections are closed at once.
+    pub max_clients: usize,
+    /// Most streams per client.
+    pub max_streams_per_client: usize,
+    /// Resampler for streams whose rate differs from the engine's.
+    pub resample_quality: ResampleQuality,
+}
+
+impl Default for PulseOptions {
+    fn default() -> Self {
+        PulseOptions {
+            max_clients: 256,
+            max_streams_per_client: 64,
+            resample_quality: ResampleQuality::High,
+        }
+    }
+}
+
+/// Something another thread asks a connection thread to do.
+#[derive(Debug, Clone)]
+pub enum ConnMsg {
+    /// A subscription event to forward if the client subscribed to its facility.
+    Event(SubscriptionEvent),
+    /// Close the connection (KILL_CLIENT).
+    Kill,
+    /// Remove a stream and tell the client (KILL_SINK_INPUT / KILL_SOURCE_OUTPUT).
+    KillStream(NodeId),
+    /// A stream was moved to another device; tell the client.
+    Moved(NodeId),
+}
+
+/// The handle other threads hold on a connection.
+#[derive(Debug)]
+pub struct ConnHandle {
+    /// Client index.
+    pub client: u32,
+    /// Subscription mask (`SubscriptionMask` bits).
+    pub mask: AtomicU32,
+    /// Messages for the connection thread.
+    pub queue: Mutex<VecDeque<ConnMsg>>,
+    /// Wakes the connection thread (also rung by its streams' RT side).
+    pub bell: Arc<OwnedFd>,
+}
+
+impl ConnHandle {
+    /// Queues `msg` and wakes the connection.
+    pub fn post(&self, msg: ConnMsg) {
+        if let ConnMsg::Event(e) = &msg
+            && self.mask.load(Ordering::Relaxed) & (1 << e.event_facility as u32) == 0
+        {
+            return;
+        }
+        let mut q = self.queue.lock().expect("poisoned");
+        // A client that never reads its socket must not grow our memory without bound:
+        // past this many queued events it gets no more of them.
+        if q.len() < 4096 {
+            q.push_back(msg);
+        }
+        drop(q);
+        let _ = rustix::io::write(&*self.bell, &1u64.to_ne_bytes());
+    }
+}
+
+/// A connected client.
+#[derive(Debug)]
+pub struct ClientRec {
+    /// Application name (from `application.name`).
+    pub name: String,
+    /// Client proplist.
+    pub props: Props,
+    /// Its connection.
+    pub conn: Arc<ConnHandle>,
+}
+
+/// Live view of a stream's transport, for introspection.
+#[derive(Debug, Clone)]
+pub enum StreamIo {
+    /// A playback stream.
+    Play(Arc<PlayShared>),
+    /// A record stream.
+    Record(Arc<RecShared>),
+}
+
+/// A stream created by this front-end (a sink input or source output).
+#[derive(Debug, Clone)]
+pub struct StreamRec {
+    /// Owning client.
+    pub client: u32,
+    /// Client's sample spec.
+    pub spec: SampleSpec,
+    /// Client's channel map.
+    pub map: PaMap,
+    /// Stream proplist.
+    pub props: Props,
+    /// Volume as the client or a mixer set it.
+    pub cvolume: ChannelVolume,
+    /// Corked by its client.
+    pub corked: bool,
+    /// Transport state.
+    pub io: StreamIo,
+}
+
+/// Mutable state behind the server's mutex.
+#[derive(Debug, Default)]
+pub struct State {
+    /// Clients by index.
+    pub clients: BTreeMap<u32, ClientRec>,
+    /// Our streams by node id.
+    pub streams: BTreeMap<NodeId, StreamRec>,
+    /// Per-channel volumes PulseAudio clients set on sinks and sources, keyed by
+    /// (is_source, index); reported while the node's gain still matches them.
+    pub device_volumes: BTreeMap<(bool, u32), ChannelVolume>,
+    /// Monitor sources' own volume and mute (stored; the monitor taps the sink's
+    /// post-volume signal, so they do not change the audio).
+    pub monitor_mute: BTreeMap<u32, bool>,
+}
+
+/// Everything the connection, accept and event threads share.
+pub struct Server {
+    /// The engine (control API only).
+    pub engine: Engine,
+    /// The daemon's routing policy, shared with the other front-ends.
+    pub policy: Arc<Mutex<Policy>>,
+    /// Settings.
+    pub opts: PulseOptions,
+    /// Mutable state.
+    pub state: Mutex<State>,
+    /// Next client index.
+    pub next_client: AtomicU32,
+    /// A per-run random number PulseAudio clients use to detect restarts.
+    pub cookie: u32,
+}
+
+/// A resolved device (sink or source) by PulseAudio's view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// PulseAudio index.
+    pub index: u32,
+    /// PulseAudio name.
+    pub name: String,
+    /// The graph node carrying it.
+    pub node: NodeId,
+    /// True for a sink's monitor source.
+    pub monitor: bool,
+}
+
+/// Name of a sink's monitor source.
+pub fn monitor_name(sink: &str) -> String {
+    format!("{sink}.monitor")
+}
+
+impl Server {
+    /// Locks the state.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("pulse state poisoned")
+    }
+
+    /// Sends an event to every subscribed client.
+    pub fn broadcast(&self, facility: Facility, kind: EventType, index: u32) {
+        let ev = SubscriptionEvent {
+            event_facility: facility,
+            event_type: kind,
+            index: Some(index),
+        };
+        let conns: Vec<Arc<ConnHandle>> = self
+            .lock()
+            .clients
+            .values()
+            .map(|c| c.conn.clone())
+            .collect();
+        for c in conns {
+            c.post(ConnMsg::Event(ev));
+        }
+    }
+
+    /// The policy's view of the graph: devices, then monitors as sources.
+    pub fn policy_views(graph: &Graph) -> Vec<NodeView> {
+        let mut v: Vec<NodeView> = graph
+            .nodes
+            .values()
+            .map(|n| NodeView {
+                name: n.name.clone(),
+                kind: n.kind.as_str().to_string(),
+            })
+            .collect();
+        v.extend(
+            graph
+                .nodes
+                .values()
+                .filter(|n| n.kind == NodeKind::DeviceSink)
+                .map(|n| NodeView {
+                    name: monitor_name(&n.name),
+                    kind: "source".into(),
+                }),
+        );
+        v
+    }
+
+    /// The default sink's node, by policy.
+    pub fn default_sink(&self, graph: &Graph) -> Option<Device> {
+        let views = Self::policy_views(graph);
+        let name = self.policy.lock().expect("poisoned").default_sink(&views)?;
+        self.sink_by_name(graph, &name)
+    }
+
+    /// The default source (a real source, else the default sink's monitor).
+    pub fn default_source(&self, graph: &Graph) -> Option<Device> {
+        let views = Self::policy_views(graph);
+        let name = self.policy.lock().expect("poisoned").default_source(&views);
+        match name {
+            Some(n) => self.source_by_name(graph, &n),
+            None => self
+                .default_sink(graph)
+                .and_then(|s| self.monitor_of(graph, s.node)),
+        }
+    }
+
+    /// A sink by name (or `@DEFAULT_SINK@`).
+    pub fn sink_by_name(&self, graph: &Graph, name: &str) -> Option<Device> {
+        if name == "@DEFAULT_SINK@" {
+            return self.default_sink(graph);
+        }
+        graph
+            .nodes
+            .values()
+            .find(|n| n.kind == NodeKind::DeviceSink && n.name == name)
+            .map(sink_device)
+    }
+
+    /// A sink by index.
+    pub fn sink_by_index(&self, graph: &Graph, index: u32) -> Option<Device> {
+        graph
+            .nodes
+            .get(&index)
+            .filter(|n| n.kind == NodeKind::DeviceSink)
+            .map(sink_device)
+    }
+
+    /// A sink by index or name, as PulseAudio commands address them.
+    pub fn find_sink(
+        &self,
+        graph: &Graph,
+        index: Option<u32>,
+        name: Option<&str>,
+    ) -> Option<Device> {
+        match (index, name) {
+            (Some(i), _) => self.sink_by_index(graph, i),
+            (None, Some(n)) => self.sink_by_name(graph, n),
+            (None, None) => None,
+        }
+    }
+
+    /// The monitor source of sink node `sink`.
+    pub fn monitor_of(&self, graph: &Graph, sink: NodeId) -> Option<Device> {
+        graph
+            .nodes
+            .get(&sink)
+            .filter(|n| n.kind == NodeKind::DeviceSink)
+            .map(|n| Device {
+                index: n.id,
+                name: monitor_name(&n.name),
+                node: n.id,
+                monitor: true,
+            })
+    }
+
+    /// A source by name: a capture device, a `<sink>.monitor`, `@DEFAULT_SOURCE@` or
+    /// `@DEFAULT_MONITOR@`.
+    pub fn source_by_name(&self, graph: &Graph, name: &str) -> Option<Device> {
+        match name {
+            "@DEFAULT_SOURCE@" => return self.default_source(graph),
+            "@DEFAULT_MONITOR@" => {
+                let sink = self.default_sink(graph)?;
+                return self.monitor_of(graph, sink.node);
+            }
+            _ => {}
+        }
+        if let Some(n) = graph
+            .nodes
+            .values()
+            .find(|n| n.kind == NodeKind::DeviceSource && n.name == name)
+        {
+            return Some(source_device(n));
+        }
+        let sink = name.strip_suffix(".monitor")?;
+        let node = graph
+            .nodes
+            .values()
+            .find(|n| n.kind == NodeKind::DeviceSink && n.name == sink)?;
+        self.monitor_of(graph, node.id)
+    }
+
+    /// A source by index.
+    pub fn source_by_index(&self, graph: &Graph, index: u32) -> Option<Device> {
+        let n = graph.nodes.get(&index)?;
+        match n.kind {
+            NodeKind::DeviceSource => Some(source_device(n)),
+            NodeKind::DeviceSink => self.monitor_of(graph, n.id),
+            _ => None,
+        }
+    }
+
+    /// A source by index or name.
+    pub fn find_source(
+        &self,
+        graph: &Graph,
+        index: Option<u32>,
+        name: Option<&str>,
+    ) -> Option<Device> {
+        match (index, name) {
+            (Some(i), _) => self.source_by_index(graph, i),
+            (None, Some(n)) => self.source_by_name(graph, n),
+            (None, None) => None,
+        }
+    }
+
+    /// Every source in index order: capture devices and sink monitors.
+    pub fn sources(&self, graph: &Graph) -> Vec<Device> {
+        graph
+            .nodes
+            .values()
+            .filter_map(|n| match n.kind {
+                NodeKind::DeviceSource => Some(source_device(n)),
+                NodeKind::DeviceSink => self.monitor_of(graph, n.id),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn sink_device(n: &Node) -> Device {
+    Device {
+        index: n.id,
+        name: n.name.clone(),
+        node: n.id,
+        monitor: false,
+    }
+}
+
+fn source_device(n: &Node) -> Device {
+    Device {
+        index: n.id,
+        name: n.name.clone(),
+        node: n.id,
+        monitor: false,
+    }
+}
+
+/// The device a stream node is linked to: for playback the first sink its outputs feed;
+/// for record the node feeding its inputs (a source, a sink's monitor, or a playback
+/// stream for single-input monitors).
+pub fn stream_target(graph: &Graph, node: NodeId) -> Option<NodeId> {
+    let n = graph.nodes.get(&node)?;
+    match n.kind {
+        NodeKind::PlaybackStream => graph
+            .links
+            .values()
+            .filter(|l| n.outputs.contains(&l.output))
+            .map(|l| graph.ports[&l.input].node)
+            .find(|id| {
+                graph
+                    .nodes
+                    .get(id)
+                    .is_some_and(|t| t.kind == NodeKind::DeviceSink)
+            }),
+        NodeKind::RecordStream => graph
+            .links
+            .values()
+            .filter(|l| n.inputs.contains(&l.input))
+            .map(|l| graph.ports[&l.output].node)
+            .next(),
+        _ => None,
+    }
+}
+
+/// The PulseAudio source index a record stream reads (a stream-monitor counts as its
+/// sink's monitor).
+pub fn record_source_index(graph: &Graph, node: NodeId) -> Option<u32> {
+    let t = stream_target(graph, node)?;
+    match graph.nodes.get(&t)?.kind {
+        NodeKind::DeviceSource | NodeKind::DeviceSink => Some(t),
+        NodeKind::PlaybackStream => stream_target(graph, t),
+        _ => None,
+    }
+}

@@ -1,0 +1,87 @@
+//! A structural check of a tagstruct before it is decoded.
+//!
+//! The `pulseaudio` crate allocates an "arbitrary" blob with the length taken from the
+//! wire before reading it, so a 10-byte packet could make it allocate 4 GiB. Walking the
+//! packet once and checking that every length stays inside it makes every later
+//! allocation bounded by the packet size (itself capped by the framing).
+
+/// Checks that `data` is a sequence of well-formed tags whose lengths stay in bounds.
+pub fn check(data: &[u8]) -> Result<(), String> {
+    let mut i = 0;
+    let need = |i: usize, n: usize| -> Result<(), String> {
+        if data.len() - i < n {
+            Err(format!("tagstruct truncated at byte {i}"))
+        } else {
+            Ok(())
+        }
+    };
+    while i < data.len() {
+        let tag = data[i];
+        i += 1;
+        let len = match tag {
+            b't' => match data[i..].iter().position(|&b| b == 0) {
+                Some(p) => p + 1,
+                None => return Err(format!("unterminated string at byte {}", i - 1)),
+            },
+            // Null string, booleans, and markers whose contents are ordinary tags
+            // (proplist entries up to a null string; format info = u8 + proplist).
+            b'N' | b'1' | b'0' | b'P' | b'f' => 0,
+            b'B' => 1,
+            b'L' | b'V' => 4,
+            b'R' | b'r' | b'T' | b'U' => 8,
+            b'a' => 6,
+            b'x' => {
+                need(i, 4)?;
+                let n = u32::from_be_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+                4usize
+                    .checked_add(n as usize)
+                    .ok_or_else(|| "arbitrary length overflows".to_string())?
+            }
+            b'm' => {
+                need(i, 1)?;
+                1 + data[i] as usize
+            }
+            b'v' => {
+                need(i, 1)?;
+                1 + 4 * data[i] as usize
+            }
+            other => return Err(format!("unknown tag 0x{other:02x} at byte {}", i - 1)),
+        };
+        need(i, len)?;
+        i += len;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_a_real_command() {
+        let mut buf = Vec::new();
+        pulseaudio::protocol::write_command_message(
+            &mut buf,
+            7,
+            &pulseaudio::protocol::Command::Auth(pulseaudio::protocol::AuthParams {
+                version: 35,
+                supports_shm: true,
+                supports_memfd: true,
+                cookie: vec![0; 256],
+            }),
+            35,
+        )
+        .unwrap();
+        check(&buf[20..]).unwrap();
+    }
+
+    #[test]
+    fn refuses_huge_arbitrary_and_garbage() {
+        assert!(check(b"x\xff\xff\xff\xff").is_err());
+        assert!(check(b"L\x00\x00").is_err());
+        assert!(check(b"tabc").is_err());
+        assert!(check(b"Z").is_err());
+        assert!(check(b"v\x20").is_err());
+        check(b"").unwrap();
+    }
+}

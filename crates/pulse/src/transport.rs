@@ -1,0 +1,491 @@
+//! The real-time half of a PulseAudio stream: a `FrameSource` / `FrameSink` over an
+//! `rtrb` ring of interleaved f32 at the client's rate and layout, plus the atomics
+//! through which it and the connection thread see each other.
+//!
+//! The connection thread decodes the client's samples and pushes them (playback), or
+//! pops and encodes them (record). Everything here runs on the RT thread: no allocation,
+//! no locks, no blocking; the only system call is the eventfd write that wakes the
+//! connection thread, made only when the connection thread asked for it (a request
+//! threshold, a drain target, a fragment) or when something it must report happened
+//! (stream started, underflow, overflow).
+//!
+//! PulseAudio's prebuffering lives here rather than in the engine's adapter: a stream
+//! starts once `prebuf` bytes are queued (or on TRIGGER/DRAIN), and after running dry it
+//! waits for `prebuf` again, as `pa_memblockq` does.
+
+use quaver_engine::stream::{FrameSink, FrameSource};
+use rustix::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+
+/// Playback flag: the stream is corked (paused); nothing is read.
+pub const F_CORKED: u32 = 1;
+/// Playback flag: the client drains; prebuffering is off and running dry is the end.
+pub const F_DRAIN: u32 = 2;
+/// Playback flag (one-shot): leave prebuffering now (TRIGGER).
+pub const F_TRIGGER: u32 = 4;
+/// Playback flag (one-shot): start prebuffering again (PREBUF).
+pub const F_PREBUF: u32 = 8;
+
+/// "Never" for the wake thresholds.
+pub const NEVER: u64 = u64::MAX;
+
+fn ring_bell(bell: &OwnedFd) {
+    let _ = rustix::io::write(bell, &1u64.to_ne_bytes());
+}
+
+/// State of a playback stream shared between the RT thread and its connection.
+#[derive(Debug)]
+pub struct PlayShared {
+    /// `F_*` bits, set by the connection.
+    pub flags: AtomicU32,
+    /// Prebuffer threshold in frames (0: start as soon as there is data).
+    pub prebuf: AtomicU32,
+    /// Frames pushed into the ring (written by the connection).
+    pub pushed: AtomicU64,
+    /// Frames read from the ring for playback.
+    pub consumed: AtomicU64,
+    /// Frames removed from the ring: consumed plus discarded by flushes.
+    pub removed: AtomicU64,
+    /// Ring position (frames ever pushed) up to which queued frames are discarded.
+    pub flush_to: AtomicU64,
+    /// Stream frames that have reached the device output.
+    pub played: AtomicU64,
+    /// Frames still between the read position and the listener.
+    pub delay: AtomicU32,
+    /// Times playback (re)started after prebuffering or an underrun.
+    pub starts: AtomicU32,
+    /// Times the queue ran dry while playing (not draining).
+    pub underruns: AtomicU32,
+    /// `consumed` at the last underrun.
+    pub underrun_at: AtomicU64,
+    /// `consumed` at the last start.
+    pub start_at: AtomicU64,
+    /// True between a start and the next underrun.
+    pub playing: AtomicBool,
+    /// True while waiting for the prebuffer to fill.
+    pub prebuffering: AtomicBool,
+    /// Wake the connection when `consumed` reaches this.
+    pub wake_at: AtomicU64,
+    /// Wake the connection when `played` reaches this.
+    pub drain_at: AtomicU64,
+    /// The connection's eventfd.
+    pub bell: Arc<OwnedFd>,
+}
+
+impl PlayShared {
+    /// Fresh state; `corked` for streams created with START_CORKED.
+    pub fn new(bell: Arc<OwnedFd>, prebuf_frames: u32, corked: bool) -> Self {
+        PlayShared {
+            flags: AtomicU32::new(if corked { F_CORKED } else { 0 }),
+            prebuf: AtomicU32::new(prebuf_frames),
+            pushed: AtomicU64::new(0),
+            consumed: AtomicU64::new(0),
+            removed: AtomicU64::new(0),
+            flush_to: AtomicU64::new(0),
+            played: AtomicU64::new(0),
+            delay: AtomicU32::new(0),
+            starts: AtomicU32::new(0),
+            underruns: AtomicU32::new(0),
+            underrun_at: AtomicU64::new(0),
+            start_at: AtomicU64::new(0),
+            playing: AtomicBool::new(false),
+            prebuffering: AtomicBool::new(true),
+            wake_at: AtomicU64::new(NEVER),
+            drain_at: AtomicU64::new(NEVER),
+            bell,
+        }
+    }
+
+    /// Sets or clears flag bits.
+    pub fn set_flag(&self, flag: u32, on: bool) {
+        if on {
+            self.flags.fetch_or(flag, AcqRel);
+        } else {
+            self.flags.fetch_and(!flag, AcqRel);
+        }
+    }
+}
+
+/// The RT reader of a playback stream's ring.
+pub struct PlaySource {
+    shared: Arc<PlayShared>,
+    ring: rtrb::Consumer<f32>,
+    channels: usize,
+    in_prebuf: bool,
+    dry: bool,
+    consumed: u64,
+    removed: u64,
+    played: u64,
+    notify: bool,
+}
+
+impl PlaySource {
+    /// The reader over `ring` (interleaved, `channels` per frame).
+    pub fn new(shared: Arc<PlayShared>, ring: rtrb::Consumer<f32>, channels: usize) -> Self {
+        PlaySource {
+            shared,
+            ring,
+            channels: channels.max(1),
+            in_prebuf: true,
+            dry: true,
+            consumed: 0,
+            removed: 0,
+            played: 0,
+            notify: false,
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.ring.slots() / self.channels
+    }
+
+    /// Frames a read may take now, honouring cork and prebuffering.
+    fn readable(&self, flags: u32) -> usize {
+        if flags & F_CORKED != 0 {
+            return 0;
+        }
+        let q = self.queued();
+        if self.in_prebuf && !self.prebuf_satisfied(flags, q) {
+            return 0;
+        }
+        q
+    }
+
+    fn prebuf_satisfied(&self, flags: u32, queued: usize) -> bool {
+        let prebuf = self.shared.prebuf.load(Relaxed) as usize;
+        queued >= prebuf.max(1) || (flags & (F_DRAIN | F_TRIGGER) != 0 && queued > 0)
+    }
+
+    fn discard_flushed(&mut self) {
+        let target = self.shared.flush_to.load(Acquire);
+        while self.removed < target {
+            let n = ((target - self.removed) as usize).min(self.queued());
+            if n == 0 {
+                break;
+            }
+            match self.ring.read_chunk(n * self.channels) {
+                Ok(c) => c.commit_all(),
+                Err(_) => break,
+            }
+            self.removed += n as u64;
+        }
+    }
+}
+
+impl FrameSource for PlaySource {
+    fn available(&self) -> usize {
+        self.readable(self.shared.flags.load(Acquire))
+    }
+
+    fn read(&mut self, out: &mut [f32]) -> usize {
+        self.discard_flushed();
+        let mut flags = self.shared.flags.load(Acquire);
+        if flags & F_PREBUF != 0 {
+            self.shared.flags.fetch_and(!F_PREBUF, AcqRel);
+            flags &= !F_PREBUF;
+            if self.shared.prebuf.load(Relaxed) > 0 {
+                self.in_prebuf = true;
+            }
+        }
+        if flags & F_TRIGGER != 0 && flags & F_CORKED == 0 {
+            self.shared.flags.fetch_and(!F_TRIGGER, AcqRel);
+            if self.queued() > 0 {
+                self.in_prebuf = false;
+            }
+        }
+        let want = out.len() / self.channels;
+        let n = self.readable(flags).min(want);
+        if flags & F_CORKED != 0 {
+            return 0;
+        }
+        if n > 0 {
+            self.in_prebuf = false;
+            if let Ok(chunk) = self.ring.read_chunk(n * self.channels) {
+                let (a, b) = chunk.as_slices();
+                out[..a.len()].copy_from_slice(a);
+                out[a.len()..a.len() + b.len()].copy_from_slice(b);
+                chunk.commit_all();
+            }
+            if self.dry {
+                self.dry = false;
+                self.shared.start_at.store(self.consumed, Relaxed);
+                self.shared.starts.fetch_add(1, Release);
+                self.shared.playing.store(true, Release);
+                self.notify = true;
+            }
+            self.consumed += n as u64;
+            self.removed += n as u64;
+        }
+        if n < want && !self.in_prebuf {
+            // The queue ran dry: an underrun unless the client is draining.
+            if !self.dry {
+                self.dry = true;
+                self.shared.playing.store(false, Release);
+                if flags & F_DRAIN == 0 {
+                    self.shared.underrun_at.store(self.consumed, Relaxed);
+                    self.shared.underruns.fetch_add(1, Release);
+                    self.notify = true;
+                }
+            }
+            if self.shared.prebuf.load(Relaxed) > 0 {
+                self.in_prebuf = true;
+            }
+        }
+        n
+    }
+
+    fn draining(&self) -> bool {
+        // Corked and prebuffering streams play silence on purpose: not an xrun, and the
+        // frames still in flight keep playing out.
+        let flags = self.shared.flags.load(Acquire);
+        flags & (F_DRAIN | F_CORKED) != 0 || (self.in_prebuf && self.readable(flags) == 0)
+    }
+
+    fn report(&mut self, played: u64, delay: u32, _xruns: u32, _started: bool) {
+        let s = &*self.shared;
+        self.played = self.played.max(played.min(self.consumed));
+        s.consumed.store(self.consumed, Release);
+        s.removed.store(self.removed, Release);
+        s.played.store(self.played, Release);
+        s.delay.store(delay, Relaxed);
+        s.prebuffering.store(self.in_prebuf, Relaxed);
+        let wake = s.wake_at.load(Acquire);
+        if self.consumed >= wake
+            && s.wake_at
+                .compare_exchange(wake, NEVER, AcqRel, Relaxed)
+                .is_ok()
+        {
+            self.notify = true;
+        }
+        let drain = s.drain_at.load(Acquire);
+        if self.played >= drain
+            && s.drain_at
+                .compare_exchange(drain, NEVER, AcqRel, Relaxed)
+                .is_ok()
+        {
+            self.notify = true;
+        }
+        if self.notify {
+            self.notify = false;
+            ring_bell(&s.bell);
+        }
+    }
+}
+
+/// Record flag: the stream is corked; captured frames are dropped, not queued.
+pub const R_CORKED: u32 = 1;
+
+/// State of a record stream shared between the RT thread and its connection.
+#[derive(Debug)]
+pub struct RecShared {
+    /// `R_*` bits.
+    pub flags: AtomicU32,
+    /// Frames written into the ring.
+    pub produced: AtomicU64,
+    /// Frames dropped because the ring was full.
+    pub dropped: AtomicU64,
+    /// Frames popped and sent (written by the connection).
+    pub sent: AtomicU64,
+    /// Times the ring overflowed.
+    pub overflows: AtomicU32,
+    /// Capture delay in stream frames.
+    pub delay: AtomicU32,
+    /// Wake the connection when `produced` reaches this.
+    pub wake_at: AtomicU64,
+    /// The connection's eventfd.
+    pub bell: Arc<OwnedFd>,
+}
+
+impl RecShared {
+    /// Fresh state.
+    pub fn new(bell: Arc<OwnedFd>, corked: bool) -> Self {
+        RecShared {
+            flags: AtomicU32::new(if corked { R_CORKED } else { 0 }),
+            produced: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            overflows: AtomicU32::new(0),
+            delay: AtomicU32::new(0),
+            wake_at: AtomicU64::new(NEVER),
+            bell,
+        }
+    }
+}
+
+/// The RT writer of a record stream's ring.
+pub struct RecSink {
+    shared: Arc<RecShared>,
+    ring: rtrb::Producer<f32>,
+    channels: usize,
+    produced: u64,
+    dropped: u64,
+    full: bool,
+    notify: bool,
+}
+
+impl RecSink {
+    /// The writer over `ring`.
+    pub fn new(shared: Arc<RecShared>, ring: rtrb::Producer<f32>, channels: usize) -> Self {
+        RecSink {
+            shared,
+            ring,
+            channels: channels.max(1),
+            produced: 0,
+            dropped: 0,
+            full: false,
+            notify: false,
+        }
+    }
+}
+
+impl FrameSink for RecSink {
+    fn write(&mut self, frames: &[f32]) -> usize {
+        let total = frames.len() / self.channels;
+        if self.shared.flags.load(Acquire) & R_CORKED != 0 {
+            return total;
+        }
+        let n = (self.ring.slots() / self.channels).min(total);
+        if n > 0
+            && let Ok(mut chunk) = self.ring.write_chunk(n * self.channels)
+        {
+            let (a, b) = chunk.as_mut_slices();
+            let split = a.len();
+            a.copy_from_slice(&frames[..split]);
+            b.copy_from_slice(&frames[split..n * self.channels]);
+            chunk.commit_all();
+            self.produced += n as u64;
+        }
+        if n < total {
+            self.dropped += (total - n) as u64;
+            if !self.full {
+                self.full = true;
+                self.shared.overflows.fetch_add(1, Release);
+                self.notify = true;
+            }
+        } else {
+            self.full = false;
+        }
+        total
+    }
+
+    fn report(&mut self, _overruns: u32, delay: u32) {
+        let s = &*self.shared;
+        s.produced.store(self.produced, Release);
+        s.dropped.store(self.dropped, Relaxed);
+        s.delay.store(delay, Relaxed);
+        let wake = s.wake_at.load(Acquire);
+        if self.produced >= wake
+            && s.wake_at
+                .compare_exchange(wake, NEVER, AcqRel, Relaxed)
+                .is_ok()
+        {
+            self.notify = true;
+        }
+        if self.notify {
+            self.notify = false;
+            ring_bell(&s.bell);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::event::{EventfdFlags, eventfd};
+
+    fn bell() -> Arc<OwnedFd> {
+        Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).unwrap())
+    }
+
+    fn rang(b: &OwnedFd) -> bool {
+        let mut buf = [0u8; 8];
+        rustix::io::read(b, &mut buf).is_ok()
+    }
+
+    #[test]
+    fn prebuffers_then_plays_then_underruns_and_prebuffers_again() {
+        let b = bell();
+        let shared = Arc::new(PlayShared::new(b.clone(), 4, false));
+        let (mut tx, rx) = rtrb::RingBuffer::new(64);
+        let mut src = PlaySource::new(shared.clone(), rx, 2);
+        let mut out = [0f32; 8];
+        for x in 0..6 {
+            tx.push(x as f32).unwrap(); // 3 frames < prebuf 4
+        }
+        assert_eq!(src.read(&mut out), 0);
+        assert!(src.draining(), "prebuffering is not an xrun");
+        tx.push(6.0).unwrap();
+        tx.push(7.0).unwrap();
+        assert_eq!(src.read(&mut out[..4]), 2);
+        assert_eq!(&out[..4], &[0.0, 1.0, 2.0, 3.0]);
+        src.report(0, 0, 0, true);
+        assert!(rang(&b), "start rings");
+        assert_eq!(shared.starts.load(Relaxed), 1);
+        assert_eq!(src.read(&mut out), 2);
+        assert_eq!(shared.underruns.load(Relaxed), 1);
+        src.report(0, 0, 0, true);
+        assert!(rang(&b), "underrun rings");
+        // Back to prebuffering: one frame is not enough.
+        tx.push(8.0).unwrap();
+        tx.push(9.0).unwrap();
+        assert_eq!(src.read(&mut out), 0);
+        // TRIGGER starts it anyway.
+        shared.set_flag(F_TRIGGER, true);
+        assert_eq!(src.read(&mut out), 1);
+        assert_eq!(shared.starts.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn cork_flush_and_wake_thresholds() {
+        let b = bell();
+        let shared = Arc::new(PlayShared::new(b.clone(), 0, true));
+        let (mut tx, rx) = rtrb::RingBuffer::new(64);
+        let mut src = PlaySource::new(shared.clone(), rx, 1);
+        let mut out = [0f32; 4];
+        for x in 0..10 {
+            tx.push(x as f32).unwrap();
+        }
+        assert_eq!(src.read(&mut out), 0, "corked");
+        shared.set_flag(F_CORKED, false);
+        shared.flush_to.store(6, Release);
+        shared.wake_at.store(3, Release);
+        assert_eq!(src.read(&mut out), 4);
+        assert_eq!(out, [6.0, 7.0, 8.0, 9.0]);
+        src.report(4, 0, 0, true);
+        assert!(rang(&b));
+        assert_eq!(shared.wake_at.load(Relaxed), NEVER);
+        assert_eq!(shared.removed.load(Relaxed), 10);
+        assert_eq!(shared.consumed.load(Relaxed), 4);
+        // Draining: running dry is no underrun, and the drain target rings once.
+        shared.set_flag(F_DRAIN, true);
+        shared.drain_at.store(4, Release);
+        assert_eq!(src.read(&mut out), 0);
+        src.report(4, 0, 0, true);
+        assert!(rang(&b));
+        assert_eq!(shared.underruns.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn record_sink_drops_when_full_and_counts_once() {
+        let b = bell();
+        let shared = Arc::new(RecShared::new(b.clone(), false));
+        let (tx, mut rx) = rtrb::RingBuffer::new(8);
+        let mut sink = RecSink::new(shared.clone(), tx, 2);
+        shared.wake_at.store(2, Release);
+        assert_eq!(sink.write(&[1.0; 6]), 3);
+        sink.report(0, 0);
+        assert!(rang(&b));
+        assert_eq!(sink.write(&[2.0; 6]), 3);
+        assert_eq!(sink.write(&[2.0; 6]), 3);
+        sink.report(0, 0);
+        assert_eq!(shared.overflows.load(Relaxed), 1);
+        assert_eq!(shared.produced.load(Relaxed), 4);
+        assert_eq!(shared.dropped.load(Relaxed), 5);
+        assert_eq!(rx.slots(), 8);
+        rx.read_chunk(8).unwrap().commit_all();
+        assert_eq!(sink.write(&[3.0; 2]), 1);
+        assert_eq!(shared.overflows.load(Relaxed), 1);
+    }
+}

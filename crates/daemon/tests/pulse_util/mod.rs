@@ -149,3 +149,83 @@ pub fn assert_contains_exactly<T: PartialEq + Default + Copy + std::fmt::Debug>(
         input[diff[0]]
     );
 }
+
+/// A bare PulseAudio protocol client (the codec's own reader and writer), for exact
+/// replies and for misbehaving on purpose.
+pub struct RawClient {
+    pub sock: std::io::BufReader<std::os::unix::net::UnixStream>,
+    pub version: u16,
+    seq: u32,
+}
+
+impl RawClient {
+    /// Connects without authenticating.
+    pub fn connect(d: &Daemon) -> RawClient {
+        let s = std::os::unix::net::UnixStream::connect(pulse_socket(d)).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        RawClient {
+            sock: std::io::BufReader::new(s),
+            version: quaver_pulse::pulseaudio::protocol::MAX_VERSION,
+            seq: 0,
+        }
+    }
+
+    /// Connects, authenticates and names itself.
+    pub fn ready(d: &Daemon, name: &str) -> RawClient {
+        use quaver_pulse::pulseaudio::protocol::*;
+        let mut c = Self::connect(d);
+        let reply: AuthReply = c
+            .request(&Command::Auth(AuthParams {
+                version: MAX_VERSION,
+                supports_shm: true,
+                supports_memfd: true,
+                cookie: vec![0; 256],
+            }))
+            .expect("auth");
+        assert!(
+            !reply.use_shm && !reply.use_memfd,
+            "audio must travel inline"
+        );
+        c.version = reply.version.min(MAX_VERSION);
+        let mut props = Props::new();
+        props.set(Prop::ApplicationName, std::ffi::CString::new(name).unwrap());
+        let _: SetClientNameReply = c.request(&Command::SetClientName(props)).unwrap();
+        c
+    }
+
+    /// Sends a command, returns its sequence number.
+    pub fn send(&mut self, cmd: &quaver_pulse::pulseaudio::protocol::Command) -> u32 {
+        self.seq += 1;
+        quaver_pulse::pulseaudio::protocol::write_command_message(
+            self.sock.get_mut(),
+            self.seq,
+            cmd,
+            self.version,
+        )
+        .unwrap();
+        self.seq
+    }
+
+    /// Sends raw bytes.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        self.sock.get_mut().write_all(bytes)
+    }
+
+    /// Sends a command and reads its typed reply (or the server's error).
+    pub fn request<R: quaver_pulse::pulseaudio::protocol::CommandReply>(
+        &mut self,
+        cmd: &quaver_pulse::pulseaudio::protocol::Command,
+    ) -> Result<R, quaver_pulse::pulseaudio::protocol::ProtocolError> {
+        let seq = self.send(cmd);
+        let (got, r) =
+            quaver_pulse::pulseaudio::protocol::read_reply_message(&mut self.sock, self.version)?;
+        assert_eq!(got, seq, "reply to another request");
+        Ok(r)
+    }
+
+    /// Reads an empty reply or the error for the last request.
+    pub fn ack(&mut self) -> Result<u32, quaver_pulse::pulseaudio::protocol::ProtocolError> {
+        quaver_pulse::pulseaudio::protocol::read_ack_message(&mut self.sock)
+    }
+}

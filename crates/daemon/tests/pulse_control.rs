@@ -1,0 +1,283 @@
+//! PulseAudio introspection and control through quaverd: pactl, subscriptions, and
+//! clients that misbehave (garbage, killed mid-stream) without disturbing others.
+
+mod common;
+#[macro_use]
+mod pulse_util;
+
+use common::*;
+use pulse_util::*;
+use quaver_pulse::pulseaudio::protocol::{self as pa, Command, PulseError};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::{Command as Process, Stdio};
+
+#[test]
+fn pactl_info_and_list_every_object_kind() {
+    require_tools!("pactl");
+    let d = Daemon::start(&["--device", "null"]);
+    let info = pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
+    for needle in [
+        "Server Protocol Version: 35",
+        "Default Sink: null-sink",
+        "Default Source: null-source",
+        "Default Sample Specification: float32le 2ch 48000Hz",
+    ] {
+        assert!(
+            info.contains(needle),
+            "pactl info lacks {needle:?}:\n{info}"
+        );
+    }
+    let all = pa_ok(&d, &run_pa(&d, "pactl", &["list"]));
+    for needle in [
+        "Sink #",
+        "Name: null-sink",
+        "Name: null-sink.monitor",
+        "Monitor of Sink: null-sink",
+        "Name: null-source",
+        "Client #",
+        "Module #",
+    ] {
+        assert!(all.contains(needle), "pactl list lacks {needle:?}:\n{all}");
+    }
+    for kind in [
+        "sinks",
+        "sources",
+        "sink-inputs",
+        "source-outputs",
+        "clients",
+        "modules",
+        "samples",
+        "cards",
+    ] {
+        pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", kind]));
+    }
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+    assert_eq!(sinks.lines().count(), 1, "{sinks}");
+}
+
+#[test]
+fn protocol_replies_without_tools() {
+    // Runs everywhere: the codec's own client against the server.
+    let d = Daemon::start(&["--device", "null"]);
+    let mut c = RawClient::ready(&d, "raw-test");
+    let info: pa::ServerInfo = c.request(&Command::GetServerInfo).unwrap();
+    assert_eq!(
+        info.default_sink_name.unwrap().to_str().unwrap(),
+        "null-sink"
+    );
+    assert_eq!(info.sample_spec.sample_rate, 48000);
+    let sinks: pa::SinkInfoList = c.request(&Command::GetSinkInfoList).unwrap();
+    assert_eq!(sinks.len(), 1);
+    let sources: pa::SourceInfoList = c.request(&Command::GetSourceInfoList).unwrap();
+    let names: Vec<_> = sources
+        .iter()
+        .map(|s| s.name.to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["null-sink.monitor", "null-source"]);
+    let idx: pa::LookupReply = c
+        .request(&Command::LookupSource(c"@DEFAULT_MONITOR@".into()))
+        .unwrap();
+    assert_eq!(idx.0, sinks[0].index);
+    // Unknown objects and unsupported commands get PulseAudio's error codes.
+    let err = c
+        .request::<pa::SinkInfo>(&Command::GetSinkInfo(pa::GetSinkInfo {
+            index: Some(9999),
+            name: None,
+        }))
+        .unwrap_err();
+    assert!(
+        matches!(err, pa::ProtocolError::ServerError(PulseError::NoEntity)),
+        "{err:?}"
+    );
+    c.send(&Command::LoadModule(pa::LoadModuleParams {
+        name: c"module-foo".into(),
+        arguments: None,
+    }));
+    assert!(matches!(
+        c.ack(),
+        Err(pa::ProtocolError::ServerError(PulseError::NotSupported))
+    ));
+    let _: pa::StatInfo = c.request(&Command::Stat).unwrap();
+}
+
+#[test]
+fn set_sink_volume_is_reported_and_applied() {
+    require_tools!("pactl", "paplay");
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["set-sink-volume", "file-sink", "50%"]),
+    );
+    let vol = pa_ok(&d, &run_pa(&d, "pactl", &["get-sink-volume", "file-sink"]));
+    assert!(vol.contains("50%") && vol.contains("32768"), "{vol}");
+    let input = noise_s16(48000, 9, 16000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    // 50 % on PulseAudio's cubic scale is a linear gain of 1/8.
+    let start = onset(&out);
+    let first = input.iter().position(|&x| x / 8 != 0).unwrap();
+    let start = start - first;
+    let worst = input
+        .iter()
+        .zip(&out[start..])
+        .map(|(&i, &o)| (i as f32 / 8.0 - o as f32).abs())
+        .fold(0.0, f32::max);
+    assert!(worst <= 1.0, "output differs from input/8 by {worst}");
+}
+
+#[test]
+fn subscribe_reports_streams_clients_and_volume_changes() {
+    require_tools!("pactl", "paplay");
+    let d = Daemon::start(&["--device", "null"]);
+    let sub = spawn_pa(&d, "pactl", &["subscribe"]);
+    assert!(
+        wait_until(WAIT, || pa_ok(
+            &d,
+            &run_pa(&d, "pactl", &["list", "short", "clients"])
+        )
+        .lines()
+        .count()
+            >= 2),
+        "pactl subscribe did not connect"
+    );
+    let input = noise_s16(4800, 3, 1000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["set-sink-volume", "null-sink", "80%"]),
+    );
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["set-sink-mute", "null-sink", "1"]),
+    );
+    pa_ok(&d, &run_pa(&d, "pactl", &["set-default-sink", "null-sink"]));
+    // The last change is on its way once the command returned; give it a moment.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = interrupt(sub);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "Event 'new' on sink-input #",
+        "Event 'remove' on sink-input #",
+        "Event 'change' on sink #",
+        "Event 'new' on client #",
+        "Event 'remove' on client #",
+        "Event 'change' on server",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn garbage_and_killed_clients_leave_other_playback_untouched() {
+    require_tools!("paplay", "pactl");
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000 * 3, 21, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let long = noise_s16(48000 * 20, 22, 20000);
+    write_wav_s16(&d.path("long.wav"), 48000, 2, &long);
+    let player = spawn_pa(&d, "paplay", &["in.wav"]);
+
+    // 1. Framing garbage: an absurd length is a disconnect, not an allocation.
+    let mut raw = RawClient::connect(&d);
+    raw.send_raw(&[0xff; 20]).unwrap();
+    let mut buf = [0u8; 16];
+    use std::io::Read;
+    assert_eq!(raw.sock.get_mut().read(&mut buf).unwrap_or(0), 0);
+
+    // 2. A well-framed packet with a bad tagstruct gets an error reply; the connection
+    //    keeps working.
+    let mut c = RawClient::ready(&d, "garbage");
+    let mut packet = Vec::new();
+    let body = [
+        b'L', 0, 0, 0, 20, b'L', 0, 0, 0, 77, b'x', 0xff, 0xff, 0xff, 0xff,
+    ];
+    packet.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    packet.extend_from_slice(&u32::MAX.to_be_bytes());
+    packet.extend_from_slice(&[0; 12]);
+    packet.extend_from_slice(&body);
+    c.send_raw(&packet).unwrap();
+    assert!(matches!(c.ack(), Err(pa::ProtocolError::ServerError(_))));
+    let unknown = [b'L', 0, 0, 1, 0, b'L', 0, 0, 0, 78];
+    let mut packet = Vec::new();
+    packet.extend_from_slice(&(unknown.len() as u32).to_be_bytes());
+    packet.extend_from_slice(&u32::MAX.to_be_bytes());
+    packet.extend_from_slice(&[0; 12]);
+    packet.extend_from_slice(&unknown);
+    c.send_raw(&packet).unwrap();
+    assert!(matches!(
+        c.ack(),
+        Err(pa::ProtocolError::ServerError(PulseError::Command))
+    ));
+    let _: pa::ServerInfo = c.request(&Command::GetServerInfo).unwrap();
+
+    // 3. A client killed mid-stream: its sink input goes away.
+    let mut victim = spawn_pa(&d, "paplay", &["long.wav"]);
+    assert!(
+        wait_until(WAIT, || pa_ok(
+            &d,
+            &run_pa(&d, "pactl", &["list", "short", "sink-inputs"])
+        )
+        .lines()
+        .count()
+            >= 2),
+        "the second stream did not start"
+    );
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    pa_ok(&d, &wait_output(player, WAIT));
+    assert!(
+        wait_until(WAIT, || pa_ok(
+            &d,
+            &run_pa(&d, "pactl", &["list", "short", "sink-inputs"])
+        )
+        .trim()
+        .is_empty()),
+        "the killed client's stream stayed"
+    );
+    let out_path = d.path("out.wav");
+    d.stop();
+    // The first stream was mixed with the victim's for a while, so compare only the
+    // part after the victim left: the tail of in.wav must be there untouched.
+    let (_, out) = read_wav_s16(&out_path);
+    let tail = &input[input.len() - 48000..];
+    let at = out.windows(tail.len()).position(|w| w == tail);
+    assert!(
+        at.is_some(),
+        "the end of in.wav is not in the output intact"
+    );
+}
+
+#[test]
+fn quaverd_refuses_a_socket_a_pulse_server_answers_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let pulse = dir.path().join("pulse");
+    std::fs::create_dir_all(&pulse).unwrap();
+    let _live = UnixListener::bind(pulse.join("native")).unwrap();
+    let out = Process::new(quaverd_bin())
+        .args(["--realtime-priority", "0", "--device", "null"])
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already answers"), "{err}");
+}
+
+#[test]
+fn a_stale_pulse_socket_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path().join("xdg");
+    std::fs::create_dir_all(xdg.join("pulse")).unwrap();
+    drop(UnixListener::bind(xdg.join("pulse/native")).unwrap());
+    assert!(xdg.join("pulse/native").exists());
+    let mut d = Daemon::start_in(dir, &["--device", "null"]);
+    assert!(UnixStream::connect(pulse_socket(&d)).is_ok());
+    let log = d.stop();
+    assert!(log.contains("removing stale PulseAudio socket"), "{log}");
+}

@@ -1,0 +1,120 @@
+//! PulseAudio recording through quaverd: parec from a sink's monitor, from a source and
+//! from a single sink input's monitor.
+
+mod common;
+#[macro_use]
+mod pulse_util;
+
+use common::*;
+use pulse_util::*;
+
+fn count_lines(d: &Daemon, what: &str) -> usize {
+    let out = run_pa(d, "pactl", &["list", "short", what]);
+    pa_ok(d, &out).lines().count()
+}
+
+fn wait_for_file(d: &Daemon, name: &str, bytes: u64) {
+    assert!(
+        wait_until(WAIT, || std::fs::metadata(d.path(name))
+            .is_ok_and(|m| m.len() >= bytes)),
+        "{name} did not reach {bytes} bytes\n{}",
+        d.log_text()
+    );
+}
+
+const REC_ARGS: [&str; 4] = [
+    "--format=s16le",
+    "--rate=48000",
+    "--channels=2",
+    "--latency-msec=20",
+];
+
+#[test]
+fn parec_captures_the_sink_monitor_bit_exact_while_paplay_plays() {
+    require_tools!("parec", "paplay", "pactl");
+    let d = Daemon::start(&["--device", "null"]);
+    let input = noise_s16(48000 * 2, 17, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let mut args = vec!["-d", "null-sink.monitor"];
+    args.extend(REC_ARGS);
+    args.push("rec.raw");
+    let rec = spawn_pa(&d, "parec", &args);
+    assert!(
+        wait_until(WAIT, || count_lines(&d, "source-outputs") == 1),
+        "parec's stream did not appear"
+    );
+    pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
+    // Everything played has passed the monitor once the file holds it plus a margin.
+    wait_for_file(&d, "rec.raw", (input.len() * 2 + 48000 * 4 / 5) as u64);
+    let out = interrupt(rec);
+    assert!(
+        out.status.success() || out.status.code().is_none(),
+        "parec: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = read_raw_s16(&d.path("rec.raw"));
+    assert_contains_exactly(&got, &input, "parec of the monitor");
+}
+
+#[test]
+fn parec_from_a_source_gets_its_silence() {
+    require_tools!("parec", "pactl");
+    let d = Daemon::start(&["--device", "null"]);
+    let info = pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
+    assert!(info.contains("Default Source: null-source"), "{info}");
+    let mut args = vec![];
+    args.extend(REC_ARGS);
+    args.push("src.raw");
+    let rec = spawn_pa(&d, "parec", &args);
+    wait_for_file(&d, "src.raw", 48000 * 4 / 5);
+    interrupt(rec);
+    let got = read_raw_s16(&d.path("src.raw"));
+    assert!(got.len() >= 48000 / 5 * 2);
+    assert!(got.iter().all(|&s| s == 0), "the null source is silent");
+}
+
+#[test]
+fn parec_of_one_sink_input_hears_only_that_stream() {
+    require_tools!("parec", "paplay", "pactl");
+    let d = Daemon::start(&["--device", "null"]);
+    let a = noise_s16(48000 * 4, 1, 12000);
+    let b = noise_s16(48000 * 4, 2, 12000);
+    write_wav_s16(&d.path("a.wav"), 48000, 2, &a);
+    write_wav_s16(&d.path("b.wav"), 48000, 2, &b);
+    let pa_a = spawn_pa(&d, "paplay", &["a.wav"]);
+    let pa_b = spawn_pa(&d, "paplay", &["b.wav"]);
+    let mut index = None;
+    assert!(
+        wait_until(WAIT, || {
+            let list = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sink-inputs"]));
+            let blocks: Vec<&str> = list.split("Sink Input #").skip(1).collect();
+            index = blocks
+                .iter()
+                .find(|b| b.contains("media.name = \"a.wav\""))
+                .map(|b| b.split_whitespace().next().unwrap().to_string());
+            blocks.len() == 2 && index.is_some()
+        }),
+        "both streams should play"
+    );
+    let idx = index.unwrap();
+    let mut args = vec![format!("--monitor-stream={idx}")];
+    args.extend(REC_ARGS.iter().map(|s| s.to_string()));
+    args.push("one.raw".into());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let rec = spawn_pa(&d, "parec", &argv);
+    wait_for_file(&d, "one.raw", 48000 * 4);
+    interrupt(rec);
+    pa_ok(&d, &wait_output(pa_a, WAIT));
+    pa_ok(&d, &wait_output(pa_b, WAIT));
+    let got = read_raw_s16(&d.path("one.raw"));
+    // The capture starts mid-stream: find its first non-silent window inside a.wav.
+    let start = onset(&got);
+    let window = &got[start..start + 256];
+    let at = a
+        .windows(256)
+        .position(|w| w == window)
+        .expect("the recording is not a piece of a.wav");
+    let n = (got.len() - start).min(a.len() - at) / 2 * 2;
+    assert!(n > 48000, "only {n} samples recorded");
+    assert_eq!(&got[start..start + n], &a[at..at + n], "b.wav leaked in");
+}

@@ -478,7 +478,11 @@ pub fn serve(srv: Arc<Server>, sock: UnixStream, handle: Arc<ConnHandle>) {
         closing: false,
     };
     if let Err(why) = c.run() {
-        tracing::info!("pulse client {client}: {why}; disconnecting");
+        if why == "closed" {
+            tracing::debug!("pulse client {client} closed the connection");
+        } else {
+            tracing::info!("pulse client {client}: {why}; disconnecting");
+        }
     }
     c.cleanup();
 }
@@ -1551,11 +1555,15 @@ impl Conn {
             .map(|c| c.name)
             .unwrap_or_default();
         self.srv.broadcast(Fac::Client, Ev::Removed, self.client);
-        tracing::info!(
-            "pulse client {} ({name}) left; {} stream(s) removed",
-            self.client,
-            nodes.len()
-        );
+        if nodes.is_empty() {
+            tracing::debug!("pulse client {} ({name}) left", self.client);
+        } else {
+            tracing::info!(
+                "pulse client {} ({name}) left; {} stream(s) removed",
+                self.client,
+                nodes.len()
+            );
+        }
     }
 
     /// What the engine grants for a device-latency request: the quantum this stream

@@ -1,0 +1,433 @@
+//! The command line: `quaver-bench <mode> [--out DIR] [--seed N] [--quick] …`.
+
+use crate::clock::Utc;
+use crate::exec::{find_quaverd, quote};
+use crate::latency::{LatencyOptions, LatencyPath};
+use crate::load::{LoadOptions, Variant};
+use crate::machine::{Machine, tool_versions};
+use crate::progress::Progress;
+use crate::report::{self, ModeOutput, Record};
+use crate::stress::{StressDevice, StressOptions};
+use crate::stressor::{StressorConfig, StressorKind};
+use crate::{Ctx, daemon, latency, load, peers, rng, stress, stressor};
+use anyhow::{Result, bail};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// quaver's measuring instruments: latency, CPU cost, wakeups and glitches under
+/// stress, each run against a private quaverd and written up as JSON + Markdown + SVG.
+#[derive(Parser, Debug)]
+#[command(name = "quaver-bench", version, about)]
+pub struct Cli {
+    /// What to measure.
+    #[command(subcommand)]
+    pub mode: Mode,
+}
+
+/// Options every mode takes.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Folder for the reports (created if missing).
+    #[arg(long, default_value = "bench-results", global = true)]
+    pub out: PathBuf,
+    /// Seed of every random choice (default: from the clock; recorded either way).
+    #[arg(long, global = true)]
+    pub seed: Option<u64>,
+    /// A short run (seconds instead of minutes): for smoke tests, not for figures.
+    #[arg(long, global = true)]
+    pub quick: bool,
+    /// The quaverd to measure (default: next to quaver-bench, else on PATH).
+    #[arg(long, global = true)]
+    pub quaverd: Option<PathBuf>,
+    /// quaverd's --realtime-priority (0: normal scheduling; default: quaverd's own).
+    #[arg(long, global = true)]
+    pub realtime_priority: Option<i32>,
+    /// No progress bar even on a terminal.
+    #[arg(long, global = true)]
+    pub no_progress: bool,
+}
+
+/// The modes.
+#[derive(Subcommand, Debug)]
+pub enum Mode {
+    /// Round-trip latency through the sim card's loopback and a sink monitor, measured
+    /// with impulses, against the theoretical chain.
+    Latency {
+        /// Quanta to measure at (each stream requests 2 × quantum).
+        #[arg(long, value_delimiter = ',', default_values_t = [32usize, 64, 128, 256, 512, 1024, 2048])]
+        quanta: Vec<usize>,
+        /// Paths to measure.
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["sim", "monitor"])]
+        paths: Vec<LatencyPath>,
+        /// The sim card's watermark, frames.
+        #[arg(long, default_value_t = 256)]
+        period: usize,
+        /// Impulses per point (default 200; 12 with --quick).
+        #[arg(long)]
+        impulses: Option<usize>,
+        /// Hold the client's output back by this many frames (checks the instrument:
+        /// the delay must appear in the measurement).
+        #[arg(long, default_value_t = 0)]
+        inject_delay: usize,
+        /// Sample rate.
+        #[arg(long, default_value_t = 48_000)]
+        rate: u32,
+        /// Let quaverd suspend its idle devices first, so the streams wake a suspended
+        /// device instead of joining one that has run since the daemon started.
+        #[arg(long)]
+        after_idle: bool,
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// CPU, wakeups, xruns and memory of quaverd for N playback streams.
+    Load {
+        /// Number of streams (default 8; 4 with --quick).
+        #[arg(long)]
+        streams: Option<usize>,
+        /// Measure N = 1, 2, 4, … up to --max-streams instead.
+        #[arg(long)]
+        sweep: bool,
+        /// Largest N of the sweep.
+        #[arg(long, default_value_t = 256)]
+        max_streams: usize,
+        /// Latency each stream requests, ms.
+        #[arg(long, default_value_t = 20.0)]
+        latency_ms: f64,
+        /// Measurement window per point, s (default 5; 1 with --quick).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Variants (streams at the device rate, and at 44.1 kHz resampled to 48 kHz).
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["native", "resampled"])]
+        variants: Vec<Variant>,
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// RT thread wakeup lateness, cycle time and xruns under CPU, disk and memory
+    /// stress, next to cyclictest's figure for the same load.
+    Stress {
+        /// Quantum, frames.
+        #[arg(long, default_value_t = 64)]
+        quantum: usize,
+        /// Seconds per measurement (default 20; 1.5 with --quick).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Load generator.
+        #[arg(long, value_enum, default_value_t = StressorKind::Auto)]
+        stressor: StressorKind,
+        /// Device quaverd drives.
+        #[arg(long, value_enum, default_value_t = StressDevice::Null)]
+        device: StressDevice,
+        /// Sim watermark, frames (default: one quantum).
+        #[arg(long)]
+        period: Option<usize>,
+        /// Skip the idle baseline (always skipped with --quick).
+        #[arg(long)]
+        no_baseline: bool,
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// SynthMark-like voice, latency, jitter and switch marks (not yet: needs the
+    /// low-latency callback clients of issue 5).
+    Synth {
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The peers: versions, headless start, idle cost (the side-by-side workloads need
+    /// the PulseAudio front-end of issue 3).
+    Peers {
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The built-in stressor (started by `stress`; not for direct use).
+    #[command(hide = true)]
+    Stressor {
+        /// CPU hog threads.
+        #[arg(long, default_value_t = 1)]
+        cpu: usize,
+        /// Directory for the fsyncing disk writer (none: no writer).
+        #[arg(long)]
+        io_dir: Option<PathBuf>,
+        /// MiB of memory churn.
+        #[arg(long, default_value_t = 64)]
+        vm_mb: usize,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+impl Mode {
+    fn name(&self) -> &'static str {
+        match self {
+            Mode::Latency { .. } => "latency",
+            Mode::Load { .. } => "load",
+            Mode::Stress { .. } => "stress",
+            Mode::Synth { .. } => "synth",
+            Mode::Peers { .. } => "peers",
+            Mode::Stressor { .. } => "stressor",
+        }
+    }
+
+    fn common(&self) -> Option<&Common> {
+        match self {
+            Mode::Latency { common, .. }
+            | Mode::Load { common, .. }
+            | Mode::Stress { common, .. }
+            | Mode::Synth { common }
+            | Mode::Peers { common } => Some(common),
+            Mode::Stressor { .. } => None,
+        }
+    }
+}
+
+/// Runs quaver-bench with `argv`; returns the process exit code.
+pub fn main_with(argv: Vec<String>) -> i32 {
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    match run(cli, &argv) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("quaver-bench: {e:#}");
+            1
+        }
+    }
+}
+
+fn run(cli: Cli, argv: &[String]) -> Result<()> {
+    if let Mode::Stressor {
+        cpu,
+        io_dir,
+        vm_mb,
+        duration,
+        seed,
+    } = &cli.mode
+    {
+        let ops = stressor::builtin_main(
+            StressorConfig {
+                cpu: *cpu,
+                io: io_dir.is_some(),
+                vm_mb: *vm_mb,
+            },
+            io_dir.clone(),
+            Duration::from_secs(*duration),
+            *seed,
+        )?;
+        println!("{}", serde_json::to_string(&ops)?);
+        return Ok(());
+    }
+    if let Mode::Synth { .. } = &cli.mode {
+        bail!(
+            "synth is not available yet: it renders voices inside a low-latency process \
+             callback, which needs the JACK-style callback clients of issue 5"
+        );
+    }
+    let common = cli.mode.common().expect("not the stressor").clone();
+    let quaverd = find_quaverd(common.quaverd.as_deref())?;
+    let seed = common.seed.unwrap_or_else(rng::seed_from_clock);
+    let mut ctx = Ctx::new(quaverd.clone(), seed, common.quick);
+    ctx.realtime_priority = common.realtime_priority;
+    ctx.progress = Progress::new(!common.no_progress);
+    if quaverd.components().any(|c| c.as_os_str() == "debug") {
+        ctx.note(format!(
+            "quaverd is a debug build ({}): fine for checking the instruments, not for \
+             figures; build with `cargo build --release -p quaver-daemon -p quaver-bench` \
+             and run target/release/quaver-bench",
+            quaverd.display()
+        ));
+    }
+    let started = Utc::now();
+    let machine = Machine::probe();
+    let mut versions = tool_versions();
+    versions.insert(
+        "quaver-bench".into(),
+        format!("quaver-bench {}", env!("CARGO_PKG_VERSION")),
+    );
+    versions.insert("quaverd".into(), daemon::quaverd_version(&quaverd));
+    let quick = common.quick;
+    let out: ModeOutput = match &cli.mode {
+        Mode::Latency {
+            quanta,
+            paths,
+            period,
+            impulses,
+            inject_delay,
+            rate,
+            after_idle,
+            ..
+        } => {
+            let mut o = LatencyOptions::new(quick);
+            o.quanta = quanta.clone();
+            o.paths = paths.clone();
+            o.period = *period;
+            o.rate = *rate;
+            o.inject_delay = *inject_delay;
+            o.after_idle = *after_idle;
+            if let Some(n) = impulses {
+                o.impulses = *n;
+            }
+            latency::render(&latency::run(&mut ctx, &o)?)
+        }
+        Mode::Load {
+            streams,
+            sweep,
+            max_streams,
+            latency_ms,
+            duration,
+            variants,
+            ..
+        } => {
+            let mut o = LoadOptions::new(quick, *streams, *sweep, *max_streams);
+            o.latency_ms = *latency_ms;
+            o.variants = variants.clone();
+            if let Some(d) = duration {
+                o.window_seconds = *d;
+            }
+            load::render(&load::run(&mut ctx, &o)?)
+        }
+        Mode::Stress {
+            quantum,
+            duration,
+            stressor,
+            device,
+            period,
+            no_baseline,
+            ..
+        } => {
+            let mut o = StressOptions::new(quick, std::env::current_exe()?);
+            o.quantum = *quantum;
+            o.stressor = *stressor;
+            o.device = *device;
+            o.period = *period;
+            if let Some(d) = duration {
+                o.seconds = *d;
+            }
+            if *no_baseline {
+                o.baseline = false;
+            }
+            stress::render(&stress::run(&mut ctx, &o)?)
+        }
+        Mode::Peers { .. } => peers::render(&peers::run(&mut ctx)?),
+        Mode::Synth { .. } | Mode::Stressor { .. } => unreachable!("handled above"),
+    };
+    let finished = Utc::now();
+    let invocation = invocation(argv);
+    let reproduce = reproduce(argv, seed);
+    let rec = Record {
+        mode: cli.mode.name(),
+        started: started.iso(),
+        finished: finished.iso(),
+        seed,
+        quick,
+        invocation,
+        reproduce,
+        machine: &machine,
+        versions: &versions,
+        commands: &ctx.commands,
+        notes: &ctx.notes,
+        results: &out.results,
+    };
+    let written = report::write(&common.out, &started, &rec, &out)?;
+    println!("{}", out.summary.text());
+    for n in &ctx.notes {
+        println!("note: {n}");
+    }
+    println!("report: {}", written.markdown.display());
+    println!("record: {}", written.json.display());
+    Ok(())
+}
+
+/// The command line as run, program name normalized.
+fn invocation(argv: &[String]) -> String {
+    std::iter::once("quaver-bench".to_string())
+        .chain(argv.iter().skip(1).map(|a| quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The command line that repeats this run: as invoked, with `--seed` added if it was
+/// not given.
+pub fn reproduce(argv: &[String], seed: u64) -> String {
+    let mut s = invocation(argv);
+    if !argv
+        .iter()
+        .any(|a| a == "--seed" || a.starts_with("--seed="))
+    {
+        s.push_str(&format!(" --seed {seed}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_modes_and_common_options() {
+        let c = Cli::try_parse_from(argv(
+            "quaver-bench latency --quick --quanta 64,256 --seed 5",
+        ))
+        .unwrap();
+        match c.mode {
+            Mode::Latency {
+                quanta,
+                common,
+                paths,
+                ..
+            } => {
+                assert_eq!(quanta, vec![64, 256]);
+                assert_eq!(paths, vec![LatencyPath::Sim, LatencyPath::Monitor]);
+                assert!(common.quick);
+                assert_eq!(common.seed, Some(5));
+            }
+            m => panic!("{m:?}"),
+        }
+        let c = Cli::try_parse_from(argv("quaver-bench load --sweep --out /tmp/x")).unwrap();
+        assert!(matches!(c.mode, Mode::Load { sweep: true, .. }));
+        let c = Cli::try_parse_from(argv("quaver-bench stress --stressor builtin --device sim"))
+            .unwrap();
+        assert!(matches!(
+            c.mode,
+            Mode::Stress {
+                stressor: StressorKind::Builtin,
+                device: StressDevice::Sim,
+                ..
+            }
+        ));
+        assert!(Cli::try_parse_from(argv("quaver-bench frobnicate")).is_err());
+    }
+
+    #[test]
+    fn reproduce_adds_the_seed_once() {
+        assert_eq!(
+            reproduce(&argv("/x/quaver-bench latency --quick"), 42),
+            "quaver-bench latency --quick --seed 42"
+        );
+        assert_eq!(
+            reproduce(&argv("quaver-bench load --seed 7"), 7),
+            "quaver-bench load --seed 7"
+        );
+    }
+
+    #[test]
+    fn synth_explains_what_is_missing() {
+        assert_eq!(main_with(argv("quaver-bench synth")), 1);
+    }
+}

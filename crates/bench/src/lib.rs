@@ -1,0 +1,106 @@
+//! `quaver-bench`: the measuring instruments of quaver.
+//!
+//! Each mode starts its own quaverd (and, later, its peers) in a private runtime
+//! directory, drives a workload through the native client library, measures from the
+//! outside (`/proc`, the daemon's `status`/`timing` replies, the audio itself), and
+//! writes a JSON record plus a Markdown report with SVG plots. Modes:
+//!
+//! - [`latency`]: round-trip latency through the sim card's loopback and a sink
+//!   monitor, measured with impulses, next to the latency the design predicts;
+//! - [`load`]: CPU seconds per second of audio, context switches, xruns and memory of
+//!   quaverd for N playback streams (at the device rate and resampled);
+//! - [`stress`]: the real-time thread's wakeup lateness and cycle time while CPU, disk
+//!   and memory stressors run, next to cyclictest's figure for the same load;
+//! - `synth` and `peers`: see [`peers`] and `docs/bench.md` for what is still missing.
+//!
+//! Benchmarks measure; the tests of this crate check that the instruments measure
+//! what they claim (e.g. a known injected delay shows up in `latency`), never timing.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod clock;
+pub mod cyclictest;
+pub mod daemon;
+pub mod exec;
+pub mod latency;
+pub mod load;
+pub mod machine;
+pub mod peers;
+pub mod procfs;
+pub mod progress;
+pub mod report;
+pub mod rng;
+pub mod rt;
+pub mod stats;
+pub mod stress;
+pub mod stressor;
+pub mod svg;
+
+use daemon::{Daemon, DaemonSpec};
+use std::path::PathBuf;
+
+/// What every mode needs: where quaverd is, the seed, how long to run, and the list
+/// of commands and notes that go into the report.
+#[derive(Debug)]
+pub struct Ctx {
+    /// The quaverd binary.
+    pub quaverd: PathBuf,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Shortened run (for tests and smoke checks).
+    pub quick: bool,
+    /// `--realtime-priority` for quaverd (None: its default).
+    pub realtime_priority: Option<i32>,
+    /// Progress bars.
+    pub progress: progress::Progress,
+    /// Every external command run, in order.
+    pub commands: Vec<String>,
+    /// Remarks for the report.
+    pub notes: Vec<String>,
+}
+
+impl Ctx {
+    /// A context with no commands recorded yet.
+    pub fn new(quaverd: PathBuf, seed: u64, quick: bool) -> Ctx {
+        Ctx {
+            quaverd,
+            seed,
+            quick,
+            realtime_priority: None,
+            progress: progress::Progress::hidden(),
+            commands: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Starts a private quaverd and records its command line.
+    pub fn start_daemon(&mut self, mut spec: DaemonSpec) -> anyhow::Result<Daemon> {
+        if spec.realtime_priority.is_none() {
+            spec.realtime_priority = self.realtime_priority;
+        }
+        let d = Daemon::start(&self.quaverd, &spec)?;
+        self.commands.push(d.command().to_string());
+        if !spec.config.trim().is_empty() {
+            self.commands.push(format!(
+                "# with {}:\n#   {}",
+                "quaver.toml",
+                spec.config.trim().replace('\n', "\n#   ")
+            ));
+        }
+        Ok(d)
+    }
+
+    /// Records a command run outside [`Ctx::start_daemon`].
+    pub fn record_command(&mut self, c: impl Into<String>) {
+        self.commands.push(c.into());
+    }
+
+    /// Adds a note to the report (once).
+    pub fn note(&mut self, n: impl Into<String>) {
+        let n = n.into();
+        if !self.notes.contains(&n) {
+            self.notes.push(n);
+        }
+    }
+}

@@ -175,3 +175,44 @@ fn paplay_latency_msec_drives_the_quantum() {
         "no small quantum for a 20 ms stream: {quanta:?}\n{log}"
     );
 }
+
+#[test]
+fn aplay_through_the_alsa_pulse_plugin_is_bit_exact() {
+    require_tools!("aplay");
+    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/alsa-lib/libasound_module_pcm_pulse.so")
+        .exists()
+        && !std::path::Path::new(
+            "/usr/lib/aarch64-linux-gnu/alsa-lib/libasound_module_pcm_pulse.so",
+        )
+        .exists()
+    {
+        eprintln!("SKIPPED: needs libasound2-plugins (ALSA's pulse plugin); not tested");
+        return;
+    }
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000, 8, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "aplay", &["-q", "-D", "pulse", "in.wav"]));
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    assert_contains_exactly(&out, &input, "aplay -D pulse");
+}
+
+#[test]
+fn sox_plays_to_pulseaudio() {
+    require_tools!("sox");
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000, 12, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let out = run_pa(&d, "sox", &["-q", "in.wav", "-t", "pulseaudio", "default"]);
+    if String::from_utf8_lossy(&out.stderr).contains("no handler") {
+        eprintln!("SKIPPED: sox lacks its pulseaudio handler (libsox-fmt-pulse); not tested");
+        return;
+    }
+    pa_ok(&d, &out);
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, got) = read_wav_s16(&out_path);
+    assert_contains_exactly(&got, &input, "sox -t pulseaudio");
+}

@@ -390,3 +390,43 @@ fn killed_sink_input_ends_its_client() {
     .trim()
     .is_empty()));
 }
+
+#[test]
+fn sample_cache_upload_play_and_remove() {
+    require_tools!("pactl");
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000, 41, 20000);
+    write_wav_s16(&d.path("bell.wav"), 48000, 2, &input);
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["upload-sample", "bell.wav", "bell"]),
+    );
+    let list = pa_ok(&d, &run_pa(&d, "pactl", &["list", "samples"]));
+    assert!(
+        list.contains("Name: bell") && list.contains("Duration: 0.5s"),
+        "{list}"
+    );
+    pa_ok(&d, &run_pa(&d, "pactl", &["play-sample", "bell"]));
+    // The sample's sink input goes away by itself once played.
+    assert!(
+        wait_until(WAIT, || pa_ok(
+            &d,
+            &run_pa(&d, "pactl", &["list", "short", "sink-inputs"])
+        )
+        .trim()
+        .is_empty()),
+        "the sample's stream stayed"
+    );
+    pa_ok(&d, &run_pa(&d, "pactl", &["remove-sample", "bell"]));
+    let list = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "samples"]));
+    assert!(list.trim().is_empty(), "{list}");
+    assert!(
+        !run_pa(&d, "pactl", &["play-sample", "bell"])
+            .status
+            .success()
+    );
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    assert_contains_exactly(&out, &input, "play-sample");
+}

@@ -445,6 +445,17 @@ impl Record {
     }
 }
 
+/// A sample being uploaded.
+struct Upload {
+    name: String,
+    spec: SampleSpec,
+    codec: Codec,
+    map: PaMap,
+    props: Props,
+    length: usize,
+    data: Vec<u8>,
+}
+
 struct Conn {
     srv: Arc<Server>,
     handle: Arc<ConnHandle>,
@@ -456,6 +467,7 @@ struct Conn {
     authed: bool,
     playback: BTreeMap<u32, Playback>,
     record: BTreeMap<u32, Record>,
+    uploads: BTreeMap<u32, Upload>,
     next_channel: u32,
     closing: bool,
 }
@@ -474,6 +486,7 @@ pub fn serve(srv: Arc<Server>, sock: UnixStream, handle: Arc<ConnHandle>) {
         authed: false,
         playback: BTreeMap::new(),
         record: BTreeMap::new(),
+        uploads: BTreeMap::new(),
         next_channel: 0,
         closing: false,
     };
@@ -588,6 +601,11 @@ impl Conn {
                     };
                     match self.playback.get_mut(&channel) {
                         Some(p) => p.write(seek, offset, &data, &mut out),
+                        None if self.uploads.contains_key(&channel) => {
+                            let u = self.uploads.get_mut(&channel).expect("checked");
+                            let room = u.length - u.data.len();
+                            u.data.extend_from_slice(&data[..data.len().min(room)]);
+                        }
                         None => tracing::debug!(
                             "pulse client {}: audio for unknown channel {channel} dropped",
                             self.client
@@ -799,6 +817,7 @@ impl Conn {
             Command::Stat => {
                 let st = srv.lock();
                 let blocks = st.streams.len() as u32;
+                let cache: u32 = st.samples.values().map(|s| s.bytes).sum();
                 drop(st);
                 self.out().reply(
                     seq,
@@ -807,7 +826,7 @@ impl Conn {
                         memblock_total_size: 0,
                         memblock_allocated: blocks,
                         memblock_allocated_size: 0,
-                        sample_cache_size: 0,
+                        sample_cache_size: cache,
                     },
                 );
             }
@@ -897,11 +916,21 @@ impl Conn {
                 let list = srv.module_list(&srv.lock());
                 self.out().reply(seq, &list);
             }
-            Command::GetCardInfo(_) | Command::GetSampleInfo(_) => {
-                return Err(PulseError::NoEntity);
+            Command::GetCardInfo(_) => return Err(PulseError::NoEntity),
+            Command::GetCardInfoList => self.out().reply_with(seq, |_| {}),
+            Command::GetSampleInfo(idx) => {
+                let info = srv
+                    .lock()
+                    .samples
+                    .get(&idx)
+                    .map(|s| s.info(idx))
+                    .ok_or(PulseError::NoEntity)?;
+                self.out().reply(seq, &info);
             }
-            Command::GetCardInfoList | Command::GetSampleInfoList => {
-                self.out().reply_with(seq, |_| {});
+            Command::GetSampleInfoList => {
+                let list: Vec<pa::SampleInfo> =
+                    srv.lock().samples.iter().map(|(&i, s)| s.info(i)).collect();
+                self.out().reply(seq, &list);
             }
             Command::LookupSink(name) => {
                 let graph = srv.engine.graph();
@@ -1096,12 +1125,55 @@ impl Conn {
                 return Err(PulseError::NotSupported);
             }
             Command::Extension(_) => return Err(PulseError::NoExtension),
-            Command::PlaySample(_) | Command::RemoveSample(_) => {
-                return Err(PulseError::NoEntity);
+            Command::CreateUploadStream(p) => self.create_upload(seq, p)?,
+            Command::DeleteUploadStream(ch) => {
+                self.uploads.remove(&ch).ok_or(PulseError::NoEntity)?;
+                self.out().ack(seq);
             }
-            Command::CreateUploadStream(_)
-            | Command::DeleteUploadStream(_)
-            | Command::FinishUploadStream(_) => return Err(PulseError::NotSupported),
+            Command::FinishUploadStream(ch) => {
+                let u = self.uploads.remove(&ch).ok_or(PulseError::NoEntity)?;
+                self.finish_upload(u);
+                self.out().ack(seq);
+            }
+            Command::PlaySample(p) => {
+                let graph = srv.engine.graph();
+                let sink = match (p.sink_index, p.sink_name.as_ref()) {
+                    (None, None) => srv.default_sink(&graph),
+                    (i, n) => srv.find_sink(&graph, i, n.and_then(|n| n.to_str().ok())),
+                }
+                .ok_or(PulseError::NoEntity)?;
+                let name = p.name.to_str().map_err(|_| PulseError::Invalid)?;
+                let sample = srv
+                    .lock()
+                    .samples
+                    .values()
+                    .find(|s| s.name == name)
+                    .cloned()
+                    .ok_or(PulseError::NoEntity)?;
+                let gain = if p.volume == u32::MAX {
+                    1.0
+                } else {
+                    crate::convert::volume_to_linear(pa::Volume::from_u32_clamped(p.volume))
+                };
+                let node = crate::scache::play(&srv, &sample, &sink, gain)?;
+                self.out().reply_with(seq, |ts| {
+                    ts.write_u32(node).expect("vec");
+                });
+            }
+            Command::RemoveSample(name) => {
+                let name = name.to_str().map_err(|_| PulseError::Invalid)?;
+                let mut st = srv.lock();
+                let idx = st
+                    .samples
+                    .iter()
+                    .find(|(_, s)| s.name == name)
+                    .map(|(&i, _)| i)
+                    .ok_or(PulseError::NoEntity)?;
+                st.samples.remove(&idx);
+                drop(st);
+                srv.broadcast(Fac::SampleCache, Ev::Removed, idx);
+                self.out().ack(seq);
+            }
             Command::CreatePlaybackStream(p) => self.create_playback(seq, p)?,
             Command::CreateRecordStream(p) => self.create_record(seq, p)?,
             Command::DeletePlaybackStream(ch) => {
@@ -1581,7 +1653,9 @@ impl Conn {
     }
 
     fn stream_limit(&self) -> Reply {
-        if self.playback.len() + self.record.len() >= self.srv.opts.max_streams_per_client {
+        if self.playback.len() + self.record.len() + self.uploads.len()
+            >= self.srv.opts.max_streams_per_client
+        {
             return Err(PulseError::TooLarge);
         }
         Ok(())
@@ -1783,6 +1857,82 @@ impl Conn {
         };
         self.out().reply(seq, &reply);
         Ok(())
+    }
+
+    fn create_upload(&mut self, seq: u32, p: pa::UploadStreamParams) -> Reply {
+        self.stream_limit()?;
+        let codec = check_spec(&p.sample_spec).map_err(|_| PulseError::Invalid)?;
+        if p.channel_map.num_channels() != p.sample_spec.channels {
+            return Err(PulseError::Invalid);
+        }
+        let fs = frame_size(&p.sample_spec) as u32;
+        if p.length == 0 || p.length % fs != 0 {
+            return Err(PulseError::Invalid);
+        }
+        if p.length > crate::scache::MAX_SAMPLE_BYTES {
+            return Err(PulseError::TooLarge);
+        }
+        let name = p
+            .media_name
+            .as_ref()
+            .and_then(|n| n.to_str().ok().map(str::to_string))
+            .or_else(|| prop_str(&p.props, Prop::EventId))
+            .or_else(|| prop_str(&p.props, Prop::MediaName))
+            .filter(|n| !n.is_empty() && n.len() <= 128)
+            .ok_or(PulseError::Invalid)?;
+        let channel = self.next_channel;
+        self.next_channel += 1;
+        self.uploads.insert(
+            channel,
+            Upload {
+                name,
+                spec: p.sample_spec,
+                codec,
+                map: p.channel_map,
+                props: p.props.clone(),
+                length: p.length as usize,
+                data: Vec::new(),
+            },
+        );
+        let reply = pa::CreateUploadStreamReply {
+            channel,
+            length: p.length,
+        };
+        self.out().reply(seq, &reply);
+        Ok(())
+    }
+
+    fn finish_upload(&self, mut u: Upload) {
+        // A short upload is padded with silence, as PulseAudio stores the whole block.
+        u.data.resize(u.length, 0);
+        let mut data = vec![0f32; u.length / u.codec.bytes()];
+        u.codec.decode(&u.data, &mut data);
+        let sample = crate::scache::Sample {
+            name: u.name.clone(),
+            spec: u.spec,
+            map: u.map,
+            props: u.props,
+            data: Arc::new(data),
+            bytes: u.length as u32,
+        };
+        let mut st = self.srv.lock();
+        let existing = st
+            .samples
+            .iter()
+            .find(|(_, s)| s.name == u.name)
+            .map(|(&i, _)| i);
+        let (idx, ev) = match existing {
+            Some(i) => (i, Ev::Changed),
+            None => {
+                let i = st.next_sample;
+                st.next_sample += 1;
+                (i, Ev::New)
+            }
+        };
+        st.samples.insert(idx, sample);
+        drop(st);
+        tracing::info!("pulse: sample {} cached as #{idx}", u.name);
+        self.srv.broadcast(Fac::SampleCache, ev, idx);
     }
 
     fn record_target(&self, p: &RecordStreamParams) -> Result<(Target, Device), PulseError> {

@@ -321,7 +321,7 @@ impl Server {
             driver: Some(cstr(if rec.is_some() {
                 "protocol-native.c"
             } else {
-                "quaver-native"
+                "quaver"
             })),
             props: Self::stream_props(node, rec),
             muted: node.mute,
@@ -372,7 +372,7 @@ impl Server {
             driver: Some(cstr(if rec.is_some() {
                 "protocol-native.c"
             } else {
-                "quaver-native"
+                "quaver"
             })),
             props: Self::stream_props(node, rec),
             muted: node.mute,

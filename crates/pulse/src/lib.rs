@@ -22,6 +22,7 @@ pub mod convert;
 mod dispatch;
 mod introspect;
 pub mod listener;
+mod scache;
 mod server;
 pub mod tagcheck;
 pub mod transport;

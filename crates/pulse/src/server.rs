@@ -139,6 +139,10 @@ pub struct State {
     /// Monitor sources' own volume and mute (stored; the monitor taps the sink's
     /// post-volume signal, so they do not change the audio).
     pub monitor_mute: BTreeMap<u32, bool>,
+    /// The sample cache by index.
+    pub samples: BTreeMap<u32, crate::scache::Sample>,
+    /// Next sample index.
+    pub next_sample: u32,
 }
 
 /// Everything the connection, accept and event threads share.

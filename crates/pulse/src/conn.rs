@@ -1866,7 +1866,7 @@ impl Conn {
             return Err(PulseError::Invalid);
         }
         let fs = frame_size(&p.sample_spec) as u32;
-        if p.length == 0 || p.length % fs != 0 {
+        if p.length == 0 || !p.length.is_multiple_of(fs) {
             return Err(PulseError::Invalid);
         }
         if p.length > crate::scache::MAX_SAMPLE_BYTES {

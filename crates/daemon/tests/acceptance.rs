@@ -356,3 +356,26 @@ fn unlink_and_relink_during_playback_ramp_without_clicks() {
         "a new stream starts at full level, not ramped"
     );
 }
+
+#[test]
+fn freewheel_file_sink_renders_everything_bit_exact() {
+    let mut d = Daemon::start(&["--device", "file:out.wav,freewheel"]);
+    let input = noise_s16(48000 * 2 * 5, 31, 9000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let t0 = std::time::Instant::now();
+    ok(&d.run(&["play", "in.wav"]));
+    eprintln!("5 s rendered in {:?} (freewheel)", t0.elapsed());
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    let start = onset(&out) - onset(&input);
+    let diff = out[start..start + input.len()]
+        .iter()
+        .zip(&input)
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(
+        diff, 0,
+        "{diff} samples differ: freewheel must wait for the client, not skip"
+    );
+}

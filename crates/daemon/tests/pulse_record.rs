@@ -118,3 +118,51 @@ fn parec_of_one_sink_input_hears_only_that_stream() {
     assert!(n > 48000, "only {n} samples recorded");
     assert_eq!(&got[start..start + n], &a[at..at + n], "b.wav leaked in");
 }
+
+#[test]
+fn module_null_sink_plays_into_its_monitor_and_unloads() {
+    require_tools!("pactl", "parec", "paplay");
+    let d = Daemon::start(&["--device", "null"]);
+    let out = pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &[
+                "load-module",
+                "module-null-sink",
+                "sink_name=virt",
+                r"sink_properties=device.description=Virtual\ Sink",
+            ],
+        ),
+    );
+    let module: u32 = out.trim().parse().expect("module index");
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sinks"]));
+    assert!(sinks.contains("Name: virt") && sinks.contains("Description: Virtual Sink"));
+    assert!(
+        sinks.contains(&format!("Owner Module: {module}")),
+        "{sinks}"
+    );
+    let input = noise_s16(48000 * 2, 77, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let mut args = vec!["-d", "virt.monitor"];
+    args.extend(REC_ARGS);
+    args.push("virt.raw");
+    let rec = spawn_pa(&d, "parec", &args);
+    assert!(wait_until(WAIT, || count_lines(&d, "source-outputs") == 1));
+    pa_ok(&d, &run_pa(&d, "paplay", &["-d", "virt", "in.wav"]));
+    wait_for_file(&d, "virt.raw", (input.len() * 2 + 48000 * 4 / 5) as u64);
+    // Unloading moves the recorder to the default source instead of killing it.
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["unload-module", &module.to_string()]),
+    );
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+    assert!(!sinks.contains("virt"), "{sinks}");
+    assert_eq!(count_lines(&d, "source-outputs"), 1);
+    interrupt(rec);
+    let got = read_raw_s16(&d.path("virt.raw"));
+    assert_contains_exactly(&got, &input, "null sink monitor");
+    let bad = run_pa(&d, "pactl", &["load-module", "module-does-not-exist"]);
+    assert!(!bad.status.success());
+}

@@ -1121,8 +1121,15 @@ impl Conn {
             | Command::SetSourcePort(_)
             | Command::SetCardProfile(_)
             | Command::SetPortLatencyOffset(_) => return Err(PulseError::NoEntity),
-            Command::LoadModule(_) | Command::UnloadModule(_) => {
-                return Err(PulseError::NotSupported);
+            Command::LoadModule(p) => {
+                let idx = self.load_module(&p)?;
+                self.out().reply_with(seq, |ts| {
+                    ts.write_u32(idx).expect("vec");
+                });
+            }
+            Command::UnloadModule(idx) => {
+                self.unload_module(idx)?;
+                self.out().ack(seq);
             }
             Command::Extension(_) => return Err(PulseError::NoExtension),
             Command::CreateUploadStream(p) => self.create_upload(seq, p)?,
@@ -1495,16 +1502,6 @@ impl Conn {
         let srv = &self.srv;
         let index = index.ok_or(PulseError::Invalid)?;
         let graph = srv.engine.graph();
-        let kind = if playback {
-            NodeKind::PlaybackStream
-        } else {
-            NodeKind::RecordStream
-        };
-        let node = graph
-            .nodes
-            .get(&index)
-            .filter(|n| n.kind == kind)
-            .ok_or(PulseError::NoEntity)?;
         let name = dev_name.as_ref().and_then(|n| n.to_str().ok());
         let dev = if playback {
             srv.find_sink(&graph, dev_index, name)
@@ -1512,36 +1509,7 @@ impl Conn {
             srv.find_source(&graph, dev_index, name)
         }
         .ok_or(PulseError::NoEntity)?;
-        let dev_node = &graph.nodes[&dev.node];
-        let old = stream_target(&graph, index);
-        if old == Some(dev.node) {
-            return Ok(());
-        }
-        // Link the new device first: for one cycle the stream feeds both, so the move
-        // never leaves a gap; the old link then fades out.
-        if playback {
-            srv.engine
-                .link(&node.name, &dev_node.name)
-                .map_err(engine_err)?;
-            if let Some(o) = old {
-                let _ = srv.engine.unlink(&node.name, &graph.nodes[&o].name);
-            }
-        } else {
-            srv.engine
-                .link(&dev_node.name, &node.name)
-                .map_err(engine_err)?;
-            if let Some(o) = old {
-                let _ = srv.engine.unlink(&graph.nodes[&o].name, &node.name);
-            }
-        }
-        let owner = srv.lock().streams.get(&index).map(|s| s.client);
-        if let Some(owner) = owner
-            && let Some(c) = srv.lock().clients.get(&owner)
-        {
-            c.conn.post(ConnMsg::Moved(index));
-        }
-        tracing::info!("pulse: moved {} to {}", node.name, dev.name);
-        Ok(())
+        srv.move_stream(&graph, index, &dev, playback)
     }
 
     fn send_moved(&mut self, node: NodeId) {
@@ -1856,6 +1824,92 @@ impl Conn {
             format: FormatInfo::new(FormatEncoding::Pcm),
         };
         self.out().reply(seq, &reply);
+        Ok(())
+    }
+
+    fn load_module(&self, p: &pa::LoadModuleParams) -> Result<u32, PulseError> {
+        let srv = &self.srv;
+        let name = p.name.to_str().map_err(|_| PulseError::Invalid)?;
+        let argument = p
+            .arguments
+            .as_ref()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let args = crate::modules::parse_args_raw(&argument).map_err(|why| {
+            tracing::info!("pulse: {name}: {why}");
+            PulseError::ModInitFailed
+        })?;
+        let nodes = match name {
+            "module-null-sink" => {
+                let graph = srv.engine.graph();
+                let default_map = srv
+                    .default_sink(&graph)
+                    .and_then(|d| graph.nodes.get(&d.node))
+                    .map(|n| {
+                        quaver_dsp::ChannelMap(
+                            n.inputs.iter().map(|p| graph.ports[p].channel).collect(),
+                        )
+                    })
+                    .unwrap_or_else(quaver_dsp::ChannelMap::stereo);
+                let plan = crate::modules::null_sink(&args, &default_map, srv.engine.rate())?;
+                let node = srv
+                    .engine
+                    .add_node(plan.spec, Some(Box::new(crate::modules::NullSink)))
+                    .map_err(engine_err)?;
+                vec![node]
+            }
+            other => {
+                tracing::info!("pulse: LOAD_MODULE {other}: not available in quaver");
+                return Err(PulseError::ModInitFailed);
+            }
+        };
+        let mut st = srv.lock();
+        let idx = st.next_module.max(crate::modules::FIRST_LOADED);
+        st.next_module = idx + 1;
+        st.modules.insert(
+            idx,
+            crate::modules::ModuleRec {
+                name: name.to_string(),
+                argument,
+                nodes,
+            },
+        );
+        drop(st);
+        srv.broadcast(Fac::Module, Ev::New, idx);
+        tracing::info!("pulse: loaded {name} as module #{idx}");
+        Ok(idx)
+    }
+
+    fn unload_module(&self, idx: u32) -> Reply {
+        let srv = &self.srv;
+        let m = srv
+            .lock()
+            .modules
+            .remove(&idx)
+            .ok_or(PulseError::NoEntity)?;
+        for node in &m.nodes {
+            // Rescue streams as PulseAudio does: to the default device that remains.
+            let graph = srv.engine.graph();
+            for s in graph.nodes.values().filter(|n| n.kind.is_stream()) {
+                if stream_target(&graph, s.id) != Some(*node) {
+                    continue;
+                }
+                let playback = s.kind == NodeKind::PlaybackStream;
+                let dev = if playback {
+                    srv.default_sink(&graph)
+                } else {
+                    srv.default_source(&graph)
+                };
+                if let Some(dev) = dev.filter(|d| d.node != *node) {
+                    let _ = srv.move_stream(&graph, s.id, &dev, playback);
+                }
+            }
+            if let Err(e) = srv.engine.remove_node(*node) {
+                tracing::warn!("pulse: unloading module #{idx}: {e}");
+            }
+        }
+        srv.broadcast(Fac::Module, Ev::Removed, idx);
+        tracing::info!("pulse: unloaded module #{idx} ({})", m.name);
         Ok(())
     }
 

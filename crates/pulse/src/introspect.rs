@@ -14,8 +14,7 @@ use quaver_engine::graph::{Graph, Node};
 use std::ffi::CString;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// Index of the pseudo-module standing for this front-end.
-pub const PROTOCOL_MODULE: u32 = 0;
+use crate::modules::{DEVICES_MODULE, PROTOCOL_MODULE};
 
 /// A consistent view for one introspection reply.
 pub struct Snapshot {
@@ -168,7 +167,7 @@ impl Server {
             },
             sample_spec: float_spec(snap.rate, map.len()),
             channel_map: map_to_pa(&map),
-            owner_module_index: None,
+            owner_module_index: Self::device_owner(st, node),
             cvolume: Self::device_volume(st, false, node.id, node.volume, map.len()),
             muted: node.mute,
             monitor_source_index: Some(node.id),
@@ -238,7 +237,7 @@ impl Server {
             },
             sample_spec: float_spec(snap.rate, map.len()),
             channel_map: map_to_pa(&map),
-            owner_module_index: None,
+            owner_module_index: Self::device_owner(st, node),
             cvolume: volume,
             base_volume: Volume::NORM,
             volume_steps: Some(65537),
@@ -441,26 +440,57 @@ impl Server {
             .collect()
     }
 
-    /// Every module record: the front-end itself.
+    /// Every module record: the front-end, the engine's devices, loaded modules.
     pub fn module_list(&self, st: &State) -> Vec<ModuleInfo> {
-        let mut props = Props::new();
-        set(
-            &mut props,
-            Prop::ModuleDescription,
-            "Native protocol (UNIX sockets)",
-        );
-        set(&mut props, Prop::ModuleAuthor, "quaver");
-        set(&mut props, Prop::ModuleVersion, env!("CARGO_PKG_VERSION"));
-        #[allow(deprecated)]
-        let m = ModuleInfo {
-            index: PROTOCOL_MODULE,
-            name: cstr("module-native-protocol-unix"),
-            argument: None,
-            n_used: Some(st.clients.len() as u32),
-            auto_unload: false,
-            props,
+        let module = |index: u32, name: &str, argument: Option<&str>, description: &str| {
+            let mut props = Props::new();
+            set(&mut props, Prop::ModuleDescription, description);
+            set(&mut props, Prop::ModuleAuthor, "quaver");
+            set(&mut props, Prop::ModuleVersion, env!("CARGO_PKG_VERSION"));
+            #[allow(deprecated)]
+            ModuleInfo {
+                index,
+                name: cstr(name),
+                argument: argument.map(cstr),
+                n_used: None,
+                auto_unload: false,
+                props,
+            }
         };
-        vec![m]
+        let mut v = vec![
+            module(
+                PROTOCOL_MODULE,
+                "module-native-protocol-unix",
+                None,
+                "Native protocol (UNIX sockets)",
+            ),
+            module(
+                DEVICES_MODULE,
+                "module-quaver-devices",
+                None,
+                "The devices quaverd's engine drives ([engine] devices)",
+            ),
+        ];
+        for (&i, m) in &st.modules {
+            v.push(module(
+                i,
+                &m.name,
+                Some(&m.argument),
+                "Loaded into quaver's graph",
+            ));
+        }
+        v
+    }
+
+    /// The module owning device node `node`.
+    fn device_owner(st: &State, node: &Node) -> Option<u32> {
+        if node.device.is_some() {
+            return Some(DEVICES_MODULE);
+        }
+        st.modules
+            .iter()
+            .find(|(_, m)| m.nodes.contains(&node.id))
+            .map(|(&i, _)| i)
     }
 
     /// The node of a sink input or source output by index, checked for kind.

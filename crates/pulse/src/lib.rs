@@ -22,6 +22,7 @@ pub mod convert;
 mod dispatch;
 mod introspect;
 pub mod listener;
+pub mod modules;
 mod scache;
 mod server;
 pub mod tagcheck;

@@ -143,6 +143,10 @@ pub struct State {
     pub samples: BTreeMap<u32, crate::scache::Sample>,
     /// Next sample index.
     pub next_sample: u32,
+    /// Loaded modules by index.
+    pub modules: BTreeMap<u32, crate::modules::ModuleRec>,
+    /// Next module index.
+    pub next_module: u32,
 }
 
 /// Everything the connection, accept and event threads share.
@@ -355,6 +359,58 @@ impl Server {
                 _ => None,
             })
             .collect()
+    }
+}
+
+impl Server {
+    /// Moves stream node `index` to device `dev`: the new link first, so the stream is
+    /// never unlinked, then the old one goes. The owning client is told.
+    pub fn move_stream(
+        &self,
+        graph: &Graph,
+        index: NodeId,
+        dev: &Device,
+        playback: bool,
+    ) -> Result<(), pulseaudio::protocol::PulseError> {
+        use pulseaudio::protocol::PulseError;
+        let kind = if playback {
+            NodeKind::PlaybackStream
+        } else {
+            NodeKind::RecordStream
+        };
+        let node = graph
+            .nodes
+            .get(&index)
+            .filter(|n| n.kind == kind)
+            .ok_or(PulseError::NoEntity)?;
+        let dev_node = graph.nodes.get(&dev.node).ok_or(PulseError::NoEntity)?;
+        let old = stream_target(graph, index);
+        if old == Some(dev.node) {
+            return Ok(());
+        }
+        let err = |e: quaver_engine::EngineError| {
+            tracing::warn!("pulse: moving {}: {e}", node.name);
+            PulseError::Invalid
+        };
+        if playback {
+            self.engine.link(&node.name, &dev_node.name).map_err(err)?;
+            if let Some(o) = old {
+                let _ = self.engine.unlink(&node.name, &graph.nodes[&o].name);
+            }
+        } else {
+            self.engine.link(&dev_node.name, &node.name).map_err(err)?;
+            if let Some(o) = old {
+                let _ = self.engine.unlink(&graph.nodes[&o].name, &node.name);
+            }
+        }
+        let owner = self.lock().streams.get(&index).map(|s| s.client);
+        if let Some(owner) = owner
+            && let Some(c) = self.lock().clients.get(&owner)
+        {
+            c.conn.post(ConnMsg::Moved(index));
+        }
+        tracing::info!("pulse: moved {} to {}", node.name, dev.name);
+        Ok(())
     }
 }
 

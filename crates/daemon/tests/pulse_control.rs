@@ -95,7 +95,7 @@ fn protocol_replies_without_tools() {
     }));
     assert!(matches!(
         c.ack(),
-        Err(pa::ProtocolError::ServerError(PulseError::NotSupported))
+        Err(pa::ProtocolError::ServerError(PulseError::ModInitFailed))
     ));
     let _: pa::StatInfo = c.request(&Command::Stat).unwrap();
 }

@@ -430,3 +430,61 @@ fn sample_cache_upload_play_and_remove() {
     let (_, out) = read_wav_s16(&out_path);
     assert_contains_exactly(&out, &input, "play-sample");
 }
+
+#[test]
+fn many_clients_connecting_at_once_are_all_served() {
+    let d = Daemon::start(&["--device", "null"]);
+    // Every connection is made before any is served.
+    let socks: Vec<_> = (0..256).map(|_| RawClient::connect(&d)).collect();
+    let mut ready = 0;
+    for mut c in socks {
+        let reply: pa::AuthReply = c
+            .request(&Command::Auth(pa::AuthParams {
+                version: pa::MAX_VERSION,
+                supports_shm: false,
+                supports_memfd: false,
+                cookie: vec![0; 256],
+            }))
+            .unwrap();
+        assert_eq!(reply.version, pa::MAX_VERSION);
+        ready += 1;
+    }
+    assert_eq!(ready, 256);
+}
+
+#[test]
+fn a_recorder_that_never_reads_does_not_disturb_playback() {
+    require_tools!("parec", "paplay", "pactl");
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let rec = spawn_pa(
+        &d,
+        "parec",
+        &[
+            "-d",
+            "file-sink.monitor",
+            "--latency-msec=10",
+            "--format=s16le",
+            "--rate=48000",
+            "--channels=2",
+            "/dev/null",
+        ],
+    );
+    assert!(wait_until(WAIT, || pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["list", "short", "source-outputs"])
+    )
+    .lines()
+    .count()
+        == 1));
+    // Frozen: it never reads again, so its socket and its ring fill up.
+    signal(rec.id(), libc::SIGSTOP);
+    let input = noise_s16(48000 * 4, 99, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
+    signal(rec.id(), libc::SIGCONT);
+    interrupt(rec);
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    assert_contains_exactly(&out, &input, "playback next to a stuck recorder");
+}

@@ -229,3 +229,78 @@ impl RawClient {
         quaver_pulse::pulseaudio::protocol::read_ack_message(&mut self.sock)
     }
 }
+
+/// One packet from the server, as the raw client sees it.
+#[derive(Debug)]
+pub enum Msg {
+    /// A reply: its sequence number and the payload after it.
+    Reply(u32, Vec<u8>),
+    /// An error reply.
+    Error(u32, u32),
+    /// A command the server sent on its own (events, REQUEST, STARTED…).
+    Event(quaver_pulse::pulseaudio::protocol::Command),
+    /// Record data.
+    Memblock(u32, Vec<u8>),
+}
+
+impl RawClient {
+    /// Reads the next packet (bounded by the socket's read timeout).
+    pub fn next(&mut self) -> Msg {
+        use quaver_pulse::pulseaudio::protocol::{Command, TagStructReader};
+        use std::io::Read;
+        let mut h = [0u8; 20];
+        self.sock.read_exact(&mut h).expect("packet header");
+        let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        let channel = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+        let mut body = vec![0u8; len];
+        self.sock.read_exact(&mut body).expect("packet body");
+        if channel != u32::MAX {
+            return Msg::Memblock(channel, body);
+        }
+        let mut cur = std::io::Cursor::new(&body[..]);
+        let mut ts = TagStructReader::new(&mut cur, self.version);
+        let tag = ts.read_u32().unwrap();
+        let seq = ts.read_u32().unwrap();
+        match tag {
+            0 => Msg::Error(seq, ts.read_u32().unwrap()),
+            2 => Msg::Reply(seq, body[10..].to_vec()),
+            _ => {
+                let mut cur = std::io::Cursor::new(&body[..]);
+                Msg::Event(
+                    Command::read_tag_prefixed(&mut cur, self.version)
+                        .unwrap()
+                        .1,
+                )
+            }
+        }
+    }
+
+    /// Waits for the reply to `seq`, handing every other packet to `other`.
+    pub fn reply_to(&mut self, seq: u32, mut other: impl FnMut(Msg)) -> Result<Vec<u8>, u32> {
+        loop {
+            match self.next() {
+                Msg::Reply(s, p) if s == seq => return Ok(p),
+                Msg::Error(s, e) if s == seq => return Err(e),
+                m => other(m),
+            }
+        }
+    }
+
+    /// Decodes a typed reply payload.
+    pub fn decode<R: quaver_pulse::pulseaudio::protocol::TagStructRead>(&self, p: &[u8]) -> R {
+        let mut cur = std::io::Cursor::new(p);
+        let mut ts =
+            quaver_pulse::pulseaudio::protocol::TagStructReader::new(&mut cur, self.version);
+        R::read(&mut ts, self.version).unwrap()
+    }
+
+    /// Sends audio on a stream channel.
+    pub fn write_audio(&mut self, channel: u32, data: &[u8]) {
+        let mut p = Vec::with_capacity(20 + data.len());
+        p.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        p.extend_from_slice(&channel.to_be_bytes());
+        p.extend_from_slice(&[0; 12]);
+        p.extend_from_slice(data);
+        self.send_raw(&p).unwrap();
+    }
+}

@@ -166,3 +166,80 @@ fn module_null_sink_plays_into_its_monitor_and_unloads() {
     let bad = run_pa(&d, "pactl", &["load-module", "module-does-not-exist"]);
     assert!(!bad.status.success());
 }
+
+fn load(d: &Daemon, args: &[&str]) -> String {
+    let mut a = vec!["load-module"];
+    a.extend(args);
+    pa_ok(d, &run_pa(d, "pactl", &a)).trim().to_string()
+}
+
+#[test]
+fn combine_remap_and_loopback_modules_route_in_the_graph() {
+    require_tools!("pactl", "paplay");
+    // Combine: one stream, two files, both exact.
+    let mut d = Daemon::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
+    let second = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]))
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split('\t')
+        .nth(1)
+        .unwrap()
+        .to_string();
+    load(&d, &["module-combine-sink", "sink_name=both"]);
+    let input = noise_s16(48000, 5, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["-d", "both", "in.wav"]));
+    let (a, b) = (d.path("a.wav"), d.path("b.wav"));
+    d.stop();
+    assert_contains_exactly(&read_wav_s16(&a).1, &input, "combined sink, first slave");
+    assert_contains_exactly(&read_wav_s16(&b).1, &input, "combined sink, second slave");
+
+    // Remap: left and right swapped on the way to the master.
+    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    load(
+        &d,
+        &[
+            "module-remap-sink",
+            "sink_name=swapped",
+            "master=file-sink",
+            "channel_map=front-left,front-right",
+            "master_channel_map=front-right,front-left",
+        ],
+    );
+    let swapped: Vec<i16> = input.chunks(2).flat_map(|f| [f[1], f[0]]).collect();
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["-d", "swapped", "in.wav"]));
+    let out = d.path("out.wav");
+    d.stop();
+    assert_contains_exactly(&read_wav_s16(&out).1, &swapped, "remapped sink");
+
+    // Loopback: the first sink's monitor into the second sink; a loop onto itself is
+    // refused.
+    let mut d = Daemon::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
+    let bad = run_pa(
+        &d,
+        "pactl",
+        &[
+            "load-module",
+            "module-loopback",
+            "source=file-sink.monitor",
+            "sink=file-sink",
+        ],
+    );
+    assert!(!bad.status.success(), "a loop onto itself must fail");
+    let m = load(
+        &d,
+        &[
+            "module-loopback",
+            "source=file-sink.monitor",
+            &format!("sink={second}"),
+        ],
+    );
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["-d", "file-sink", "in.wav"]));
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &m]));
+    let b = d.path("b.wav");
+    d.stop();
+    assert_contains_exactly(&read_wav_s16(&b).1, &input, "loopback into the second sink");
+}

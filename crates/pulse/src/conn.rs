@@ -1835,48 +1835,14 @@ impl Conn {
             .as_ref()
             .map(|a| a.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let args = crate::modules::parse_args_raw(&argument).map_err(|why| {
-            tracing::info!("pulse: {name}: {why}");
-            PulseError::ModInitFailed
-        })?;
-        let nodes = match name {
-            "module-null-sink" => {
-                let graph = srv.engine.graph();
-                let default_map = srv
-                    .default_sink(&graph)
-                    .and_then(|d| graph.nodes.get(&d.node))
-                    .map(|n| {
-                        quaver_dsp::ChannelMap(
-                            n.inputs.iter().map(|p| graph.ports[p].channel).collect(),
-                        )
-                    })
-                    .unwrap_or_else(quaver_dsp::ChannelMap::stereo);
-                let plan = crate::modules::null_sink(&args, &default_map, srv.engine.rate())?;
-                let node = srv
-                    .engine
-                    .add_node(plan.spec, Some(Box::new(crate::modules::NullSink)))
-                    .map_err(engine_err)?;
-                vec![node]
-            }
-            other => {
-                tracing::info!("pulse: LOAD_MODULE {other}: not available in quaver");
-                return Err(PulseError::ModInitFailed);
-            }
-        };
+        let rec = crate::modules::load(srv, name, &argument)?;
         let mut st = srv.lock();
         let idx = st.next_module.max(crate::modules::FIRST_LOADED);
         st.next_module = idx + 1;
-        st.modules.insert(
-            idx,
-            crate::modules::ModuleRec {
-                name: name.to_string(),
-                argument,
-                nodes,
-            },
-        );
+        st.modules.insert(idx, rec);
         drop(st);
         srv.broadcast(Fac::Module, Ev::New, idx);
-        tracing::info!("pulse: loaded {name} as module #{idx}");
+        tracing::info!("pulse: loaded {name} {argument} as module #{idx}");
         Ok(idx)
     }
 
@@ -1887,27 +1853,7 @@ impl Conn {
             .modules
             .remove(&idx)
             .ok_or(PulseError::NoEntity)?;
-        for node in &m.nodes {
-            // Rescue streams as PulseAudio does: to the default device that remains.
-            let graph = srv.engine.graph();
-            for s in graph.nodes.values().filter(|n| n.kind.is_stream()) {
-                if stream_target(&graph, s.id) != Some(*node) {
-                    continue;
-                }
-                let playback = s.kind == NodeKind::PlaybackStream;
-                let dev = if playback {
-                    srv.default_sink(&graph)
-                } else {
-                    srv.default_source(&graph)
-                };
-                if let Some(dev) = dev.filter(|d| d.node != *node) {
-                    let _ = srv.move_stream(&graph, s.id, &dev, playback);
-                }
-            }
-            if let Err(e) = srv.engine.remove_node(*node) {
-                tracing::warn!("pulse: unloading module #{idx}: {e}");
-            }
-        }
+        crate::modules::unload(srv, &m);
         srv.broadcast(Fac::Module, Ev::Removed, idx);
         tracing::info!("pulse: unloaded module #{idx} ({})", m.name);
         Ok(())

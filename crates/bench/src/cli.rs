@@ -5,6 +5,7 @@ use crate::exec::{find_quaverd, quote};
 use crate::latency::{LatencyOptions, LatencyPath};
 use crate::load::{LoadOptions, Variant};
 use crate::machine::{Machine, tool_versions};
+use crate::peers::PeersOptions;
 use crate::progress::Progress;
 use crate::report::{self, ModeOutput, Record};
 use crate::stress::{StressDevice, StressOptions};
@@ -137,9 +138,18 @@ pub enum Mode {
         #[command(flatten)]
         common: Common,
     },
-    /// The peers: versions, headless start, idle cost (the side-by-side workloads need
-    /// the PulseAudio front-end of issue 3).
+    /// quaverd next to PulseAudio (PipeWire, JACK2 when supported): idle cost, and CPU,
+    /// wakeups, memory and reported latency for N identical pacat clients.
     Peers {
+        /// Stream counts (default 1,8,32; 1,4 with --quick).
+        #[arg(long, value_delimiter = ',')]
+        streams: Option<Vec<usize>>,
+        /// Repetitions; tables show medians (default 3; 1 with --quick).
+        #[arg(long)]
+        repeats: Option<usize>,
+        /// The clients' `pacat --latency-msec`.
+        #[arg(long, default_value_t = 20)]
+        latency_ms: u32,
         /// Options every mode takes.
         #[command(flatten)]
         common: Common,
@@ -183,7 +193,7 @@ impl Mode {
             | Mode::Load { common, .. }
             | Mode::Stress { common, .. }
             | Mode::Synth { common }
-            | Mode::Peers { common } => Some(common),
+            | Mode::Peers { common, .. } => Some(common),
             Mode::Stressor { .. } => None,
         }
     }
@@ -320,7 +330,22 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             }
             stress::render(&stress::run(&mut ctx, &o)?)
         }
-        Mode::Peers { .. } => peers::render(&peers::run(&mut ctx)?),
+        Mode::Peers {
+            streams,
+            repeats,
+            latency_ms,
+            ..
+        } => {
+            let mut o = PeersOptions::new(quick);
+            if let Some(s) = streams {
+                o.counts = s.clone();
+            }
+            if let Some(r) = repeats {
+                o.repeats = (*r).max(1);
+            }
+            o.latency_ms = *latency_ms;
+            peers::render(&peers::run(&mut ctx, &o)?)
+        }
         Mode::Synth { .. } | Mode::Stressor { .. } => unreachable!("handled above"),
     };
     let finished = Utc::now();

@@ -357,12 +357,25 @@ fn measure(
         LatencyPath::Sim => rp.target = Some("sim-source".into()),
         LatencyPath::Monitor => rp.monitor_of = Some(sink.to_string()),
     }
-    let play = conn
-        .create_playback(pp)
-        .context("creating the playback stream")?;
-    let rec = conn
-        .create_record(rp)
-        .context("creating the record stream")?;
+    // The stream asking for less goes first: a transient larger quantum would leave
+    // the sim card with a larger lead for good (a lead never shrinks; docs/devices.md).
+    let (play, rec) = if rec_request < p.request {
+        let rec = conn
+            .create_record(rp)
+            .context("creating the record stream")?;
+        let play = conn
+            .create_playback(pp)
+            .context("creating the playback stream")?;
+        (play, rec)
+    } else {
+        let play = conn
+            .create_playback(pp)
+            .context("creating the playback stream")?;
+        let rec = conn
+            .create_record(rp)
+            .context("creating the record stream")?;
+        (play, rec)
+    };
     let status0 = conn.status()?;
     let fill = play.max_queued_frames();
     let theory_server = match p.path {

@@ -11,7 +11,9 @@
 //!   quaverd for N playback streams (at the device rate and resampled);
 //! - [`stress`]: the real-time thread's wakeup lateness and cycle time while CPU, disk
 //!   and memory stressors run, next to cyclictest's figure for the same load;
-//! - `synth` and `peers`: see [`peers`] and `docs/bench.md` for what is still missing.
+//! - [`peers`]: the same PulseAudio-protocol workload (N `pacat` clients) against
+//!   quaverd and PulseAudio, side by side; `synth` waits for low-latency callback
+//!   clients (see `docs/bench.md`).
 //!
 //! Benchmarks measure; the tests of this crate check that the instruments measure
 //! what they claim (e.g. a known injected delay shows up in `latency`), never timing.
@@ -32,6 +34,7 @@ pub mod progress;
 pub mod report;
 pub mod rng;
 pub mod rt;
+pub mod servers;
 pub mod stats;
 pub mod stress;
 pub mod stressor;

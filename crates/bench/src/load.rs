@@ -118,6 +118,8 @@ pub struct LoadPoint {
     pub wall_s: f64,
     /// Audio played in the window, s (cycles × quantum / rate).
     pub audio_s: f64,
+    /// Audio seconds per wall second: below 1 quaverd could not keep up.
+    pub realtime_ratio: f64,
     /// quaverd CPU time in the window, s.
     pub cpu_s: f64,
     /// CPU seconds per second of audio.
@@ -356,6 +358,7 @@ fn measure(
             realtime: st1.realtime,
             wall_s: d.wall_s,
             audio_s,
+            realtime_ratio: audio_s / d.wall_s.max(1e-9),
             cpu_s: d.cpu_s,
             cpu_per_audio_s,
             cpu_per_audio_s_per_stream: cpu_per_audio_s / n as f64,
@@ -436,6 +439,7 @@ pub fn render(r: &LoadResults) -> ModeOutput {
         "xruns dev/str",
         "RSS MiB",
         "busy p99",
+        "real time",
     ]);
     let mut detail = Table::new(&[
         "streams",
@@ -468,6 +472,11 @@ pub fn render(r: &LoadResults) -> ModeOutput {
             format!("{}/{}", p.device_xruns, p.stream_xruns),
             format!("{:.1}", p.rss_kb as f64 / 1024.0),
             busy(99.0),
+            if p.realtime_ratio >= 0.98 {
+                "yes".to_string()
+            } else {
+                format!("NO ({:.0}%)", p.realtime_ratio * 100.0)
+            },
         ]);
         detail.row(vec![
             p.streams.to_string(),
@@ -548,7 +557,9 @@ pub fn render(r: &LoadResults) -> ModeOutput {
          a fresh quaverd per row. CPU s/s: quaverd's CPU seconds (utime + stime, every \
          thread; resolution 1/{} s) per second of audio played. Wakeups: voluntary context \
          switches of all its threads. Busy: the RT thread's per-cycle processing time \
-         (log2 buckets, upper bounds).\n",
+         (log2 buckets, upper bounds). Real time: whether quaverd rendered at least \
+         98% of the window's wall time as audio (below that it could not keep up, and \
+         CPU s/s counts CPU per second of audio actually rendered).\n",
         r.latency_ms,
         r.rate,
         r.points.first().map_or(100, |p| p.clock_ticks)

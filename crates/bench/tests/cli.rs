@@ -219,3 +219,34 @@ fn synth_and_bad_quaverd_fail_with_a_reason() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not an executable"));
 }
+
+#[test]
+fn peers_quick_compares_quaverd_with_what_is_installed() {
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let o = bench(
+        &["peers", "--quick", "--streams", "2", "--seed", "8"],
+        dir.path(),
+    );
+    if quaver_bench::exec::which("pacat").is_none() {
+        assert!(!o.status.success());
+        assert!(String::from_utf8_lossy(&o.stderr).contains("pacat"));
+        return;
+    }
+    ok(&o);
+    let v = record(dir.path(), "peers");
+    check_common(&v, "peers", 8);
+    let servers = v["results"]["servers"].as_array().unwrap();
+    assert_eq!(servers[0]["server"], "quaverd");
+    assert!(servers[0]["error"].is_null(), "{}", servers[0]["error"]);
+    assert_eq!(servers[0]["load"]["2"].as_array().unwrap().len(), 1);
+    let pa_installed = v["versions"]["pulseaudio"] != "not installed";
+    assert_eq!(
+        servers.iter().any(|s| s["server"] == "pulseaudio"),
+        pa_installed
+    );
+    // Peers that are not measured say why.
+    for s in v["results"]["skipped"].as_array().unwrap() {
+        assert!(!s[1].as_str().unwrap().is_empty());
+    }
+}

@@ -82,3 +82,24 @@ fn an_injected_client_delay_shows_up_frame_for_frame() {
         assert_eq!(late.inject_delay, 100);
     }
 }
+
+#[test]
+fn larger_requested_latencies_add_exactly_their_ring_depth() {
+    let _g = common::serial();
+    let mut ctx = Ctx::new(common::quaverd_bin(), 9, true);
+    let mut o = LatencyOptions::new(true);
+    o.paths = vec![LatencyPath::Sim];
+    o.quanta = Vec::new();
+    o.requests = vec![(256, 1024), (256, 4096)];
+    o.impulses = 4;
+    let r = latency::run(&mut ctx, &o).expect("latency run");
+    assert_eq!(r.points.len(), 2);
+    for p in &r.points {
+        // The record stream holds the quantum at 256; the playback stream queues its
+        // whole request.
+        assert_eq!(p.quantum_reported, 256, "{p:?}");
+        assert_eq!(p.client_fill, p.point.request, "{p:?}");
+        let m = p.measured.expect("impulses came back");
+        assert!((m.p50 - p.theory as f64).abs() <= 256.0, "{p:?}");
+    }
+}

@@ -301,7 +301,7 @@ impl Playback {
                 tracing::debug!(
                     "stream {}: backwards seek by {} bytes appended instead",
                     self.node,
-                    self.write_index - target
+                    self.write_index.saturating_sub(target)
                 );
             }
         }

@@ -109,6 +109,31 @@ impl PulseServer {
     }
 }
 
+/// Frames `data` as a client's byte stream and decodes every control packet the way a
+/// connection does (bounds check, then the codec at the oldest and newest protocol
+/// versions). For fuzzing: it must never panic, hang or allocate beyond the packet caps.
+#[doc(hidden)]
+pub fn decode_stream_for_fuzzing(mut data: &[u8]) {
+    let mut reader = wire::PacketReader::new();
+    while !data.is_empty() {
+        let Ok((used, packet)) = reader.feed(data) else {
+            return;
+        };
+        data = &data[used..];
+        if let Some(wire::Packet::Control(body)) = packet
+            && tagcheck::check(&body).is_ok()
+        {
+            for version in [
+                pulseaudio::protocol::MIN_VERSION,
+                pulseaudio::protocol::MAX_VERSION,
+            ] {
+                let mut cur = std::io::Cursor::new(&body[..]);
+                let _ = pulseaudio::protocol::Command::read_tag_prefixed(&mut cur, version);
+            }
+        }
+    }
+}
+
 fn peer_pid(sock: &UnixStream) -> Option<u32> {
     rustix::net::sockopt::socket_peercred(sock)
         .ok()

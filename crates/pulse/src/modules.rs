@@ -1,0 +1,553 @@
+//! LOAD_MODULE / UNLOAD_MODULE for the modules quaver can express as graph objects.
+//!
+//! - `module-null-sink`: a sink node without a device. Its processor copies the (post-
+//!   volume) inputs to its outputs, which are the monitor, exactly as a device sink's
+//!   outputs are; nothing is played anywhere.
+//! - `module-combine-sink`: the same kind of node, its outputs linked to every slave
+//!   sink: what is played into it is played on all of them.
+//! - `module-remap-sink`: the same kind of node in the remapped layout, its outputs
+//!   linked channel by channel to the master sink (`master_channel_map`).
+//! - `module-loopback`: a link from a source (or a sink's monitor) to a sink. Both run
+//!   on the engine's one clock, so no resampler or latency adaptation is needed.
+//!
+//! Other modules answer PA_ERR_MODINITFAILED, as PulseAudio does for a module it cannot
+//! load.
+
+use crate::convert::position_from_pa;
+use crate::server::{Device, Server, stream_target};
+use pulseaudio::protocol::{ChannelPosition as PaPos, PulseError};
+use quaver_dsp::{ChannelMap, Planar, PlanarMut};
+use quaver_engine::{CycleInfo, NodeId, NodeKind, NodeSpec, Processor};
+use std::collections::BTreeMap;
+
+/// Index of the pseudo-module standing for this front-end.
+pub const PROTOCOL_MODULE: u32 = 0;
+/// Index of the pseudo-module owning the engine's devices.
+pub const DEVICES_MODULE: u32 = 1;
+/// First index of loaded modules.
+pub const FIRST_LOADED: u32 = 2;
+
+/// A loaded module.
+#[derive(Debug, Clone)]
+pub struct ModuleRec {
+    /// Module name.
+    pub name: String,
+    /// Its argument string as given.
+    pub argument: String,
+    /// The graph nodes it created.
+    pub nodes: Vec<NodeId>,
+    /// Links it made between existing nodes ("node" or "node:port" ends).
+    pub links: Vec<(String, String)>,
+}
+
+/// Parses PulseAudio's module argument syntax (`key=value`, `key="v w"`, `key='v'`)
+/// and returns each value *raw*: quotes removed, backslash escapes kept, as
+/// `pa_modargs` keeps them for values that are parsed again (proplists).
+pub fn parse_args_raw(args: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    let mut it = args.chars().peekable();
+    loop {
+        while it.peek().is_some_and(|c| c.is_whitespace()) {
+            it.next();
+        }
+        if it.peek().is_none() {
+            return Ok(out);
+        }
+        let mut key = String::new();
+        while let Some(&c) = it.peek() {
+            if c == '=' || c.is_whitespace() {
+                break;
+            }
+            key.push(c);
+            it.next();
+        }
+        if it.next() != Some('=') || key.is_empty() {
+            return Err(format!("expected key=value near '{key}'"));
+        }
+        let mut value = String::new();
+        let quote = match it.peek() {
+            Some(&q) if q == '"' || q == '\'' => {
+                it.next();
+                Some(q)
+            }
+            _ => None,
+        };
+        loop {
+            match (it.next(), quote) {
+                (None, Some(_)) => return Err(format!("unterminated quote in '{key}'")),
+                (None, None) => break,
+                (Some(c), None) if c.is_whitespace() => break,
+                (Some(c), Some(q)) if c == q => break,
+                (Some('\\'), _) => {
+                    value.push('\\');
+                    value.extend(it.next());
+                }
+                (Some(c), _) => value.push(c),
+            }
+        }
+        if out.insert(key.clone(), value).is_some() {
+            return Err(format!("'{key}' given twice"));
+        }
+    }
+}
+
+/// Removes backslash escapes.
+pub fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut it = raw.chars();
+    while let Some(c) = it.next() {
+        if c == '\\' {
+            out.extend(it.next());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Parses module arguments with escapes removed from every value.
+pub fn parse_args(args: &str) -> Result<BTreeMap<String, String>, String> {
+    Ok(parse_args_raw(args)?
+        .into_iter()
+        .map(|(k, v)| (k, unescape(&v)))
+        .collect())
+}
+
+/// A PulseAudio channel-map string ("front-left,front-right" or a name like "stereo").
+pub fn parse_channel_map(s: &str) -> Option<ChannelMap> {
+    use PaPos::*;
+    let named: Option<Vec<PaPos>> = match s {
+        "mono" => Some(vec![Mono]),
+        "stereo" => Some(vec![FrontLeft, FrontRight]),
+        "surround-21" => Some(vec![FrontLeft, FrontRight, Lfe]),
+        "surround-40" => Some(vec![FrontLeft, FrontRight, RearLeft, RearRight]),
+        "surround-51" => Some(vec![
+            FrontLeft,
+            FrontRight,
+            RearLeft,
+            RearRight,
+            FrontCenter,
+            Lfe,
+        ]),
+        "surround-71" => Some(vec![
+            FrontLeft,
+            FrontRight,
+            RearLeft,
+            RearRight,
+            FrontCenter,
+            Lfe,
+            SideLeft,
+            SideRight,
+        ]),
+        _ => None,
+    };
+    let positions = match named {
+        Some(p) => p,
+        None => s
+            .split(',')
+            .map(|p| {
+                Some(match p.trim() {
+                    "mono" => Mono,
+                    "front-left" | "left" => FrontLeft,
+                    "front-right" | "right" => FrontRight,
+                    "front-center" | "center" => FrontCenter,
+                    "rear-center" => RearCenter,
+                    "rear-left" => RearLeft,
+                    "rear-right" => RearRight,
+                    "lfe" | "subwoofer" => Lfe,
+                    "side-left" => SideLeft,
+                    "side-right" => SideRight,
+                    "front-left-of-center" => FrontLeftOfCenter,
+                    "front-right-of-center" => FrontRightOfCenter,
+                    other => {
+                        let n: u8 = other.strip_prefix("aux")?.parse().ok()?;
+                        if n > 31 {
+                            return None;
+                        }
+                        crate::convert::position_to_pa(quaver_dsp::ChannelPosition::Aux(n as u16))
+                    }
+                })
+            })
+            .collect::<Option<Vec<_>>>()?,
+    };
+    if positions.is_empty() || positions.len() > 32 {
+        return None;
+    }
+    Some(ChannelMap(
+        positions.into_iter().map(position_from_pa).collect(),
+    ))
+}
+
+/// Parses a proplist string (`key=value key2="v w" key3=v\\ w`), as in
+/// `sink_properties`.
+pub fn parse_props(s: &str) -> Result<BTreeMap<String, String>, String> {
+    parse_args(s)
+}
+
+/// The processor of a null sink: the monitor is what was played into it.
+pub struct NullSink;
+
+impl Processor for NullSink {
+    fn process(&mut self, _cx: &CycleInfo, inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
+        for ch in 0..outputs.channels() {
+            if ch < inputs.channels() {
+                outputs.channel_mut(ch).copy_from_slice(inputs.channel(ch));
+            } else {
+                outputs.channel_mut(ch).fill(0.0);
+            }
+        }
+    }
+}
+
+/// What LOAD_MODULE should create.
+pub struct NullSinkPlan {
+    /// The node to add.
+    pub spec: NodeSpec,
+}
+
+/// Validates `module-null-sink` arguments (raw, from [`parse_args_raw`]) against the
+/// engine's layout and rate.
+pub fn null_sink(
+    args: &BTreeMap<String, String>,
+    default_map: &ChannelMap,
+    engine_rate: u32,
+) -> Result<NullSinkPlan, PulseError> {
+    for k in args.keys() {
+        if ![
+            "sink_name",
+            "sink_properties",
+            "rate",
+            "channels",
+            "channel_map",
+            "format",
+            "norewinds",
+        ]
+        .contains(&k.as_str())
+        {
+            tracing::info!("module-null-sink: unknown argument '{k}'");
+            return Err(PulseError::ModInitFailed);
+        }
+    }
+    // `args` holds raw values; the proplist is parsed from the raw text.
+    let props = match args.get("sink_properties") {
+        Some(p) => parse_props(p).map_err(|_| PulseError::ModInitFailed)?,
+        None => BTreeMap::new(),
+    };
+    let args: BTreeMap<String, String> =
+        args.iter().map(|(k, v)| (k.clone(), unescape(v))).collect();
+    let args = &args;
+    let name = args.get("sink_name").map_or("null", String::as_str);
+    if name.is_empty() || name.contains(':') || name.len() > 128 {
+        return Err(PulseError::ModInitFailed);
+    }
+    let map = match (args.get("channel_map"), args.get("channels")) {
+        (Some(m), _) => parse_channel_map(m).ok_or(PulseError::ModInitFailed)?,
+        (None, Some(n)) => {
+            let n: usize = n.parse().map_err(|_| PulseError::ModInitFailed)?;
+            if !(1..=32).contains(&n) {
+                return Err(PulseError::ModInitFailed);
+            }
+            ChannelMap::default_for(n)
+        }
+        (None, None) => default_map.clone(),
+    };
+    if let Some(n) = args.get("channels") {
+        let n: usize = n.parse().map_err(|_| PulseError::ModInitFailed)?;
+        if n != map.len() {
+            return Err(PulseError::ModInitFailed);
+        }
+    }
+    if let Some(r) = args.get("rate") {
+        let r: u32 = r.parse().map_err(|_| PulseError::ModInitFailed)?;
+        if r != engine_rate {
+            tracing::info!(
+                "module-null-sink: rate {r} Hz ignored; the graph runs at {engine_rate} Hz"
+            );
+        }
+    }
+    let description = props
+        .get("device.description")
+        .cloned()
+        .unwrap_or_else(|| "Null Output".to_string());
+    let mut spec = NodeSpec::new(name, NodeKind::DeviceSink);
+    spec.description = description;
+    spec.inputs = map.clone();
+    spec.outputs = map;
+    Ok(NullSinkPlan { spec })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_arguments_parse_like_pulseaudio() {
+        let a = parse_args_raw(
+            r#"sink_name=virt sink_properties="device.description='My Sink'" rate=48000"#,
+        )
+        .unwrap();
+        assert_eq!(a["sink_name"], "virt");
+        assert_eq!(a["sink_properties"], "device.description='My Sink'");
+        let p = parse_props(&a["sink_properties"]).unwrap();
+        assert_eq!(p["device.description"], "My Sink");
+        // pactl's usual form: an escaped space survives into the proplist.
+        let a = parse_args_raw(r"sink_properties=device.description=My\ Sink").unwrap();
+        let p = parse_props(&a["sink_properties"]).unwrap();
+        assert_eq!(p["device.description"], "My Sink");
+        assert_eq!(unescape(r"a\\b\ c"), r"a\b c");
+        assert!(parse_args("x").is_err());
+        assert!(parse_args("a=1 a=2").is_err());
+        assert!(parse_args("a=\"open").is_err());
+        assert!(parse_args("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn null_sink_layouts() {
+        let stereo = ChannelMap::stereo();
+        let p = null_sink(&parse_args_raw("").unwrap(), &stereo, 48000).unwrap();
+        assert_eq!(p.spec.name, "null");
+        assert_eq!(p.spec.inputs, stereo);
+        let p = null_sink(&parse_args_raw("channels=6").unwrap(), &stereo, 48000).unwrap();
+        assert_eq!(p.spec.outputs.len(), 6);
+        let p = null_sink(
+            &parse_args("channel_map=front-left,front-right,lfe").unwrap(),
+            &stereo,
+            48000,
+        )
+        .unwrap();
+        assert_eq!(p.spec.inputs.len(), 3);
+        assert!(
+            null_sink(
+                &parse_args("channels=3 channel_map=stereo").unwrap(),
+                &stereo,
+                1
+            )
+            .is_err()
+        );
+        assert!(null_sink(&parse_args_raw("bogus=1").unwrap(), &stereo, 1).is_err());
+    }
+}
+
+/// Creates what module `name` stands for in the graph.
+pub fn load(srv: &Server, name: &str, argument: &str) -> Result<ModuleRec, PulseError> {
+    let args = parse_args_raw(argument).map_err(|why| {
+        tracing::info!("pulse: {name}: {why}");
+        PulseError::ModInitFailed
+    })?;
+    let graph = srv.engine.graph();
+    let layout = |n: &quaver_engine::graph::Node, inputs: bool| {
+        ChannelMap(
+            if inputs { &n.inputs } else { &n.outputs }
+                .iter()
+                .map(|p| graph.ports[p].channel)
+                .collect(),
+        )
+    };
+    let default_map = srv
+        .default_sink(&graph)
+        .and_then(|d| graph.nodes.get(&d.node))
+        .map(|n| layout(n, true))
+        .unwrap_or_else(ChannelMap::stereo);
+    let fail = |why: String| {
+        tracing::info!("pulse: {name}: {why}");
+        PulseError::ModInitFailed
+    };
+    let sink_named = |n: &str| {
+        srv.sink_by_name(&graph, n)
+            .ok_or_else(|| fail(format!("no sink '{n}'")))
+    };
+    let mut rec = ModuleRec {
+        name: name.to_string(),
+        argument: argument.to_string(),
+        nodes: Vec::new(),
+        links: Vec::new(),
+    };
+    match name {
+        "module-null-sink" => {
+            let plan = null_sink(&args, &default_map, srv.engine.rate())?;
+            let node = srv
+                .engine
+                .add_node(plan.spec, Some(Box::new(NullSink)))
+                .map_err(|e| fail(e.to_string()))?;
+            rec.nodes.push(node);
+        }
+        "module-combine-sink" => {
+            let slaves: Vec<Device> = match args.get("slaves") {
+                Some(s) => unescape(s)
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(|n| sink_named(n))
+                    .collect::<Result<_, _>>()?,
+                None => graph
+                    .nodes
+                    .values()
+                    .filter(|n| n.kind == NodeKind::DeviceSink)
+                    .filter_map(|n| srv.sink_by_index(&graph, n.id))
+                    .collect(),
+            };
+            if slaves.is_empty() {
+                return Err(fail("no slave sinks".into()));
+            }
+            let mut own = args.clone();
+            own.retain(|k, _| !["slaves", "adjust_time", "resample_method"].contains(&k.as_str()));
+            own.entry("sink_name".into())
+                .or_insert_with(|| "combined".into());
+            let first = layout(&graph.nodes[&slaves[0].node], true);
+            let mut plan = null_sink(&own, &first, srv.engine.rate())?;
+            if !own.contains_key("sink_properties") {
+                plan.spec.description = "Simultaneous output".into();
+            }
+            let node = srv
+                .engine
+                .add_node(plan.spec, Some(Box::new(NullSink)))
+                .map_err(|e| fail(e.to_string()))?;
+            rec.nodes.push(node);
+            let me = srv.engine.node_name(node).unwrap_or_default();
+            for s in &slaves {
+                if let Err(e) = srv.engine.link(&me, &s.name) {
+                    let _ = srv.engine.remove_node(node);
+                    return Err(fail(e.to_string()));
+                }
+            }
+        }
+        "module-remap-sink" => {
+            let master = match args.get("master") {
+                Some(m) => sink_named(&unescape(m))?,
+                None => srv
+                    .default_sink(&graph)
+                    .ok_or_else(|| fail("no sink".into()))?,
+            };
+            let master_node = &graph.nodes[&master.node];
+            let mut own = args.clone();
+            own.retain(|k, _| {
+                !["master", "master_channel_map", "remix", "resample_method"].contains(&k.as_str())
+            });
+            own.entry("sink_name".into())
+                .or_insert_with(|| format!("{}.remapped", master.name));
+            let mut plan = null_sink(&own, &layout(master_node, true), srv.engine.rate())?;
+            if !own.contains_key("sink_properties") {
+                plan.spec.description = format!("Remapped {}", master.name);
+            }
+            let map = plan.spec.outputs.clone();
+            let targets = match args.get("master_channel_map") {
+                Some(m) => {
+                    let m = parse_channel_map(&unescape(m))
+                        .ok_or_else(|| fail("bad master_channel_map".into()))?;
+                    if m.len() != map.len() {
+                        return Err(fail(
+                            "channel_map and master_channel_map differ in length".into(),
+                        ));
+                    }
+                    Some(m)
+                }
+                None => None,
+            };
+            let node = srv
+                .engine
+                .add_node(plan.spec, Some(Box::new(NullSink)))
+                .map_err(|e| fail(e.to_string()))?;
+            rec.nodes.push(node);
+            let g = srv.engine.graph();
+            let me = &g.nodes[&node];
+            let linked = match &targets {
+                None => srv.engine.link(&me.name, &master.name).map(|_| ()),
+                Some(t) => me
+                    .outputs
+                    .iter()
+                    .zip(t.positions())
+                    .try_for_each(|(out, pos)| {
+                        let input = master_node
+                            .inputs
+                            .iter()
+                            .find(|p| graph.ports[p].channel == *pos)
+                            .ok_or_else(|| {
+                                quaver_engine::EngineError::NoSuchPort(format!("{pos}"))
+                            })?;
+                        srv.engine
+                            .link(
+                                &format!("{}:{out}", me.name),
+                                &format!("{}:{input}", master.name),
+                            )
+                            .map(|_| ())
+                    }),
+            };
+            if let Err(e) = linked {
+                let _ = srv.engine.remove_node(node);
+                return Err(fail(e.to_string()));
+            }
+        }
+        "module-loopback" => {
+            for k in args.keys() {
+                if ![
+                    "source",
+                    "sink",
+                    "latency_msec",
+                    "rate",
+                    "channels",
+                    "channel_map",
+                    "format",
+                    "source_dont_move",
+                    "sink_dont_move",
+                    "remix",
+                    "adjust_time",
+                    "max_latency_msec",
+                    "fast_adjust_threshold_msec",
+                    "adjust_threshold_usec",
+                    "sink_input_properties",
+                    "source_output_properties",
+                    "volume",
+                ]
+                .contains(&k.as_str())
+                {
+                    return Err(fail(format!("unknown argument '{k}'")));
+                }
+            }
+            let source = match args.get("source") {
+                Some(s) => srv.source_by_name(&graph, &unescape(s)),
+                None => srv.default_source(&graph),
+            }
+            .ok_or_else(|| fail("no such source".into()))?;
+            let sink = match args.get("sink") {
+                Some(s) => sink_named(&unescape(s))?,
+                None => srv
+                    .default_sink(&graph)
+                    .ok_or_else(|| fail("no sink".into()))?,
+            };
+            let from = graph.nodes[&source.node].name.clone();
+            srv.engine
+                .link(&from, &sink.name)
+                .map_err(|e| fail(e.to_string()))?;
+            rec.links.push((from, sink.name.clone()));
+        }
+        other => return Err(fail(format!("{other} is not available in quaver"))),
+    }
+    Ok(rec)
+}
+
+/// Undoes [`load`]: streams on its sinks move to the default devices that remain (as
+/// PulseAudio rescues them), then its nodes and links go.
+pub fn unload(srv: &Server, m: &ModuleRec) {
+    for node in &m.nodes {
+        let graph = srv.engine.graph();
+        for s in graph.nodes.values().filter(|n| n.kind.is_stream()) {
+            if stream_target(&graph, s.id) != Some(*node) {
+                continue;
+            }
+            let playback = s.kind == NodeKind::PlaybackStream;
+            let dev = if playback {
+                srv.default_sink(&graph)
+            } else {
+                srv.default_source(&graph)
+            };
+            if let Some(dev) = dev.filter(|d| d.node != *node) {
+                let _ = srv.move_stream(&graph, s.id, &dev, playback);
+            }
+        }
+        if let Err(e) = srv.engine.remove_node(*node) {
+            tracing::warn!("pulse: unloading {}: {e}", m.name);
+        }
+    }
+    for (o, i) in &m.links {
+        let _ = srv.engine.unlink(o, i);
+    }
+}

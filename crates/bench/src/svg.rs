@@ -75,7 +75,7 @@ pub fn nice_ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
 fn fmt_tick(v: f64) -> String {
     if v == 0.0 {
         "0".into()
-    } else if v.abs() >= 1e4 || v.abs() < 1e-2 {
+    } else if v.abs() >= 1e7 || v.abs() < 1e-2 {
         format!("{v:.1e}")
     } else if v.fract().abs() < 1e-9 {
         format!("{v:.0}")

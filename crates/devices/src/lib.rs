@@ -1,5 +1,6 @@
-//! quaver's device layer: one trait for every device, and the devices that work on
-//! every machine (`null`, `file:`, `sim`).
+//! quaver's device layer: one trait for every device, the devices that work on every
+//! machine (`null`, `file:`, `sim`), and ALSA sound cards (`alsa:`, alsa-lib loaded at run
+//! time).
 //!
 //! Thread rules: methods marked *RT* are called only from the engine's real-time
 //! thread while the device is running; they must not allocate, lock, log or make
@@ -10,15 +11,19 @@
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use std::time::Duration;
 
+pub mod alsa;
 pub mod clock;
 pub mod file;
+pub mod margin;
 pub mod null;
 mod pacer;
 pub mod sim;
 pub mod spec;
 
+pub use alsa::{AlsaConfig, AlsaDevice};
 pub use clock::{RealClock, SimClock, VirtualClock};
 pub use file::{FileConfig, FileSink, WavFormat};
+pub use margin::{Margin, MarginConfig};
 pub use null::{NullConfig, NullDevice};
 pub use sim::{Fault, SimCard, SimConfig};
 pub use spec::{DeviceDefaults, DeviceSpec, open_device, parse_spec};
@@ -46,6 +51,16 @@ pub enum DeviceError {
     /// The device went away (unplugged); the engine stops driving it.
     #[error("device {0} is gone")]
     Gone(String),
+    /// The backend cannot work on this machine at all (e.g. `libasound.so.2` is not
+    /// installed). Unlike the other errors this says nothing about the spec or the
+    /// device: a caller may fall back to another device, such as the null sink.
+    #[error("{backend} unavailable: {reason}")]
+    Unavailable {
+        /// The backend, e.g. "ALSA".
+        backend: &'static str,
+        /// Why, e.g. "libasound.so.2 not found (…)".
+        reason: String,
+    },
 }
 
 /// Static description of a device, fixed once it is opened.
@@ -81,7 +96,8 @@ pub enum WaitStatus {
 pub struct DeviceCounters {
     /// Completed waits (device-driven wakeups).
     pub wakeups: u64,
-    /// Hardware-pointer queries (sim card; 0 where there is no pointer).
+    /// Hardware-pointer queries (sim card, ALSA `snd_pcm_status` calls; 0 where there is
+    /// no pointer).
     pub pointer_queries: u64,
     /// Playback underruns seen.
     pub underruns: u64,
@@ -91,6 +107,12 @@ pub struct DeviceCounters {
     pub frames_written: u64,
     /// Frames read from capture since open.
     pub frames_read: u64,
+    /// The safety margin (watermark) now: frames still queued for playback when the
+    /// driver wakes (sim card, timer-scheduled ALSA); 0 where there is none.
+    pub margin_frames: u64,
+    /// How many times an adaptive margin changed (the control side logs each change at
+    /// debug level when it sees this move).
+    pub margin_changes: u64,
 }
 
 /// One audio device (a sink, a source or both sharing one clock).

@@ -4,6 +4,7 @@
 //! spec    = "null" [":" options]
 //!         | "file:" PATH ["," options]
 //!         | "sim"  [":" options]
+//!         | "alsa:" [PCM] ["," options]
 //! options = option *("," option)
 //! option  = key "=" value | key          (a bare key is a boolean flag set to on)
 //! ```
@@ -19,11 +20,22 @@
 //!   `name`, and faults, each repeatable: `xrun=CYCLE`, `stall=CYCLE:MILLISECONDS`,
 //!   `unplug=CYCLE`.
 //!
+//! * `alsa`: PCM is an ALSA PCM name (`default` if empty): `hw:0`, `plughw:1,0`, `null`,
+//!   `file:FILE=/tmp/x.raw,FORMAT=raw`, … It may be quoted with `'…'` or `"…"` (no
+//!   escapes inside: use the other quote character for quotes within); unquoted, it runs
+//!   up to the first item that is one of the options below, so `alsa:hw:0,0,rate=44100`
+//!   means PCM `hw:0,0`. `pcm=NAME` (quoted or not) is the same as the leading PCM.
+//!   Options: `rate`, `channels`, `format=f32|s32|s24|s24_3|s16` (default: that order),
+//!   `buffer` and `period` (frames, nearest), `mmap=on|off` (default on), `playback=on|off`
+//!   (default on), `capture=on|off` (default off), `margin` and `margin_max` (frames:
+//!   the adaptive safety margin's bounds), `pace=auto|device|clock`, `name`.
+//!
 //! `rate` is in Hz; `channels` is a count (`2`), a layout name (`mono`, `stereo`, `2.1`,
 //! `4.0`, `5.1`, `7.1`) or positions joined by `+` (`FL+FR+LFE`). Both default to the
 //! [`DeviceDefaults`]. Booleans accept on/off, true/false, yes/no, 1/0. Keys may not
 //! repeat (except faults).
 
+use crate::alsa::{AlsaConfig, AlsaDevice, Pacing};
 use crate::file::{FileConfig, FileSink, WavFormat};
 use crate::null::{NullConfig, NullDevice};
 use crate::sim::{Fault, SimCard, SimConfig};
@@ -69,6 +81,8 @@ pub enum DeviceSpec {
         /// Device name.
         name: String,
     },
+    /// An ALSA PCM (its name is in the config).
+    Alsa(AlsaConfig),
 }
 
 impl DeviceSpec {
@@ -80,6 +94,7 @@ impl DeviceSpec {
                 Box::new(FileSink::create(config)?.with_name(name))
             }
             DeviceSpec::Sim { config, name } => Box::new(SimCard::new(config)?.with_name(name)),
+            DeviceSpec::Alsa(config) => Box::new(AlsaDevice::open(config)?),
         })
     }
 }
@@ -109,9 +124,10 @@ pub fn parse_spec(spec: &str, defaults: &DeviceDefaults) -> Result<DeviceSpec, D
         "null" => p.null(rest, defaults),
         "file" => p.file(rest, defaults),
         "sim" => p.sim(rest, defaults),
-        "" => Err(p.bad("empty device kind (expected null, file or sim)".into())),
+        "alsa" => p.alsa(rest, defaults),
+        "" => Err(p.bad("empty device kind (expected null, file, sim or alsa)".into())),
         other => Err(p.bad(format!(
-            "unknown device kind '{other}' (expected null, file or sim)"
+            "unknown device kind '{other}' (expected null, file, sim or alsa)"
         ))),
     }
 }
@@ -344,4 +360,176 @@ impl Parser<'_> {
         }
         Ok(DeviceSpec::Sim { config, name })
     }
+
+    fn alsa(&self, rest: &str, d: &DeviceDefaults) -> Result<DeviceSpec, DeviceError> {
+        const KEYS: [&str; 13] = [
+            "pcm",
+            "rate",
+            "channels",
+            "format",
+            "buffer",
+            "period",
+            "mmap",
+            "playback",
+            "capture",
+            "margin",
+            "margin_max",
+            "pace",
+            "name",
+        ];
+        let items = split_quoted(rest).map_err(|e| self.bad(e))?;
+        let key_of = |item: &str| -> Option<&'static str> {
+            let key = item.split_once('=').map_or(item, |(k, _)| k).trim();
+            KEYS.iter().copied().find(|k| *k == key)
+        };
+        // The PCM: the leading items up to the first one of our options.
+        let split = items
+            .iter()
+            .position(|i| key_of(i).is_some())
+            .unwrap_or(items.len());
+        let mut pcm = None;
+        if split > 0 {
+            let first = &items[0];
+            if split == 1 && is_quoted(first) {
+                pcm = Some(unquote(first).to_string());
+            } else {
+                if let Some(q) = items[..split].iter().find(|i| is_quoted(i)) {
+                    return Err(
+                        self.bad(format!("quote the whole PCM name, not a part of it ({q})"))
+                    );
+                }
+                pcm = Some(items[..split].join(","));
+            }
+        }
+        let mut cfg = AlsaConfig {
+            rate: d.rate,
+            channels: d.channels.clone(),
+            ..AlsaConfig::default()
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for item in &items[split..] {
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (item.as_str(), None),
+            };
+            let Some(key) = key_of(key) else {
+                return Err(self.unknown(
+                    "alsa",
+                    key,
+                    "pcm, rate, channels, format, buffer, period, mmap, playback, capture, margin, margin_max, pace, name; quote a PCM name that contains commas",
+                ));
+            };
+            if seen.contains(&key) {
+                return Err(self.bad(format!("option '{key}' given twice")));
+            }
+            seen.push(key);
+            let value = value.map(unquote);
+            match key {
+                "pcm" => {
+                    if pcm.is_some() {
+                        return Err(self.bad(
+                            "the PCM is given twice (before the options and as pcm=)".into(),
+                        ));
+                    }
+                    pcm = Some(self.value(key, value)?.to_string());
+                }
+                "rate" => cfg.rate = self.rate(value)?,
+                "channels" => cfg.channels = self.channels(value)?,
+                "format" => {
+                    let v = self.value(key, value)?;
+                    cfg.format = Some(v.parse().map_err(|e: String| self.bad(e))?);
+                }
+                "buffer" => cfg.buffer_frames = Some(self.frames(key, value)?),
+                "period" => cfg.period_frames = Some(self.frames(key, value)?),
+                "mmap" => cfg.mmap = self.flag(key, value)?,
+                "playback" => cfg.playback = self.flag(key, value)?,
+                "capture" => cfg.capture = self.flag(key, value)?,
+                "margin" => cfg.margin_frames = Some(self.frames(key, value)?),
+                "margin_max" => cfg.margin_max_frames = Some(self.frames(key, value)?),
+                "pace" => {
+                    cfg.pacing = match self.value(key, value)? {
+                        "auto" => Pacing::Auto,
+                        "device" => Pacing::Device,
+                        "clock" => Pacing::Clock,
+                        v => {
+                            return Err(self.bad(format!(
+                                "bad value '{v}' for pace (expected auto, device or clock)"
+                            )));
+                        }
+                    }
+                }
+                "name" => cfg.name = self.name(value)?,
+                _ => unreachable!("every key in KEYS is handled"),
+            }
+        }
+        cfg.pcm = match pcm {
+            Some(p) if !p.trim().is_empty() => p.trim().to_string(),
+            _ => "default".to_string(),
+        };
+        if !cfg.playback && !cfg.capture {
+            return Err(self.bad("playback=off and capture=off leave nothing to open".into()));
+        }
+        if let (Some(min), Some(max)) = (cfg.margin_frames, cfg.margin_max_frames)
+            && max < min
+        {
+            return Err(self.bad(format!("margin_max {max} is below margin {min}")));
+        }
+        if let (Some(b), Some(p)) = (cfg.buffer_frames, cfg.period_frames)
+            && p > b
+        {
+            return Err(self.bad(format!("period {p} is larger than buffer {b}")));
+        }
+        Ok(DeviceSpec::Alsa(cfg))
+    }
+
+    fn frames(&self, key: &str, value: Option<&str>) -> Result<usize, DeviceError> {
+        let n: usize = self.number(key, value)?;
+        if n == 0 || n > 1 << 24 {
+            return Err(self.bad(format!("{key} {n} is outside 1..={}", 1 << 24)));
+        }
+        Ok(n)
+    }
+}
+
+/// Splits at commas outside `'…'` and `"…"` quotes; items keep their quotes and are
+/// trimmed; empty items are dropped.
+fn split_quoted(s: &str) -> Result<Vec<String>, String> {
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let mut quote = None;
+    for c in s.chars() {
+        match (quote, c) {
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                cur.push(c);
+            }
+            (Some(q), c) if c == q => {
+                quote = None;
+                cur.push(c);
+            }
+            (None, ',') => {
+                items.push(std::mem::take(&mut cur));
+            }
+            _ => cur.push(c),
+        }
+    }
+    if let Some(q) = quote {
+        return Err(format!("unbalanced {q} quote"));
+    }
+    items.push(cur);
+    Ok(items
+        .into_iter()
+        .map(|i| i.trim().to_string())
+        .filter(|i| !i.is_empty())
+        .collect())
+}
+
+fn is_quoted(s: &str) -> bool {
+    s.len() >= 2
+        && ((s.starts_with('\'') && s.ends_with('\'')) || (s.starts_with('"') && s.ends_with('"')))
+}
+
+/// Removes one pair of quotes around the whole value.
+fn unquote(s: &str) -> &str {
+    if is_quoted(s) { &s[1..s.len() - 1] } else { s }
 }

@@ -3,8 +3,8 @@
 //! allocations made by the current thread.
 
 use quaver_devices::{
-    Device, DeviceError, Fault, FileConfig, FileSink, NullConfig, NullDevice, SimCard, SimConfig,
-    VirtualClock, WavFormat,
+    AlsaDevice, Device, DeviceDefaults, DeviceError, DeviceSpec, Fault, FileConfig, FileSink,
+    NullConfig, NullDevice, SimCard, SimConfig, VirtualClock, WavFormat, parse_spec,
 };
 use quaver_dsp::{ChannelMap, PlanarBuf};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -132,6 +132,29 @@ fn file_rt_path_does_not_allocate() {
         .unwrap();
         // 2 × 2000 cycles of 256 stereo frames: many flushes of the output buffer.
         assert_eq!(run(&mut dev, 256, 2000), 0, "{format}");
+        dev.close().unwrap();
+    }
+}
+
+#[test]
+fn alsa_rt_path_does_not_allocate() {
+    if let Err(why) = quaver_devices::alsa::available() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    // alsa-lib's null PCM, duplex, with mmap and with read/write access; and told to
+    // pace on its pointer, which exercises the status reading and the switch to clock
+    // pacing when the pointer turns out not to run in real time.
+    for opts in ["capture", "capture,mmap=off", "pace=device,capture"] {
+        let Ok(DeviceSpec::Alsa(cfg)) =
+            parse_spec(&format!("alsa:null,{opts}"), &DeviceDefaults::default())
+        else {
+            panic!("spec");
+        };
+        let clock = VirtualClock::new();
+        let mut dev =
+            AlsaDevice::open_with_clock(cfg, Box::new(clock.clone()), Box::new(clock)).unwrap();
+        assert_eq!(run(&mut dev, 256, 500), 0, "{opts}");
         dev.close().unwrap();
     }
 }

@@ -154,7 +154,7 @@ fn sim_specs() {
 
 #[test]
 fn errors_name_the_offending_part() {
-    assert!(bad("alsa:hw:0").contains("'alsa'"));
+    assert!(bad("oss:/dev/dsp").contains("'oss'"));
     assert!(bad("").contains("empty"));
     assert!(bad("null:volume=3").contains("'volume'"));
     assert!(bad("null:rate=fast").contains("'fast'"));

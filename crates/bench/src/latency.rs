@@ -395,8 +395,29 @@ fn measure(
         rt_priority: client_prio,
     };
     let mut lrng = rng.fork();
-    let out = run_with_progress(pb, base, move |counter| {
-        client_loop(play, rec, &cfg, &mut lrng, counter)
+    // Device xruns are only visible in `status`: a poller publishes the count so the
+    // client can tell which impulses an xrun may have hit (50 ms granularity, so it
+    // errs on the side of leaving an impulse out).
+    let dev_xruns = AtomicU64::new(status0.xruns);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        let poller = s.spawn(|| -> Result<()> {
+            while !done.load(Ordering::Relaxed) {
+                dev_xruns.store(conn.status()?.xruns, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok(())
+        });
+        let out = run_with_progress(pb, base, |counter| {
+            client_loop(play, rec, &cfg, &mut lrng, counter, &dev_xruns)
+        });
+        done.store(true, Ordering::Relaxed);
+        let polled = poller
+            .join()
+            .map_err(|_| anyhow::anyhow!("status poller panicked"))?;
+        let out = out?;
+        polled?;
+        Ok::<_, anyhow::Error>(out)
     })?;
     let status1 = conn.status()?;
     let quantum_reported = status1.quantum;
@@ -480,7 +501,8 @@ struct InFlight {
     k: i64,
     written: Instant,
     ambiguous: bool,
-    xruns: (u32, u32),
+    /// Playback, record and device xrun counts when written.
+    xruns: (u32, u32, u64),
 }
 
 /// A found impulse.
@@ -572,6 +594,7 @@ fn client_loop(
     c: &LoopConfig,
     rng: &mut Rng,
     counter: &AtomicU64,
+    dev_xruns: &AtomicU64,
 ) -> Result<LoopOutput> {
     let mut out = LoopOutput {
         client_realtime: rt::set_fifo(c.rt_priority),
@@ -628,7 +651,7 @@ fn client_loop(
             if let Some(r) = found_at {
                 match pending.take() {
                     Some(imp) => {
-                        let now_x = (play.xruns(), rec.xruns());
+                        let now_x = (play.xruns(), rec.xruns(), dev_xruns.load(Ordering::Relaxed));
                         out.found.push(Measured {
                             round_trip: r as i64 - imp.r0 as i64 - imp.j as i64,
                             server: r as i64 - imp.w as i64 - imp.k,
@@ -684,7 +707,7 @@ fn client_loop(
                 k: lock.k.unwrap_or_default(),
                 written: Instant::now(),
                 ambiguous: false,
-                xruns: (play.xruns(), rec.xruns()),
+                xruns: (play.xruns(), rec.xruns(), dev_xruns.load(Ordering::Relaxed)),
             });
             out.sent += 1;
         }

@@ -144,15 +144,16 @@ pub fn version_of(path: &Path, args: &[&str]) -> Option<String> {
     version_line(&text)
 }
 
-/// The interesting lines of a `--version` output: those with a digit, at most two,
-/// joined with "; " (cyclictest's `--help` puts "cyclictest V 2.40" first).
+/// The interesting lines of a `--version` output: those of its first three non-empty
+/// lines that hold a digit, joined with "; " (cyclictest's `--help` puts
+/// "cyclictest V 2.40" first and usage after it).
 pub fn version_line(text: &str) -> Option<String> {
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && l.chars().any(|c| c.is_ascii_digit()))
-        .filter(|l| !l.starts_with('-') && !l.starts_with("Usage"))
-        .take(2)
+        .filter(|l| !l.is_empty())
+        .take(3)
+        .filter(|l| l.chars().any(|c| c.is_ascii_digit()))
         .collect();
     (!lines.is_empty()).then(|| lines.join("; "))
 }

@@ -30,6 +30,7 @@
 //! under- or overruns.
 
 use crate::clock::{RealClock, SimClock};
+use crate::margin::{Margin, MarginConfig};
 use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, WaitStatus, check_format};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use std::io;
@@ -81,8 +82,12 @@ pub struct SimConfig {
     pub channels: ChannelMap,
     /// Size of each ring in frames; `quantum + period_frames` may not exceed it.
     pub buffer_frames: usize,
-    /// The watermark: frames still queued for playback when the driver wakes.
+    /// The watermark: frames still queued for playback when the driver wakes (with an
+    /// adaptive margin, its minimum).
     pub period_frames: usize,
+    /// Makes the watermark adaptive ([`crate::margin`]): it jumps to this many frames on
+    /// an underrun and decays back to `period_frames`. `None` keeps it fixed.
+    pub margin_max_frames: Option<usize>,
     /// Capture returns what was played at the same hardware position.
     pub loopback: bool,
     /// The hardware clock runs at `rate · (1 + drift_ppm / 1e6)` frames per second.
@@ -98,6 +103,7 @@ impl Default for SimConfig {
             channels: ChannelMap::stereo(),
             buffer_frames: 8192,
             period_frames: 256,
+            margin_max_frames: None,
             loopback: true,
             drift_ppm: 0.0,
             faults: Vec::new(),
@@ -115,7 +121,10 @@ pub const MAX_DRIFT_PPM: f64 = 100_000.0;
 /// After `write`, `quantum + period_frames` frames are queued ahead of the hardware, and
 /// the capture side has nothing unread, so the written sample is played, and captured,
 /// exactly that many frames after the capture position the application reads next. The
-/// derivation is in docs/devices.md.
+/// derivation is in docs/devices.md. With an adaptive margin (`margin_max_frames`) the
+/// watermark in effect replaces `period_frames`: after an underrun the round trip is
+/// `quantum + margin_max_frames`, and it keeps the largest value since the last restart
+/// (a decaying margin shortens the playback headroom, not the lead).
 pub fn theoretical_round_trip_frames(cfg: &SimConfig, quantum: usize) -> usize {
     quantum + cfg.period_frames
 }
@@ -157,6 +166,8 @@ pub struct SimCard {
     ns_per_frame: f64,
     est_t: u64,
     est_hw: u64,
+    /// The watermark policy (fixed at `period_frames` unless `margin_max_frames` is set).
+    margin: Margin,
 }
 
 /// The driver wakes this much later than its estimate says the watermark is reached, so
@@ -181,6 +192,14 @@ impl SimCard {
         if cfg.period_frames == 0 || cfg.period_frames >= cfg.buffer_frames {
             return Err(bad(format!(
                 "period {} must be at least 1 and smaller than the buffer ({})",
+                cfg.period_frames, cfg.buffer_frames
+            )));
+        }
+        if let Some(max) = cfg.margin_max_frames
+            && (max < cfg.period_frames || max >= cfg.buffer_frames)
+        {
+            return Err(bad(format!(
+                "margin_max {max} must be at least the period ({}) and smaller than the buffer ({})",
                 cfg.period_frames, cfg.buffer_frames
             )));
         }
@@ -216,6 +235,11 @@ impl SimCard {
             name,
         };
         let hw_rate_nano = (cfg.rate as f64 * (1e9 + cfg.drift_ppm * 1e3)).round() as u128;
+        let margin = Margin::new(MarginConfig {
+            rate: cfg.rate,
+            min_frames: cfg.period_frames,
+            max_frames: cfg.margin_max_frames.unwrap_or(cfg.period_frames),
+        });
         Ok(SimCard {
             err_name: ErrName::new(&info.name),
             info,
@@ -240,6 +264,7 @@ impl SimCard {
             ns_per_frame: 1e9 / cfg.rate as f64,
             est_t: 0,
             est_hw: 0,
+            margin,
             cfg,
         })
     }
@@ -259,6 +284,24 @@ impl SimCard {
     /// Round-trip frames through loopback at `quantum`; see [`theoretical_round_trip_frames`].
     pub fn theoretical_round_trip_frames(&self, quantum: usize) -> usize {
         theoretical_round_trip_frames(&self.cfg, quantum)
+    }
+
+    /// The watermark policy's state.
+    pub fn margin(&self) -> &Margin {
+        &self.margin
+    }
+
+    /// The watermark in effect for `quantum`: the margin, limited by the ring.
+    fn watermark(&self, quantum: usize) -> usize {
+        self.margin
+            .current()
+            .min(self.cfg.buffer_frames.saturating_sub(quantum))
+    }
+
+    fn note_xrun(&mut self, t: u64) {
+        if self.margin.on_underrun(t).is_some() {
+            self.counters.margin_changes = self.margin.changes();
+        }
     }
 
     /// Frames the virtual hardware has played since the card was opened, as of its last
@@ -316,6 +359,9 @@ impl SimCard {
                 self.counters.overruns += 1;
                 self.xrun_pending = true;
             }
+            if self.xrun_pending {
+                self.note_xrun(t);
+            }
         }
         self.hw = new;
     }
@@ -343,12 +389,12 @@ impl SimCard {
 
     /// Restarts both streams around hardware position `at` (ALSA's prepare + prefill +
     /// start): unread capture and queued playback are dropped, and `quantum +
-    /// period_frames` frames of silence are queued so the next wakeup finds exactly the
+    /// watermark` frames of silence are queued so the next wakeup finds exactly the
     /// watermark left.
     fn restart(&mut self, at: u64, quantum: usize) {
         self.cap_appl = at;
         self.play_appl = at;
-        self.queue_silence((quantum + self.cfg.period_frames) as u64);
+        self.queue_silence((quantum + self.watermark(quantum)) as u64);
         self.xrun_pending = false;
     }
 
@@ -385,7 +431,9 @@ impl SimCard {
     /// The hardware position at which the cycle is due: playback down to the watermark
     /// and `quantum` frames captured.
     fn due_position(&self, quantum: usize) -> u64 {
-        let play_due = self.play_appl.saturating_sub(self.cfg.period_frames as u64);
+        let play_due = self
+            .play_appl
+            .saturating_sub(self.watermark(quantum) as u64);
         let cap_due = self.cap_appl + quantum as u64;
         play_due.max(cap_due)
     }
@@ -442,6 +490,8 @@ impl Device for SimCard {
                     self.query_pointer();
                     if !self.xrun_pending {
                         self.counters.underruns += 1;
+                        let t = self.t_hw;
+                        self.note_xrun(t);
                     }
                     self.restart(self.hw, quantum);
                     xrun = true;
@@ -464,7 +514,7 @@ impl Device for SimCard {
         // playback still leads capture by quantum + period (latency grows with the
         // quantum; a decrease keeps the larger lead rather than dropping audio).
         let lead = self.play_appl.saturating_sub(self.cap_appl);
-        let want = (quantum + self.cfg.period_frames) as u64;
+        let want = (quantum + self.watermark(quantum)) as u64;
         if lead < want {
             let room = self.size - self.play_appl.saturating_sub(self.hw).min(self.size);
             self.queue_silence((want - lead).min(room));
@@ -484,6 +534,7 @@ impl Device for SimCard {
             }
         }
         self.counters.wakeups += 1;
+        self.counters.margin_frames = self.watermark(quantum) as u64;
         Ok(if xrun {
             WaitStatus::Xrun
         } else {
@@ -500,6 +551,14 @@ impl Device for SimCard {
         }
         self.sync();
         let queued = self.play_appl.saturating_sub(self.hw);
+        if !self.xrun_pending {
+            // The headroom left when this cycle's audio arrives: how close it came to an
+            // underrun (the adaptive margin's near-miss signal).
+            let t = self.t_hw;
+            if self.margin.on_cycle(t, queued as usize).is_some() {
+                self.counters.margin_changes = self.margin.changes();
+            }
+        }
         // Never overwrite frames the hardware has not played (only an engine writing more
         // than `wait` allowed could try); the excess is dropped.
         let frames = (buf.frames() as u64).min(self.size - queued.min(self.size)) as usize;

@@ -16,7 +16,8 @@
 //!   `rate`, `channels`, `name`. PATH is everything up to the first comma, so it cannot
 //!   contain one.
 //! * `sim`: `rate`, `channels`, `buffer` (frames, default 8192), `period` (frames, the
-//!   watermark, default 256), `drift_ppm` (default 0), `loopback=on|off` (default on),
+//!   watermark, default 256), `margin_max` (frames: makes the watermark adaptive between
+//!   `period` and this), `drift_ppm` (default 0), `loopback=on|off` (default on),
 //!   `name`, and faults, each repeatable: `xrun=CYCLE`, `stall=CYCLE:MILLISECONDS`,
 //!   `unplug=CYCLE`.
 //!
@@ -308,6 +309,7 @@ impl Parser<'_> {
                 "channels" => config.channels = self.channels(value)?,
                 "buffer" => config.buffer_frames = self.number(key, value)?,
                 "period" => config.period_frames = self.number(key, value)?,
+                "margin_max" => config.margin_max_frames = Some(self.number(key, value)?),
                 "drift_ppm" => {
                     let ppm: f64 = self.number(key, value)?;
                     if !ppm.is_finite() || ppm.abs() > crate::sim::MAX_DRIFT_PPM {
@@ -347,7 +349,7 @@ impl Parser<'_> {
                     return Err(self.unknown(
                         "sim",
                         key,
-                        "rate, channels, buffer, period, drift_ppm, loopback, name, xrun, stall, unplug",
+                        "rate, channels, buffer, period, margin_max, drift_ppm, loopback, name, xrun, stall, unplug",
                     ));
                 }
             }
@@ -355,6 +357,14 @@ impl Parser<'_> {
         if config.period_frames == 0 || config.period_frames >= config.buffer_frames {
             return Err(self.bad(format!(
                 "period {} must be at least 1 and smaller than buffer {}",
+                config.period_frames, config.buffer_frames
+            )));
+        }
+        if let Some(max) = config.margin_max_frames
+            && (max < config.period_frames || max >= config.buffer_frames)
+        {
+            return Err(self.bad(format!(
+                "margin_max {max} must be at least period {} and smaller than buffer {}",
                 config.period_frames, config.buffer_frames
             )));
         }

@@ -85,6 +85,7 @@ fn cfg(buffer: usize, period: usize) -> SimConfig {
         channels: ChannelMap::stereo(),
         buffer_frames: buffer,
         period_frames: period,
+        margin_max_frames: None,
         loopback: true,
         drift_ppm: 0.0,
         faults: vec![],
@@ -449,4 +450,106 @@ fn real_clock_card_paces_in_real_time() {
     let k = dev.counters();
     assert_eq!(k.wakeups, cycles as u64);
     assert!(k.pointer_queries <= k.wakeups + 2 * (k.underruns + k.overruns));
+}
+
+/// 60 s at 240-frame cycles on a mono card without loopback, with a 15 ms processing
+/// spike (`Fault::Stall`) every 3 s: 20 spikes, each longer than quantum + minimum
+/// watermark (240 + 128 frames = 7.7 ms) but shorter than quantum + maximum (2048).
+fn spiky_run(margin_max: Option<usize>) -> Engine {
+    let q = 240;
+    let every = 3 * 48_000 / q as u64;
+    let mut e = Engine::new(SimConfig {
+        channels: ChannelMap::mono(),
+        loopback: false,
+        margin_max_frames: margin_max,
+        faults: (0..20)
+            .map(|i| Fault::Stall {
+                at_cycle: every / 2 + i * every,
+                duration: Duration::from_millis(15),
+            })
+            .collect(),
+        ..cfg(8192, 128)
+    });
+    e.dev.start(q).unwrap();
+    for _ in 0..20 * every {
+        e.cycle(q);
+    }
+    e
+}
+
+#[test]
+fn adaptive_margin_stops_the_repeat_underruns_a_fixed_minimal_margin_has() {
+    let fixed = spiky_run(None);
+    let adaptive = spiky_run(Some(2048));
+    let (f, a) = (fixed.dev.counters(), adaptive.dev.counters());
+    let xruns = |e: &Engine| {
+        e.statuses
+            .iter()
+            .filter(|s| **s == WaitStatus::Xrun)
+            .count()
+    };
+    println!(
+        "fixed margin: {} underruns; adaptive: {} underrun(s), settled at {} frames",
+        f.underruns, a.underruns, a.margin_frames
+    );
+    assert_eq!(f.underruns, 20, "fixed: {f:?}");
+    assert_eq!(xruns(&fixed), 20);
+    assert_eq!(f.margin_frames, 128);
+    // The first spike underruns and raises the margin; it then settles above what the
+    // spikes need (720 − 240 = 480 frames) instead of at the maximum.
+    assert_eq!(a.underruns, 1, "adaptive: {a:?}");
+    assert_eq!(xruns(&adaptive), 1);
+    assert!(
+        (480..2048).contains(&a.margin_frames),
+        "settled at {}",
+        a.margin_frames
+    );
+    // Pointer reads stay at one per wakeup at most, spikes and restart included.
+    assert!(a.pointer_queries <= a.wakeups, "{a:?}");
+}
+
+#[test]
+fn adaptive_margin_returns_to_its_minimum_after_the_load_stops() {
+    let mut e = spiky_run(Some(2048));
+    assert!(e.dev.counters().margin_frames > 128);
+    // Another minute without spikes: hold (10 s) plus linear decay back to the minimum.
+    for _ in 0..12_000 {
+        assert_eq!(e.cycle(240), WaitStatus::Ready);
+    }
+    let c = e.dev.counters();
+    assert_eq!(c.margin_frames, 128, "{c:?}");
+    assert_eq!(e.dev.margin().current(), 128);
+    assert_eq!(c.underruns, 1);
+    assert!(c.margin_changes > 10);
+}
+
+#[test]
+fn pointer_queries_per_wakeup_average_at_most_one_over_a_long_run() {
+    // 60 s of virtual time with drift and the adaptive margin, no faults: every wakeup
+    // reads the pointer exactly once.
+    let mut e = Engine::new(SimConfig {
+        channels: ChannelMap::mono(),
+        loopback: false,
+        drift_ppm: 50.0,
+        margin_max_frames: Some(2048),
+        ..cfg(8192, 256)
+    });
+    e.dev.start(256).unwrap();
+    while e.clock.now() < 60_000_000_000 {
+        assert_eq!(e.cycle(256), WaitStatus::Ready);
+    }
+    let c = e.dev.counters();
+    let per = c.pointer_queries as f64 / c.wakeups as f64;
+    println!(
+        "{} wakeups, {} pointer queries: {per} per wakeup",
+        c.wakeups, c.pointer_queries
+    );
+    assert!(c.wakeups >= 11_000);
+    assert!(per <= 1.0, "{per}");
+    // And with the spikes and their underrun, still at most one on average.
+    let spiky = spiky_run(Some(2048)).dev.counters();
+    assert!(
+        spiky.pointer_queries as f64 / spiky.wakeups as f64 <= 1.0,
+        "{spiky:?}"
+    );
 }

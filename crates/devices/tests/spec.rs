@@ -134,6 +134,7 @@ fn sim_specs() {
             channels: ChannelMap::default_for(4),
             buffer_frames: 4096,
             period_frames: 128,
+            margin_max_frames: None,
             loopback: false,
             drift_ppm: -12.5,
             faults: vec![
@@ -150,6 +151,20 @@ fn sim_specs() {
             ],
         }
     );
+}
+
+#[test]
+fn sim_margin_max_makes_the_watermark_adaptive() {
+    let Ok(DeviceSpec::Sim { config, .. }) = parse_spec("sim:period=128,margin_max=2048", &d())
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (config.period_frames, config.margin_max_frames),
+        (128, Some(2048))
+    );
+    assert!(bad("sim:period=128,margin_max=64").contains("margin_max 64"));
+    assert!(bad("sim:buffer=4096,margin_max=4096").contains("smaller than buffer"));
 }
 
 #[test]

@@ -79,23 +79,26 @@ fn playback_requests_cork_started_drain_underflow_and_latency() {
         cork: false,
     }));
     let t0 = Instant::now();
-    let mut handle =
-        |m: Msg, requested: &mut usize, started: &mut u32, underflows: &mut u32| match m {
-            Msg::Event(Command::Request(r)) => {
+    let handle = |m: Msg, requested: &mut usize, started: &mut u32, underflows: &mut u32| {
+        let Msg::Event(cmd) = m else {
+            panic!("unexpected {m:?}")
+        };
+        match *cmd {
+            Command::Request(r) => {
                 assert_eq!(r.channel, ch);
                 *requested += r.length as usize;
             }
-            Msg::Event(Command::Started(s)) => {
+            Command::Started(s) => {
                 assert_eq!(s, ch);
                 *started += 1;
             }
-            Msg::Event(Command::Underflow(u)) => {
+            Command::Underflow(u) => {
                 assert_eq!(u.channel, ch);
                 *underflows += 1;
             }
-            Msg::Event(_) => {}
-            m => panic!("unexpected {m:?}"),
-        };
+            _ => {}
+        }
+    };
     c.reply_to(seq, |m| {
         handle(m, &mut requested, &mut started, &mut underflows)
     })

@@ -276,58 +276,6 @@ pub fn null_sink(
     Ok(NullSinkPlan { spec })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn module_arguments_parse_like_pulseaudio() {
-        let a = parse_args_raw(
-            r#"sink_name=virt sink_properties="device.description='My Sink'" rate=48000"#,
-        )
-        .unwrap();
-        assert_eq!(a["sink_name"], "virt");
-        assert_eq!(a["sink_properties"], "device.description='My Sink'");
-        let p = parse_props(&a["sink_properties"]).unwrap();
-        assert_eq!(p["device.description"], "My Sink");
-        // pactl's usual form: an escaped space survives into the proplist.
-        let a = parse_args_raw(r"sink_properties=device.description=My\ Sink").unwrap();
-        let p = parse_props(&a["sink_properties"]).unwrap();
-        assert_eq!(p["device.description"], "My Sink");
-        assert_eq!(unescape(r"a\\b\ c"), r"a\b c");
-        assert!(parse_args("x").is_err());
-        assert!(parse_args("a=1 a=2").is_err());
-        assert!(parse_args("a=\"open").is_err());
-        assert!(parse_args("").unwrap().is_empty());
-    }
-
-    #[test]
-    fn null_sink_layouts() {
-        let stereo = ChannelMap::stereo();
-        let p = null_sink(&parse_args_raw("").unwrap(), &stereo, 48000).unwrap();
-        assert_eq!(p.spec.name, "null");
-        assert_eq!(p.spec.inputs, stereo);
-        let p = null_sink(&parse_args_raw("channels=6").unwrap(), &stereo, 48000).unwrap();
-        assert_eq!(p.spec.outputs.len(), 6);
-        let p = null_sink(
-            &parse_args("channel_map=front-left,front-right,lfe").unwrap(),
-            &stereo,
-            48000,
-        )
-        .unwrap();
-        assert_eq!(p.spec.inputs.len(), 3);
-        assert!(
-            null_sink(
-                &parse_args("channels=3 channel_map=stereo").unwrap(),
-                &stereo,
-                1
-            )
-            .is_err()
-        );
-        assert!(null_sink(&parse_args_raw("bogus=1").unwrap(), &stereo, 1).is_err());
-    }
-}
-
 /// Creates what module `name` stands for in the graph.
 pub fn load(srv: &Server, name: &str, argument: &str) -> Result<ModuleRec, PulseError> {
     let args = parse_args_raw(argument).map_err(|why| {
@@ -376,7 +324,7 @@ pub fn load(srv: &Server, name: &str, argument: &str) -> Result<ModuleRec, Pulse
                 Some(s) => unescape(s)
                     .split(',')
                     .filter(|n| !n.is_empty())
-                    .map(|n| sink_named(n))
+                    .map(&sink_named)
                     .collect::<Result<_, _>>()?,
                 None => graph
                     .nodes
@@ -549,5 +497,57 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     }
     for (o, i) in &m.links {
         let _ = srv.engine.unlink(o, i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_arguments_parse_like_pulseaudio() {
+        let a = parse_args_raw(
+            r#"sink_name=virt sink_properties="device.description='My Sink'" rate=48000"#,
+        )
+        .unwrap();
+        assert_eq!(a["sink_name"], "virt");
+        assert_eq!(a["sink_properties"], "device.description='My Sink'");
+        let p = parse_props(&a["sink_properties"]).unwrap();
+        assert_eq!(p["device.description"], "My Sink");
+        // pactl's usual form: an escaped space survives into the proplist.
+        let a = parse_args_raw(r"sink_properties=device.description=My\ Sink").unwrap();
+        let p = parse_props(&a["sink_properties"]).unwrap();
+        assert_eq!(p["device.description"], "My Sink");
+        assert_eq!(unescape(r"a\\b\ c"), r"a\b c");
+        assert!(parse_args("x").is_err());
+        assert!(parse_args("a=1 a=2").is_err());
+        assert!(parse_args("a=\"open").is_err());
+        assert!(parse_args("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn null_sink_layouts() {
+        let stereo = ChannelMap::stereo();
+        let p = null_sink(&parse_args_raw("").unwrap(), &stereo, 48000).unwrap();
+        assert_eq!(p.spec.name, "null");
+        assert_eq!(p.spec.inputs, stereo);
+        let p = null_sink(&parse_args_raw("channels=6").unwrap(), &stereo, 48000).unwrap();
+        assert_eq!(p.spec.outputs.len(), 6);
+        let p = null_sink(
+            &parse_args("channel_map=front-left,front-right,lfe").unwrap(),
+            &stereo,
+            48000,
+        )
+        .unwrap();
+        assert_eq!(p.spec.inputs.len(), 3);
+        assert!(
+            null_sink(
+                &parse_args("channels=3 channel_map=stereo").unwrap(),
+                &stereo,
+                1
+            )
+            .is_err()
+        );
+        assert!(null_sink(&parse_args_raw("bogus=1").unwrap(), &stereo, 1).is_err());
     }
 }

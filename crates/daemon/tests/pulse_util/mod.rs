@@ -238,7 +238,7 @@ pub enum Msg {
     /// An error reply.
     Error(u32, u32),
     /// A command the server sent on its own (events, REQUEST, STARTED…).
-    Event(quaver_pulse::pulseaudio::protocol::Command),
+    Event(Box<quaver_pulse::pulseaudio::protocol::Command>),
     /// Record data.
     Memblock(u32, Vec<u8>),
 }
@@ -266,11 +266,11 @@ impl RawClient {
             2 => Msg::Reply(seq, body[10..].to_vec()),
             _ => {
                 let mut cur = std::io::Cursor::new(&body[..]);
-                Msg::Event(
+                Msg::Event(Box::new(
                     Command::read_tag_prefixed(&mut cur, self.version)
                         .unwrap()
                         .1,
-                )
+                ))
             }
         }
     }

@@ -1,0 +1,123 @@
+//! The RT half of PulseAudio streams never allocates: the engine's adapters over
+//! `PlaySource` and `RecSink` run thousands of cycles — resampling, channel mixing,
+//! prebuffering, underruns, cork, flush, trigger, drain, a full record ring — under an
+//! allocation guard, while the "connection" side feeds and drains the rings outside it.
+
+use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
+use quaver_dsp::resample::ResampleQuality;
+use quaver_dsp::{ChannelMap, PlanarBuf};
+use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
+use quaver_engine::{CycleInfo, Processor};
+use quaver_pulse::transport::{
+    F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, PlayShared, PlaySource, RecShared, RecSink,
+};
+use rustix::event::{EventfdFlags, eventfd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+#[global_allocator]
+static A: AllocDisabler = AllocDisabler;
+
+#[test]
+fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
+    let bell = Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).unwrap());
+    let rate = 48000;
+    let max_q = 1024;
+    // Playback: mono 44.1 kHz into a stereo node (mixing + resampling).
+    let play = Arc::new(PlayShared::new(bell.clone(), 2048, false));
+    let (mut tx, rx) = rtrb::RingBuffer::new(16384);
+    let mut player = PlaybackAdapter::new(
+        PlaySource::new(play.clone(), rx, 1),
+        &StreamFormat {
+            rate: 44100,
+            channels: ChannelMap::mono(),
+        },
+        &ChannelMap::stereo(),
+        rate,
+        max_q,
+        0,
+        ResampleQuality::Medium,
+    )
+    .unwrap();
+    // Record: stereo node into a 5.1 stream at 96 kHz, with a small ring that overflows.
+    let rec = Arc::new(RecShared::new(bell.clone(), false));
+    let (rtx, mut rrx) = rtrb::RingBuffer::new(6 * 4096);
+    let five_one: ChannelMap = "5.1".parse().unwrap();
+    let mut recorder = RecordAdapter::new(
+        RecSink::new(rec.clone(), rtx, 6),
+        &StreamFormat {
+            rate: 96000,
+            channels: five_one,
+        },
+        &ChannelMap::stereo(),
+        rate,
+        max_q,
+        ResampleQuality::Fast,
+    )
+    .unwrap();
+    let mut outputs = PlanarBuf::new(2, max_q);
+    let mut nothing = PlanarBuf::new(0, max_q);
+    let mut phase = 0f32;
+    reset_violation_count();
+    for cycle in 0..12_000u64 {
+        // Connection side (may allocate): feed, flip flags, drain the record ring.
+        // Starved now and then (every 7th cycle, and cycles 800–899 of each thousand), so
+        // the stream underruns, prebuffers again and restarts.
+        if cycle % 7 != 0 && !(800..900).contains(&(cycle % 1000)) {
+            let n = tx.slots().min(700);
+            if let Ok(mut c) = tx.write_chunk(n) {
+                let (a, b) = c.as_mut_slices();
+                for s in a.iter_mut().chain(b.iter_mut()) {
+                    phase = (phase + 0.05) % std::f32::consts::TAU;
+                    *s = 0.3 * phase.sin();
+                }
+                c.commit_all();
+            }
+        }
+        match cycle % 1000 {
+            100 => play.set_flag(F_CORKED, true),
+            150 => play.set_flag(F_CORKED, false),
+            300 => play
+                .flush_to
+                .store(play.removed.load(Relaxed) + 3000, Relaxed),
+            400 => play.set_flag(F_PREBUF, true),
+            450 => play.set_flag(F_TRIGGER, true),
+            600 => play.set_flag(F_DRAIN, true),
+            700 => play.set_flag(F_DRAIN, false),
+            _ => {}
+        }
+        play.wake_at
+            .store(play.consumed.load(Relaxed) + 100, Relaxed);
+        // The recorder stops reading for a while, so its ring overflows.
+        if cycle % 3 == 0 && !(500..560).contains(&(cycle % 1000)) {
+            let n = rrx.slots();
+            if let Ok(c) = rrx.read_chunk(n) {
+                c.commit_all();
+            }
+        }
+        rec.wake_at.store(rec.produced.load(Relaxed) + 500, Relaxed);
+        let q = [64usize, 128, 256, 1024][(cycle % 4) as usize];
+        let cx = CycleInfo {
+            frames: q,
+            rate,
+            cycle,
+            time_ns: cycle * 1_000_000,
+            playback_delay: 256,
+            capture_delay: 128,
+        };
+        // RT side: must not allocate.
+        assert_no_alloc(|| {
+            player.process(&cx, nothing.view(q), &mut outputs.view_mut(q));
+            recorder.process(&cx, outputs.view(q), &mut nothing.view_mut(q));
+        });
+    }
+    assert!(
+        play.starts.load(Relaxed) >= 2,
+        "the stream started and restarted"
+    );
+    assert!(
+        rec.overflows.load(Relaxed) >= 1,
+        "the record ring overflowed"
+    );
+    assert_eq!(violation_count(), 0, "allocations in the RT path");
+}

@@ -24,6 +24,8 @@ const CONTROL_QUEUE: usize = 1024;
 const GARBAGE_QUEUE: usize = 8192;
 /// Capacity of the event queue; events beyond it are dropped and counted.
 const EVENT_QUEUE: usize = 1024;
+/// Most ports (inputs plus outputs, reserved ones included) one node may have.
+pub const MAX_PORTS_PER_NODE: usize = 4096;
 
 /// Engine settings fixed at start.
 #[derive(Debug, Clone)]
@@ -234,6 +236,8 @@ impl Engine {
             },
             freewheel,
             cycle: 0,
+            position: 0,
+            pending: Vec::with_capacity(config.max_nodes),
             idle_frames: 0,
             running: false,
             suspended: false,
@@ -267,6 +271,7 @@ impl Engine {
                 stopping: false.into(),
             }),
         };
+        let mut specs = Vec::new();
         for (i, info) in infos.iter().enumerate() {
             if let Some(map) = &info.playback {
                 let mut s = NodeSpec::new(&format!("{}-sink", info.name), NodeKind::DeviceSink);
@@ -274,17 +279,43 @@ impl Engine {
                 s.inputs = map.clone();
                 s.outputs = map.clone();
                 s.device = Some(i);
-                engine.add_node(s, None)?;
+                specs.push(s);
             }
             if let Some(map) = &info.capture {
                 let mut s = NodeSpec::new(&format!("{}-source", info.name), NodeKind::DeviceSource);
                 s.description = info.description.clone();
                 s.outputs = map.clone();
                 s.device = Some(i);
-                engine.add_node(s, None)?;
+                specs.push(s);
             }
         }
+        engine.add_device_nodes(specs)?;
         Ok((engine, runner))
+    }
+
+    /// Adds every device node in one plan, so the first cycle already reads every
+    /// capture side and writes every playback side: a duplex card whose sides started
+    /// a cycle apart would carry an extra quantum of round-trip latency for good.
+    fn add_device_nodes(&self, specs: Vec<NodeSpec>) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        let mut ids = HashSet::new();
+        for spec in specs {
+            let slot = ctl
+                .free_slots
+                .pop()
+                .ok_or_else(|| EngineError::TooMany("node limit reached by device nodes".into()))?;
+            let node = Box::new(NodeSlot::new(
+                None,
+                spec.inputs.len(),
+                spec.outputs.len(),
+                self.shared.config.quantum_max,
+                spec.volume,
+                spec.kind,
+            ));
+            ids.insert(ctl.graph.add_node(&spec, slot));
+            self.send(&mut ctl, ToRt::AddNode { slot, node })?;
+        }
+        self.publish_with_new(&mut ctl, &ids)
     }
 
     /// Builds an engine and starts its real-time and service threads.
@@ -445,10 +476,18 @@ impl Engine {
                 self.shared.config.max_nodes
             ))
         })?;
+        if spec.input_capacity() + spec.output_capacity() > MAX_PORTS_PER_NODE {
+            return Err(EngineError::TooMany(format!(
+                "a node may have at most {MAX_PORTS_PER_NODE} ports"
+            )));
+        }
+        for n in spec.input_names.iter().chain(&spec.output_names) {
+            Graph::check_port_name(n)?;
+        }
         let node = Box::new(NodeSlot::new(
             processor,
-            spec.inputs.len(),
-            spec.outputs.len(),
+            spec.input_capacity(),
+            spec.output_capacity(),
             self.shared.config.quantum_max,
             spec.volume,
             spec.kind,
@@ -492,6 +531,60 @@ impl Engine {
         self.send(&mut ctl, ToRt::RemoveNode { slot: node.slot })?;
         ctl.free_slots.push(node.slot);
         notify(&mut ctl, GraphEvent::NodeRemoved(id));
+        Ok(())
+    }
+
+    /// Adds a port to a node created with room for it (`NodeSpec::max_inputs` /
+    /// `max_outputs`); returns its id. Its buffer index is the lowest free one.
+    pub fn add_port(
+        &self,
+        node: NodeId,
+        direction: crate::graph::Direction,
+        name: Option<&str>,
+        channel: quaver_dsp::ChannelPosition,
+    ) -> Result<PortId, EngineError> {
+        let mut ctl = self.lock();
+        let id = ctl.graph.add_port(node, direction, name, channel)?;
+        if let Err(e) = self.publish(&mut ctl) {
+            let _ = ctl.graph.remove_port(node, id);
+            return Err(e);
+        }
+        notify(&mut ctl, GraphEvent::NodeChanged(node));
+        Ok(id)
+    }
+
+    /// Removes a port of `node` and its links.
+    pub fn remove_port(&self, node: NodeId, port: PortId) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        let had_links = ctl
+            .graph
+            .links
+            .values()
+            .any(|l| l.output == port || l.input == port);
+        ctl.graph.remove_port(node, port)?;
+        self.publish(&mut ctl)?;
+        notify(&mut ctl, GraphEvent::NodeChanged(node));
+        if had_links {
+            notify(&mut ctl, GraphEvent::LinksChanged);
+        }
+        Ok(())
+    }
+
+    /// Changes the latency a node asks for (frames at the engine rate; `None` for no
+    /// request). The quantum follows with the next plan.
+    pub fn set_latency(&self, node: NodeId, frames: Option<u32>) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        let n = ctl
+            .graph
+            .nodes
+            .get_mut(&node)
+            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?;
+        if n.latency_frames == frames {
+            return Ok(());
+        }
+        n.latency_frames = frames;
+        self.publish(&mut ctl)?;
+        notify(&mut ctl, GraphEvent::NodeChanged(node));
         Ok(())
     }
 

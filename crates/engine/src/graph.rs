@@ -106,6 +106,17 @@ pub struct NodeSpec {
     pub device: Option<usize>,
     /// Client that owns the node, if any (for status and cleanup).
     pub owner: Option<u32>,
+    /// Port names in the order of `inputs` (empty: derived from kind and channel).
+    pub input_names: Vec<String>,
+    /// Port names in the order of `outputs` (empty: derived from kind and channel).
+    pub output_names: Vec<String>,
+    /// Input ports the node's buffers are sized for; ports can be added up to this
+    /// many with [`Graph::add_port`]. Values below `inputs.len()` mean `inputs.len()`.
+    pub max_inputs: usize,
+    /// Output ports the node's buffers are sized for (see `max_inputs`).
+    pub max_outputs: usize,
+    /// Keeps the devices from suspending while the node exists (callback clients).
+    pub keep_awake: bool,
 }
 
 impl NodeSpec {
@@ -121,7 +132,22 @@ impl NodeSpec {
             volume: 1.0,
             device: None,
             owner: None,
+            input_names: Vec::new(),
+            output_names: Vec::new(),
+            max_inputs: 0,
+            max_outputs: 0,
+            keep_awake: false,
         }
+    }
+
+    /// Input buffers the node needs.
+    pub fn input_capacity(&self) -> usize {
+        self.max_inputs.max(self.inputs.len())
+    }
+
+    /// Output buffers the node needs.
+    pub fn output_capacity(&self) -> usize {
+        self.max_outputs.max(self.outputs.len())
     }
 }
 
@@ -152,6 +178,12 @@ pub struct Node {
     pub device: Option<usize>,
     /// Owning client.
     pub owner: Option<u32>,
+    /// Input buffers reserved in the node's slot (ports may be added up to this).
+    pub max_inputs: usize,
+    /// Output buffers reserved in the node's slot.
+    pub max_outputs: usize,
+    /// Keeps the devices awake while the node exists.
+    pub keep_awake: bool,
 }
 
 /// A link from an output port to an input port.
@@ -213,15 +245,21 @@ impl Graph {
             mute: false,
             device: spec.device,
             owner: spec.owner,
+            max_inputs: spec.input_capacity(),
+            max_outputs: spec.output_capacity(),
+            keep_awake: spec.keep_awake,
         };
-        for (dir, map) in [
-            (Direction::In, &spec.inputs),
-            (Direction::Out, &spec.outputs),
+        for (dir, map, names) in [
+            (Direction::In, &spec.inputs, &spec.input_names),
+            (Direction::Out, &spec.outputs, &spec.output_names),
         ] {
             let mut seen = HashSet::new();
             for (index, &channel) in map.positions().iter().enumerate() {
                 let pid = self.alloc_id();
-                let base = format!("{}_{}", port_prefix(spec.kind, dir), channel.name());
+                let base = match names.get(index) {
+                    Some(n) => n.clone(),
+                    None => format!("{}_{}", port_prefix(spec.kind, dir), channel.name()),
+                };
                 // Duplicate positions (e.g. two AUX0) still need distinct port names.
                 let pname = if seen.insert(base.clone()) {
                     base
@@ -248,6 +286,110 @@ impl Graph {
         }
         self.nodes.insert(id, node);
         id
+    }
+
+    /// Checks a port name given by a client: 1–128 bytes, no ':' (it separates node and
+    /// port), no control characters.
+    pub fn check_port_name(name: &str) -> Result<(), EngineError> {
+        if name.is_empty()
+            || name.len() > 128
+            || name.contains(':')
+            || name.chars().any(char::is_control)
+        {
+            return Err(EngineError::Invalid(format!(
+                "port name '{name}' must be 1–128 bytes without ':' or control characters"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds a port to node `id` at the lowest free buffer index below the node's
+    /// reserved capacity. `name` defaults to the kind's prefix and the channel.
+    pub fn add_port(
+        &mut self,
+        id: NodeId,
+        direction: Direction,
+        name: Option<&str>,
+        channel: ChannelPosition,
+    ) -> Result<PortId, EngineError> {
+        let node = self
+            .nodes
+            .get(&id)
+            .ok_or_else(|| EngineError::NoSuchNode(id.to_string()))?;
+        let (list, cap) = match direction {
+            Direction::In => (&node.inputs, node.max_inputs),
+            Direction::Out => (&node.outputs, node.max_outputs),
+        };
+        let used: HashSet<usize> = list.iter().map(|p| self.ports[p].index).collect();
+        let index = (0..cap).find(|i| !used.contains(i)).ok_or_else(|| {
+            EngineError::TooMany(format!(
+                "node '{}' has all its {cap} {} ports in use",
+                node.name,
+                if direction == Direction::In {
+                    "input"
+                } else {
+                    "output"
+                }
+            ))
+        })?;
+        let name = match name {
+            Some(n) => {
+                Self::check_port_name(n)?;
+                n.to_string()
+            }
+            None => format!("{}_{}", port_prefix(node.kind, direction), channel.name()),
+        };
+        let taken = node
+            .inputs
+            .iter()
+            .chain(&node.outputs)
+            .any(|p| self.ports[p].name == name);
+        if taken {
+            return Err(EngineError::Invalid(format!(
+                "node '{}' already has a port named '{name}'",
+                node.name
+            )));
+        }
+        let pid = self.alloc_id();
+        self.ports.insert(
+            pid,
+            Port {
+                id: pid,
+                node: id,
+                index,
+                name,
+                direction,
+                port_type: PortType::Audio,
+                channel,
+            },
+        );
+        let node = self.nodes.get_mut(&id).expect("checked");
+        let list = match direction {
+            Direction::In => &mut node.inputs,
+            Direction::Out => &mut node.outputs,
+        };
+        // Keep the list in buffer order.
+        let ports = &self.ports;
+        let at = list
+            .iter()
+            .position(|p| ports[p].index > index)
+            .unwrap_or(list.len());
+        list.insert(at, pid);
+        Ok(pid)
+    }
+
+    /// Removes port `port` of node `id` and every link touching it.
+    pub fn remove_port(&mut self, id: NodeId, port: PortId) -> Result<Port, EngineError> {
+        match self.ports.get(&port) {
+            Some(p) if p.node == id => {}
+            _ => return Err(EngineError::NoSuchPort(format!("{id}:{port}"))),
+        }
+        self.links
+            .retain(|_, l| l.output != port && l.input != port);
+        let node = self.nodes.get_mut(&id).expect("port's node exists");
+        node.inputs.retain(|&p| p != port);
+        node.outputs.retain(|&p| p != port);
+        Ok(self.ports.remove(&port).expect("checked"))
     }
 
     /// Removes a node, its ports and every link touching them; returns the node.
@@ -556,6 +698,52 @@ mod tests {
         let order = g.topo_order();
         let pos = |n| order.iter().position(|&x| x == n).unwrap();
         assert!(pos(play) < pos(sink));
+    }
+
+    #[test]
+    fn ports_come_and_go_within_the_reservation() {
+        let (mut g, _, _) = stereo_graph();
+        let mut c = NodeSpec::new("cb", NodeKind::Filter);
+        c.max_inputs = 2;
+        c.max_outputs = 1;
+        c.outputs = ChannelMap::mono();
+        c.output_names = vec!["out".into()];
+        let cb = g.add_node(&c, 5);
+        assert_eq!(g.port_path(g.nodes[&cb].outputs[0]), "cb:out");
+        let a = g
+            .add_port(cb, Direction::In, Some("in_a"), ChannelPosition::Aux(0))
+            .unwrap();
+        let b = g
+            .add_port(cb, Direction::In, Some("in_b"), ChannelPosition::Aux(1))
+            .unwrap();
+        assert_eq!((g.ports[&a].index, g.ports[&b].index), (0, 1));
+        assert!(matches!(
+            g.add_port(cb, Direction::In, Some("in_c"), ChannelPosition::Aux(2)),
+            Err(EngineError::TooMany(_))
+        ));
+        assert!(matches!(
+            g.add_port(cb, Direction::Out, None, ChannelPosition::FL),
+            Err(EngineError::TooMany(_))
+        ));
+        let pairs = g.link_pairs("sink:monitor_FL", "cb:in_a").unwrap();
+        g.add_links(&pairs).unwrap();
+        assert_eq!(g.links.len(), 1);
+        g.remove_port(cb, a).unwrap();
+        assert!(g.links.is_empty());
+        // The freed buffer index is reused, and the list stays in buffer order.
+        let c2 = g
+            .add_port(cb, Direction::In, Some("in_c"), ChannelPosition::Aux(2))
+            .unwrap();
+        assert_eq!(g.ports[&c2].index, 0);
+        assert_eq!(g.nodes[&cb].inputs, vec![c2, b]);
+        assert!(
+            g.add_port(cb, Direction::In, Some("x:y"), ChannelPosition::FL)
+                .is_err()
+        );
+        assert!(matches!(
+            g.remove_port(cb, 9999),
+            Err(EngineError::NoSuchPort(_))
+        ));
     }
 
     #[test]

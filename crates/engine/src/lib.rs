@@ -6,9 +6,12 @@
 //!   (its module docs state the real-time contract).
 //! - [`engine`]: the control API that protocol front-ends and policy use.
 //! - [`stream`]: adapters that turn a client's interleaved ring into graph ports.
+//! - [`callback`]: nodes whose processing runs in a client process (JACK-style
+//!   callbacks), with deadlines, xrun accounting and asynchronous fallback.
 //!
 //! The engine knows DSP and the device trait; it never knows a protocol.
 
+pub mod callback;
 pub mod engine;
 pub mod graph;
 pub mod node;
@@ -17,6 +20,7 @@ pub mod rt;
 pub mod sched;
 pub mod stream;
 
+pub use callback::{CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport};
 pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent};
 pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
 pub use node::{CycleInfo, Processor};

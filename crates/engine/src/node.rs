@@ -13,17 +13,35 @@ pub struct CycleInfo {
     pub cycle: u64,
     /// CLOCK_MONOTONIC time the cycle started, in nanoseconds.
     pub time_ns: u64,
+    /// Frames the engine processed before this cycle (the graph's frame clock; it
+    /// stands still while the devices are suspended).
+    pub position: u64,
     /// Frames of playback the driver device had queued after its last write.
     pub playback_delay: usize,
     /// Frames of capture delay of the driver device.
     pub capture_delay: usize,
 }
 
+impl CycleInfo {
+    /// Nominal duration of this cycle in nanoseconds (`frames / rate`).
+    pub fn period_ns(&self) -> u64 {
+        self.frames as u64 * 1_000_000_000 / self.rate.max(1) as u64
+    }
+}
+
 /// A node's signal processing.
 ///
-/// Thread: `process` and `ready` are called only on the real-time thread; they must not
-/// allocate, lock, log or block. Construction and drop happen on control threads (the
-/// engine hands retired processors back before dropping them).
+/// Thread: every method but construction and drop is called only on the real-time
+/// thread and must not allocate, lock, log or block (the one exception is
+/// [`Processor::finish`], see there). Construction and drop happen on control threads
+/// (the engine hands retired processors back before dropping them).
+///
+/// **Split-phase nodes.** A processor whose work happens elsewhere (a callback client
+/// in another process) answers `true` from [`Processor::is_split`]. The runner then
+/// calls [`Processor::begin`] when the node's turn comes, carries on with the nodes
+/// that do not depend on it, and calls [`Processor::finish`] only when a later node
+/// reads its outputs (or at the end of the cycle). Independent clients therefore run
+/// in parallel, and one that is late costs the others nothing.
 pub trait Processor: Send {
     /// Processes one cycle: reads `inputs` (one channel per input port, `cx.frames`
     /// frames) and fills every output channel. *RT*.
@@ -34,4 +52,21 @@ pub trait Processor: Send {
     fn ready(&self, _frames: usize) -> bool {
         true
     }
+
+    /// True if the node runs in two phases, `begin` and `finish`, instead of `process`.
+    /// Must not change while the node exists. *RT*.
+    fn is_split(&self) -> bool {
+        false
+    }
+
+    /// Split-phase nodes: starts the cycle's work with the node's `inputs` and must not
+    /// block. `outputs` may already be filled here (e.g. with results of the previous
+    /// cycle) or left for `finish`. *RT*.
+    fn begin(&mut self, _cx: &CycleInfo, _inputs: Planar<'_>, _outputs: &mut PlanarMut<'_>) {}
+
+    /// Split-phase nodes: completes the cycle's work and leaves the outputs in
+    /// `outputs`. This is the one place a processor may block, and only on an eventfd
+    /// with a timeout that ends no later than the deadline it computed from `cx`
+    /// (see the real-time contract in [`crate::rt`]). *RT*.
+    fn finish(&mut self, _cx: &CycleInfo, _outputs: &mut PlanarMut<'_>) {}
 }

@@ -73,6 +73,8 @@ pub struct NodeSlot {
     pub(crate) outputs: PlanarBuf,
     pub(crate) gain: GainRamp,
     pub(crate) volume_on_inputs: bool,
+    /// A split-phase processor began this cycle and has not finished yet.
+    pub(crate) pending: bool,
 }
 
 impl NodeSlot {
@@ -91,6 +93,7 @@ impl NodeSlot {
             outputs: PlanarBuf::new(outputs, max_quantum),
             gain: GainRamp::new(gain),
             volume_on_inputs: kind.volume_on_inputs(),
+            pending: false,
         }
     }
 }
@@ -109,7 +112,10 @@ pub(crate) fn compile(
         graph.links.values().map(|l| (l.output, l.input)).collect();
     let mut plan = Plan {
         quantum,
-        keep_awake: graph.nodes.values().any(|n| n.kind.is_stream()),
+        keep_awake: graph
+            .nodes
+            .values()
+            .any(|n| n.kind.is_stream() || n.keep_awake),
         ..Plan::default()
     };
     for id in graph.topo_order() {

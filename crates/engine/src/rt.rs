@@ -8,6 +8,13 @@
 //! - no locks: the control side talks to us only through the lock-free `rtrb` queue;
 //! - no logging: events go to the control side through a queue and an eventfd doorbell;
 //! - no syscalls but device I/O, clock reads, the driver's own sleep and eventfd writes;
+//! - one blocking exception, for callback clients that run in other processes
+//!   ([`crate::callback`]): a split-phase node's `finish` may wait on the client's
+//!   completion eventfd (`ppoll` with a timeout) — never past the deadline it computed
+//!   from the cycle start (a configured fraction of the quantum period), and not at all
+//!   when the client has already answered or is still busy with an earlier cycle. A
+//!   late, hung or crashed client therefore costs at most one deadline once, then
+//!   nothing; this is how JACK and PipeWire drive their clients too;
 //! - one plan per cycle, swapped at the cycle boundary, so every plan (and the link
 //!   fades it carries) runs for at least one whole cycle.
 //!
@@ -157,6 +164,11 @@ pub struct RtRunner {
     pub(crate) suspend_after_frames: Option<u64>,
     pub(crate) freewheel: bool,
     pub(crate) cycle: u64,
+    /// Frames processed since the engine started (the graph's frame clock).
+    pub(crate) position: u64,
+    /// Slots of split-phase nodes begun this cycle and not finished yet; its capacity
+    /// (one per slot) is reserved up front so pushing never allocates.
+    pub(crate) pending: Vec<usize>,
     pub(crate) idle_frames: u64,
     pub(crate) running: bool,
     pub(crate) suspended: bool,
@@ -323,6 +335,7 @@ impl RtRunner {
             rate: self.rate,
             cycle: self.cycle,
             time_ns: t0,
+            position: self.position,
             playback_delay: if self.gone[0] {
                 0
             } else {
@@ -337,6 +350,7 @@ impl RtRunner {
         self.process_graph(&cx);
         self.first_cycle_of_plan = false;
         self.cycle += 1;
+        self.position += q as u64;
         let busy = now_ns().saturating_sub(t0);
         self.stats.cycles.store(self.cycle, Relaxed);
         self.stats.busy_ns_last.store(busy, Relaxed);
@@ -387,6 +401,14 @@ impl RtRunner {
         let ramp = self.ramp_frames.min(q);
         for si in 0..self.plan.steps.len() {
             let step = self.plan.steps[si].clone();
+            // A split-phase node's outputs exist only once it finished: finish the ones
+            // this step reads from (the others keep running in parallel).
+            for li in step.links.clone() {
+                let src = self.plan.links[li].src_slot;
+                if self.slots[src].as_ref().is_some_and(|s| s.pending) {
+                    Self::finish_slot(self.slots[src].as_deref_mut(), cx);
+                }
+            }
             let Some(mut cur) = self.slots[step.slot].take() else {
                 continue;
             };
@@ -396,6 +418,7 @@ impl RtRunner {
                 outputs,
                 gain,
                 volume_on_inputs,
+                pending,
             } = &mut *cur;
             for ch in 0..inputs.channels() {
                 inputs.channel_mut(ch)[..q].fill(0.0);
@@ -436,14 +459,44 @@ impl RtRunner {
                     }
                 }
                 None => match processor.as_mut() {
+                    Some(p) if p.is_split() => {
+                        p.begin(cx, inputs.view(q), &mut outputs.view_mut(q));
+                        *pending = true;
+                    }
                     Some(p) => p.process(cx, inputs.view(q), &mut outputs.view_mut(q)),
                     None => outputs.view_mut(q).fill_silence(),
                 },
             }
-            if !*volume_on_inputs {
+            if *pending {
+                // Never reallocates: the capacity is one entry per slot.
+                if self.pending.len() < self.pending.capacity() {
+                    self.pending.push(step.slot);
+                }
+            } else if !*volume_on_inputs {
                 gain.apply(&mut outputs.view_mut(q));
             }
             self.slots[step.slot] = Some(cur);
+        }
+        for i in 0..self.pending.len() {
+            let slot = self.pending[i];
+            if self.slots[slot].as_ref().is_some_and(|s| s.pending) {
+                Self::finish_slot(self.slots[slot].as_deref_mut(), cx);
+            }
+        }
+        self.pending.clear();
+    }
+
+    /// Finishes a split-phase node begun this cycle and applies its volume. *RT*; may
+    /// wait (bounded) inside the processor's `finish`.
+    fn finish_slot(slot: Option<&mut NodeSlot>, cx: &CycleInfo) {
+        let Some(n) = slot else { return };
+        n.pending = false;
+        let q = cx.frames;
+        if let Some(p) = n.processor.as_mut() {
+            p.finish(cx, &mut n.outputs.view_mut(q));
+        }
+        if !n.volume_on_inputs {
+            n.gain.apply(&mut n.outputs.view_mut(q));
         }
     }
 

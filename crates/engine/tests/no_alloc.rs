@@ -167,3 +167,90 @@ fn the_guard_catches_an_allocating_processor() {
     reset_violation_count();
     engine.shutdown_manual(runner).unwrap();
 }
+
+/// Callback clients (one prompt, one that hangs and goes asynchronous) woken every cycle
+/// by the real-time thread, with links and ports changing: still no allocation.
+#[test]
+fn callback_clients_allocate_nothing_in_the_cycle() {
+    use common::client::{Behaviour, TestClient};
+    use quaver_engine::{CallbackConfig, CallbackNode, Direction};
+    let dev = RecordingDevice::new(48000, 0);
+    let cfg = EngineConfig {
+        quantum_default: 1024,
+        quantum_min: 32,
+        quantum_max: 4096,
+        rt_priority: 0,
+        suspend_timeout: None,
+        ..EngineConfig::default()
+    };
+    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
+    let mut s = NodeSpec::new("sine", NodeKind::Filter);
+    s.outputs = ChannelMap::stereo();
+    engine
+        .add_node(
+            s,
+            Some(Box::new(Sine {
+                phase: 0.0,
+                step: 0.05,
+            })),
+        )
+        .unwrap();
+    let mut clients = Vec::new();
+    let mut ids = Vec::new();
+    for (name, behaviour) in [
+        ("good", Behaviour::Gain(0.5)),
+        ("hung", Behaviour::HangAfter(100)),
+    ] {
+        let (client, transport) = TestClient::start(2, 2, behaviour);
+        let (node, _stats) = CallbackNode::new(
+            transport,
+            CallbackConfig {
+                deadline: 0.8,
+                async_after: 4,
+            },
+        );
+        let mut spec = NodeSpec::new(name, NodeKind::Filter);
+        spec.inputs = ChannelMap::stereo();
+        spec.outputs = ChannelMap::stereo();
+        spec.max_inputs = 2;
+        spec.max_outputs = 4;
+        spec.keep_awake = true;
+        ids.push(engine.add_node(spec, Some(Box::new(node))).unwrap());
+        engine.link("sine", name).unwrap();
+        engine.link(name, "test-sink").unwrap();
+        clients.push(client);
+    }
+    reset_violation_count();
+    let mut extra = None;
+    for round in 0..100 {
+        match round % 4 {
+            0 => drop(engine.unlink("sine", "good").unwrap()),
+            1 => drop(engine.link("sine", "good").unwrap()),
+            2 => {
+                let p = engine
+                    .add_port(
+                        ids[0],
+                        Direction::Out,
+                        Some("extra"),
+                        quaver_dsp::ChannelPosition::Aux(3),
+                    )
+                    .unwrap();
+                engine.link("good:extra", "test-sink:playback_FL").unwrap();
+                extra = Some(p);
+            }
+            _ => engine.remove_port(ids[0], extra.take().unwrap()).unwrap(),
+        }
+        assert_no_alloc(|| {
+            for _ in 0..21 {
+                runner.run_cycle();
+            }
+        });
+        engine.collect();
+    }
+    assert_eq!(violation_count(), 0, "allocations in the real-time cycle");
+    assert!(clients[0].calls() >= 2000);
+    assert_eq!(clients[0].xruns(), 0);
+    assert!(clients[1].xruns() > 1000);
+    assert_eq!(clients[1].mode(), 1, "the hung client went asynchronous");
+    engine.shutdown_manual(runner).unwrap();
+}

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod client;
+
 use quaver_devices::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use quaver_engine::{CycleInfo, Processor};

@@ -116,7 +116,7 @@ impl Default for EngineSection {
             suspend_timeout_ms: 3000,
             max_nodes: 1024,
             ramp_frames: 256,
-            resample_quality: "high".into(),
+            resample_quality: "medium".into(),
         }
     }
 }

@@ -658,10 +658,10 @@ pub(crate) struct Driver<P: PcmIo> {
 }
 
 fn is_gone(err: i32) -> bool {
-    matches!(
-        -err,
-        libc::ENODEV | libc::ENXIO | libc::ESHUTDOWN | libc::EBADFD
-    )
+    // A vanished card: the kernel's DISCONNECTED state answers -ENODEV; some drivers
+    // and plugins say -ENXIO or -ESHUTDOWN. (-EBADFD is a call in the wrong state, or a
+    // closed handle: an error, not an unplug.)
+    matches!(-err, libc::ENODEV | libc::ENXIO | libc::ESHUTDOWN)
 }
 
 impl<P: PcmIo> Driver<P> {

@@ -488,3 +488,36 @@ fn a_recorder_that_never_reads_does_not_disturb_playback() {
     let (_, out) = read_wav_s16(&out_path);
     assert_contains_exactly(&out, &input, "playback next to a stuck recorder");
 }
+
+#[test]
+fn streams_follow_a_new_default_sink_unless_routed_explicitly() {
+    require_tools!("pactl", "paplay");
+    let d = Daemon::start(&["--device", "null", "--device", "null:capture=off"]);
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+    let rows: Vec<Vec<&str>> = sinks.lines().map(|l| l.split('\t').collect()).collect();
+    let (first, second) = ((rows[0][0], rows[0][1]), (rows[1][0], rows[1][1]));
+    let long = noise_s16(48000 * 20, 6, 1000);
+    write_wav_s16(&d.path("long.wav"), 48000, 2, &long);
+    let mut follower = spawn_pa(&d, "paplay", &["long.wav"]);
+    let mut pinned = spawn_pa(&d, "paplay", &["-d", first.1, "long.wav"]);
+    let inputs = || {
+        pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]))
+            .lines()
+            .map(|l| l.split('\t').nth(1).unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(wait_until(WAIT, || inputs().len() == 2));
+    assert!(inputs().iter().all(|s| s == first.0));
+    pa_ok(&d, &run_pa(&d, "pactl", &["set-default-sink", second.1]));
+    let mut on: Vec<String> = inputs();
+    on.sort();
+    assert_eq!(
+        on,
+        [first.0, second.0],
+        "only the default-following stream moved"
+    );
+    follower.kill().unwrap();
+    pinned.kill().unwrap();
+    follower.wait().unwrap();
+    pinned.wait().unwrap();
+}

@@ -959,8 +959,9 @@ impl Conn {
                 srv.policy
                     .lock()
                     .expect("poisoned")
-                    .set_default_sink(Some(d.name));
+                    .set_default_sink(Some(d.name.clone()));
                 srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
+                srv.follow_default(&d, true);
                 self.out().ack(seq);
             }
             Command::SetDefaultSource(name) => {
@@ -972,8 +973,9 @@ impl Conn {
                 srv.policy
                     .lock()
                     .expect("poisoned")
-                    .set_default_source(Some(d.name));
+                    .set_default_source(Some(d.name.clone()));
                 srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
+                srv.follow_default(&d, false);
                 self.out().ack(seq);
             }
             Command::SetSinkVolume(p) => {
@@ -1509,7 +1511,11 @@ impl Conn {
             srv.find_source(&graph, dev_index, name)
         }
         .ok_or(PulseError::NoEntity)?;
-        srv.move_stream(&graph, index, &dev, playback)
+        srv.move_stream(&graph, index, &dev, playback)?;
+        if let Some(s) = srv.lock().streams.get_mut(&index) {
+            s.follows_default = false;
+        }
+        Ok(())
     }
 
     fn send_moved(&mut self, node: NodeId) {
@@ -1767,6 +1773,10 @@ impl Conn {
                 props: p.props.clone(),
                 cvolume,
                 corked,
+                follows_default: p.sink_index.is_none()
+                    && p.sink_name
+                        .as_ref()
+                        .is_none_or(|n| n.as_bytes() == b"@DEFAULT_SINK@"),
                 io: StreamIo::Play(shared.clone()),
             },
         );
@@ -2060,6 +2070,11 @@ impl Conn {
                 props: p.props.clone(),
                 cvolume,
                 corked,
+                follows_default: p.direct_on_input_index.is_none()
+                    && p.source_index.is_none()
+                    && p.source_name.as_ref().is_none_or(|n| {
+                        n.as_bytes() == b"@DEFAULT_SOURCE@" || n.as_bytes() == b"@DEFAULT_MONITOR@"
+                    }),
                 io: StreamIo::Record(shared.clone()),
             },
         );

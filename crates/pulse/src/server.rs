@@ -122,6 +122,9 @@ pub struct StreamRec {
     pub cvolume: ChannelVolume,
     /// Corked by its client.
     pub corked: bool,
+    /// Created without naming a device (or on `@DEFAULT_…@`) and never moved by hand:
+    /// it follows the default device when that changes, as in PulseAudio 15+.
+    pub follows_default: bool,
     /// Transport state.
     pub io: StreamIo,
 }
@@ -411,6 +414,30 @@ impl Server {
         }
         tracing::info!("pulse: moved {} to {}", node.name, dev.name);
         Ok(())
+    }
+}
+
+impl Server {
+    /// Moves every stream that follows the default device to the new default `dev`.
+    pub fn follow_default(&self, dev: &Device, playback: bool) {
+        let graph = self.engine.graph();
+        let kind = if playback {
+            NodeKind::PlaybackStream
+        } else {
+            NodeKind::RecordStream
+        };
+        let followers: Vec<NodeId> = self
+            .lock()
+            .streams
+            .iter()
+            .filter(|(id, s)| {
+                s.follows_default && graph.nodes.get(id).is_some_and(|n| n.kind == kind)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in followers {
+            let _ = self.move_stream(&graph, id, dev, playback);
+        }
     }
 }
 

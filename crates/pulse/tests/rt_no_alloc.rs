@@ -104,6 +104,7 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
             time_ns: cycle * 1_000_000,
             playback_delay: 256,
             capture_delay: 128,
+            ..CycleInfo::default()
         };
         // RT side: must not allocate.
         assert_no_alloc(|| {

@@ -8,6 +8,7 @@ pub mod native;
 
 use anyhow::{Context, Result};
 use config::Config;
+use quaver_devices::DeviceError;
 use quaver_devices::spec::{DeviceDefaults, open_device};
 use quaver_dsp::ChannelMap;
 use quaver_engine::Engine;
@@ -73,8 +74,20 @@ pub fn run(cfg: Config) -> Result<()> {
     };
     let mut devices = Vec::new();
     for spec in &cfg.engine.devices {
-        let dev =
-            open_device(spec, &defaults).with_context(|| format!("opening device '{spec}'"))?;
+        let dev = match open_device(spec, &defaults) {
+            Ok(d) => d,
+            // A sound card may be absent or busy; the daemon still serves on a null
+            // device at the same rate so clients keep working, and says why.
+            Err(
+                e @ (DeviceError::Unavailable { .. }
+                | DeviceError::Io { .. }
+                | DeviceError::Gone(_)),
+            ) if spec.starts_with("alsa:") => {
+                tracing::warn!("{spec}: {e}; falling back to the null device");
+                open_device("null", &defaults).context("opening the fallback null device")?
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening device '{spec}'")),
+        };
         tracing::info!("device {}: {}", dev.info().name, dev.info().description);
         devices.push(dev);
     }

@@ -157,3 +157,36 @@ fn a_client_that_stops_reading_its_capture_ring_harms_no_one() {
     assert_eq!(st.xruns, 0);
     d.stop();
 }
+
+#[test]
+fn missing_alsa_library_falls_back_to_the_null_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path().join("xdg");
+    std::fs::create_dir_all(&xdg).unwrap();
+    let log = dir.path().join("log");
+    let mut child = Command::new(quaverd_bin())
+        .args(["--realtime-priority", "0", "--device", "alsa:hw:0"])
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("QUAVER_ALSA_LIBRARY", "libasound-missing.so.2")
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let socket = xdg.join("quaver/native");
+    let up = wait_until(WAIT, || UnixStream::connect(&socket).is_ok());
+    let device = up.then(|| {
+        // The socket is bound before devices open; status waits for the whole start.
+        let mut c = quaver_client::Connection::connect(Some(&socket), "probe").unwrap();
+        c.status().unwrap().devices[0].name.clone()
+    });
+    signal(child.id(), libc::SIGTERM);
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(device.as_deref(), Some("null"), "{text}");
+    assert!(up, "daemon did not start: {text}");
+    assert!(
+        text.contains("ALSA unavailable") && text.contains("falling back"),
+        "{text}"
+    );
+}

@@ -37,6 +37,13 @@ pub struct PulseSection {
     pub max_clients: usize,
     /// Most streams per PulseAudio client.
     pub max_streams_per_client: usize,
+    /// TCP address to serve PulseAudio on (`host:port`); off when unset.
+    pub tcp: Option<String>,
+    /// TCP clients from these addresses (`a.b.c.d`, `a.b.c.d/n`, IPv6 too) need no cookie.
+    pub tcp_allow: Vec<String>,
+    /// The auth cookie other TCP clients must present; default `~/.config/pulse/cookie`
+    /// (created when missing).
+    pub cookie: Option<PathBuf>,
 }
 
 impl Default for PulseSection {
@@ -46,6 +53,9 @@ impl Default for PulseSection {
             socket: None,
             max_clients: 256,
             max_streams_per_client: 64,
+            tcp: None,
+            tcp_allow: Vec::new(),
+            cookie: None,
         }
     }
 }
@@ -199,6 +209,15 @@ impl Config {
         {
             bail!("pulse.socket must not be empty");
         }
+        if let Some(t) = &p.tcp
+            && t.parse::<std::net::SocketAddr>().is_err()
+        {
+            bail!("pulse.tcp '{t}' must be an address and port, e.g. \"127.0.0.1:4713\"");
+        }
+        for a in &p.tcp_allow {
+            quaver_pulse::tcp::Net::parse(a)
+                .map_err(|e| anyhow::anyhow!("pulse.tcp_allow: {e}"))?;
+        }
         if !["error", "warn", "info", "debug", "trace"].contains(&self.server.log_level.as_str()) {
             bail!(
                 "server.log_level '{}' must be one of error, warn, info, debug, trace",
@@ -294,6 +313,8 @@ mod tests {
             "[engine]\ndevices = []\n",
             "[pulse]\nmax_clients = 0\n",
             "[pulse]\nenable = true\n",
+            "[pulse]\ntcp = \"localhost\"\n",
+            "[pulse]\ntcp_allow = [\"10.0.0.0/40\"]\n",
         ] {
             assert!(Config::parse(bad, Path::new("q.toml")).is_err(), "{bad}");
         }

@@ -51,6 +51,33 @@ pub fn wait_for_stop_signal() -> i32 {
     sig
 }
 
+/// The PulseAudio TCP settings, with the cookie loaded (or created), if TCP is on.
+fn pulse_tcp(cfg: &Config) -> Result<Option<quaver_pulse::TcpOptions>> {
+    let Some(listen) = cfg.pulse.tcp.clone() else {
+        return Ok(None);
+    };
+    let path = cfg
+        .pulse
+        .cookie
+        .clone()
+        .or_else(quaver_pulse::tcp::default_cookie_path)
+        .context("pulse.tcp needs a cookie path: set pulse.cookie or HOME")?;
+    let cookie = quaver_pulse::tcp::load_or_create_cookie(&path)?;
+    let allow = cfg
+        .pulse
+        .tcp_allow
+        .iter()
+        .map(|a| {
+            quaver_pulse::tcp::Net::parse(a).map_err(|e| anyhow::anyhow!("pulse.tcp_allow: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Some(quaver_pulse::TcpOptions {
+        listen,
+        allow,
+        cookie,
+    }))
+}
+
 /// Starts quaverd with `cfg` and serves until a stop signal arrives.
 pub fn run(cfg: Config) -> Result<()> {
     let runtime_dir = cfg.runtime_dir();
@@ -122,8 +149,12 @@ pub fn run(cfg: Config) -> Result<()> {
                         .parse()
                         .map_err(|e| anyhow::anyhow!("{e}"))?,
                 },
+                pulse_tcp(&cfg)?,
             )?;
             tracing::info!("PulseAudio clients served on {}", p.socket_path().display());
+            if let Some(a) = p.tcp_addr() {
+                tracing::info!("PulseAudio TCP clients served on {a}");
+            }
             Some(p)
         }
         None => None,

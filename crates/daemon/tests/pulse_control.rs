@@ -521,3 +521,77 @@ fn streams_follow_a_new_default_sink_unless_routed_explicitly() {
     follower.wait().unwrap();
     pinned.wait().unwrap();
 }
+
+fn daemon_with_config(config: &str, args: &[&str]) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config/quaver");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("quaver.toml"), config).unwrap();
+    Daemon::start_in(dir, args)
+}
+
+fn tcp_port(d: &Daemon) -> String {
+    let mut port = String::new();
+    assert!(wait_until(WAIT, || {
+        port = d
+            .log_text()
+            .split("TCP clients served on 127.0.0.1:")
+            .nth(1)
+            .map(|t| t.split_whitespace().next().unwrap().to_string())
+            .unwrap_or_default();
+        !port.is_empty()
+    }));
+    port
+}
+
+#[test]
+fn tcp_clients_need_the_cookie_unless_allow_listed() {
+    require_tools!("pactl", "paplay");
+    // Cookie only.
+    let d = daemon_with_config(
+        "[pulse]\ntcp = \"127.0.0.1:0\"\ncookie = \"srv-cookie\"\n",
+        &["--device", "null"],
+    );
+    let server = format!("tcp:127.0.0.1:{}", tcp_port(&d));
+    let cookie = d.path("srv-cookie");
+    assert_eq!(std::fs::read(&cookie).unwrap().len(), 256, "cookie created");
+    let with = pa(&d, "pactl")
+        .args(["info"])
+        .env("PULSE_SERVER", &server)
+        .env("PULSE_COOKIE", &cookie)
+        .output()
+        .unwrap();
+    assert!(pa_ok(&d, &with).contains("Default Sink: null-sink"));
+    std::fs::write(d.path("bad-cookie"), [7u8; 256]).unwrap();
+    let without = pa(&d, "pactl")
+        .args(["info"])
+        .env("PULSE_SERVER", &server)
+        .env("PULSE_COOKIE", d.path("bad-cookie"))
+        .output()
+        .unwrap();
+    assert!(!without.status.success());
+    assert!(
+        String::from_utf8_lossy(&without.stderr).contains("Access denied"),
+        "{}",
+        String::from_utf8_lossy(&without.stderr)
+    );
+    // Allow-listed: no cookie needed, and audio over TCP arrives intact.
+    let mut d = daemon_with_config(
+        "[pulse]\ntcp = \"127.0.0.1:0\"\ncookie = \"srv-cookie\"\ntcp_allow = [\"127.0.0.0/8\"]\n",
+        &["--device", "file:out.wav"],
+    );
+    let server = format!("tcp:127.0.0.1:{}", tcp_port(&d));
+    std::fs::write(d.path("bad-cookie"), [7u8; 256]).unwrap();
+    let input = noise_s16(48000, 14, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let out = pa(&d, "paplay")
+        .args(["in.wav"])
+        .env("PULSE_SERVER", &server)
+        .env("PULSE_COOKIE", d.path("bad-cookie"))
+        .output()
+        .unwrap();
+    pa_ok(&d, &out);
+    let out_path = d.path("out.wav");
+    d.stop();
+    assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "paplay over TCP");
+}

@@ -16,6 +16,7 @@ use crate::server::{
     ConnHandle, ConnMsg, Device, Server, StreamIo, StreamRec, record_source_index, stream_target,
 };
 use crate::tagcheck;
+use crate::tcp::Sock;
 use crate::transport::{
     F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, NEVER, PlayShared, PlaySource, R_CORKED, RecShared,
     RecSink,
@@ -36,7 +37,6 @@ use quaver_engine::{EngineError, NodeId, NodeKind, NodeSpec};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Cursor, ErrorKind, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::SystemTime;
@@ -460,7 +460,7 @@ struct Conn {
     srv: Arc<Server>,
     handle: Arc<ConnHandle>,
     client: u32,
-    sock: UnixStream,
+    sock: Sock,
     reader: PacketReader,
     out: Vec<u8>,
     version: u16,
@@ -473,7 +473,7 @@ struct Conn {
 }
 
 /// Serves one client until it disconnects or is killed; cleans up its streams.
-pub fn serve(srv: Arc<Server>, sock: UnixStream, handle: Arc<ConnHandle>) {
+pub fn serve(srv: Arc<Server>, sock: Sock, handle: Arc<ConnHandle>) {
     let client = handle.client;
     let mut c = Conn {
         srv,
@@ -510,7 +510,7 @@ impl Conn {
 
     fn run(&mut self) -> Result<(), String> {
         self.sock
-            .set_nonblocking(true)
+            .set_nonblocking()
             .map_err(|e| format!("socket: {e}"))?;
         let mut buf = vec![0u8; READ_CHUNK];
         loop {
@@ -783,6 +783,16 @@ impl Conn {
                 if p.version < pa::MIN_VERSION {
                     self.closing = true;
                     return Err(PulseError::Version);
+                }
+                if let Some(cookie) = self.sock.required_cookie()
+                    && p.cookie.as_slice() != cookie
+                {
+                    tracing::warn!(
+                        "pulse client {}: TCP peer without the cookie refused",
+                        self.client
+                    );
+                    self.closing = true;
+                    return Err(PulseError::AccessDenied);
                 }
                 self.version = p.version.min(SERVER_VERSION);
                 self.authed = true;

@@ -26,6 +26,7 @@ pub mod modules;
 mod scache;
 mod server;
 pub mod tagcheck;
+pub mod tcp;
 pub mod transport;
 pub mod wire;
 
@@ -33,13 +34,13 @@ pub use listener::{PulseListener, default_socket_path};
 /// The wire codec, re-exported for tests and tools that speak the protocol directly.
 pub use pulseaudio;
 pub use server::PulseOptions;
+pub use tcp::TcpOptions;
 
 use anyhow::{Context, Result};
 use quaver_engine::Engine;
 use quaver_policy::Policy;
 use server::{ClientRec, ConnHandle, Server, State};
 use std::collections::VecDeque;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -48,6 +49,7 @@ use std::sync::{Arc, Mutex};
 pub struct PulseServer {
     listener: PulseListener,
     server: Arc<Server>,
+    tcp_addr: Option<std::net::SocketAddr>,
 }
 
 impl PulseServer {
@@ -57,6 +59,7 @@ impl PulseServer {
         policy: Arc<Mutex<Policy>>,
         listener: PulseListener,
         opts: PulseOptions,
+        tcp: Option<TcpOptions>,
     ) -> Result<PulseServer> {
         let cookie = {
             let mut b = [0u8; 4];
@@ -89,13 +92,26 @@ impl PulseServer {
             .spawn(move || {
                 for conn in l.incoming() {
                     match conn {
-                        Ok(sock) => accept(&s, sock),
+                        Ok(sock) => accept(&s, tcp::Sock::Unix(sock)),
                         Err(e) => tracing::warn!("pulse accept failed: {e}"),
                     }
                 }
             })
             .context("spawning the pulse accept thread")?;
-        Ok(PulseServer { listener, server })
+        let tcp_addr = match tcp {
+            Some(t) => Some(spawn_tcp(&server, t)?),
+            None => None,
+        };
+        Ok(PulseServer {
+            listener,
+            server,
+            tcp_addr,
+        })
+    }
+
+    /// The TCP address served, if TCP is on.
+    pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp_addr
     }
 
     /// The socket path clients connect to.
@@ -134,13 +150,57 @@ pub fn decode_stream_for_fuzzing(mut data: &[u8]) {
     }
 }
 
-fn peer_pid(sock: &UnixStream) -> Option<u32> {
-    rustix::net::sockopt::socket_peercred(sock)
-        .ok()
-        .map(|c| c.pid.as_raw_nonzero().get() as u32)
+/// Binds the TCP listener and accepts on a thread of its own.
+fn spawn_tcp(srv: &Arc<Server>, t: TcpOptions) -> Result<std::net::SocketAddr> {
+    let l = std::net::TcpListener::bind(&t.listen)
+        .with_context(|| format!("binding PulseAudio TCP address {}", t.listen))?;
+    let addr = l.local_addr().context("TCP address")?;
+    let cookie = Arc::new(t.cookie);
+    let s = srv.clone();
+    std::thread::Builder::new()
+        .name("quaver-pulse-tcp".into())
+        .spawn(move || {
+            for conn in l.incoming() {
+                match conn {
+                    Ok(stream) => {
+                        let peer = stream.peer_addr().map(|a| a.ip());
+                        let allowed = peer
+                            .as_ref()
+                            .is_ok_and(|ip| t.allow.iter().any(|n| n.contains(*ip)));
+                        tracing::debug!(
+                            "pulse TCP connection from {peer:?} ({})",
+                            if allowed {
+                                "allow-listed"
+                            } else {
+                                "needs the cookie"
+                            }
+                        );
+                        accept(
+                            &s,
+                            tcp::Sock::Tcp {
+                                stream,
+                                cookie: (!allowed).then(|| cookie.clone()),
+                            },
+                        );
+                    }
+                    Err(e) => tracing::warn!("pulse TCP accept failed: {e}"),
+                }
+            }
+        })
+        .context("spawning the pulse TCP thread")?;
+    Ok(addr)
 }
 
-fn accept(srv: &Arc<Server>, sock: UnixStream) {
+fn peer_pid(sock: &tcp::Sock) -> Option<u32> {
+    match sock {
+        tcp::Sock::Unix(s) => rustix::net::sockopt::socket_peercred(s)
+            .ok()
+            .map(|c| c.pid.as_raw_nonzero().get() as u32),
+        tcp::Sock::Tcp { .. } => None,
+    }
+}
+
+fn accept(srv: &Arc<Server>, sock: tcp::Sock) {
     let pid = peer_pid(&sock);
     if srv.lock().clients.len() >= srv.opts.max_clients {
         tracing::warn!(

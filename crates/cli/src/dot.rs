@@ -130,6 +130,7 @@ mod tests {
             mute: false,
             latency_ms: None,
             ports,
+            callback: None,
         }
     }
 

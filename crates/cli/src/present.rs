@@ -141,7 +141,13 @@ pub fn status_text(st: &StatusInfo, graph: Option<&GraphInfo>) -> String {
                 .streams
                 .iter()
                 .map(|id| match nodes.get(id) {
-                    Some(n) => format!("{id} {} ({})", n.name, n.kind),
+                    Some(n) => match &n.callback {
+                        Some(cb) => format!(
+                            "{id} {} ({}, {}, {} xruns)",
+                            n.name, n.kind, cb.mode, cb.xruns
+                        ),
+                        None => format!("{id} {} ({})", n.name, n.kind),
+                    },
                     None => id.to_string(),
                 })
                 .collect();
@@ -159,6 +165,23 @@ pub fn status_text(st: &StatusInfo, graph: Option<&GraphInfo>) -> String {
         t.render(&mut s);
     }
     s
+}
+
+/// One line about how a callback client runs.
+fn callback_line(cb: &quaver_protocol::CallbackNodeInfo) -> String {
+    let mut line = format!(
+        "client: {}, {}, {} xruns, {} skipped, wait {:.1}/{:.1} ms avg/max",
+        cb.mode,
+        if cb.active { "active" } else { "inactive" },
+        cb.xruns,
+        cb.skipped,
+        cb.wait_avg_ns as f64 / 1e6,
+        cb.wait_max_ns as f64 / 1e6,
+    );
+    if let Some(q) = cb.quantum {
+        let _ = write!(line, ", asks quantum {q}");
+    }
+    line
 }
 
 /// `quaver ls` text: nodes with their ports, then links.
@@ -206,6 +229,9 @@ pub fn ls_text(g: &GraphInfo) -> String {
                 if !ports.is_empty() {
                     let _ = writeln!(s, "      {label} {}", ports.join(" "));
                 }
+            }
+            if let Some(cb) = &n.callback {
+                let _ = writeln!(s, "      {}", callback_line(cb));
             }
         }
     }
@@ -258,6 +284,7 @@ mod tests {
                             channel: "FL".into(),
                         },
                     ],
+                    callback: None,
                 },
                 NodeInfo {
                     id: 7,
@@ -273,6 +300,27 @@ mod tests {
                         direction: PortDirection::Out,
                         channel: "FL".into(),
                     }],
+                    callback: None,
+                },
+                NodeInfo {
+                    id: 8,
+                    name: "synth".into(),
+                    kind: "client".into(),
+                    description: String::new(),
+                    volume: 1.0,
+                    mute: false,
+                    latency_ms: None,
+                    ports: vec![],
+                    callback: Some(quaver_protocol::CallbackNodeInfo {
+                        mode: "async".into(),
+                        active: true,
+                        woken: 100,
+                        xruns: 9,
+                        skipped: 1,
+                        wait_avg_ns: 120_000,
+                        wait_max_ns: 1_050_000,
+                        quantum: Some(64),
+                    }),
                 },
             ],
             links: vec![LinkInfo {
@@ -295,6 +343,8 @@ nodes:
       out: monitor_FL[FL]
   7   music.wav  playback  50% (-6.0 dB) muted
       out: FL
+  8   synth      client    100%
+      client: async, active, 9 xruns, 1 skipped, wait 0.1/1.1 ms avg/max, asks quantum 64
 
 links:
   music.wav:FL  ->  null:FL
@@ -346,7 +396,7 @@ devices:
 
 clients:
   ID  NAME    PID   STREAMS
-  3   quaver  4242  7 music.wav (playback), 8
+  3   quaver  4242  7 music.wav (playback), 8 synth (client, async, 9 xruns)
 ";
         assert_eq!(status_text(&st, Some(&graph())), want);
         let empty = StatusInfo {

@@ -7,6 +7,8 @@
 
 #![warn(missing_docs)]
 
+pub mod callback;
+
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -14,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use quaver_protocol::shm::{FLAG_CLIENT_DRAIN, FLAG_SERVER_ERROR, FLAG_SERVER_STARTED};
+use quaver_protocol::{CallbackParams, CallbackPort, ChannelPosition, PortDirection};
 use quaver_protocol::{
     Direction, Doorbell, ErrorCode, FrameError, FramedSocket, GraphInfo, PROTOCOL_VERSION,
     ProtocolError, Reply, ReplyEnvelope, Request, RequestEnvelope, ShmError, ShmRing, StatusInfo,
@@ -356,9 +359,63 @@ impl Connection {
         }
     }
 
-    /// Destroys a stream created on this connection.
+    /// Destroys a stream (or callback node) created on this connection.
     pub fn destroy_stream(&mut self, node: u32) -> Result<()> {
         self.request_ok(Request::DestroyStream { node })
+    }
+
+    /// Creates a callback client node; activate it with
+    /// [`callback::CallbackClient::activate`] (or run a process loop of your own).
+    pub fn create_callback(&mut self, params: CallbackParams) -> Result<callback::CallbackClient> {
+        params.validate().map_err(ClientError::InvalidParams)?;
+        let (reply, fds) = self.request(Request::CreateCallback(params))?;
+        let info = match reply {
+            Reply::CallbackCreated(info) => info,
+            other => return Err(unexpected("create_callback", &other)),
+        };
+        let node = info.node;
+        match callback::CallbackClient::open(info, fds, self.sock.get_ref()) {
+            Ok(c) => Ok(c),
+            Err(e) => {
+                let _ = self.destroy_stream(node);
+                Err(e)
+            }
+        }
+    }
+
+    /// Adds a port to a callback node of this connection.
+    pub fn add_port(
+        &mut self,
+        node: u32,
+        direction: PortDirection,
+        name: &str,
+        channel: Option<ChannelPosition>,
+    ) -> Result<CallbackPort> {
+        let req = Request::AddPort {
+            node,
+            direction,
+            name: name.into(),
+            channel,
+        };
+        req.validate().map_err(ClientError::InvalidArgument)?;
+        match self.request(req)?.0 {
+            Reply::PortAdded(p) => Ok(p),
+            other => Err(unexpected("add_port", &other)),
+        }
+    }
+
+    /// Removes a port (by id) of a callback node of this connection.
+    pub fn remove_port(&mut self, node: u32, port: u32) -> Result<()> {
+        self.request_ok(Request::RemovePort { node, port })
+    }
+
+    /// Asks for a quantum (frames per cycle) for a node of this connection, or
+    /// withdraws the request with `None`. The server honours the smallest request
+    /// within its bounds; callback clients see the result in each cycle's frames.
+    pub fn set_quantum(&mut self, node: u32, quantum: Option<u32>) -> Result<()> {
+        let req = Request::SetQuantum { node, quantum };
+        req.validate().map_err(ClientError::InvalidArgument)?;
+        self.request_ok(req)
     }
 }
 

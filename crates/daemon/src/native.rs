@@ -7,11 +7,17 @@
 use anyhow::{Context, Result, bail};
 use quaver_dsp::ChannelMap;
 use quaver_dsp::resample::ResampleQuality;
+use quaver_dsp::{ChannelPosition, Planar, PlanarMut};
+use quaver_engine::callback::CallbackCycle;
 use quaver_engine::stream::{FrameSink, FrameSource, PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{
+    CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport,
     Direction as PortDir, Engine, EngineError, NodeId, NodeKind, NodeSpec, RtOutcome,
 };
 use quaver_policy::{NodeView, Policy};
+use quaver_protocol::callback::{
+    CLIENT_ACTIVE, CallbackGeometry, CallbackShm, CycleHeader, EventBell, SERVER_ERROR,
+};
 use quaver_protocol::framing::{FramedSocket, decode_json, encode_json};
 use quaver_protocol::message::*;
 use quaver_protocol::shm::{Doorbell, FLAG_CLIENT_DRAIN, FLAG_SERVER_STARTED, ShmRing};
@@ -32,6 +38,29 @@ pub struct NativeOptions {
     pub max_streams_per_client: usize,
     /// Resampler quality for streams whose rate differs from the engine's.
     pub resample_quality: ResampleQuality,
+}
+
+/// Settings of callback (JACK-style) clients.
+#[derive(Debug, Clone)]
+pub struct CallbackOptions {
+    /// Fraction of the quantum period, from the cycle start, within which a
+    /// synchronous client must answer.
+    pub deadline: f64,
+    /// Consecutive misses after which a client moves to asynchronous mode (0: never).
+    pub async_after: u32,
+    /// Most ports of one direction a callback node may reserve.
+    pub max_ports: u32,
+}
+
+impl Default for CallbackOptions {
+    fn default() -> Self {
+        let c = CallbackConfig::default();
+        CallbackOptions {
+            deadline: c.deadline,
+            async_after: c.async_after,
+            max_ports: 256,
+        }
+    }
 }
 
 /// The listening socket plus the lock that makes it ours.
@@ -92,7 +121,25 @@ impl Drop for Listener {
 struct ClientEntry {
     name: String,
     pid: Option<u32>,
+    /// Streams and callback nodes of this client.
     streams: Vec<NodeId>,
+    callbacks: BTreeMap<NodeId, CallbackEntry>,
+}
+
+/// What the control side keeps of a callback node.
+struct CallbackEntry {
+    stats: Arc<CallbackStats>,
+    shm: Arc<CallbackShm>,
+    wake: Arc<EventBell>,
+    quantum: Option<u32>,
+}
+
+impl CallbackEntry {
+    /// Tells the client its node is gone and wakes it so it notices.
+    fn retire(&self) {
+        self.shm.set_server_flags(SERVER_ERROR);
+        self.wake.signal();
+    }
 }
 
 /// State shared by every client thread.
@@ -102,6 +149,59 @@ pub struct NativeServer {
     clients: Mutex<BTreeMap<u32, ClientEntry>>,
     next_client: AtomicU32,
     opts: NativeOptions,
+    callbacks: CallbackOptions,
+}
+
+/// The engine's view of a callback client: its shared block and eventfds.
+struct ShmCallback {
+    shm: Arc<CallbackShm>,
+    wake: Arc<EventBell>,
+    done: EventBell,
+    seq: u64,
+}
+
+impl CallbackTransport for ShmCallback {
+    fn active(&self) -> bool {
+        self.shm.client_flags() & CLIENT_ACTIVE != 0
+    }
+    fn completed(&self) -> bool {
+        self.shm.done_seq() == self.seq
+    }
+    fn start(&mut self, c: &CallbackCycle, inputs: Planar<'_>) {
+        for i in 0..inputs.channels() {
+            self.shm.write_input(i, inputs.channel(i));
+        }
+        self.seq += 1;
+        self.shm.publish_cycle(&CycleHeader {
+            seq: self.seq,
+            cycle: c.cycle,
+            position: c.position,
+            time_ns: c.time_ns,
+            period_ns: c.period_ns,
+            deadline_ns: c.deadline_ns,
+            frames: c.frames,
+        });
+        self.wake.signal();
+    }
+    fn wait_completed(&mut self, deadline_ns: u64) -> bool {
+        loop {
+            if self.completed() {
+                return true;
+            }
+            // A signal left over from a late answer wakes us early; re-check.
+            if !self.done.wait_until(deadline_ns) {
+                return self.completed();
+            }
+        }
+    }
+    fn read_outputs(&mut self, outputs: &mut PlanarMut<'_>) {
+        for o in 0..outputs.channels() {
+            self.shm.read_output(o, outputs.channel_mut(o));
+        }
+    }
+    fn report(&mut self, xruns: u64, mode: CallbackMode) {
+        self.shm.set_status(xruns, mode as u32);
+    }
 }
 
 /// Reads a playback stream's frames from its shared-memory ring.
@@ -183,14 +283,25 @@ fn peer_pid(stream: &UnixStream) -> Option<u32> {
 }
 
 impl NativeServer {
-    /// A server over `engine` routing with `policy`.
+    /// A server over `engine` routing with `policy`, with default callback settings.
     pub fn new(engine: Engine, policy: Arc<Mutex<Policy>>, opts: NativeOptions) -> Arc<Self> {
+        Self::with_callback_options(engine, policy, opts, CallbackOptions::default())
+    }
+
+    /// A server with explicit callback-client settings.
+    pub fn with_callback_options(
+        engine: Engine,
+        policy: Arc<Mutex<Policy>>,
+        opts: NativeOptions,
+        callbacks: CallbackOptions,
+    ) -> Arc<Self> {
         Arc::new(NativeServer {
             engine,
             policy,
             clients: Mutex::new(BTreeMap::new()),
             next_client: AtomicU32::new(1),
             opts,
+            callbacks,
         })
     }
 
@@ -241,6 +352,9 @@ impl NativeServer {
     fn drop_client(&self, id: u32) {
         let entry = self.clients.lock().expect("poisoned").remove(&id);
         if let Some(c) = entry {
+            for cb in c.callbacks.values() {
+                cb.retire();
+            }
             for node in &c.streams {
                 if let Err(e) = self.engine.remove_node(*node) {
                     tracing::warn!("removing stream {node} of client {id}: {e}");
@@ -305,6 +419,7 @@ impl NativeServer {
                                 name: client_name,
                                 pid,
                                 streams: Vec::new(),
+                                callbacks: BTreeMap::new(),
                             },
                         );
                         (
@@ -351,6 +466,9 @@ impl NativeServer {
                     let c = clients.get_mut(&client).expect("registered at hello");
                     let before = c.streams.len();
                     c.streams.retain(|&n| n != node);
+                    if let Some(cb) = c.callbacks.remove(&node) {
+                        cb.retire();
+                    }
                     before != c.streams.len()
                 };
                 if !owned {
@@ -370,6 +488,70 @@ impl NativeServer {
                 Ok(_) => (Reply::Ok, none),
                 Err(e) => (engine_error(e), none),
             },
+            Request::CreateCallback(p) => match self.create_callback(client, &p) {
+                Ok((created, fds)) => (Reply::CallbackCreated(created), fds),
+                Err(reply) => (reply, none),
+            },
+            Request::AddPort {
+                node,
+                direction,
+                name,
+                channel,
+            } => {
+                if let Err(r) = self.check_callback(client, node) {
+                    return (r, none);
+                }
+                let dir = match direction {
+                    PortDirection::In => PortDir::In,
+                    PortDirection::Out => PortDir::Out,
+                };
+                let channel = channel.unwrap_or_else(|| {
+                    let g = self.engine.graph();
+                    let n = g.nodes.get(&node).map_or(0, |n| match dir {
+                        PortDir::In => n.inputs.len(),
+                        PortDir::Out => n.outputs.len(),
+                    });
+                    ChannelPosition::Aux(n as u16)
+                });
+                match self.engine.add_port(node, dir, Some(&name), channel) {
+                    Ok(id) => {
+                        let g = self.engine.graph();
+                        (Reply::PortAdded(callback_port(&g.ports[&id])), none)
+                    }
+                    Err(e) => (engine_error(e), none),
+                }
+            }
+            Request::RemovePort { node, port } => {
+                if let Err(r) = self.check_callback(client, node) {
+                    return (r, none);
+                }
+                match self.engine.remove_port(node, port) {
+                    Ok(()) => (Reply::Ok, none),
+                    Err(e) => (engine_error(e), none),
+                }
+            }
+            Request::SetQuantum { node, quantum } => {
+                {
+                    let mut clients = self.clients.lock().expect("poisoned");
+                    let c = clients.get_mut(&client).expect("registered at hello");
+                    if !c.streams.contains(&node) {
+                        let msg = format!("node {node} is not a node of this client");
+                        return (Reply::error(ErrorCode::NoSuchNode, msg), none);
+                    }
+                    if let Some(cb) = c.callbacks.get_mut(&node) {
+                        cb.quantum = quantum;
+                    }
+                }
+                // A quantum Q is a latency request of 2 Q (one quantum plays while the
+                // next is computed), which the engine halves back to Q.
+                match self
+                    .engine
+                    .set_latency(node, quantum.map(|q| q.saturating_mul(2)))
+                {
+                    Ok(()) => (Reply::Ok, none),
+                    Err(e) => (engine_error(e), none),
+                }
+            }
             Request::SetVolume { node, volume, mute } => {
                 match self.engine.set_volume(&node, volume, mute) {
                     Ok(()) => (Reply::Ok, none),
@@ -564,6 +746,170 @@ impl NativeServer {
         ))
     }
 
+    /// Ok if `node` is a callback node of `client`.
+    fn check_callback(&self, client: u32, node: NodeId) -> Result<(), Reply> {
+        let clients = self.clients.lock().expect("poisoned");
+        if clients[&client].callbacks.contains_key(&node) {
+            Ok(())
+        } else {
+            let msg = format!("node {node} is not a callback node of this client");
+            Err(Reply::error(ErrorCode::NoSuchNode, msg))
+        }
+    }
+
+    fn create_callback(
+        &self,
+        client: u32,
+        p: &CallbackParams,
+    ) -> Result<(CallbackCreated, Vec<OwnedFd>), Reply> {
+        {
+            let clients = self.clients.lock().expect("poisoned");
+            if clients[&client].streams.len() >= self.opts.max_streams_per_client {
+                let msg = format!(
+                    "stream limit of {} per client reached",
+                    self.opts.max_streams_per_client
+                );
+                return Err(Reply::error(ErrorCode::TooMany, msg));
+            }
+        }
+        let opts = &self.callbacks;
+        let max_in = p.max_inputs.unwrap_or(0).max(p.inputs.len() as u32);
+        let max_out = p.max_outputs.unwrap_or(0).max(p.outputs.len() as u32);
+        if max_in > opts.max_ports || max_out > opts.max_ports {
+            let msg = format!(
+                "{max_in} inputs / {max_out} outputs exceed the limit of {} ports per direction",
+                opts.max_ports
+            );
+            return Err(Reply::error(ErrorCode::TooMany, msg));
+        }
+        let cfg = self.engine.config();
+        let rate = self.engine.rate();
+        let geo = CallbackGeometry {
+            inputs: max_in,
+            outputs: max_out,
+            max_frames: cfg.quantum_max as u32,
+        };
+        let internal = |what: &str, e: std::io::Error| {
+            Reply::error(ErrorCode::Internal, format!("{what}: {e}"))
+        };
+        let (shm, memfd) =
+            CallbackShm::create(geo, rate).map_err(|e| internal("creating shared memory", e))?;
+        let shm = Arc::new(shm);
+        let wake = Arc::new(EventBell::new().map_err(|e| internal("creating eventfd", e))?);
+        let done = EventBell::new().map_err(|e| internal("creating eventfd", e))?;
+        let wake_fd =
+            rustix::io::dup(wake.as_fd()).map_err(|e| internal("dup eventfd", e.into()))?;
+        let done_fd =
+            rustix::io::dup(done.as_fd()).map_err(|e| internal("dup eventfd", e.into()))?;
+        let positions = |ports: &[PortParams]| {
+            ChannelMap(
+                ports
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| p.channel.unwrap_or(ChannelPosition::Aux(i as u16)))
+                    .collect(),
+            )
+        };
+        let mut spec = NodeSpec::new(&p.name.replace(':', "_"), NodeKind::Filter);
+        spec.description = format!("callback client of client {client}");
+        spec.inputs = positions(&p.inputs);
+        spec.outputs = positions(&p.outputs);
+        spec.input_names = p.inputs.iter().map(|p| p.name.clone()).collect();
+        spec.output_names = p.outputs.iter().map(|p| p.name.clone()).collect();
+        spec.max_inputs = max_in as usize;
+        spec.max_outputs = max_out as usize;
+        spec.keep_awake = true;
+        spec.owner = Some(client);
+        spec.latency_frames = p.quantum.map(|q| q.saturating_mul(2));
+        let (node, stats) = CallbackNode::new(
+            ShmCallback {
+                shm: shm.clone(),
+                wake: wake.clone(),
+                done,
+                seq: 0,
+            },
+            CallbackConfig {
+                deadline: opts.deadline,
+                async_after: opts.async_after,
+            },
+        );
+        let id = self
+            .engine
+            .add_node(spec, Some(Box::new(node)))
+            .map_err(engine_error)?;
+        let g = self.engine.graph();
+        let n = &g.nodes[&id];
+        let ports = n
+            .inputs
+            .iter()
+            .chain(&n.outputs)
+            .map(|pid| callback_port(&g.ports[pid]))
+            .collect();
+        {
+            let mut clients = self.clients.lock().expect("poisoned");
+            let c = clients.get_mut(&client).expect("registered at hello");
+            c.streams.push(id);
+            c.callbacks.insert(
+                id,
+                CallbackEntry {
+                    stats,
+                    shm,
+                    wake,
+                    quantum: p.quantum,
+                },
+            );
+        }
+        tracing::info!(
+            "client {client}: callback node {} ({max_in} in / {max_out} out reserved{})",
+            n.name,
+            p.quantum
+                .map(|q| format!(", asks for quantum {q}"))
+                .unwrap_or_default()
+        );
+        Ok((
+            CallbackCreated {
+                node: id,
+                node_name: n.name.clone(),
+                rate,
+                quantum: self.engine.quantum() as u32,
+                max_frames: geo.max_frames,
+                max_inputs: max_in,
+                max_outputs: max_out,
+                ports,
+                deadline: opts.deadline,
+                async_after: opts.async_after,
+            },
+            vec![memfd, wake_fd, done_fd],
+        ))
+    }
+
+    /// Callback details of every callback node, for the graph reply.
+    fn callback_infos(&self) -> BTreeMap<NodeId, CallbackNodeInfo> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let clients = self.clients.lock().expect("poisoned");
+        clients
+            .values()
+            .flat_map(|c| c.callbacks.iter())
+            .map(|(id, cb)| {
+                let s = &cb.stats;
+                let woken = s.woken.load(Relaxed);
+                (
+                    *id,
+                    CallbackNodeInfo {
+                        mode: s.mode().as_str().into(),
+                        active: cb.shm.client_flags() & CLIENT_ACTIVE != 0,
+                        woken,
+                        xruns: s.xruns.load(Relaxed),
+                        skipped: s.skipped.load(Relaxed),
+                        wait_avg_ns: s.wait_ns_total.load(Relaxed) / woken.max(1),
+                        wait_max_ns: s.wait_ns_max.load(Relaxed),
+                        quantum: cb.quantum,
+                    },
+                )
+            })
+            .collect()
+    }
+
     /// The status reply.
     pub fn status(&self) -> StatusInfo {
         let s = self.engine.status();
@@ -637,6 +983,7 @@ impl NativeServer {
     pub fn graph_info(&self) -> GraphInfo {
         let g = self.engine.graph();
         let rate = self.engine.rate() as f64;
+        let mut callbacks = self.callback_infos();
         GraphInfo {
             nodes: g
                 .nodes
@@ -644,7 +991,12 @@ impl NativeServer {
                 .map(|n| NodeInfo {
                     id: n.id,
                     name: n.name.clone(),
-                    kind: n.kind.as_str().into(),
+                    kind: if callbacks.contains_key(&n.id) {
+                        "client".into()
+                    } else {
+                        n.kind.as_str().into()
+                    },
+                    callback: callbacks.remove(&n.id),
                     description: n.description.clone(),
                     volume: n.volume,
                     mute: n.mute,
@@ -683,6 +1035,19 @@ impl NativeServer {
                 })
                 .collect(),
         }
+    }
+}
+
+fn callback_port(p: &quaver_engine::graph::Port) -> CallbackPort {
+    CallbackPort {
+        id: p.id,
+        name: p.name.clone(),
+        direction: match p.direction {
+            PortDir::In => PortDirection::In,
+            PortDir::Out => PortDirection::Out,
+        },
+        index: p.index as u32,
+        channel: p.channel.name(),
     }
 }
 

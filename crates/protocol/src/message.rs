@@ -23,6 +23,12 @@ pub const MAX_CHANNELS: usize = 64;
 pub const MAX_LATENCY_MS: f64 = 10_000.0;
 /// Largest accepted linear volume (+20 dB).
 pub const MAX_VOLUME: f32 = 10.0;
+/// Largest quantum a client may ask for, frames.
+pub const MAX_QUANTUM: u32 = 65536;
+/// Most ports of one direction a callback node may ask for.
+pub const MAX_CALLBACK_PORTS: u32 = crate::callback::MAX_CALLBACK_PORTS;
+/// Longest port name in bytes.
+pub const MAX_PORT_NAME_BYTES: usize = 128;
 
 /// A request from client to server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,6 +68,37 @@ pub enum Request {
         /// Input node or port.
         input: String,
     },
+    /// Creates a callback client node; answered by `CallbackCreated` plus three fds
+    /// (shared block, wake eventfd, done eventfd).
+    CreateCallback(CallbackParams),
+    /// Adds a port to a callback node of this connection; answered by `PortAdded`.
+    AddPort {
+        /// Node id from `CallbackCreated`.
+        node: u32,
+        /// Input or output.
+        direction: PortDirection,
+        /// Port name, unique within the node.
+        name: String,
+        /// Channel position the port carries (default `AUX<index>`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        channel: Option<ChannelPosition>,
+    },
+    /// Removes a port of a callback node of this connection (and its links).
+    RemovePort {
+        /// Node id.
+        node: u32,
+        /// Port id from `CallbackCreated` or `PortAdded`.
+        port: u32,
+    },
+    /// Asks for a quantum (frames) for a node of this connection; `None` withdraws the
+    /// request. The server honours the smallest request within its bounds.
+    SetQuantum {
+        /// Node id.
+        node: u32,
+        /// Requested quantum in frames.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quantum: Option<u32>,
+    },
     /// Changes a node's volume and/or mute; `None` leaves that setting alone.
     SetVolume {
         /// Node name or numeric id as a string.
@@ -85,6 +122,15 @@ impl Request {
                 Ok(())
             }
             Request::CreateStream(p) => p.validate(),
+            Request::CreateCallback(p) => p.validate(),
+            Request::AddPort { name, .. } => check_port_name("name", name),
+            Request::RemovePort { .. } => Ok(()),
+            Request::SetQuantum { quantum, .. } => match quantum {
+                Some(q) if !(1..=MAX_QUANTUM).contains(q) => {
+                    Err(format!("quantum {q} out of range 1..={MAX_QUANTUM}"))
+                }
+                _ => Ok(()),
+            },
             Request::Link { output, input } | Request::Unlink { output, input } => {
                 check_name("output", output)?;
                 check_name("input", input)
@@ -114,6 +160,10 @@ impl Request {
             Request::Link { .. } => "link",
             Request::Unlink { .. } => "unlink",
             Request::SetVolume { .. } => "set_volume",
+            Request::CreateCallback(_) => "create_callback",
+            Request::AddPort { .. } => "add_port",
+            Request::RemovePort { .. } => "remove_port",
+            Request::SetQuantum { .. } => "set_quantum",
         }
     }
 }
@@ -214,6 +264,108 @@ impl StreamParams {
         }
         Ok(())
     }
+}
+
+/// A port of a new callback node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortParams {
+    /// Port name, unique within the node (no ':').
+    pub name: String,
+    /// Channel position (default `AUX<index>`); whole-node links match positions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ChannelPosition>,
+}
+
+impl PortParams {
+    /// A port with the default position.
+    pub fn new(name: impl Into<String>) -> Self {
+        PortParams {
+            name: name.into(),
+            channel: None,
+        }
+    }
+}
+
+/// Parameters of a new callback client node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallbackParams {
+    /// Node name; the server may make it unique.
+    pub name: String,
+    /// Input ports to create now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<PortParams>,
+    /// Output ports to create now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<PortParams>,
+    /// Input ports to reserve room for (`add_port` can add up to this many); default
+    /// and minimum: `inputs.len()`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_inputs: Option<u32>,
+    /// Output ports to reserve room for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_outputs: Option<u32>,
+    /// Quantum (frames per callback) this client asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantum: Option<u32>,
+}
+
+impl CallbackParams {
+    /// A node without ports and without a quantum request.
+    pub fn new(name: impl Into<String>) -> Self {
+        CallbackParams {
+            name: name.into(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            max_inputs: None,
+            max_outputs: None,
+            quantum: None,
+        }
+    }
+
+    /// Checks every field; returns a message naming the offending one.
+    pub fn validate(&self) -> Result<(), String> {
+        check_name("name", &self.name)?;
+        let mut seen = HashSet::new();
+        for p in self.inputs.iter().chain(&self.outputs) {
+            check_port_name("port name", &p.name)?;
+            if !seen.insert(p.name.as_str()) {
+                return Err(format!("port name '{}' appears twice", p.name));
+            }
+        }
+        for (what, ports, max) in [
+            ("inputs", self.inputs.len(), self.max_inputs),
+            ("outputs", self.outputs.len(), self.max_outputs),
+        ] {
+            let cap = max.map_or(ports, |m| (m as usize).max(ports));
+            if cap > MAX_CALLBACK_PORTS as usize {
+                return Err(format!(
+                    "{cap} {what} out of range 0..={MAX_CALLBACK_PORTS}"
+                ));
+            }
+        }
+        if let Some(q) = self.quantum
+            && !(1..=MAX_QUANTUM).contains(&q)
+        {
+            return Err(format!("quantum {q} out of range 1..={MAX_QUANTUM}"));
+        }
+        Ok(())
+    }
+}
+
+fn check_port_name(field: &str, s: &str) -> Result<(), String> {
+    check_name(field, s)?;
+    if s.len() > MAX_PORT_NAME_BYTES {
+        return Err(format!(
+            "{field} is {} bytes, longer than {MAX_PORT_NAME_BYTES}",
+            s.len()
+        ));
+    }
+    if s.contains(':') {
+        return Err(format!("{field} '{s}' contains ':'"));
+    }
+    Ok(())
 }
 
 fn check_name(field: &str, s: &str) -> Result<(), String> {
@@ -331,6 +483,10 @@ pub enum Reply {
     Graph(GraphInfo),
     /// Answer to `CreateStream`; carries the ring memfd and doorbell eventfd.
     StreamCreated(StreamCreated),
+    /// Answer to `CreateCallback`; carries the shared block, wake and done eventfds.
+    CallbackCreated(CallbackCreated),
+    /// Answer to `AddPort`.
+    PortAdded(CallbackPort),
     /// Success without data.
     Ok,
     /// The request failed.
@@ -359,6 +515,8 @@ impl Reply {
             Reply::Timing(_) => "timing",
             Reply::Graph(_) => "graph",
             Reply::StreamCreated(_) => "stream_created",
+            Reply::CallbackCreated(_) => "callback_created",
+            Reply::PortAdded(_) => "port_added",
             Reply::Ok => "ok",
             Reply::Error { .. } => "error",
         }
@@ -382,6 +540,49 @@ pub struct StreamCreated {
     pub device_rate: u32,
     /// Current graph quantum in device frames.
     pub quantum: u32,
+}
+
+/// A port of a callback node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallbackPort {
+    /// Port id (for `remove_port`; graph-wide).
+    pub id: u32,
+    /// Port name as registered.
+    pub name: String,
+    /// In or out.
+    pub direction: PortDirection,
+    /// Buffer index within its direction in the shared block.
+    pub index: u32,
+    /// Channel position name.
+    pub channel: String,
+}
+
+/// Details of a new callback node; fd 0 = shared block memfd, fd 1 = wake eventfd
+/// (server signals), fd 2 = done eventfd (client signals).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallbackCreated {
+    /// Node id.
+    pub node: u32,
+    /// Node name as registered (maybe made unique).
+    pub node_name: String,
+    /// Graph sample rate.
+    pub rate: u32,
+    /// Current quantum.
+    pub quantum: u32,
+    /// Frames per port buffer in the shared block (the largest possible quantum).
+    pub max_frames: u32,
+    /// Input port buffers in the block.
+    pub max_inputs: u32,
+    /// Output port buffers in the block.
+    pub max_outputs: u32,
+    /// The ports created with the node.
+    pub ports: Vec<CallbackPort>,
+    /// Fraction of the quantum period, from the cycle start, within which the client
+    /// must complete a cycle.
+    pub deadline: f64,
+    /// Consecutive misses after which the server moves the client to asynchronous mode
+    /// (0: never).
+    pub async_after: u32,
 }
 
 /// Server-wide state for `quaver status`.
@@ -475,6 +676,31 @@ pub struct NodeInfo {
     pub latency_ms: Option<f64>,
     /// Ports.
     pub ports: Vec<PortInfo>,
+    /// For callback client nodes: how the client is run (added within v1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<CallbackNodeInfo>,
+}
+
+/// How a callback client node runs, in [`NodeInfo`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CallbackNodeInfo {
+    /// `sync` or `async`.
+    pub mode: String,
+    /// Whether the client's process thread is active.
+    pub active: bool,
+    /// Cycles the client was woken.
+    pub woken: u64,
+    /// Cycles the client missed (counted against it).
+    pub xruns: u64,
+    /// Cycles it was not woken because an upstream node used up the deadline.
+    pub skipped: u64,
+    /// Mean time the server waited for the client per wake, ns.
+    pub wait_avg_ns: u64,
+    /// Longest such wait, ns.
+    pub wait_max_ns: u64,
+    /// The quantum the client asked for, if any.
+    pub quantum: Option<u32>,
 }
 
 /// Whether a port receives or produces audio.
@@ -671,6 +897,16 @@ mod tests {
                     direction: PortDirection::In,
                     channel: "FL".into(),
                 }],
+                callback: Some(CallbackNodeInfo {
+                    mode: "async".into(),
+                    active: true,
+                    woken: 9,
+                    xruns: 8,
+                    skipped: 1,
+                    wait_avg_ns: 1000,
+                    wait_max_ns: 5000,
+                    quantum: Some(64),
+                }),
             }],
             links: vec![LinkInfo {
                 id: 4,
@@ -697,6 +933,103 @@ mod tests {
             serde_json::from_str::<Reply>(r#"{"type":"ok"}"#).unwrap(),
             Reply::Ok
         );
+    }
+
+    #[test]
+    fn callback_messages_roundtrip_and_validate() {
+        let mut p = CallbackParams::new("synth");
+        p.outputs.push(PortParams {
+            name: "out_L".into(),
+            channel: Some(ChannelPosition::FL),
+        });
+        p.inputs.push(PortParams::new("midi_in"));
+        p.max_inputs = Some(4);
+        p.quantum = Some(64);
+        assert!(p.validate().is_ok());
+        roundtrip_req(Request::CreateCallback(p.clone()));
+        roundtrip_req(Request::AddPort {
+            node: 3,
+            direction: PortDirection::Out,
+            name: "aux".into(),
+            channel: None,
+        });
+        roundtrip_req(Request::RemovePort { node: 3, port: 9 });
+        roundtrip_req(Request::SetQuantum {
+            node: 3,
+            quantum: Some(128),
+        });
+        roundtrip_req(Request::SetQuantum {
+            node: 3,
+            quantum: None,
+        });
+        let v = serde_json::to_value(RequestEnvelope {
+            id: 1,
+            request: Request::CreateCallback(CallbackParams::new("x")),
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"id": 1, "request": {"type": "create_callback", "name": "x"}})
+        );
+        let bad = |f: &dyn Fn(&mut CallbackParams)| {
+            let mut q = p.clone();
+            f(&mut q);
+            q.validate().unwrap_err()
+        };
+        assert!(bad(&|q| q.name = String::new()).contains("name"));
+        assert!(bad(&|q| q.outputs[0].name = "a:b".into()).contains("':'"));
+        assert!(bad(&|q| q.outputs[0].name = "midi_in".into()).contains("twice"));
+        assert!(bad(&|q| q.outputs[0].name = "n".repeat(129)).contains("128"));
+        assert!(bad(&|q| q.max_inputs = Some(MAX_CALLBACK_PORTS + 1)).contains("inputs"));
+        assert!(bad(&|q| q.quantum = Some(0)).contains("quantum"));
+        assert!(bad(&|q| q.quantum = Some(MAX_QUANTUM + 1)).contains("quantum"));
+        assert!(
+            Request::SetQuantum {
+                node: 1,
+                quantum: Some(0)
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Request::AddPort {
+                node: 1,
+                direction: PortDirection::In,
+                name: "x:y".into(),
+                channel: None
+            }
+            .validate()
+            .is_err()
+        );
+        let s = r#"{"id":1,"request":{"type":"create_callback","name":"x","latency":5}}"#;
+        assert!(serde_json::from_str::<RequestEnvelope>(s).is_err());
+        let created = Reply::CallbackCreated(CallbackCreated {
+            node: 3,
+            node_name: "synth".into(),
+            rate: 48000,
+            quantum: 64,
+            max_frames: 8192,
+            max_inputs: 4,
+            max_outputs: 1,
+            ports: vec![CallbackPort {
+                id: 5,
+                name: "out_L".into(),
+                direction: PortDirection::Out,
+                index: 0,
+                channel: "FL".into(),
+            }],
+            deadline: 0.8,
+            async_after: 8,
+        });
+        let s = serde_json::to_string(&created).unwrap();
+        assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), created);
+        // Older graph replies (no callback field) still parse.
+        let s = r#"{"type":"graph","nodes":[{"id":1,"name":"n","kind":"sink","description":"",
+                    "volume":1.0,"mute":false,"latency_ms":null,"ports":[]}],"links":[]}"#;
+        match serde_json::from_str::<Reply>(s).unwrap() {
+            Reply::Graph(g) => assert_eq!(g.nodes[0].callback, None),
+            r => panic!("{r:?}"),
+        }
     }
 
     #[test]

@@ -130,6 +130,9 @@ pub enum ShmError {
     /// The header's data offset is not [`HEADER_BYTES`].
     #[error("ring data offset {0} is not {HEADER_BYTES}")]
     BadDataOffset(u32),
+    /// A callback client's shared block does not match what the reply announced.
+    #[error("callback shared memory: {0}")]
+    BadGeometry(String),
     /// The header's geometry does not match the file size.
     #[error("ring header describes {expected} bytes but the memfd has {actual}")]
     SizeMismatch {
@@ -141,13 +144,13 @@ pub enum ShmError {
 }
 
 /// A shared mapping, unmapped on drop.
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
+pub(crate) struct Mapping {
+    pub(crate) ptr: NonNull<u8>,
+    pub(crate) len: usize,
 }
 
 impl Mapping {
-    fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+    pub(crate) fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
         // SAFETY: a fresh shared mapping of a file we hold; no existing memory is
         // affected. The file is sealed against shrinking, so the whole range stays
         // backed for the mapping's lifetime.
@@ -207,6 +210,28 @@ impl std::fmt::Debug for ShmRing {
     }
 }
 
+/// Checks that `fd` is a regular file (memfd) of at most `max_size` bytes, sealed
+/// against growing and shrinking; returns its size.
+pub(crate) fn check_sealed_memfd(fd: &OwnedFd, max_size: u64) -> Result<u64, ShmError> {
+    let st = rustix::fs::fstat(fd).map_err(io::Error::from)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(ShmError::NotAFile);
+    }
+    let size = st.st_size as u64;
+    if size == 0 || size > max_size {
+        return Err(ShmError::BadSize(size));
+    }
+    let seals = match rustix::fs::fcntl_get_seals(fd) {
+        Ok(s) => s,
+        Err(Errno::INVAL) => return Err(ShmError::NotSealed),
+        Err(e) => return Err(ShmError::Io(e.into())),
+    };
+    if !seals.contains(SealFlags::GROW | SealFlags::SHRINK) {
+        return Err(ShmError::NotSealed);
+    }
+    Ok(size)
+}
+
 /// Total memfd size for a geometry, or `None` if it exceeds the limits.
 fn ring_bytes(channels: u32, capacity: u32) -> Option<usize> {
     let data = (channels as usize)
@@ -264,21 +289,9 @@ impl ShmRing {
 
     /// Maps a ring received from the server, validating it against the file itself.
     pub fn open(fd: OwnedFd, expected_channels: u32) -> Result<ShmRing, ShmError> {
-        let st = rustix::fs::fstat(&fd).map_err(io::Error::from)?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(ShmError::NotAFile);
-        }
-        let size = st.st_size as u64;
-        if size < HEADER_BYTES as u64 || size > (HEADER_BYTES + MAX_DATA_BYTES) as u64 {
+        let size = check_sealed_memfd(&fd, (HEADER_BYTES + MAX_DATA_BYTES) as u64)?;
+        if size < HEADER_BYTES as u64 {
             return Err(ShmError::BadSize(size));
-        }
-        let seals = match rustix::fs::fcntl_get_seals(&fd) {
-            Ok(s) => s,
-            Err(Errno::INVAL) => return Err(ShmError::NotSealed),
-            Err(e) => return Err(ShmError::Io(e.into())),
-        };
-        if !seals.contains(SealFlags::GROW | SealFlags::SHRINK) {
-            return Err(ShmError::NotSealed);
         }
         let map = Mapping::new(fd.as_fd(), size as usize)?;
         // The fd is no longer needed: the mapping keeps the memory alive.

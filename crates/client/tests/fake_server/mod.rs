@@ -168,6 +168,12 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                     }
                 }
                 Request::SetVolume { .. } => Reply::Ok,
+                Request::CreateCallback(_)
+                | Request::AddPort { .. }
+                | Request::RemovePort { .. }
+                | Request::SetQuantum { .. } => {
+                    Reply::error(ErrorCode::BadRequest, "no callback clients here")
+                }
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {
                         Some(i) => {

@@ -1,0 +1,522 @@
+//! Callback clients: a process callback the server calls once per quantum, in sync
+//! with the device, on a real-time thread this library starts (JACK-style).
+//!
+//! ```no_run
+//! use quaver_client::Connection;
+//! use quaver_client::callback::{ProcessHandler, ProcessScope, RtPriority};
+//! use quaver_client::quaver_protocol::{CallbackParams, PortParams};
+//!
+//! struct Gain(f32);
+//! impl ProcessHandler for Gain {
+//!     fn process(&mut self, scope: &mut ProcessScope<'_>) {
+//!         let frames = scope.frames();
+//!         for i in 0..frames {
+//!             let v = scope.input(0)[i] * self.0;
+//!             scope.output(0)[i] = v;
+//!         }
+//!     }
+//! }
+//!
+//! let mut conn = Connection::connect(None, "gain")?;
+//! let mut p = CallbackParams::new("gain");
+//! p.inputs.push(PortParams::new("in"));
+//! p.outputs.push(PortParams::new("out"));
+//! p.quantum = Some(64);
+//! let client = conn.create_callback(p)?;
+//! let active = client.activate(Gain(0.5), RtPriority::Default)?;
+//! // ... link its ports with conn.link(...), run, then:
+//! let (_client, _gain) = active.deactivate();
+//! # Ok::<(), quaver_client::ClientError>(())
+//! ```
+//!
+//! Port buffers are copied between the shared block and private buffers around each
+//! callback, so the slices a callback sees are ordinary Rust memory that the server
+//! cannot touch while the callback runs.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use quaver_protocol::callback::{
+    CLIENT_ACTIVE, CallbackGeometry, CallbackShm, CycleHeader, EventBell, MODE_ASYNC, SERVER_ERROR,
+};
+use quaver_protocol::{CallbackCreated, CallbackPort};
+use rustix::event::{PollFd, PollFlags};
+
+use crate::{ClientError, Result};
+
+/// SCHED_FIFO priority of process threads unless the caller asks for another: just
+/// below quaverd's default of 20, so the server's own thread wins a tie.
+pub const DEFAULT_RT_PRIORITY: i32 = 19;
+
+/// How the server runs this client, as it last said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The server waits for the callback within each cycle (up to its deadline).
+    Sync,
+    /// The client missed too many deadlines: the server takes its outputs one cycle
+    /// later and never waits.
+    Async,
+}
+
+/// Which scheduling the process thread asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtPriority {
+    /// SCHED_FIFO at [`DEFAULT_RT_PRIORITY`] (or `$QUAVER_RT_PRIORITY`; 0 disables).
+    Default,
+    /// SCHED_FIFO at this priority (1–99).
+    Fifo(i32),
+    /// Normal scheduling.
+    Off,
+}
+
+/// What became of the request for real-time scheduling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RtStatus {
+    /// Not requested.
+    Off,
+    /// The process thread runs SCHED_FIFO at this priority.
+    Fifo(i32),
+    /// The system refused; the thread runs at normal priority.
+    Refused(String),
+}
+
+/// Promotes `thread` to SCHED_FIFO from the calling thread, so that the possibly slow
+/// call never runs on the audio thread itself.
+pub fn promote<T>(thread: &JoinHandle<T>, priority: RtPriority) -> RtStatus {
+    let prio = match priority {
+        RtPriority::Off => return RtStatus::Off,
+        RtPriority::Fifo(p) => p,
+        RtPriority::Default => std::env::var("QUAVER_RT_PRIORITY")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_RT_PRIORITY),
+    };
+    if prio <= 0 {
+        return RtStatus::Off;
+    }
+    let prio = prio.min(99);
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: the pthread_t comes from a live JoinHandle and `param` is valid.
+    let rc =
+        unsafe { libc::pthread_setschedparam(thread.as_pthread_t(), libc::SCHED_FIFO, &param) };
+    if rc == 0 {
+        RtStatus::Fifo(prio)
+    } else {
+        RtStatus::Refused(io::Error::from_raw_os_error(rc).to_string())
+    }
+}
+
+struct Inner {
+    shm: CallbackShm,
+    wake: EventBell,
+    done: EventBell,
+    /// A duplicate of the control socket, polled for hangup: the server is gone.
+    hangup: OwnedFd,
+    stop: AtomicBool,
+}
+
+/// A callback node of this client: its shared port buffers and wakeups. Create it
+/// with [`crate::Connection::create_callback`]; it is inert until activated.
+///
+/// The node lives on the server until `destroy_stream` or until the connection
+/// closes (a handle keeps a duplicate of the connection's socket, so the connection
+/// closes when both are dropped).
+#[derive(Clone)]
+pub struct CallbackClient {
+    inner: Arc<Inner>,
+    info: Arc<CallbackCreated>,
+}
+
+impl std::fmt::Debug for CallbackClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallbackClient")
+            .field("node", &self.info.node)
+            .field("name", &self.info.node_name)
+            .finish()
+    }
+}
+
+/// What woke a process thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// A cycle to process.
+    Cycle(CycleHeader),
+    /// [`CallbackClient::stop_waiting`] was called.
+    Stopped,
+    /// The server closed the connection or removed the node.
+    ServerGone,
+}
+
+impl CallbackClient {
+    pub(crate) fn open(
+        info: CallbackCreated,
+        fds: Vec<OwnedFd>,
+        socket: &std::os::unix::net::UnixStream,
+    ) -> Result<CallbackClient> {
+        let [memfd, wake, done]: [OwnedFd; 3] = fds.try_into().map_err(|fds: Vec<OwnedFd>| {
+            ClientError::BadReply(format!(
+                "callback_created carried {} file descriptors, expected 3",
+                fds.len()
+            ))
+        })?;
+        if info.rate == 0 || info.max_frames == 0 {
+            return Err(ClientError::BadReply(
+                "callback node with rate or max_frames 0".into(),
+            ));
+        }
+        let geo = CallbackGeometry {
+            inputs: info.max_inputs,
+            outputs: info.max_outputs,
+            max_frames: info.max_frames,
+        };
+        let shm = CallbackShm::open(memfd, geo)?;
+        let hangup = socket.as_fd().try_clone_to_owned()?;
+        Ok(CallbackClient {
+            inner: Arc::new(Inner {
+                shm,
+                wake: EventBell::from_fd(wake)?,
+                done: EventBell::from_fd(done)?,
+                hangup,
+                stop: AtomicBool::new(false),
+            }),
+            info: Arc::new(info),
+        })
+    }
+
+    /// Everything the server said when it created the node.
+    pub fn info(&self) -> &CallbackCreated {
+        &self.info
+    }
+
+    /// The node id.
+    pub fn node(&self) -> u32 {
+        self.info.node
+    }
+
+    /// The node name as registered.
+    pub fn name(&self) -> &str {
+        &self.info.node_name
+    }
+
+    /// The ports created with the node.
+    pub fn ports(&self) -> &[CallbackPort] {
+        &self.info.ports
+    }
+
+    /// Graph sample rate.
+    pub fn rate(&self) -> u32 {
+        self.info.rate
+    }
+
+    /// Largest number of frames a cycle may have.
+    pub fn max_frames(&self) -> usize {
+        self.info.max_frames as usize
+    }
+
+    /// Misses the server counted against this client.
+    pub fn xruns(&self) -> u64 {
+        self.inner.shm.xruns()
+    }
+
+    /// How the server runs this client now.
+    pub fn mode(&self) -> Mode {
+        if self.inner.shm.mode() == MODE_ASYNC {
+            Mode::Async
+        } else {
+            Mode::Sync
+        }
+    }
+
+    /// The latest cycle header the server published.
+    pub fn last_cycle(&self) -> CycleHeader {
+        self.inner.shm.cycle()
+    }
+
+    // ----- the low-level cycle API, for process loops of one's own (libjack) -----
+
+    /// Tells the server whether to wake this client each cycle.
+    pub fn set_active(&self, active: bool) {
+        self.inner.shm.set_client_flags(CLIENT_ACTIVE, active);
+    }
+
+    /// Blocks until the server starts a cycle newer than `last_seq`, the server goes
+    /// away, or [`CallbackClient::stop_waiting`] is called. For the process thread.
+    pub fn wait(&self, last_seq: u64) -> io::Result<Wake> {
+        let i = &*self.inner;
+        loop {
+            if i.stop.load(Ordering::Acquire) {
+                return Ok(Wake::Stopped);
+            }
+            if i.shm.server_flags() & SERVER_ERROR != 0 {
+                return Ok(Wake::ServerGone);
+            }
+            let c = i.shm.cycle();
+            if c.seq != last_seq && c.seq != i.shm.done_seq() {
+                return Ok(Wake::Cycle(c));
+            }
+            let mut fds = [
+                PollFd::new(&i.wake, PollFlags::IN),
+                PollFd::new(&i.hangup, PollFlags::RDHUP),
+            ];
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if !fds[1].revents().is_empty() {
+                return Ok(Wake::ServerGone);
+            }
+            i.wake.drain();
+        }
+    }
+
+    /// Makes a blocked or later [`CallbackClient::wait`] return `Stopped`.
+    pub fn stop_waiting(&self) {
+        self.inner.stop.store(true, Ordering::Release);
+        // Our own signal on the wake eventfd: the waiter re-checks everything after
+        // every wakeup, so sharing it with the server's signals is harmless.
+        self.inner.wake.signal();
+    }
+
+    /// Undoes [`CallbackClient::stop_waiting`] before a new process thread starts.
+    pub fn reset_stop(&self) {
+        self.inner.stop.store(false, Ordering::Release);
+    }
+
+    /// Copies input buffer `index` (see [`CallbackPort::index`]) into `out`.
+    pub fn read_input(&self, index: usize, out: &mut [f32]) {
+        self.inner.shm.read_input(index, out);
+    }
+
+    /// Copies `data` into output buffer `index`.
+    pub fn write_output(&self, index: usize, data: &[f32]) {
+        self.inner.shm.write_output(index, data);
+    }
+
+    /// Tells the server cycle `seq` is done (after writing the outputs).
+    pub fn complete(&self, seq: u64) {
+        self.inner.shm.complete(seq);
+        self.inner.done.signal();
+    }
+
+    /// Starts a process thread that calls `handler` once per cycle, promoted to
+    /// real-time scheduling as asked (refusal is not an error: see
+    /// [`ActiveCallback::realtime`]).
+    pub fn activate<H: ProcessHandler>(
+        self,
+        handler: H,
+        priority: RtPriority,
+    ) -> Result<ActiveCallback<H>> {
+        self.reset_stop();
+        let client = self.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("quaver-cb-{}", self.info.node))
+            .spawn(move || process_loop(client, handler))
+            .map_err(ClientError::Io)?;
+        let realtime = promote(&thread, priority);
+        self.set_active(true);
+        Ok(ActiveCallback {
+            client: self,
+            thread: Some(thread),
+            realtime,
+        })
+    }
+}
+
+/// A process callback.
+pub trait ProcessHandler: Send + 'static {
+    /// Called once per cycle on the process thread: read `scope.input(..)`, fill
+    /// `scope.output(..)` (outputs start as silence). Must not block; the server waits
+    /// for it only until its deadline. *Real-time*.
+    fn process(&mut self, scope: &mut ProcessScope<'_>);
+    /// Called on the process thread before `process` when the number of frames per
+    /// cycle changed (and before the first cycle).
+    fn quantum_changed(&mut self, _frames: usize) {}
+    /// Called on the process thread when the server changed how it runs this client.
+    fn mode_changed(&mut self, _mode: Mode) {}
+    /// Called on the process thread when the server went away; the thread then ends.
+    fn server_gone(&mut self) {}
+}
+
+/// One cycle as a process callback sees it.
+pub struct ProcessScope<'a> {
+    header: CycleHeader,
+    inputs: &'a [Vec<f32>],
+    outputs: &'a mut [Vec<f32>],
+    xruns: u64,
+    mode: Mode,
+}
+
+impl ProcessScope<'_> {
+    /// Frames in this cycle.
+    pub fn frames(&self) -> usize {
+        self.header.frames as usize
+    }
+    /// The server's cycle counter.
+    pub fn cycle(&self) -> u64 {
+        self.header.cycle
+    }
+    /// The graph frame clock at the start of this cycle.
+    pub fn position(&self) -> u64 {
+        self.header.position
+    }
+    /// CLOCK_MONOTONIC ns at the start of the cycle.
+    pub fn time_ns(&self) -> u64 {
+        self.header.time_ns
+    }
+    /// Nominal duration of the cycle, ns.
+    pub fn period_ns(&self) -> u64 {
+        self.header.period_ns
+    }
+    /// CLOCK_MONOTONIC ns by which the server needs the outputs.
+    pub fn deadline_ns(&self) -> u64 {
+        self.header.deadline_ns
+    }
+    /// Input buffer `index` (`frames()` samples); empty past the reservation.
+    pub fn input(&self, index: usize) -> &[f32] {
+        let f = self.frames();
+        self.inputs.get(index).map_or(&[], |b| &b[..f])
+    }
+    /// Output buffer `index` (`frames()` samples); empty past the reservation.
+    pub fn output(&mut self, index: usize) -> &mut [f32] {
+        let f = self.frames();
+        match self.outputs.get_mut(index) {
+            Some(b) => &mut b[..f],
+            None => &mut [],
+        }
+    }
+    /// Number of input buffers (the reservation).
+    pub fn inputs(&self) -> usize {
+        self.inputs.len()
+    }
+    /// Number of output buffers (the reservation).
+    pub fn outputs(&self) -> usize {
+        self.outputs.len()
+    }
+    /// Misses the server counted against this client so far.
+    pub fn xruns(&self) -> u64 {
+        self.xruns
+    }
+    /// How the server runs this client.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+}
+
+fn process_loop<H: ProcessHandler>(client: CallbackClient, mut handler: H) -> H {
+    let frames = client.max_frames();
+    let mut inputs: Vec<Vec<f32>> = (0..client.info.max_inputs)
+        .map(|_| vec![0.0; frames])
+        .collect();
+    let mut outputs: Vec<Vec<f32>> = (0..client.info.max_outputs)
+        .map(|_| vec![0.0; frames])
+        .collect();
+    let mut last_seq = client.inner.shm.done_seq();
+    let mut last_frames = 0usize;
+    let mut last_mode = Mode::Sync;
+    loop {
+        let header = match client.wait(last_seq) {
+            Ok(Wake::Cycle(h)) => h,
+            Ok(Wake::Stopped) => return handler,
+            Ok(Wake::ServerGone) | Err(_) => {
+                handler.server_gone();
+                return handler;
+            }
+        };
+        last_seq = header.seq;
+        let f = header.frames as usize;
+        if f != last_frames {
+            last_frames = f;
+            handler.quantum_changed(f);
+        }
+        let mode = client.mode();
+        if mode != last_mode {
+            last_mode = mode;
+            handler.mode_changed(mode);
+        }
+        for (i, b) in inputs.iter_mut().enumerate() {
+            client.read_input(i, &mut b[..f]);
+        }
+        for b in outputs.iter_mut() {
+            b[..f].fill(0.0);
+        }
+        let mut scope = ProcessScope {
+            header,
+            inputs: &inputs,
+            outputs: &mut outputs,
+            xruns: client.xruns(),
+            mode,
+        };
+        handler.process(&mut scope);
+        for (o, b) in outputs.iter().enumerate() {
+            client.write_output(o, &b[..f]);
+        }
+        client.complete(header.seq);
+    }
+}
+
+/// A callback client whose process thread runs.
+pub struct ActiveCallback<H: ProcessHandler> {
+    client: CallbackClient,
+    thread: Option<JoinHandle<H>>,
+    realtime: RtStatus,
+}
+
+impl<H: ProcessHandler> ActiveCallback<H> {
+    /// The client.
+    pub fn client(&self) -> &CallbackClient {
+        &self.client
+    }
+
+    /// What became of the real-time scheduling request.
+    pub fn realtime(&self) -> &RtStatus {
+        &self.realtime
+    }
+
+    /// True once the process thread ended (the server went away).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the process thread and returns the client and the handler. The server
+    /// stops waking the client first, so no cycle is left waiting.
+    pub fn deactivate(mut self) -> (CallbackClient, H) {
+        let h = self.stop().expect("the process thread is joined only here");
+        (self.client.clone(), h)
+    }
+
+    fn stop(&mut self) -> Option<H> {
+        let t = self.thread.take()?;
+        self.client.set_active(false);
+        self.client.stop_waiting();
+        match t.join() {
+            Ok(h) => Some(h),
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+}
+
+impl<H: ProcessHandler> Drop for ActiveCallback<H> {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.client.set_active(false);
+            self.client.stop_waiting();
+            let _ = t.join();
+        }
+    }
+}
+
+impl<H: ProcessHandler> std::fmt::Debug for ActiveCallback<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActiveCallback")
+            .field("client", &self.client)
+            .field("realtime", &self.realtime)
+            .finish()
+    }
+}

@@ -216,3 +216,23 @@ fn sox_plays_to_pulseaudio() {
     let (_, got) = read_wav_s16(&out_path);
     assert_contains_exactly(&got, &input, "sox -t pulseaudio");
 }
+
+#[test]
+fn paplay_into_a_freewheeling_file_renders_fast_without_gaps() {
+    require_tools!("paplay");
+    let mut d = Daemon::start(&["--device", "file:out.wav,freewheel"]);
+    // Four seconds of audio, with a small buffer so the stream prebuffers and refills
+    // many times: every refill must make the graph wait, not render silence.
+    let input = noise_s16(48000 * 8, 61, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let t0 = std::time::Instant::now();
+    pa_ok(&d, &run_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]));
+    let took = t0.elapsed();
+    let out_path = d.path("out.wav");
+    d.stop();
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "4 s of audio took {took:?} to render"
+    );
+    assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "freewheel render");
+}

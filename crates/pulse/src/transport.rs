@@ -237,10 +237,10 @@ impl FrameSource for PlaySource {
     }
 
     fn draining(&self) -> bool {
-        // Corked and prebuffering streams play silence on purpose: not an xrun, and the
-        // frames still in flight keep playing out.
-        let flags = self.shared.flags.load(Acquire);
-        flags & (F_DRAIN | F_CORKED) != 0 || (self.in_prebuf && self.readable(flags) == 0)
+        // A corked or draining stream's silence is on purpose: the frames in flight play
+        // out. A prebuffering stream is not "draining": in freewheel mode the graph then
+        // waits (bounded) for its data instead of rendering silence into the file.
+        self.shared.flags.load(Acquire) & (F_DRAIN | F_CORKED) != 0
     }
 
     fn report(&mut self, played: u64, delay: u32, _xruns: u32, _started: bool) {
@@ -415,7 +415,7 @@ mod tests {
             tx.push(x as f32).unwrap(); // 3 frames < prebuf 4
         }
         assert_eq!(src.read(&mut out), 0);
-        assert!(src.draining(), "prebuffering is not an xrun");
+        assert_eq!(src.available(), 0, "prebuffering: nothing readable yet");
         tx.push(6.0).unwrap();
         tx.push(7.0).unwrap();
         assert_eq!(src.read(&mut out[..4]), 2);

@@ -490,12 +490,15 @@ pub fn serve(srv: Arc<Server>, sock: Sock, handle: Arc<ConnHandle>) {
         next_channel: 0,
         closing: false,
     };
-    if let Err(why) = c.run() {
-        if why == "closed" {
-            tracing::debug!("pulse client {client} closed the connection");
-        } else {
-            tracing::info!("pulse client {client}: {why}; disconnecting");
+    // A bug must cost this client its connection, never the daemon or other clients:
+    // the streams are cleaned up whatever happened (shared locks recover from poison).
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run())) {
+        Ok(Err(why)) if why == "closed" => {
+            tracing::debug!("pulse client {client} closed the connection")
         }
+        Ok(Err(why)) => tracing::info!("pulse client {client}: {why}; disconnecting"),
+        Ok(Ok(())) => {}
+        Err(_) => tracing::error!("pulse client {client}: internal error; disconnecting"),
     }
     c.cleanup();
 }
@@ -624,7 +627,7 @@ impl Conn {
             .handle
             .queue
             .lock()
-            .expect("poisoned")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .drain(..)
             .collect();
         for m in msgs {
@@ -968,7 +971,7 @@ impl Conn {
                     .ok_or(PulseError::NoEntity)?;
                 srv.policy
                     .lock()
-                    .expect("poisoned")
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .set_default_sink(Some(d.name.clone()));
                 srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
                 srv.follow_default(&d, true);
@@ -982,7 +985,7 @@ impl Conn {
                     .ok_or(PulseError::NoEntity)?;
                 srv.policy
                     .lock()
-                    .expect("poisoned")
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .set_default_source(Some(d.name.clone()));
                 srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
                 srv.follow_default(&d, false);

@@ -76,7 +76,10 @@ impl ConnHandle {
         {
             return;
         }
-        let mut q = self.queue.lock().expect("poisoned");
+        let mut q = self
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // A client that never reads its socket must not grow our memory without bound:
         // past this many queued events it gets no more of them.
         if q.len() < 4096 {
@@ -189,7 +192,9 @@ pub fn monitor_name(sink: &str) -> String {
 impl Server {
     /// Locks the state.
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().expect("pulse state poisoned")
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Sends an event to every subscribed client.
@@ -236,14 +241,22 @@ impl Server {
     /// The default sink's node, by policy.
     pub fn default_sink(&self, graph: &Graph) -> Option<Device> {
         let views = Self::policy_views(graph);
-        let name = self.policy.lock().expect("poisoned").default_sink(&views)?;
+        let name = self
+            .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .default_sink(&views)?;
         self.sink_by_name(graph, &name)
     }
 
     /// The default source (a real source, else the default sink's monitor).
     pub fn default_source(&self, graph: &Graph) -> Option<Device> {
         let views = Self::policy_views(graph);
-        let name = self.policy.lock().expect("poisoned").default_source(&views);
+        let name = self
+            .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .default_source(&views);
         match name {
             Some(n) => self.source_by_name(graph, &n),
             None => self

@@ -44,6 +44,8 @@ pub struct PulseSection {
     /// The auth cookie other TCP clients must present; default `~/.config/pulse/cookie`
     /// (created when missing).
     pub cookie: Option<PathBuf>,
+    /// Let clients send audio as references into their memfd pools.
+    pub memfd: bool,
 }
 
 impl Default for PulseSection {
@@ -56,6 +58,7 @@ impl Default for PulseSection {
             tcp: None,
             tcp_allow: Vec::new(),
             cookie: None,
+            memfd: true,
         }
     }
 }

@@ -143,6 +143,7 @@ pub fn run(cfg: Config) -> Result<()> {
                 quaver_pulse::PulseOptions {
                     max_clients: cfg.pulse.max_clients,
                     max_streams_per_client: cfg.pulse.max_streams_per_client,
+                    memfd: cfg.pulse.memfd,
                     resample_quality: cfg
                         .engine
                         .resample_quality

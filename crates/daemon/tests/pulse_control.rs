@@ -14,7 +14,7 @@ use std::process::{Command as Process, Stdio};
 #[test]
 fn pactl_info_and_list_every_object_kind() {
     require_tools!("pactl");
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let info = pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
     for needle in [
         "Server Protocol Version: 35",
@@ -58,7 +58,7 @@ fn pactl_info_and_list_every_object_kind() {
 #[test]
 fn protocol_replies_without_tools() {
     // Runs everywhere: the codec's own client against the server.
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let mut c = RawClient::ready(&d, "raw-test");
     let info: pa::ServerInfo = c.request(&Command::GetServerInfo).unwrap();
     assert_eq!(
@@ -103,7 +103,7 @@ fn protocol_replies_without_tools() {
 #[test]
 fn set_sink_volume_is_reported_and_applied() {
     require_tools!("pactl", "paplay");
-    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     pa_ok(
         &d,
         &run_pa(&d, "pactl", &["set-sink-volume", "file-sink", "50%"]),
@@ -131,7 +131,7 @@ fn set_sink_volume_is_reported_and_applied() {
 #[test]
 fn subscribe_reports_streams_clients_and_volume_changes() {
     require_tools!("pactl", "paplay");
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let sub = spawn_pa(&d, "pactl", &["subscribe"]);
     assert!(
         wait_until(WAIT, || pa_ok(
@@ -174,7 +174,7 @@ fn subscribe_reports_streams_clients_and_volume_changes() {
 #[test]
 fn garbage_and_killed_clients_leave_other_playback_untouched() {
     require_tools!("paplay", "pactl");
-    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let input = noise_s16(48000 * 3, 21, 20000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     let long = noise_s16(48000 * 20, 22, 20000);
@@ -276,7 +276,7 @@ fn a_stale_pulse_socket_is_replaced() {
     std::fs::create_dir_all(xdg.join("pulse")).unwrap();
     drop(UnixListener::bind(xdg.join("pulse/native")).unwrap());
     assert!(xdg.join("pulse/native").exists());
-    let mut d = Daemon::start_in(dir, &["--device", "null"]);
+    let mut d = pulse_util::start_in(dir, &["--device", "null"]);
     assert!(UnixStream::connect(pulse_socket(&d)).is_ok());
     let log = d.stop();
     assert!(log.contains("removing stale PulseAudio socket"), "{log}");
@@ -285,7 +285,7 @@ fn a_stale_pulse_socket_is_replaced() {
 #[test]
 fn move_sink_input_while_playing_loses_nothing() {
     require_tools!("pactl", "paplay");
-    let mut d = Daemon::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
     let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
     let names: Vec<&str> = sinks.lines().filter_map(|l| l.split('\t').nth(1)).collect();
     assert_eq!(names.len(), 2, "{sinks}");
@@ -359,7 +359,7 @@ fn move_sink_input_while_playing_loses_nothing() {
 #[test]
 fn killed_sink_input_ends_its_client() {
     require_tools!("pactl", "paplay");
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let long = noise_s16(48000 * 20, 4, 1000);
     write_wav_s16(&d.path("long.wav"), 48000, 2, &long);
     let player = spawn_pa(&d, "paplay", &["long.wav"]);
@@ -394,7 +394,7 @@ fn killed_sink_input_ends_its_client() {
 #[test]
 fn sample_cache_upload_play_and_remove() {
     require_tools!("pactl");
-    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let input = noise_s16(48000, 41, 20000);
     write_wav_s16(&d.path("bell.wav"), 48000, 2, &input);
     pa_ok(
@@ -433,7 +433,7 @@ fn sample_cache_upload_play_and_remove() {
 
 #[test]
 fn many_clients_connecting_at_once_are_all_served() {
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     // Every connection is made before any is served.
     let socks: Vec<_> = (0..256).map(|_| RawClient::connect(&d)).collect();
     let mut ready = 0;
@@ -455,7 +455,7 @@ fn many_clients_connecting_at_once_are_all_served() {
 #[test]
 fn a_recorder_that_never_reads_does_not_disturb_playback() {
     require_tools!("parec", "paplay", "pactl");
-    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let rec = spawn_pa(
         &d,
         "parec",
@@ -492,7 +492,7 @@ fn a_recorder_that_never_reads_does_not_disturb_playback() {
 #[test]
 fn streams_follow_a_new_default_sink_unless_routed_explicitly() {
     require_tools!("pactl", "paplay");
-    let d = Daemon::start(&["--device", "null", "--device", "null:capture=off"]);
+    let d = pulse_util::start(&["--device", "null", "--device", "null:capture=off"]);
     let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
     let rows: Vec<Vec<&str>> = sinks.lines().map(|l| l.split('\t').collect()).collect();
     let (first, second) = ((rows[0][0], rows[0][1]), (rows[1][0], rows[1][1]));
@@ -527,7 +527,7 @@ fn daemon_with_config(config: &str, args: &[&str]) -> Daemon {
     let cfg = dir.path().join("config/quaver");
     std::fs::create_dir_all(&cfg).unwrap();
     std::fs::write(cfg.join("quaver.toml"), config).unwrap();
-    Daemon::start_in(dir, args)
+    pulse_util::start_in(dir, args)
 }
 
 fn tcp_port(d: &Daemon) -> String {

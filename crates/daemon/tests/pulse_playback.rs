@@ -12,7 +12,7 @@ use quaver_pulse::convert::Codec;
 #[test]
 fn paplay_s16_48k_stereo_is_bit_exact() {
     require_tools!("paplay");
-    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let input = noise_s16(48000 * 2, 5, 20000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
@@ -62,7 +62,7 @@ fn pacat_every_sample_format_arrives_exactly() {
         // What the server should output: the client's samples decoded, nothing else.
         let mut expect = vec![0f32; sig.len()];
         codec.decode(&raw, &mut expect);
-        let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+        let mut d = pulse_util::start(&["--device", "file:out.wav,format=f32"]);
         std::fs::write(d.path("in.raw"), &raw).unwrap();
         let out = run_pa(
             &d,
@@ -93,7 +93,7 @@ fn channel(s: &[f32], ch: usize, n: usize) -> Vec<f32> {
 fn paplay_rates_resample_cleanly() {
     require_tools!("paplay");
     for rate in [8000u32, 44100, 96000] {
-        let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+        let mut d = pulse_util::start(&["--device", "file:out.wav,format=f32"]);
         let sine = quaver_dsp::analysis::sine(rate, 1000.0, 0.5, rate as usize);
         let stereo: Vec<f32> = sine.iter().flat_map(|&s| [s, s]).collect();
         write_wav_f32(&d.path("in.wav"), rate, 2, &stereo);
@@ -123,7 +123,7 @@ fn paplay_rates_resample_cleanly() {
 fn paplay_mono_and_5_1_are_mixed_to_the_sink_layout() {
     require_tools!("paplay");
     // Mono reaches both channels.
-    let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav,format=f32"]);
     let sine = quaver_dsp::analysis::sine(48000, 440.0, 0.5, 24000);
     // 16-bit PCM: libsndfile maps a plain mono WAV to PulseAudio's "mono" (an f32 WAV
     // carries a channel mask, and its single channel is front-left).
@@ -141,7 +141,7 @@ fn paplay_mono_and_5_1_are_mixed_to_the_sink_layout() {
         "mono: left {el}, right {er}"
     );
     // 5.1 with a tone only on front-left lands on the left.
-    let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav,format=f32"]);
     let six: Vec<f32> = sine
         .iter()
         .flat_map(|&s| [s, 0.0, 0.0, 0.0, 0.0, 0.0])
@@ -159,7 +159,7 @@ fn paplay_mono_and_5_1_are_mixed_to_the_sink_layout() {
 #[test]
 fn paplay_latency_msec_drives_the_quantum() {
     require_tools!("paplay");
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let input = noise_s16(48000, 3, 8000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     pa_ok(&d, &run_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]));
@@ -189,7 +189,7 @@ fn aplay_through_the_alsa_pulse_plugin_is_bit_exact() {
         eprintln!("SKIPPED: needs libasound2-plugins (ALSA's pulse plugin); not tested");
         return;
     }
-    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let input = noise_s16(48000, 8, 20000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     pa_ok(&d, &run_pa(&d, "aplay", &["-q", "-D", "pulse", "in.wav"]));
@@ -202,7 +202,7 @@ fn aplay_through_the_alsa_pulse_plugin_is_bit_exact() {
 #[test]
 fn sox_plays_to_pulseaudio() {
     require_tools!("sox");
-    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let input = noise_s16(48000, 12, 20000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     let out = run_pa(&d, "sox", &["-q", "in.wav", "-t", "pulseaudio", "default"]);
@@ -220,7 +220,7 @@ fn sox_plays_to_pulseaudio() {
 #[test]
 fn paplay_into_a_freewheeling_file_renders_fast_without_gaps() {
     require_tools!("paplay");
-    let mut d = Daemon::start(&["--device", "file:out.wav,freewheel"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav,freewheel"]);
     // Four seconds of audio, with a small buffer so the stream prebuffers and refills
     // many times: every refill must make the graph wait, not render silence.
     let input = noise_s16(48000 * 8, 61, 20000);
@@ -235,4 +235,28 @@ fn paplay_into_a_freewheeling_file_renders_fast_without_gaps() {
         "4 s of audio took {took:?} to render"
     );
     assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "freewheel render");
+}
+
+#[test]
+fn paplay_sends_audio_by_memfd_or_inline_as_configured() {
+    require_tools!("paplay");
+    for memfd in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("config/quaver");
+        std::fs::create_dir_all(&cfg).unwrap();
+        std::fs::write(
+            cfg.join("quaver.toml"),
+            format!("[pulse]\nmemfd = {memfd}\n"),
+        )
+        .unwrap();
+        let mut d = pulse_util::start_in(dir, &["--device", "file:out.wav"]);
+        let input = noise_s16(48000, 15, 20000);
+        write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+        pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
+        let out_path = d.path("out.wav");
+        let log = d.stop();
+        assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "paplay");
+        let by_memfd = log.contains("bytes of audio came by memfd");
+        assert_eq!(by_memfd, memfd, "memfd = {memfd}:\n{log}");
+    }
 }

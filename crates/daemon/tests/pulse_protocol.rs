@@ -21,7 +21,7 @@ fn s16(n_bytes: usize, seed: u64) -> Vec<u8> {
 
 #[test]
 fn playback_requests_cork_started_drain_underflow_and_latency() {
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let mut c = RawClient::ready(&d, "flow");
     let tlength = 9600u32; // 50 ms of s16 stereo at 48 kHz
     let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
@@ -148,4 +148,98 @@ fn playback_requests_cork_started_drain_underflow_and_latency() {
     assert_eq!(started, 2);
     let seq = c.send(&Command::DeletePlaybackStream(ch));
     c.reply_to(seq, |_| {}).unwrap();
+}
+
+#[test]
+fn memfd_block_references_are_read_released_and_bounded() {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
+    let mut c = RawClient::connect(&d);
+    let auth: pa::AuthReply = c
+        .request(&Command::Auth(pa::AuthParams {
+            version: pa::MAX_VERSION,
+            supports_shm: true,
+            supports_memfd: true,
+            cookie: vec![0; 256],
+        }))
+        .unwrap();
+    assert!(
+        auth.use_memfd && auth.use_shm,
+        "memfd offered to a capable client"
+    );
+    let input = noise_s16(48000 * 2, 23, 20000);
+    let bytes: Vec<u8> = input.iter().flat_map(|s| s.to_le_bytes()).collect();
+    let memfd = rustix::fs::memfd_create("pool", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&memfd, 4096 + bytes.len() as u64).unwrap();
+    rustix::io::pwrite(&memfd, &bytes, 4096).unwrap();
+    // REGISTER_MEMFD_SHMID (103), no reply, the fd rides along.
+    let mut body = Vec::new();
+    for (tag, v) in [(b'L', 103u32), (b'L', u32::MAX), (b'L', 5)] {
+        body.push(tag);
+        body.extend_from_slice(&v.to_be_bytes());
+    }
+    let mut packet = (body.len() as u32).to_be_bytes().to_vec();
+    packet.extend_from_slice(&u32::MAX.to_be_bytes());
+    packet.extend_from_slice(&[0; 12]);
+    packet.extend_from_slice(&body);
+    let fds = [rustix::fd::AsFd::as_fd(&memfd)];
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    assert!(anc.push(SendAncillaryMessage::ScmRights(&fds)));
+    sendmsg(
+        c.sock.get_ref(),
+        &[std::io::IoSlice::new(&packet)],
+        &mut anc,
+        SendFlags::empty(),
+    )
+    .unwrap();
+    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
+        sample_spec: SampleSpec {
+            format: SampleFormat::S16Le,
+            channels: 2,
+            sample_rate: 48000,
+        },
+        channel_map: ChannelMap::stereo(),
+        cvolume: Some(ChannelVolume::norm(2)),
+        ..Default::default()
+    }));
+    let p = c.reply_to(seq, |_| {}).unwrap();
+    let reply: pa::CreatePlaybackStreamReply = c.decode(&p);
+    let ch = reply.channel;
+    let shm_ref = |block: u32, shm: u32, index: u32, len: u32| {
+        let mut p = 16u32.to_be_bytes().to_vec();
+        p.extend_from_slice(&ch.to_be_bytes());
+        p.extend_from_slice(&[0; 8]);
+        p.extend_from_slice(&0xA000_0000u32.to_be_bytes()); // SHMDATA | MEMFD_BLOCK
+        for v in [block, shm, index, len] {
+            p.extend_from_slice(&v.to_be_bytes());
+        }
+        p
+    };
+    let block = 48000u32;
+    for k in 0..4 {
+        c.send_raw(&shm_ref(100 + k, 5, 4096 + k * block, block))
+            .unwrap();
+    }
+    // Hostile references: an unknown pool and a range past the memfd's end read as
+    // silence; nothing breaks.
+    c.send_raw(&shm_ref(200, 99, 0, 4800)).unwrap();
+    c.send_raw(&shm_ref(201, 5, 1 << 30, 4800)).unwrap();
+    let seq = c.send(&Command::DrainPlaybackStream(ch));
+    let mut released = Vec::new();
+    c.reply_to(seq, |m| {
+        if let Msg::ShmRelease(b) = m {
+            released.push(b);
+        }
+    })
+    .expect("drained");
+    released.sort();
+    assert_eq!(
+        released,
+        [100, 101, 102, 103, 200, 201],
+        "every block released"
+    );
+    let out_path = d.path("out.wav");
+    d.stop();
+    assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "audio by memfd");
 }

@@ -32,7 +32,7 @@ const REC_ARGS: [&str; 4] = [
 #[test]
 fn parec_captures_the_sink_monitor_bit_exact_while_paplay_plays() {
     require_tools!("parec", "paplay", "pactl");
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let input = noise_s16(48000 * 2, 17, 20000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     let mut args = vec!["-d", "null-sink.monitor"];
@@ -59,7 +59,7 @@ fn parec_captures_the_sink_monitor_bit_exact_while_paplay_plays() {
 #[test]
 fn parec_from_a_source_gets_its_silence() {
     require_tools!("parec", "pactl");
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let info = pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
     assert!(info.contains("Default Source: null-source"), "{info}");
     let mut args = vec![];
@@ -76,7 +76,7 @@ fn parec_from_a_source_gets_its_silence() {
 #[test]
 fn parec_of_one_sink_input_hears_only_that_stream() {
     require_tools!("parec", "paplay", "pactl");
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let a = noise_s16(48000 * 4, 1, 12000);
     let b = noise_s16(48000 * 4, 2, 12000);
     write_wav_s16(&d.path("a.wav"), 48000, 2, &a);
@@ -122,7 +122,7 @@ fn parec_of_one_sink_input_hears_only_that_stream() {
 #[test]
 fn module_null_sink_plays_into_its_monitor_and_unloads() {
     require_tools!("pactl", "parec", "paplay");
-    let d = Daemon::start(&["--device", "null"]);
+    let d = pulse_util::start(&["--device", "null"]);
     let out = pa_ok(
         &d,
         &run_pa(
@@ -177,7 +177,7 @@ fn load(d: &Daemon, args: &[&str]) -> String {
 fn combine_remap_and_loopback_modules_route_in_the_graph() {
     require_tools!("pactl", "paplay");
     // Combine: one stream, two files, both exact.
-    let mut d = Daemon::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
     let second = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]))
         .lines()
         .nth(1)
@@ -196,7 +196,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
     assert_contains_exactly(&read_wav_s16(&b).1, &input, "combined sink, second slave");
 
     // Remap: left and right swapped on the way to the master.
-    let mut d = Daemon::start(&["--device", "file:out.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     load(
         &d,
         &[
@@ -216,7 +216,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
 
     // Loopback: the first sink's monitor into the second sink; a loop onto itself is
     // refused.
-    let mut d = Daemon::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
+    let mut d = pulse_util::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
     let bad = run_pa(
         &d,
         "pactl",

@@ -36,7 +36,7 @@ use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{EngineError, NodeId, NodeKind, NodeSpec};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{Cursor, ErrorKind, Read, Write};
+use std::io::{Cursor, ErrorKind, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::SystemTime;
@@ -470,6 +470,12 @@ struct Conn {
     uploads: BTreeMap<u32, Upload>,
     next_channel: u32,
     closing: bool,
+    /// File descriptors received and not yet claimed by a command.
+    fds: VecDeque<rustix::fd::OwnedFd>,
+    /// The client's memfd pools by shm id (REGISTER_MEMFD_SHMID).
+    memfds: BTreeMap<u32, rustix::fd::OwnedFd>,
+    /// Audio bytes received through shared memory (for logs and tests).
+    shm_bytes: u64,
 }
 
 /// Serves one client until it disconnects or is killed; cleans up its streams.
@@ -489,6 +495,9 @@ pub fn serve(srv: Arc<Server>, sock: Sock, handle: Arc<ConnHandle>) {
         uploads: BTreeMap::new(),
         next_channel: 0,
         closing: false,
+        fds: VecDeque::new(),
+        memfds: BTreeMap::new(),
+        shm_bytes: 0,
     };
     // A bug must cost this client its connection, never the daemon or other clients:
     // the streams are cleaned up whatever happened (shared locks recover from poison).
@@ -547,7 +556,7 @@ impl Conn {
             }
             if sock_ready.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
                 loop {
-                    match self.sock.read(&mut buf) {
+                    match self.sock.read_with_fds(&mut buf, &mut self.fds) {
                         Ok(0) => {
                             return Err(if self.reader.at_boundary() {
                                 "closed".into()
@@ -563,6 +572,9 @@ impl Conn {
                     if self.closing {
                         break;
                     }
+                }
+                if self.fds.len() > 8 {
+                    return Err("sent file descriptors no command claimed".into());
                 }
             }
         }
@@ -615,10 +627,62 @@ impl Conn {
                         ),
                     }
                 }
-                None => {}
+                Some(Packet::ShmRef {
+                    channel,
+                    offset,
+                    seek,
+                    block_id,
+                    shm_id,
+                    index,
+                    length,
+                    memfd,
+                }) => {
+                    let data = self.read_shm(shm_id, index, length, memfd);
+                    let mut out = Out {
+                        buf: &mut self.out,
+                        version: self.version,
+                    };
+                    // The bytes are copied out: the block can go back to the client now.
+                    out.shm_release(block_id);
+                    match self.playback.get_mut(&channel) {
+                        Some(p) => p.write(seek, offset, &data, &mut out),
+                        None if self.uploads.contains_key(&channel) => {
+                            let u = self.uploads.get_mut(&channel).expect("checked");
+                            let room = u.length - u.data.len();
+                            u.data.extend_from_slice(&data[..data.len().min(room)]);
+                        }
+                        None => {}
+                    }
+                }
+                Some(Packet::ShmControl) | None => {}
             }
         }
         Ok(())
+    }
+
+    /// Copies a block out of the client's memfd pool with `pread` (a client that
+    /// shrinks its memfd gets short reads, never a SIGBUS here). An unknown pool or a
+    /// POSIX-shm reference reads as silence.
+    fn read_shm(&mut self, shm_id: u32, index: u32, length: u32, memfd: bool) -> Vec<u8> {
+        let length = length.min(crate::wire::MAX_MEMBLOCK_PACKET) as usize;
+        let mut data = vec![0u8; length];
+        match self.memfds.get(&shm_id).filter(|_| memfd) {
+            Some(fd) => {
+                let mut got = 0;
+                while got < length {
+                    match rustix::io::pread(fd, &mut data[got..], index as u64 + got as u64) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got += n,
+                    }
+                }
+                self.shm_bytes += got as u64;
+            }
+            None => tracing::debug!(
+                "pulse client {}: audio in unknown shared memory {shm_id} played as silence",
+                self.client
+            ),
+        }
+        data
     }
 
     /// Services streams and forwards what other threads queued for this client.
@@ -704,6 +768,10 @@ impl Conn {
         Ok(())
     }
 
+    fn reader_shm(&self) -> bool {
+        self.reader.shm_enabled()
+    }
+
     fn finish(&mut self, seq: u32, r: Reply) {
         if let Err(e) = r {
             self.out().error(seq, e);
@@ -750,6 +818,36 @@ impl Conn {
                     node,
                 );
                 self.out().ack(seq);
+                Ok(())
+            }
+            CommandTag::RegisterMemfdShmid => {
+                // No reply either way (PulseAudio sends none); a bad registration is a
+                // protocol error that ends the connection.
+                let _ = seq;
+                let shm_id = ts.read_u32().ok();
+                let fd = self.fds.pop_front();
+                let size = fd
+                    .as_ref()
+                    .and_then(|f| rustix::fs::fstat(f).ok())
+                    .map_or(0, |st| st.st_size);
+                match (shm_id, fd) {
+                    (Some(id), Some(fd))
+                        if self.reader_shm() && size > 0 && self.memfds.len() < 64 =>
+                    {
+                        tracing::debug!(
+                            "pulse client {}: memfd pool {id} registered ({size} bytes)",
+                            self.client
+                        );
+                        self.memfds.insert(id, fd);
+                    }
+                    _ => {
+                        tracing::info!(
+                            "pulse client {}: bad memfd registration; disconnecting",
+                            self.client
+                        );
+                        self.closing = true;
+                    }
+                }
                 Ok(())
             }
             CommandTag::Extension => Err(PulseError::NoExtension),
@@ -799,19 +897,29 @@ impl Conn {
                 }
                 self.version = p.version.min(SERVER_VERSION);
                 self.authed = true;
+                // Shared memory only as memfd (no POSIX shm segments to open), only on the
+                // unix socket, and only for libraries past the 9.0 memfd bug (v32).
+                let memfd = self.srv.opts.memfd
+                    && p.supports_memfd
+                    && p.version >= 32
+                    && self.sock.is_unix();
+                if memfd {
+                    self.reader.enable_shm();
+                }
                 tracing::debug!(
-                    "pulse client {}: protocol {} (shm {}, memfd {}): inline audio",
+                    "pulse client {}: protocol {} (shm {}, memfd {}): audio {}",
                     self.client,
                     self.version,
                     p.supports_shm,
-                    p.supports_memfd
+                    p.supports_memfd,
+                    if memfd { "by memfd" } else { "inline" }
                 );
                 self.out().reply(
                     seq,
                     &AuthReply {
                         version: SERVER_VERSION,
-                        use_memfd: false,
-                        use_shm: false,
+                        use_memfd: memfd,
+                        use_shm: memfd,
                     },
                 );
             }
@@ -1614,6 +1722,13 @@ impl Conn {
             .map(|c| c.name)
             .unwrap_or_default();
         self.srv.broadcast(Fac::Client, Ev::Removed, self.client);
+        if self.shm_bytes > 0 {
+            tracing::debug!(
+                "pulse client {}: {} bytes of audio came by memfd",
+                self.client,
+                self.shm_bytes
+            );
+        }
         if nodes.is_empty() {
             tracing::debug!("pulse client {} ({name}) left", self.client);
         } else {

@@ -131,6 +131,13 @@ impl PulseServer {
 #[doc(hidden)]
 pub fn decode_stream_for_fuzzing(mut data: &[u8]) {
     let mut reader = wire::PacketReader::new();
+    // The first byte decides whether shared-memory frames were negotiated.
+    if let Some((&first, rest)) = data.split_first() {
+        if first & 1 == 1 {
+            reader.enable_shm();
+        }
+        data = rest;
+    }
     while !data.is_empty() {
         let Ok((used, packet)) = reader.feed(data) else {
             return;

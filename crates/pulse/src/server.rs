@@ -30,6 +30,8 @@ pub struct PulseOptions {
     pub max_streams_per_client: usize,
     /// Resampler for streams whose rate differs from the engine's.
     pub resample_quality: ResampleQuality,
+    /// Let unix-socket clients that can send audio as memfd references do so.
+    pub memfd: bool,
 }
 
 impl Default for PulseOptions {
@@ -38,6 +40,7 @@ impl Default for PulseOptions {
             max_clients: 256,
             max_streams_per_client: 64,
             resample_quality: ResampleQuality::High,
+            memfd: true,
         }
     }
 }

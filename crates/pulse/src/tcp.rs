@@ -138,6 +138,42 @@ impl Sock {
         }
     }
 
+    /// Reads bytes; file descriptors passed with them (SCM_RIGHTS, unix sockets only)
+    /// are appended to `fds`.
+    pub fn read_with_fds(
+        &mut self,
+        buf: &mut [u8],
+        fds: &mut std::collections::VecDeque<rustix::fd::OwnedFd>,
+    ) -> std::io::Result<usize> {
+        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+        match self {
+            Sock::Tcp { stream, .. } => stream.read(buf),
+            Sock::Unix(s) => {
+                let mut space =
+                    [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(8))];
+                let mut anc = RecvAncillaryBuffer::new(&mut space);
+                let r = recvmsg(
+                    &*s,
+                    &mut [std::io::IoSliceMut::new(buf)],
+                    &mut anc,
+                    RecvFlags::CMSG_CLOEXEC,
+                )
+                .map_err(std::io::Error::from)?;
+                for msg in anc.drain() {
+                    if let RecvAncillaryMessage::ScmRights(received) = msg {
+                        fds.extend(received);
+                    }
+                }
+                Ok(r.bytes)
+            }
+        }
+    }
+
+    /// True for a unix-socket client.
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Sock::Unix(_))
+    }
+
     /// The cookie AUTH must carry, if any.
     pub fn required_cookie(&self) -> Option<&[u8]> {
         match self {

@@ -26,9 +26,21 @@ pub const MAX_CONTROL_PACKET: u32 = 4 * 1024 * 1024;
 /// Largest memblock packet accepted (PulseAudio's `MAX_MEMBLOCKQ_LENGTH`).
 pub const MAX_MEMBLOCK_PACKET: u32 = 4 * 1024 * 1024;
 
-/// Descriptor flag bits that mark shared-memory references, which this server never
-/// offers (it answers AUTH with shm and memfd off) and therefore refuses.
+/// Descriptor flag bits that mark shared-memory frames; refused unless shm was
+/// negotiated for the connection.
 pub const FLAG_SHM_MASK: u32 = 0xFF00_0000;
+/// A memblock frame whose payload references shared memory instead of carrying data.
+pub const FLAG_SHMDATA: u32 = 0x8000_0000;
+/// The referenced shared memory is a memfd registered with REGISTER_MEMFD_SHMID.
+pub const FLAG_SHMDATA_MEMFD_BLOCK: u32 = 0x2000_0000;
+/// The sender allows the receiver to write into the block (irrelevant to us).
+pub const FLAG_SHMWRITABLE: u32 = 0x0080_0000;
+/// A frame releasing a block the receiver imported (block id in the offset's high word).
+pub const FLAG_SHMRELEASE: u32 = 0x4000_0000;
+/// A frame revoking a block the sender exported.
+pub const FLAG_SHMREVOKE: u32 = 0xC000_0000;
+/// Size of the payload of a shared-memory reference: block id, shm id, index, length.
+pub const SHM_INFO_SIZE: u32 = 16;
 /// Low byte of the flags: the seek mode of a memblock.
 pub const FLAG_SEEK_MASK: u32 = 0x0000_00FF;
 
@@ -110,6 +122,28 @@ pub enum Packet {
         /// Sample bytes.
         data: Vec<u8>,
     },
+    /// Audio for a stream that lives in the client's shared memory.
+    ShmRef {
+        /// Stream channel.
+        channel: u32,
+        /// Seek offset.
+        offset: i64,
+        /// Seek mode.
+        seek: SeekMode,
+        /// The client's block id, to be released after use.
+        block_id: u32,
+        /// The segment: a memfd registered with REGISTER_MEMFD_SHMID.
+        shm_id: u32,
+        /// Byte offset of the audio in the segment.
+        index: u32,
+        /// Bytes of audio.
+        length: u32,
+        /// True for memfd segments (the only kind this server imports).
+        memfd: bool,
+    },
+    /// The client releases a block we exported (we export none) or revokes one it
+    /// exported (we copy on arrival, so nothing to do).
+    ShmControl,
 }
 
 /// Why a connection's byte stream cannot be framed; the connection is closed.
@@ -132,6 +166,7 @@ pub enum FramingError {
 /// Incremental packet reader: feed it bytes as they arrive, take packets out.
 #[derive(Debug, Default)]
 pub struct PacketReader {
+    shm: bool,
     header: [u8; DESCRIPTOR_SIZE],
     header_len: usize,
     current: Option<Descriptor>,
@@ -142,6 +177,16 @@ impl PacketReader {
     /// A reader at a packet boundary.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Accepts shared-memory frames from now on (after AUTH negotiated shm).
+    pub fn enable_shm(&mut self) {
+        self.shm = true;
+    }
+
+    /// True once shared-memory frames are accepted.
+    pub fn shm_enabled(&self) -> bool {
+        self.shm
     }
 
     /// True when no partial packet is buffered (EOF here is a clean close).
@@ -163,7 +208,11 @@ impl PacketReader {
             }
             let d = Descriptor::parse(&self.header);
             self.header_len = 0;
-            Self::check(&d)?;
+            if self.shm && (d.flags == FLAG_SHMRELEASE || d.flags == FLAG_SHMREVOKE) {
+                // No payload, whatever the length field says (as in PulseAudio).
+                return Ok((used, Some(Packet::ShmControl)));
+            }
+            self.check(&d)?;
             self.payload = Vec::with_capacity(d.length as usize);
             self.current = Some(d);
         }
@@ -179,6 +228,18 @@ impl PacketReader {
         let data = std::mem::take(&mut self.payload);
         let packet = if d.channel == CONTROL_CHANNEL {
             Packet::Control(data)
+        } else if d.flags & FLAG_SHMDATA != 0 {
+            let w = |i: usize| u32::from_be_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+            Packet::ShmRef {
+                channel: d.channel,
+                offset: d.offset,
+                seek: SeekMode::from_flags(d.flags).expect("checked"),
+                block_id: w(0),
+                shm_id: w(4),
+                index: w(8),
+                length: w(12),
+                memfd: d.flags & FLAG_SHMDATA_MEMFD_BLOCK != 0,
+            }
         } else {
             Packet::Memblock {
                 channel: d.channel,
@@ -190,9 +251,18 @@ impl PacketReader {
         Ok((used, Some(packet)))
     }
 
-    fn check(d: &Descriptor) -> Result<(), FramingError> {
-        if d.flags & FLAG_SHM_MASK != 0 {
-            return Err(FramingError::SharedMemory(d.flags));
+    fn check(&self, d: &Descriptor) -> Result<(), FramingError> {
+        let shm_bits = d.flags & (FLAG_SHM_MASK | FLAG_SHMWRITABLE);
+        if shm_bits != 0 {
+            let allowed = FLAG_SHMDATA | FLAG_SHMDATA_MEMFD_BLOCK | FLAG_SHMWRITABLE;
+            if !self.shm
+                || d.channel == CONTROL_CHANNEL
+                || d.flags & FLAG_SHMDATA == 0
+                || shm_bits & !allowed != 0
+                || d.length != SHM_INFO_SIZE
+            {
+                return Err(FramingError::SharedMemory(d.flags));
+            }
         }
         if d.channel == CONTROL_CHANNEL {
             if d.length > MAX_CONTROL_PACKET {
@@ -205,7 +275,9 @@ impl PacketReader {
             if d.length > MAX_MEMBLOCK_PACKET {
                 return Err(FramingError::TooLarge(d.length));
             }
-            if SeekMode::from_flags(d.flags).is_none() || d.flags & !FLAG_SEEK_MASK != 0 {
+            if SeekMode::from_flags(d.flags).is_none()
+                || d.flags & !(FLAG_SEEK_MASK | FLAG_SHM_MASK | FLAG_SHMWRITABLE) != 0
+            {
                 return Err(FramingError::BadSeek(d.flags));
             }
         }
@@ -262,6 +334,17 @@ impl Out<'_> {
         };
         self.buf.extend_from_slice(&d.encode());
         self.buf.extend_from_slice(&payload);
+    }
+
+    /// Tells the client we are done with one of its shared-memory blocks.
+    pub fn shm_release(&mut self, block_id: u32) {
+        let d = Descriptor {
+            length: 0,
+            channel: CONTROL_CHANNEL,
+            offset: ((block_id as u64) << 32) as i64,
+            flags: FLAG_SHMRELEASE,
+        };
+        self.buf.extend_from_slice(&d.encode());
     }
 
     /// Audio for a record stream.
@@ -336,6 +419,39 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn shm_references_parse_only_once_negotiated() {
+        let mut info = Vec::new();
+        for v in [7u32, 3, 4096, 1920] {
+            info.extend_from_slice(&v.to_be_bytes());
+        }
+        let frame = packet(2, 0, FLAG_SHMDATA | FLAG_SHMDATA_MEMFD_BLOCK, &info);
+        assert!(PacketReader::new().feed(&frame).is_err());
+        let mut r = PacketReader::new();
+        r.enable_shm();
+        assert_eq!(
+            feed_all(&mut r, &frame).unwrap(),
+            vec![Packet::ShmRef {
+                channel: 2,
+                offset: 0,
+                seek: SeekMode::Relative,
+                block_id: 7,
+                shm_id: 3,
+                index: 4096,
+                length: 1920,
+                memfd: true
+            }]
+        );
+        // A release frame has no payload; a wrong-sized reference is refused.
+        let release = packet(CONTROL_CHANNEL, 5 << 32, FLAG_SHMRELEASE, &[]);
+        assert_eq!(
+            feed_all(&mut r, &release).unwrap(),
+            vec![Packet::ShmControl]
+        );
+        let short = packet(2, 0, FLAG_SHMDATA, &info[..8]);
+        assert!(r.feed(&short).is_err());
     }
 
     #[test]

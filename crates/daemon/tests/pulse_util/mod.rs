@@ -31,6 +31,28 @@ macro_rules! require_tools {
     };
 }
 
+/// Starts a private quaverd (see `common::Daemon::start`) and waits until its PulseAudio
+/// socket, bound just after the native one, accepts connections too.
+pub fn start(args: &[&str]) -> Daemon {
+    ready(Daemon::start(args))
+}
+
+/// Like [`start`] in a prepared temporary directory (e.g. holding a config file).
+pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
+    ready(Daemon::start_in(dir, args))
+}
+
+fn ready(d: Daemon) -> Daemon {
+    let sock = pulse_socket(&d);
+    assert!(
+        wait_until(WAIT, || std::os::unix::net::UnixStream::connect(&sock)
+            .is_ok()),
+        "the PulseAudio socket never accepted:\n{}",
+        d.log_text()
+    );
+    d
+}
+
 /// The daemon's PulseAudio socket.
 pub fn pulse_socket(d: &Daemon) -> PathBuf {
     d.runtime.parent().unwrap().join("pulse").join("native")
@@ -177,14 +199,15 @@ impl RawClient {
         let reply: AuthReply = c
             .request(&Command::Auth(AuthParams {
                 version: MAX_VERSION,
-                supports_shm: true,
-                supports_memfd: true,
+                supports_shm: false,
+                supports_memfd: false,
                 cookie: vec![0; 256],
             }))
             .expect("auth");
+        // A client without shared memory must be offered none: audio travels inline.
         assert!(
             !reply.use_shm && !reply.use_memfd,
-            "audio must travel inline"
+            "shm offered to a client without it"
         );
         c.version = reply.version.min(MAX_VERSION);
         let mut props = Props::new();
@@ -241,6 +264,8 @@ pub enum Msg {
     Event(Box<quaver_pulse::pulseaudio::protocol::Command>),
     /// Record data.
     Memblock(u32, Vec<u8>),
+    /// The server is done with one of our shared-memory blocks.
+    ShmRelease(u32),
 }
 
 impl RawClient {
@@ -252,6 +277,10 @@ impl RawClient {
         self.sock.read_exact(&mut h).expect("packet header");
         let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
         let channel = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+        let flags = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
+        if flags == 0x4000_0000 {
+            return Msg::ShmRelease(u32::from_be_bytes([h[8], h[9], h[10], h[11]]));
+        }
         let mut body = vec![0u8; len];
         self.sock.read_exact(&mut body).expect("packet body");
         if channel != u32::MAX {

@@ -165,6 +165,14 @@ impl Connection {
         &self.path
     }
 
+    /// A duplicate of the control socket, only for `poll`ing for `POLLRDHUP` (the
+    /// server went away). Never read from or write to it: that would corrupt the
+    /// framing of this connection.
+    pub fn hangup_fd(&self) -> Result<OwnedFd> {
+        use std::os::fd::AsFd;
+        Ok(self.sock.get_ref().as_fd().try_clone_to_owned()?)
+    }
+
     /// quaverd's version string from the handshake.
     pub fn server_version(&self) -> &str {
         &self.server_version

@@ -1,0 +1,204 @@
+//! The quaver graph as JACK sees it: every graph port is a JACK audio port named
+//! `node:port`; device ports are physical, and the first sink's inputs and the first
+//! source's outputs also answer to `system:playback_N` / `system:capture_N`.
+
+use std::ffi::c_int;
+
+use quaver_protocol::{GraphInfo, PortDirection};
+
+use crate::types::*;
+
+/// One graph port in JACK terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortView {
+    /// Graph port id (the JACK port id).
+    pub id: u32,
+    /// `node:port`.
+    pub name: String,
+    /// Node name.
+    pub node: String,
+    /// Port name within the node.
+    pub short: String,
+    /// `JackPortFlags`.
+    pub flags: c_int,
+    /// Alternative names (`system:…` for the default device).
+    pub aliases: Vec<String>,
+}
+
+/// A snapshot of the graph.
+#[derive(Debug, Clone, Default)]
+pub struct GraphView {
+    /// Ports in graph order (nodes by id, inputs before outputs).
+    pub ports: Vec<PortView>,
+    /// Links as (output port name, input port name).
+    pub links: Vec<(String, String)>,
+}
+
+impl GraphView {
+    /// Builds the JACK view of `g`.
+    pub fn new(g: &GraphInfo) -> GraphView {
+        let mut ports = Vec::new();
+        let mut playback_alias = g.nodes.iter().any(|n| n.kind == "sink");
+        let mut capture_alias = g.nodes.iter().any(|n| n.kind == "source");
+        for n in &g.nodes {
+            let (mut next_play, mut next_capt) = (1, 1);
+            let aliases_play = playback_alias && n.kind == "sink";
+            let aliases_capt = capture_alias && n.kind == "source";
+            for p in &n.ports {
+                let mut flags = match p.direction {
+                    PortDirection::In => JACK_PORT_IS_INPUT,
+                    PortDirection::Out => JACK_PORT_IS_OUTPUT,
+                };
+                let device_port = match n.kind.as_str() {
+                    "sink" => p.direction == PortDirection::In,
+                    "source" => p.direction == PortDirection::Out,
+                    _ => false,
+                };
+                if device_port {
+                    flags |= JACK_PORT_IS_PHYSICAL | JACK_PORT_IS_TERMINAL;
+                }
+                let mut aliases = Vec::new();
+                if aliases_play && p.direction == PortDirection::In {
+                    aliases.push(format!("system:playback_{next_play}"));
+                    next_play += 1;
+                }
+                if aliases_capt && p.direction == PortDirection::Out {
+                    aliases.push(format!("system:capture_{next_capt}"));
+                    next_capt += 1;
+                }
+                ports.push(PortView {
+                    id: p.id,
+                    name: format!("{}:{}", n.name, p.name),
+                    node: n.name.clone(),
+                    short: p.name.clone(),
+                    flags,
+                    aliases,
+                });
+            }
+            // Only the first sink and the first source get the `system:` names.
+            if aliases_play {
+                playback_alias = false;
+            }
+            if aliases_capt {
+                capture_alias = false;
+            }
+        }
+        let links = g
+            .links
+            .iter()
+            .map(|l| {
+                (
+                    format!("{}:{}", l.output_node, l.output_port),
+                    format!("{}:{}", l.input_node, l.input_port),
+                )
+            })
+            .collect();
+        GraphView { ports, links }
+    }
+
+    /// The port called `name` (full name or alias).
+    pub fn find(&self, name: &str) -> Option<&PortView> {
+        self.ports.iter().find(|p| p.name == name).or_else(|| {
+            self.ports
+                .iter()
+                .find(|p| p.aliases.iter().any(|a| a == name))
+        })
+    }
+
+    /// The port with graph id `id`.
+    pub fn by_id(&self, id: u32) -> Option<&PortView> {
+        self.ports.iter().find(|p| p.id == id)
+    }
+
+    /// Full names of the ports connected to port `name`.
+    pub fn connections(&self, name: &str) -> Vec<String> {
+        self.links
+            .iter()
+            .filter_map(|(o, i)| {
+                if o == name {
+                    Some(i.clone())
+                } else if i == name {
+                    Some(o.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// True if `out` → `inp` is linked.
+    pub fn linked(&self, out: &str, inp: &str) -> bool {
+        self.links.iter().any(|(o, i)| o == out && i == inp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quaver_protocol::{LinkInfo, NodeInfo, PortInfo};
+
+    fn node(id: u32, name: &str, kind: &str, ports: &[(u32, &str, PortDirection)]) -> NodeInfo {
+        NodeInfo {
+            id,
+            name: name.into(),
+            kind: kind.into(),
+            description: String::new(),
+            volume: 1.0,
+            mute: false,
+            latency_ms: None,
+            ports: ports
+                .iter()
+                .map(|&(id, n, direction)| PortInfo {
+                    id,
+                    name: n.into(),
+                    direction,
+                    channel: "FL".into(),
+                })
+                .collect(),
+            callback: None,
+        }
+    }
+
+    #[test]
+    fn device_ports_are_physical_with_system_aliases() {
+        use PortDirection::{In, Out};
+        let g = GraphInfo {
+            nodes: vec![
+                node(
+                    1,
+                    "null-sink",
+                    "sink",
+                    &[
+                        (2, "playback_FL", In),
+                        (3, "playback_FR", In),
+                        (4, "monitor_FL", Out),
+                    ],
+                ),
+                node(5, "metro", "client", &[(6, "out", Out)]),
+            ],
+            links: vec![LinkInfo {
+                id: 9,
+                output_node: "metro".into(),
+                output_port: "out".into(),
+                input_node: "null-sink".into(),
+                input_port: "playback_FL".into(),
+            }],
+        };
+        let v = GraphView::new(&g);
+        let p = v.find("system:playback_2").unwrap();
+        assert_eq!(p.name, "null-sink:playback_FR");
+        assert_eq!(
+            p.flags,
+            JACK_PORT_IS_INPUT | JACK_PORT_IS_PHYSICAL | JACK_PORT_IS_TERMINAL
+        );
+        let m = v.find("null-sink:monitor_FL").unwrap();
+        assert_eq!(m.flags, JACK_PORT_IS_OUTPUT, "a monitor is not physical");
+        assert!(m.aliases.is_empty());
+        assert_eq!(v.find("metro:out").unwrap().flags, JACK_PORT_IS_OUTPUT);
+        assert_eq!(v.connections("metro:out"), vec!["null-sink:playback_FL"]);
+        assert_eq!(v.connections("null-sink:playback_FL"), vec!["metro:out"]);
+        assert!(v.linked("metro:out", "null-sink:playback_FL"));
+        assert_eq!(v.by_id(6).unwrap().short, "out");
+        assert!(v.find("system:capture_1").is_none());
+    }
+}

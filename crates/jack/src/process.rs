@@ -1,0 +1,255 @@
+//! The process thread: woken by quaverd once per cycle, it copies the inputs into the
+//! ports' buffers, runs the application's process callback, copies the outputs back
+//! and tells the server the cycle is done. Nothing here allocates, locks or logs once
+//! the loop runs; the only syscalls are the `poll` that waits for the wake, the
+//! eventfd reads/writes and clock reads.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+
+use quaver_client::callback::Wake;
+
+use crate::client::{Callbacks, Client, ClientPtr, now_ns};
+use crate::midi;
+use crate::port::PortKind;
+use crate::types::*;
+
+/// Waits for the next cycle and prepares it; returns its frames, or 0 when the client
+/// was deactivated or the server went away. *Process thread*.
+pub(crate) fn cycle_wait(c: &Client, cbs: &Callbacks) -> u32 {
+    loop {
+        let last = c.last_seq.load(Ordering::Relaxed);
+        let h = match c.cb.wait(last) {
+            Ok(Wake::Cycle(h)) => h,
+            Ok(Wake::Stopped) => return 0,
+            Ok(Wake::ServerGone) | Err(_) => {
+                c.notifier.server_gone();
+                return 0;
+            }
+        };
+        c.last_seq.store(h.seq, Ordering::Relaxed);
+        if h.frames == 0 {
+            c.cb.complete(h.seq);
+            continue;
+        }
+        c.cur_seq.store(h.seq, Ordering::Relaxed);
+        c.cycle_start_ns.store(now_ns(), Ordering::Relaxed);
+        c.publish_timing(h.position, h.time_ns, h.period_ns, h.frames);
+        let f = h.frames as usize;
+        if h.frames != c.buffer_size.swap(h.frames, Ordering::AcqRel)
+            && let (Some(cb), a) = cbs.buffer_size
+        {
+            // SAFETY: the application's callback with its own argument.
+            unsafe { cb(h.frames, a.0) };
+        }
+        let xruns = c.cb.xruns();
+        if xruns != c.xruns_seen.swap(xruns, Ordering::Relaxed) {
+            c.notifier.xrun();
+        }
+        for s in c.in_slots.iter() {
+            let p = s.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: port objects live until close; only this thread touches
+                // their buffers.
+                let port = unsafe { &*p };
+                let buf = unsafe { port.audio_mut() };
+                c.cb.read_input(port.index, &mut buf[..f]);
+            }
+        }
+        for s in c.out_slots.iter() {
+            let p = s.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: as above.
+                unsafe { (*p).audio_mut()[..f].fill(0.0) };
+            }
+        }
+        for s in c.midi_slots.iter() {
+            let p = s.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: as above.
+                unsafe { midi::clear_for_cycle((*p).midi_mut(), h.frames) };
+            }
+        }
+        return h.frames;
+    }
+}
+
+/// Publishes the outputs of the current cycle and completes it. *Process thread*.
+pub(crate) fn cycle_signal(c: &Client, status: c_int) {
+    let f = c.timing.frames.load(Ordering::Relaxed) as usize;
+    for s in c.out_slots.iter() {
+        let p = s.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: as in cycle_wait.
+            let port = unsafe { &*p };
+            if port.kind == PortKind::Audio {
+                c.cb.write_output(port.index, unsafe { &port.audio_mut()[..f] });
+            }
+        }
+    }
+    c.cb.complete(c.cur_seq.load(Ordering::Relaxed));
+    // Load: share of the period this client's callback used, smoothed.
+    let busy = now_ns().saturating_sub(c.cycle_start_ns.load(Ordering::Relaxed));
+    let period = c.timing.period_ns.load(Ordering::Relaxed).max(1);
+    let sample = busy as f32 * 100.0 / period as f32;
+    let old = f32::from_bits(c.load.load(Ordering::Relaxed));
+    c.load
+        .store((old * 0.9 + sample * 0.1).to_bits(), Ordering::Relaxed);
+    if status != 0 {
+        // JACK: a process callback that fails takes the client out of the graph.
+        c.process_failed.store(true, Ordering::Release);
+        c.cb.set_active(false);
+        c.cb.stop_waiting();
+    }
+}
+
+/// Body of the process thread.
+fn run(c: &Client) {
+    let cbs = *c.callbacks();
+    if let (Some(f), a) = cbs.thread_init {
+        // SAFETY: the application's callback with its own argument.
+        unsafe { f(a.0) };
+    }
+    if let (Some(f), a) = cbs.process_thread {
+        // The application runs its own loop with jack_cycle_wait/jack_cycle_signal.
+        // SAFETY: as above.
+        unsafe { f(a.0) };
+        return;
+    }
+    loop {
+        let n = cycle_wait(c, &cbs);
+        if n == 0 {
+            return;
+        }
+        let status = match cbs.process {
+            // SAFETY: as above.
+            (Some(f), a) => unsafe { f(n, a.0) },
+            _ => 0,
+        };
+        cycle_signal(c, status);
+        if status != 0 {
+            return;
+        }
+    }
+}
+
+extern "C" fn trampoline(arg: *mut c_void) -> *mut c_void {
+    let c = arg.cast_const().cast::<Client>();
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: the client outlives its process thread (deactivate joins it).
+        let c = unsafe { &*c };
+        c.process_thread_id
+            .store(unsafe { libc::pthread_self() } as u64, Ordering::Relaxed);
+        run(c)
+    });
+    std::ptr::null_mut()
+}
+
+/// The thread creator installed with `jack_set_thread_creator`, if any.
+pub(crate) static THREAD_CREATOR: std::sync::Mutex<JackThreadCreator> = std::sync::Mutex::new(None);
+
+/// Creates a thread running `routine(arg)`, through the application's thread creator
+/// if it installed one.
+pub(crate) fn create_thread(
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> Result<libc::pthread_t, c_int> {
+    let creator = *THREAD_CREATOR.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tid: libc::pthread_t = 0;
+    // SAFETY: valid out-pointer; the routine and argument are the caller's.
+    let rc = unsafe {
+        match creator {
+            Some(f) => f(&mut tid, std::ptr::null(), routine, arg),
+            None => libc::pthread_create(&mut tid, std::ptr::null(), routine, arg),
+        }
+    };
+    if rc == 0 { Ok(tid) } else { Err(rc) }
+}
+
+/// SCHED_FIFO at `priority` for `thread`; 0 on success, else an errno.
+pub(crate) fn set_fifo(thread: libc::pthread_t, priority: c_int) -> c_int {
+    let param = libc::sched_param {
+        sched_priority: priority.clamp(1, 99),
+    };
+    // SAFETY: a live thread and a valid parameter block.
+    unsafe { libc::pthread_setschedparam(thread, libc::SCHED_FIFO, &param) }
+}
+
+/// The priority process threads ask for: `$QUAVER_RT_PRIORITY`, else the library
+/// default; 0 or less disables real-time scheduling.
+pub(crate) fn wanted_priority() -> c_int {
+    std::env::var("QUAVER_RT_PRIORITY")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(quaver_client::callback::DEFAULT_RT_PRIORITY)
+}
+
+/// Starts the process thread and asks the server to wake the client.
+pub(crate) fn activate(c: &Client) -> c_int {
+    if c.active.load(Ordering::Acquire) {
+        return 0;
+    }
+    if c.notifier.is_shut_down() {
+        return -1;
+    }
+    c.process_failed.store(false, Ordering::Release);
+    c.cb.reset_stop();
+    let arg = ClientPtr(c as *const Client);
+    let tid = match create_thread(trampoline, arg.0.cast_mut().cast()) {
+        Ok(t) => t,
+        Err(rc) => {
+            crate::error(&format!("cannot create the process thread (error {rc})"));
+            return -1;
+        }
+    };
+    // Promote from here: the possibly slow call stays off the audio thread.
+    let prio = wanted_priority();
+    if prio > 0 {
+        match set_fifo(tid, prio) {
+            0 => c.rt_priority.store(prio, Ordering::Relaxed),
+            rc => {
+                c.rt_priority.store(-1, Ordering::Relaxed);
+                crate::info(&format!(
+                    "real-time scheduling refused ({}); the process thread runs at normal priority",
+                    std::io::Error::from_raw_os_error(rc)
+                ));
+            }
+        }
+    }
+    *c.process_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(tid);
+    c.cb.set_active(true);
+    c.active.store(true, Ordering::Release);
+    c.notify(crate::notify::Note::Latency);
+    c.notify(crate::notify::Note::GraphOrder);
+    0
+}
+
+/// Stops the process thread (joining it unless called from it).
+pub(crate) fn deactivate(c: &Client) -> c_int {
+    if !c.active.swap(false, Ordering::AcqRel) {
+        return 0;
+    }
+    c.cb.set_active(false);
+    c.cb.stop_waiting();
+    let tid = c
+        .process_thread
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(t) = tid {
+        // SAFETY: pthread_self is always safe; joining a thread we created once.
+        unsafe {
+            if libc::pthread_equal(t, libc::pthread_self()) == 0 {
+                if c.callbacks().process_thread.0.is_some() {
+                    // The application's own loop may never return from its thread
+                    // function; it parks in jack_cycle_wait instead. Detach it.
+                    libc::pthread_detach(t);
+                } else {
+                    libc::pthread_join(t, std::ptr::null_mut());
+                }
+            }
+        }
+    }
+    c.cb.reset_stop();
+    0
+}

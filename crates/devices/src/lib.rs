@@ -151,6 +151,12 @@ pub trait Device: Send {
     /// A snapshot of the counters. *RT* (the engine publishes it to control).
     fn counters(&self) -> DeviceCounters;
 
+    /// The largest quantum this device can run (e.g. its ring minus its watermark);
+    /// `None` for no limit. The engine never asks for more. *control*, after opening.
+    fn max_quantum(&self) -> Option<usize> {
+        None
+    }
+
     /// How late the last [`Device::wait`] returned after its deadline, in ns, for
     /// devices that sleep until a computed deadline; `None` where that is unknown. *RT*.
     fn wakeup_lateness_ns(&self) -> Option<u64> {

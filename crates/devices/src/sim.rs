@@ -642,6 +642,10 @@ impl Device for SimCard {
         self.hw.saturating_sub(self.cap_appl) as usize
     }
 
+    fn max_quantum(&self) -> Option<usize> {
+        Some(self.cfg.buffer_frames - self.cfg.period_frames)
+    }
+
     fn counters(&self) -> DeviceCounters {
         self.counters
     }

@@ -169,7 +169,7 @@ impl Engine {
     /// Builds an engine over `devices` (the first one drives the clock) without
     /// starting a thread; tests drive the returned runner cycle by cycle.
     pub fn new_manual(
-        config: EngineConfig,
+        mut config: EngineConfig,
         devices: Vec<Box<dyn Device>>,
     ) -> Result<(Engine, RtRunner), EngineError> {
         if devices.is_empty() {
@@ -191,6 +191,26 @@ impl Engine {
                 "quantum bounds must be powers of two with min ≤ default ≤ max ≤ 65536 (got {}..{}, default {})",
                 c.quantum_min, c.quantum_max, c.quantum_default
             )));
+        }
+        // A device's ring bounds the quantum (ring = quantum + watermark): never ask it
+        // for more, or it would fail and be marked gone.
+        if let Some((name, limit)) = devices
+            .iter()
+            .filter_map(|d| d.max_quantum().map(|m| (d.info().name.clone(), m)))
+            .min_by_key(|e| e.1)
+        {
+            let cap = round_quantum(limit);
+            if cap < config.quantum_min {
+                return Err(EngineError::Config(format!(
+                    "device {name} allows at most {limit} frames per cycle, below quantum_min {}",
+                    config.quantum_min
+                )));
+            }
+            if cap < config.quantum_max {
+                tracing::info!("device {name} limits the quantum to {cap} frames");
+                config.quantum_max = cap;
+                config.quantum_default = config.quantum_default.min(cap);
+            }
         }
         let rate = devices[0].info().rate;
         if let Some(d) = devices.iter().find(|d| d.info().rate != rate) {

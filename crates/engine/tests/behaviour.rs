@@ -285,3 +285,31 @@ fn subscribers_see_every_change_in_order() {
     );
     engine.shutdown_manual(runner).unwrap();
 }
+
+#[test]
+fn a_device_ring_caps_the_quantum() {
+    use quaver_devices::sim::{SimCard, SimConfig, VirtualClock};
+    let card = SimCard::with_clock(
+        SimConfig {
+            buffer_frames: 1024,
+            period_frames: 256,
+            ..SimConfig::default()
+        },
+        Box::new(VirtualClock::new()),
+    )
+    .unwrap();
+    let (engine, mut runner) = Engine::new_manual(config(1024), vec![Box::new(card)]).unwrap();
+    // 1024 - 256 = 768 frames fit; the largest power of two is 512.
+    assert_eq!(engine.config().quantum_max, 512);
+    assert_eq!(engine.quantum(), 512);
+    source(&engine, "big", 0.0, Some(1 << 16));
+    assert_eq!(engine.quantum(), 512);
+    for _ in 0..20 {
+        runner.run_cycle();
+    }
+    assert!(
+        !engine.status().devices[0].gone,
+        "the card was never asked for too much"
+    );
+    engine.shutdown_manual(runner).unwrap();
+}

@@ -586,6 +586,10 @@ impl Device for AlsaDevice {
     fn capture_delay(&self) -> usize {
         self.driver.capture_delay()
     }
+    fn max_quantum(&self) -> Option<usize> {
+        Some(self.driver.max_quantum())
+    }
+
     fn counters(&self) -> DeviceCounters {
         self.driver.counters()
     }
@@ -719,6 +723,16 @@ impl<P: PcmIo> Driver<P> {
         let p = self.play.as_ref().map_or(usize::MAX, |s| s.buffer);
         let c = self.cap.as_ref().map_or(usize::MAX, |s| s.buffer);
         p.min(c)
+    }
+
+    /// The largest quantum the ring allows: the buffer minus the minimum margin.
+    fn max_quantum(&self) -> usize {
+        let min_margin = if self.play.is_some() && !self.paced_by_clock {
+            self.margin.config().min_frames
+        } else {
+            0
+        };
+        self.buffer().saturating_sub(min_margin).max(1)
     }
 
     fn check_quantum(&mut self, quantum: usize) -> Result<(), DeviceError> {

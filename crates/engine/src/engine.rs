@@ -618,6 +618,52 @@ impl Engine {
         Ok(ids)
     }
 
+    /// Moves a node from one peer to another in a single plan, so the old links fade
+    /// out while the new ones fade in within the same cycle (no gap, no double play).
+    /// A node with outputs is moved between sinks (its output links), a node with only
+    /// inputs between sources. `from` limits which peer it leaves; `None` means all.
+    /// On error nothing changes.
+    pub fn relink(&self, node: &str, from: Option<&str>, to: &str) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        let backup = ctl.graph.clone();
+        let result = (|| {
+            let g = &mut ctl.graph;
+            let (id, _) = g.resolve(node)?;
+            let from_id = from.map(|f| g.resolve(f).map(|r| r.0)).transpose()?;
+            let n = &g.nodes[&id];
+            let outward = !n.outputs.is_empty();
+            let mine: HashSet<PortId> = if outward {
+                n.outputs.iter().copied().collect()
+            } else {
+                n.inputs.iter().copied().collect()
+            };
+            let ports = g.ports.clone();
+            g.links.retain(|_, l| {
+                let (own, peer) = if outward {
+                    (l.output, l.input)
+                } else {
+                    (l.input, l.output)
+                };
+                !(mine.contains(&own) && from_id.is_none_or(|f| ports[&peer].node == f))
+            });
+            let name = g.nodes[&id].name.clone();
+            let pairs = if outward {
+                g.link_pairs(&name, to)?
+            } else {
+                g.link_pairs(to, &name)?
+            };
+            g.add_links(&pairs)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            ctl.graph = backup;
+            return Err(e);
+        }
+        self.publish(&mut ctl)?;
+        notify(&mut ctl, GraphEvent::LinksChanged);
+        Ok(())
+    }
+
     /// Removes links between `output` and `input`; returns how many.
     pub fn unlink(&self, output: &str, input: &str) -> Result<usize, EngineError> {
         let mut ctl = self.lock();

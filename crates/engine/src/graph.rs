@@ -586,11 +586,24 @@ impl Graph {
 
     /// Nodes in processing order (every node after the nodes that feed it).
     pub fn topo_order(&self) -> Vec<NodeId> {
+        self.topo_order_with(&[])
+            .expect("links are checked to be acyclic")
+    }
+
+    /// Processing order honouring the graph's links plus `extra` port pairs (links that
+    /// are fading out for one cycle, whose ports still exist). `None` if the extra
+    /// edges would make a cycle.
+    pub fn topo_order_with(&self, extra: &[(PortId, PortId)]) -> Option<Vec<NodeId>> {
         let mut indeg: BTreeMap<NodeId, usize> = self.nodes.keys().map(|&k| (k, 0)).collect();
         let mut edges: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
         let mut seen = HashSet::new();
-        for l in self.links.values() {
-            let (a, b) = (self.ports[&l.output].node, self.ports[&l.input].node);
+        let pairs = self
+            .links
+            .values()
+            .map(|l| (l.output, l.input))
+            .chain(extra.iter().copied());
+        for (o, i) in pairs {
+            let (a, b) = (self.ports[&o].node, self.ports[&i].node);
             if seen.insert((a, b)) {
                 edges.entry(a).or_default().push(b);
                 *indeg.get_mut(&b).expect("link to unknown node") += 1;
@@ -611,12 +624,7 @@ impl Graph {
                 }
             }
         }
-        debug_assert_eq!(
-            order.len(),
-            self.nodes.len(),
-            "links are checked to be acyclic"
-        );
-        order
+        (order.len() == self.nodes.len()).then_some(order)
     }
 }
 

@@ -118,7 +118,18 @@ pub(crate) fn compile(
             .any(|n| n.kind.is_stream() || n.keep_awake),
         ..Plan::default()
     };
-    for id in graph.topo_order() {
+    // Fading-out links still carry audio for one cycle: order their source before their
+    // destination too, or the destination would fade out the source's previous cycle.
+    let fading: Vec<(PortId, PortId)> = previous
+        .iter()
+        .filter(|p| !current.contains(p))
+        .filter(|(o, i)| graph.ports.contains_key(o) && graph.ports.contains_key(i))
+        .copied()
+        .collect();
+    let order = graph
+        .topo_order_with(&fading)
+        .unwrap_or_else(|| graph.topo_order());
+    for id in order {
         let node = &graph.nodes[&id];
         let start = plan.links.len();
         let mut push = |out: PortId, inp: PortId, fade: Fade| {

@@ -313,3 +313,91 @@ fn a_device_ring_caps_the_quantum() {
     );
     engine.shutdown_manual(runner).unwrap();
 }
+
+/// Outputs the cycle number / 1000 on every channel, so a stale cycle is visible.
+struct CycleValue;
+
+impl quaver_engine::Processor for CycleValue {
+    fn process(
+        &mut self,
+        cx: &quaver_engine::CycleInfo,
+        _inputs: quaver_dsp::Planar<'_>,
+        outputs: &mut quaver_dsp::PlanarMut<'_>,
+    ) {
+        for ch in 0..outputs.channels() {
+            outputs.channel_mut(ch).fill(cx.cycle as f32 / 1000.0);
+        }
+    }
+}
+
+#[test]
+fn a_fading_link_carries_the_current_cycle_not_the_previous_one() {
+    let q = 256;
+    let dev = RecordingDevice::new(RATE, 64 * q);
+    let left = dev.left.clone();
+    let (engine, mut runner) = Engine::new_manual(config(q), vec![Box::new(dev)]).unwrap();
+    // The filter gets the lower id, so without the fading link it would run first.
+    let mut f = NodeSpec::new("thru", NodeKind::Filter);
+    f.inputs = ChannelMap::stereo();
+    f.outputs = ChannelMap::stereo();
+    engine.add_node(f, Some(Box::new(Thru))).unwrap();
+    let mut s = NodeSpec::new("counter", NodeKind::Filter);
+    s.outputs = ChannelMap::stereo();
+    engine.add_node(s, Some(Box::new(CycleValue))).unwrap();
+    engine.link("counter", "thru").unwrap();
+    engine.link("thru", "test-sink").unwrap();
+    while runner.pending() > 0 {
+        runner.run_cycle();
+    }
+    runner.run_cycle();
+    engine.unlink("counter", "thru").unwrap();
+    let fade_cycle = engine
+        .stats()
+        .cycles
+        .load(std::sync::atomic::Ordering::Relaxed);
+    runner.run_cycle();
+    let out = left.lock().unwrap().clone();
+    let first = out[fade_cycle as usize * q];
+    let current = fade_cycle as f32 / 1000.0;
+    assert!(
+        (first - current * 63.0 / 64.0).abs() < 1e-6,
+        "fade-out sample {first}, expected the current cycle's value {current} ramped"
+    );
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn relink_moves_a_stream_in_one_cycle() {
+    let q = 256;
+    let dev = RecordingDevice::new(RATE, 64 * q);
+    let left = dev.left.clone();
+    let (engine, mut runner) = Engine::new_manual(config(q), vec![Box::new(dev)]).unwrap();
+    let mut f = NodeSpec::new("other", NodeKind::Filter);
+    f.inputs = ChannelMap::stereo();
+    f.outputs = ChannelMap::stereo();
+    engine.add_node(f, Some(Box::new(Thru))).unwrap();
+    source(&engine, "dc", 0.5, None);
+    engine.link("dc", "test-sink").unwrap();
+    settle(&mut runner, &[&left]);
+    let rx = engine.subscribe();
+    engine.relink("dc", Some("test-sink"), "other").unwrap();
+    assert_eq!(runner.pending(), 1, "one plan for the whole move");
+    runner.run_cycle();
+    runner.run_cycle();
+    let out = left.lock().unwrap().clone();
+    assert!(out[0] < 0.5 && out[0] > 0.49 && out[64..q].iter().all(|&s| s == 0.0));
+    assert!(out[q..].iter().all(|&s| s == 0.0));
+    let g = engine.graph();
+    let dests: Vec<String> = g
+        .links
+        .values()
+        .filter(|l| g.ports[&l.output].node == g.node_by_name("dc").unwrap().id)
+        .map(|l| g.port_path(l.input))
+        .collect();
+    assert_eq!(dests, vec!["other:input_FL", "other:input_FR"]);
+    assert_eq!(rx.try_iter().count(), 1);
+    // A failed move changes nothing.
+    assert!(engine.relink("dc", None, "nope").is_err());
+    assert_eq!(engine.graph().links.len(), g.links.len());
+    engine.shutdown_manual(runner).unwrap();
+}

@@ -382,8 +382,8 @@ impl Server {
 }
 
 impl Server {
-    /// Moves stream node `index` to device `dev`: the new link first, so the stream is
-    /// never unlinked, then the old one goes. The owning client is told.
+    /// Moves stream node `index` to device `dev` in one engine plan (a crossfade within
+    /// one cycle: never silent, never on both). The owning client is told.
     pub fn move_stream(
         &self,
         graph: &Graph,
@@ -411,17 +411,11 @@ impl Server {
             tracing::warn!("pulse: moving {}: {e}", node.name);
             PulseError::Invalid
         };
-        if playback {
-            self.engine.link(&node.name, &dev_node.name).map_err(err)?;
-            if let Some(o) = old {
-                let _ = self.engine.unlink(&node.name, &graph.nodes[&o].name);
-            }
-        } else {
-            self.engine.link(&dev_node.name, &node.name).map_err(err)?;
-            if let Some(o) = old {
-                let _ = self.engine.unlink(&graph.nodes[&o].name, &node.name);
-            }
-        }
+        // One plan: the old links fade out while the new ones fade in, in one cycle.
+        let from = old.map(|o| graph.nodes[&o].name.clone());
+        self.engine
+            .relink(&node.name, from.as_deref(), &dev_node.name)
+            .map_err(err)?;
         let owner = self.lock().streams.get(&index).map(|s| s.client);
         if let Some(owner) = owner
             && let Some(c) = self.lock().clients.get(&owner)

@@ -10,8 +10,9 @@ use crate::progress::Progress;
 use crate::report::{self, ModeOutput, Record};
 use crate::stress::{StressDevice, StressOptions};
 use crate::stressor::{StressorConfig, StressorKind};
-use crate::{Ctx, daemon, latency, load, peers, rng, stress, stressor};
-use anyhow::{Result, bail};
+use crate::synth::{Mark, SynthOptions};
+use crate::{Ctx, daemon, latency, load, peers, rng, stress, stressor, synth};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -131,9 +132,42 @@ pub enum Mode {
         #[command(flatten)]
         common: Common,
     },
-    /// SynthMark-like voice, latency, jitter and switch marks (not yet: needs the
-    /// low-latency callback clients of issue 5).
+    /// SynthMark-like voice, latency, jitter and switch marks: N voices rendered in a
+    /// low-latency callback client.
     Synth {
+        /// Marks to run.
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["voice", "latency", "jitter", "switch"])]
+        marks: Vec<Mark>,
+        /// Quantum of the voice, jitter and switch marks, frames.
+        #[arg(long, default_value_t = 128)]
+        quantum: usize,
+        /// Voice mark budget: mean render time as a percentage of the cycle.
+        #[arg(long, default_value_t = 50.0)]
+        budget: f64,
+        /// Most voices (default 4096; 512 with --quick).
+        #[arg(long)]
+        max_voices: Option<usize>,
+        /// Voices of the latency and jitter marks (default: half the voice mark, else 32).
+        #[arg(long)]
+        voices: Option<usize>,
+        /// Quanta the latency mark tries.
+        #[arg(long, value_delimiter = ',', default_values_t = [16usize, 32, 64, 128, 256, 512, 1024])]
+        quanta: Vec<usize>,
+        /// Jitter mark and each switch run, seconds (default 10; 1–1.5 with --quick).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Switch mark: toggle period, ms (default 500; 200 with --quick).
+        #[arg(long)]
+        switch_period_ms: Option<u64>,
+        /// Switch mark: low voice count.
+        #[arg(long, default_value_t = 4)]
+        switch_low: usize,
+        /// Switch mark: high voice count (default: 1.5 × the voice mark, else 256).
+        #[arg(long)]
+        switch_high: Option<usize>,
+        /// Sample rate.
+        #[arg(long, default_value_t = 48_000)]
+        rate: u32,
         /// Options every mode takes.
         #[command(flatten)]
         common: Common,
@@ -192,7 +226,7 @@ impl Mode {
             Mode::Latency { common, .. }
             | Mode::Load { common, .. }
             | Mode::Stress { common, .. }
-            | Mode::Synth { common }
+            | Mode::Synth { common, .. }
             | Mode::Peers { common, .. } => Some(common),
             Mode::Stressor { .. } => None,
         }
@@ -238,12 +272,6 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         )?;
         println!("{}", serde_json::to_string(&ops)?);
         return Ok(());
-    }
-    if let Mode::Synth { .. } = &cli.mode {
-        bail!(
-            "synth is not available yet: it renders voices inside a low-latency process \
-             callback, which needs the JACK-style callback clients of issue 5"
-        );
     }
     let common = cli.mode.common().expect("not the stressor").clone();
     let quaverd = find_quaverd(common.quaverd.as_deref())?;
@@ -346,7 +374,42 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             o.latency_ms = *latency_ms;
             peers::render(&peers::run(&mut ctx, &o)?)
         }
-        Mode::Synth { .. } | Mode::Stressor { .. } => unreachable!("handled above"),
+        Mode::Synth {
+            marks,
+            quantum,
+            budget,
+            max_voices,
+            voices,
+            quanta,
+            duration,
+            switch_period_ms,
+            switch_low,
+            switch_high,
+            rate,
+            ..
+        } => {
+            let mut o = SynthOptions::new(quick);
+            o.marks = marks.clone();
+            o.quantum = *quantum;
+            o.budget = budget / 100.0;
+            if let Some(m) = max_voices {
+                o.max_voices = *m;
+            }
+            o.voices = *voices;
+            o.quanta = quanta.clone();
+            if let Some(d) = duration {
+                o.jitter_seconds = *d;
+                o.switch_seconds = *d;
+            }
+            if let Some(p) = switch_period_ms {
+                o.switch_period_ms = *p;
+            }
+            o.switch_low = *switch_low;
+            o.switch_high = *switch_high;
+            o.rate = *rate;
+            synth::render(&synth::run(&mut ctx, &o)?)
+        }
+        Mode::Stressor { .. } => unreachable!("handled above"),
     };
     let finished = Utc::now();
     let invocation = invocation(argv);
@@ -452,7 +515,19 @@ mod tests {
     }
 
     #[test]
-    fn synth_explains_what_is_missing() {
-        assert_eq!(main_with(argv("quaver-bench synth")), 1);
+    fn synth_parses_its_marks() {
+        let c = Cli::try_parse_from(argv(
+            "quaver-bench synth --marks voice,switch --switch-high 300 --quick",
+        ))
+        .unwrap();
+        match c.mode {
+            Mode::Synth {
+                marks, switch_high, ..
+            } => {
+                assert_eq!(marks, vec![Mark::Voice, Mark::Switch]);
+                assert_eq!(switch_high, Some(300));
+            }
+            m => panic!("{m:?}"),
+        }
     }
 }

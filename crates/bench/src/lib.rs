@@ -12,8 +12,9 @@
 //! - [`stress`]: the real-time thread's wakeup lateness and cycle time while CPU, disk
 //!   and memory stressors run, next to cyclictest's figure for the same load;
 //! - [`peers`]: the same PulseAudio-protocol workload (N `pacat` clients) against
-//!   quaverd and PulseAudio, side by side; `synth` waits for low-latency callback
-//!   clients (see `docs/bench.md`).
+//!   quaverd and PulseAudio, side by side;
+//! - [`synth`]: SynthMark-like voice, latency, jitter and switch marks, voices rendered
+//!   in a low-latency callback client.
 //!
 //! Benchmarks measure; the tests of this crate check that the instruments measure
 //! what they claim (e.g. a known injected delay shows up in `latency`), never timing.
@@ -39,6 +40,7 @@ pub mod stats;
 pub mod stress;
 pub mod stressor;
 pub mod svg;
+pub mod synth;
 
 use daemon::{Daemon, DaemonSpec};
 use std::path::PathBuf;

@@ -207,11 +207,86 @@ fn stress_quick_writes_its_report() {
 }
 
 #[test]
-fn synth_and_bad_quaverd_fail_with_a_reason() {
+fn synth_quick_measures_what_it_says() {
+    let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();
-    let o = bench(&["synth"], dir.path());
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("issue 5"));
+    let out = ok(&bench(
+        &[
+            "synth",
+            "--quick",
+            "--max-voices",
+            "256",
+            "--quanta",
+            "64,256",
+            "--voices",
+            "8",
+            "--duration",
+            "0.6",
+            "--seed",
+            "9",
+        ],
+        dir.path(),
+    ));
+    assert!(out.contains("voice") && out.contains("switch"), "{out}");
+    let v = record(dir.path(), "synth");
+    check_common(&v, "synth", 9);
+    let r = &v["results"];
+    // Voice mark: more voices, more render time per cycle (work grows 2× per point;
+    // the first and the last point are at least 8× apart).
+    let pts = r["voice"]["points"].as_array().unwrap();
+    assert!(pts.len() >= 4, "{pts:?}");
+    let render = |p: &serde_json::Value| {
+        p["stats"]["render_ns"].as_f64().unwrap() / p["stats"]["cycles"].as_f64().unwrap()
+    };
+    let (first, last) = (&pts[0], &pts[pts.len() - 1]);
+    assert!(last["voices"].as_u64().unwrap() >= 8 * first["voices"].as_u64().unwrap());
+    assert!(render(last) > render(first), "{first} vs {last}");
+    for p in pts {
+        assert!(p["stats"]["cycles"].as_u64().unwrap() > 0);
+        assert_eq!(p["quantum"], 128);
+        // Every callback rendered the voice count asked for (give or take the one
+        // callback in flight at a snapshot).
+        let per_cycle = p["voices"].as_u64().unwrap() * 128;
+        let expect = per_cycle * p["stats"]["cycles"].as_u64().unwrap();
+        let got = p["stats"]["voice_frames"].as_u64().unwrap();
+        assert!(got.abs_diff(expect) <= per_cycle, "{got} vs {expect}");
+    }
+    // Latency mark: each requested quantum is the one the callback ran at.
+    for p in r["latency"]["points"].as_array().unwrap() {
+        assert_eq!(p["window"]["quantum"], p["requested"]);
+        assert_eq!(p["window"]["voices"], 8);
+    }
+    let j = &r["jitter"]["window"];
+    assert!(j["stats"]["cycles"].as_u64().unwrap() > 0);
+    let wake: u64 = j["stats"]["wake"]["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .sum();
+    assert_eq!(wake, j["stats"]["cycles"].as_u64().unwrap());
+    // Switch: adaptive on and off, honestly labelled while quaverd has no control.
+    let sw = r["switch"].as_array().unwrap();
+    assert_eq!(sw.len(), 2);
+    assert_eq!(sw[0]["adaptive"], "on");
+    assert_eq!(sw[1]["adaptive"], "off");
+    assert_eq!(r["adaptive_quantum_available"], false);
+    assert!(sw[0]["label"].as_str().unwrap().contains("not available"));
+    for s in sw {
+        assert_eq!(s["final_quantum"], 128);
+        assert!(s["timeline"].as_array().unwrap().len() >= 3);
+    }
+    let md = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().extension().is_some_and(|x| x == "md"))
+        .unwrap();
+    let md = std::fs::read_to_string(md.path()).unwrap();
+    assert!(md.contains("no adaptive quantum control yet"), "{md}");
+}
+
+#[test]
+fn a_bad_quaverd_fails_with_a_reason() {
     let o = Command::new(common::bench_bin())
         .args(["latency", "--quick", "--quaverd", "/nonexistent/quaverd"])
         .output()

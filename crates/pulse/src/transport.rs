@@ -119,6 +119,11 @@ pub struct PlaySource {
     removed: u64,
     played: u64,
     notify: bool,
+    /// Frames the read index ran ahead of the data (silence read past the write index
+    /// of a stream without prebuffering); dropped from the next data, as PulseAudio's
+    /// memblockq drops writes behind its read index.
+    debt: u64,
+    flush_seen: u64,
 }
 
 impl PlaySource {
@@ -134,6 +139,8 @@ impl PlaySource {
             removed: 0,
             played: 0,
             notify: false,
+            debt: 0,
+            flush_seen: 0,
         }
     }
 
@@ -160,6 +167,11 @@ impl PlaySource {
 
     fn discard_flushed(&mut self) {
         let target = self.shared.flush_to.load(Acquire);
+        if target != self.flush_seen {
+            // A flush moves the write index back to the read index: no debt left.
+            self.flush_seen = target;
+            self.debt = 0;
+        }
         while self.removed < target {
             let n = ((target - self.removed) as usize).min(self.queued());
             if n == 0 {
@@ -181,6 +193,18 @@ impl FrameSource for PlaySource {
 
     fn read(&mut self, out: &mut [f32]) -> usize {
         self.discard_flushed();
+        while self.debt > 0 {
+            let n = (self.debt as usize).min(self.queued());
+            if n == 0 {
+                break;
+            }
+            match self.ring.read_chunk(n * self.channels) {
+                Ok(c) => c.commit_all(),
+                Err(_) => break,
+            }
+            self.removed += n as u64;
+            self.debt -= n as u64;
+        }
         let mut flags = self.shared.flags.load(Acquire);
         if flags & F_PREBUF != 0 {
             self.shared.flags.fetch_and(!F_PREBUF, AcqRel);
@@ -218,19 +242,33 @@ impl FrameSource for PlaySource {
             self.consumed += n as u64;
             self.removed += n as u64;
         }
+        let no_prebuf = self.shared.prebuf.load(Relaxed) == 0;
         if n < want && !self.in_prebuf {
             // The queue ran dry: an underrun unless the client is draining.
             if !self.dry {
                 self.dry = true;
-                self.shared.playing.store(false, Release);
+                // Without prebuffering the stream keeps running (on silence).
+                self.shared
+                    .playing
+                    .store(no_prebuf && flags & F_DRAIN == 0, Release);
                 if flags & F_DRAIN == 0 {
                     self.shared.underrun_at.store(self.consumed, Relaxed);
                     self.shared.underruns.fetch_add(1, Release);
                     self.notify = true;
                 }
             }
-            if self.shared.prebuf.load(Relaxed) > 0 {
+            if !no_prebuf {
                 self.in_prebuf = true;
+            } else if flags & F_DRAIN == 0 {
+                // PulseAudio's memblockq without prebuffering hands out silence and
+                // its read index moves on past the write index (so clocks built on
+                // the read index, e.g. GStreamer's pulsesink, keep running); data
+                // later written behind the read index is dropped.
+                let gap = want - n;
+                out[n * self.channels..want * self.channels].fill(0.0);
+                self.consumed += gap as u64;
+                self.debt += gap as u64;
+                return want;
             }
         }
         n
@@ -435,6 +473,34 @@ mod tests {
         shared.set_flag(F_TRIGGER, true);
         assert_eq!(src.read(&mut out), 1);
         assert_eq!(shared.starts.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn without_prebuf_the_read_index_runs_on_over_silence_and_late_data_is_dropped() {
+        let b = bell();
+        let shared = Arc::new(PlayShared::new(b.clone(), 0, false));
+        let (mut tx, rx) = rtrb::RingBuffer::new(64);
+        let mut src = PlaySource::new(shared.clone(), rx, 1);
+        let mut out = [9f32; 4];
+        tx.push(1.0).unwrap();
+        tx.push(2.0).unwrap();
+        // Two frames of data, then silence: the whole read is served.
+        assert_eq!(src.read(&mut out), 4);
+        assert_eq!(out, [1.0, 2.0, 0.0, 0.0]);
+        assert_eq!(shared.underruns.load(Relaxed), 1);
+        assert!(shared.playing.load(Relaxed), "still running on silence");
+        src.report(0, 0, 0, true);
+        assert_eq!(shared.consumed.load(Relaxed), 4);
+        // Frames written behind the read index (the two silent ones) are skipped.
+        for x in [3.0, 4.0, 5.0] {
+            tx.push(x).unwrap();
+        }
+        let mut out = [9f32; 2];
+        assert_eq!(src.read(&mut out), 2);
+        assert_eq!(out, [5.0, 0.0]);
+        // Draining: no more silence, so the drain can complete.
+        shared.set_flag(F_DRAIN, true);
+        assert_eq!(src.read(&mut out), 0);
     }
 
     #[test]

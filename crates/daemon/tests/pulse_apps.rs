@@ -1,0 +1,279 @@
+//! Real applications' PulseAudio outputs and inputs against a private quaverd: mpv,
+//! ffmpeg and GStreamer play into a file sink and record from the null sink's monitor;
+//! the audio that arrives is compared with what was sent.
+
+mod common;
+#[macro_use]
+mod pulse_util;
+
+use common::*;
+use pulse_util::*;
+
+/// Skips the calling test (loudly) when an application is missing.
+macro_rules! require_app {
+    ($pkg:expr, $($t:expr),+) => {
+        if !pulse_util::have(&[$($t),+]) {
+            eprintln!(
+                "SKIPPED {}: needs {:?} (apt-get install {}); not tested",
+                module_path!(),
+                [$($t),+],
+                $pkg
+            );
+            return;
+        }
+    };
+}
+
+/// Largest sample difference between `input` and `out`, aligned on the first
+/// non-zero sample (input starts with a non-zero sample). Panics if `out` is short.
+fn max_diff(out: &[i16], input: &[i16], what: &str) -> i32 {
+    let start = onset(out) - onset(input);
+    assert!(
+        out.len() >= start + input.len(),
+        "{what}: output has {} samples after the onset, input {}",
+        out.len() - start,
+        input.len()
+    );
+    out[start..start + input.len()]
+        .iter()
+        .zip(input)
+        .map(|(&a, &b)| (a as i32 - b as i32).abs())
+        .max()
+        .unwrap()
+}
+
+/// Normalised correlation of `input` with `out` at the onset alignment.
+fn correlation(out: &[i16], input: &[i16]) -> f64 {
+    let start = onset(out) - onset(input);
+    let o = &out[start..(start + input.len()).min(out.len())];
+    let (mut xy, mut xx, mut yy) = (0f64, 0f64, 0f64);
+    for (&a, &b) in o.iter().zip(input) {
+        let (a, b) = (a as f64, b as f64);
+        xy += a * b;
+        xx += a * a;
+        yy += b * b;
+    }
+    xy / (xx * yy).sqrt()
+}
+
+/// Two seconds of stereo noise at 48 kHz whose first sample is non-zero.
+fn test_input(seed: u64) -> Vec<i16> {
+    let mut s = noise_s16(48000 * 2 * 2, seed, 16000);
+    if s[0] == 0 {
+        s[0] = 1000;
+    }
+    s
+}
+
+/// Runs an application (not a libpulse tool) aimed at `d`, bounded, and asserts success.
+fn run_app(d: &Daemon, prog: &str, args: &[&str]) -> String {
+    let child = pa(d, prog)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {prog}: {e}"));
+    let out = wait_output(child, WAIT);
+    assert!(
+        out.status.success(),
+        "{prog} failed ({}): {}\n--- quaverd log ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        d.log_text()
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Plays `args` (which read in.wav) into a 48 kHz stereo s16 file sink and returns what
+/// the sink wrote next to the input.
+fn play_into_file(prog: &str, args: &[&str], seed: u64) -> (Vec<i16>, Vec<i16>) {
+    play_padded_into_file(prog, args, seed, 0)
+}
+
+/// Like [`play_into_file`], with `pad` seconds of silence after the signal in in.wav
+/// (for players that disconnect without draining, as PulseAudio then drops what is
+/// still queued).
+fn play_padded_into_file(prog: &str, args: &[&str], seed: u64, pad: usize) -> (Vec<i16>, Vec<i16>) {
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
+    let input = test_input(seed);
+    let mut file = input.clone();
+    file.resize(input.len() + pad * 48000 * 2, 0);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &file);
+    run_app(&d, prog, args);
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (spec, out) = read_wav_s16(&out_path);
+    assert_eq!((spec.sample_rate, spec.channels), (48000, 2));
+    (out, input)
+}
+
+#[test]
+fn mpv_ao_pulse_plays_bit_exact() {
+    require_app!("mpv", "mpv");
+    let (out, input) = play_into_file(
+        "mpv",
+        &[
+            "--ao=pulse",
+            "--no-video",
+            "--no-config",
+            "--really-quiet",
+            "--audio-format=s16",
+            "in.wav",
+        ],
+        71,
+    );
+    assert_contains_exactly(&out, &input, "mpv --ao=pulse");
+}
+
+#[test]
+fn ffmpeg_pulse_output_plays_bit_exact() {
+    require_app!("ffmpeg", "ffmpeg");
+    // ffmpeg's pulse muxer disconnects at the end without draining: the silence after
+    // the signal is what PulseAudio (and quaverd) drop.
+    let (out, input) = play_padded_into_file(
+        "ffmpeg",
+        &[
+            "-nostdin",
+            "-loglevel",
+            "error",
+            "-re",
+            "-i",
+            "in.wav",
+            "-f",
+            "pulse",
+            "default",
+        ],
+        72,
+        3,
+    );
+    assert_contains_exactly(&out, &input, "ffmpeg -f pulse");
+}
+
+#[test]
+fn gstreamer_pulsesink_plays_bit_exact() {
+    require_app!(
+        "gstreamer1.0-tools gstreamer1.0-pulseaudio",
+        "gst-launch-1.0"
+    );
+    let (out, input) = play_into_file(
+        "gst-launch-1.0",
+        &[
+            "-q",
+            "filesrc",
+            "location=in.wav",
+            "!",
+            "decodebin",
+            "!",
+            "audioconvert",
+            "!",
+            "pulsesink",
+        ],
+        73,
+    );
+    assert_contains_exactly(&out, &input, "gst pulsesink");
+}
+
+/// Starts a recorder on the null sink's monitor, plays in.wav with paplay once the
+/// recorder's stream exists, lets the recorder finish, and returns what it wrote.
+fn record_monitor(
+    prog: &str,
+    args: &[&str],
+    seed: u64,
+    stop: impl FnOnce(std::process::Child) -> std::process::Output,
+) -> (Vec<i16>, Vec<i16>) {
+    let d = pulse_util::start(&["--device", "null"]);
+    let input = test_input(seed);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let rec = pa(&d, prog)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {prog}: {e}"));
+    assert!(
+        wait_until(WAIT, || {
+            let o = run_pa(&d, "pactl", &["list", "short", "source-outputs"]);
+            pa_ok(&d, &o).lines().count() == 1
+        }),
+        "{prog}'s record stream did not appear\n{}",
+        d.log_text()
+    );
+    pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
+    let out = stop(rec);
+    assert!(
+        out.status.success(),
+        "{prog} failed ({}): {}\n--- quaverd log ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        d.log_text()
+    );
+    let (spec, got) = read_wav_s16(&d.path("rec.wav"));
+    assert_eq!((spec.sample_rate, spec.channels), (48000, 2));
+    (got, input)
+}
+
+#[test]
+fn ffmpeg_pulse_input_records_the_monitor_bit_exact() {
+    require_app!("ffmpeg", "ffmpeg");
+    require_tools!("paplay", "pactl");
+    // Six seconds: the two-second file is played once the recorder is running.
+    let (got, input) = record_monitor(
+        "ffmpeg",
+        &[
+            "-nostdin",
+            "-loglevel",
+            "error",
+            "-f",
+            "pulse",
+            "-sample_rate",
+            "48000",
+            "-channels",
+            "2",
+            "-i",
+            "null-sink.monitor",
+            "-t",
+            "6",
+            "-c:a",
+            "pcm_s16le",
+            "rec.wav",
+        ],
+        74,
+        |c| wait_output(c, WAIT),
+    );
+    assert_contains_exactly(&got, &input, "ffmpeg -f pulse -i monitor");
+}
+
+#[test]
+fn gstreamer_pulsesrc_records_the_monitor_bit_exact() {
+    require_app!(
+        "gstreamer1.0-tools gstreamer1.0-pulseaudio",
+        "gst-launch-1.0"
+    );
+    require_tools!("paplay", "pactl");
+    // 6 s at 48 kHz in buffers of 1024 frames: num-buffers=282.
+    let (got, input) = record_monitor(
+        "gst-launch-1.0",
+        &[
+            "-q",
+            "pulsesrc",
+            "device=null-sink.monitor",
+            "num-buffers=282",
+            "blocksize=4096",
+            "!",
+            "audio/x-raw,format=S16LE,rate=48000,channels=2",
+            "!",
+            "wavenc",
+            "!",
+            "filesink",
+            "location=rec.wav",
+        ],
+        75,
+        |c| wait_output(c, WAIT),
+    );
+    let d = max_diff(&got, &input, "gst pulsesrc");
+    assert!(
+        d == 0,
+        "gst pulsesrc: max difference {d}, correlation {}",
+        correlation(&got, &input)
+    );
+}

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use quaver_protocol::shm::{FLAG_CLIENT_DRAIN, FLAG_SERVER_ERROR, FLAG_SERVER_STARTED};
-use quaver_protocol::{CallbackParams, CallbackPort, ChannelPosition, PortDirection};
+use quaver_protocol::{CallbackParams, CallbackPort, ChannelPosition, GraphEvent, PortDirection};
 use quaver_protocol::{
     Direction, Doorbell, ErrorCode, FrameError, FramedSocket, GraphInfo, PROTOCOL_VERSION,
     ProtocolError, Reply, ReplyEnvelope, Request, RequestEnvelope, ShmError, ShmRing, StatusInfo,
@@ -205,8 +205,10 @@ impl Connection {
             };
             // v1 servers answer in order and send nothing unsolicited; a stray id
             // (e.g. a late reply to a request that timed out) is skipped, and its
-            // fds are closed by dropping them.
-            if reply.id != id {
+            // fds are closed by dropping them. A request the server could not parse
+            // (e.g. one it is too old to know) is answered by an error with id 0.
+            let unparsed = reply.id == 0 && matches!(reply.reply, Reply::Error { .. });
+            if reply.id != id && !unparsed {
                 continue;
             }
             return match reply.reply {
@@ -417,6 +419,13 @@ impl Connection {
         self.request_ok(Request::RemovePort { node, port })
     }
 
+    /// Turns this connection into a stream of graph and device events (the server
+    /// then reads no more requests from it; use another connection for those).
+    pub fn watch(mut self) -> Result<GraphWatcher> {
+        self.request_ok(Request::Watch)?;
+        Ok(GraphWatcher { sock: self.sock })
+    }
+
     /// Asks for a quantum (frames per cycle) for a node of this connection, or
     /// withdraws the request with `None`. The server honours the smallest request
     /// within its bounds; callback clients see the result in each cycle's frames.
@@ -424,6 +433,45 @@ impl Connection {
         let req = Request::SetQuantum { node, quantum };
         req.validate().map_err(ClientError::InvalidArgument)?;
         self.request_ok(req)
+    }
+}
+
+/// Graph and device change events from a connection that asked to
+/// [`Connection::watch`]. Poll its fd for readability to wait on it with other fds.
+#[derive(Debug)]
+pub struct GraphWatcher {
+    sock: FramedSocket,
+}
+
+impl GraphWatcher {
+    /// The next event, waiting at most `timeout` (`None`: forever); `Ok(None)` on
+    /// timeout, `Err(Disconnected)` once the server closed the connection.
+    pub fn next_event(&mut self, timeout: Option<Duration>) -> Result<Option<GraphEvent>> {
+        use std::os::fd::AsFd;
+        if !quaver_protocol::framing::poll_fd(
+            self.sock.get_ref().as_fd(),
+            rustix::event::PollFlags::IN,
+            timeout,
+        )? {
+            return Ok(None);
+        }
+        loop {
+            // The server writes whole frames; once readable, the rest follows at once.
+            let got = self.sock.recv_json::<ReplyEnvelope>()?;
+            let Some((env, _fds)) = got else {
+                return Err(ClientError::Disconnected);
+            };
+            match env.reply {
+                Reply::Event(e) => return Ok(Some(e)),
+                _ => continue,
+            }
+        }
+    }
+}
+
+impl std::os::fd::AsFd for GraphWatcher {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.sock.get_ref().as_fd()
     }
 }
 

@@ -276,6 +276,16 @@ fn pow2_ceil(n: usize) -> usize {
     n.max(1).next_power_of_two()
 }
 
+/// True if the client closed its end (checked without reading: a watching client
+/// sends nothing, so any readable state means EOF or garbage, and either ends it).
+fn peer_gone(sock: &FramedSocket) -> bool {
+    let mut fds = [rustix::event::PollFd::new(
+        sock.get_ref(),
+        rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
+    )];
+    matches!(rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
+}
+
 fn peer_pid(stream: &UnixStream) -> Option<u32> {
     rustix::net::sockopt::socket_peercred(stream)
         .ok()
@@ -435,12 +445,55 @@ impl NativeServer {
                         Vec::new(),
                     ),
                 }
+            } else if env.request == Request::Watch {
+                if send_reply(&mut sock, env.id, Reply::Ok, &[]).is_err() {
+                    return;
+                }
+                self.watch_loop(id, &mut sock);
+                return;
             } else {
                 self.handle(id, env.request)
             };
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
             if let Err(e) = send_reply(&mut sock, env.id, reply, &borrowed) {
                 tracing::debug!("client {id}: send failed: {e}");
+                return;
+            }
+        }
+    }
+
+    /// Serves a connection that asked to `watch`: one event per graph or device change
+    /// until the client goes away (noticed at the next send, or by a hangup poll).
+    fn watch_loop(&self, client: u32, sock: &mut FramedSocket) {
+        use quaver_engine::GraphEvent as E;
+        let rx = self.engine.subscribe();
+        tracing::debug!("client {client} watches the graph");
+        loop {
+            // Wake up now and then only to notice a client that left while nothing
+            // changed; an event is sent at once.
+            let e = match rx.recv_timeout(std::time::Duration::from_secs(5)) {
+                Ok(e) => e,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if peer_gone(sock) {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let (event, node) = match e {
+                E::NodeAdded(n) => ("node_added", Some(n)),
+                E::NodeRemoved(n) => ("node_removed", Some(n)),
+                E::NodeChanged(n) => ("node_changed", Some(n)),
+                E::LinksChanged => ("links_changed", None),
+                E::Suspended(true) => ("suspended", None),
+                E::Suspended(false) => ("resumed", None),
+            };
+            let reply = Reply::Event(GraphEvent {
+                event: event.into(),
+                node,
+            });
+            if send_reply(sock, 0, reply, &[]).is_err() {
                 return;
             }
         }
@@ -453,6 +506,7 @@ impl NativeServer {
                 Reply::error(ErrorCode::BadRequest, "hello was already sent"),
                 none,
             ),
+            Request::Watch => (Reply::Ok, none),
             Request::Status => (Reply::Status(self.status()), none),
             Request::Timing => (Reply::Timing(self.timing()), none),
             Request::Graph => (Reply::Graph(self.graph_info()), none),

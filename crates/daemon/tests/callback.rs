@@ -338,3 +338,37 @@ fn bad_callback_requests_are_refused_clearly() {
     assert!(node_info(&mut conn, "small").is_none());
     d.stop();
 }
+
+#[test]
+fn a_watching_connection_hears_about_every_change() {
+    let mut d = Daemon::start(&[]);
+    let mut w = d.connect("watcher").watch().unwrap();
+    assert_eq!(w.next_event(Some(Duration::from_millis(50))).unwrap(), None);
+    let mut conn = d.connect("actor");
+    let mut p = params("cb", None);
+    p.max_outputs = Some(2);
+    let c = conn.create_callback(p).unwrap();
+    let mut seen = Vec::new();
+    let mut next = |w: &mut quaver_client::GraphWatcher| {
+        let e = w.next_event(Some(WAIT)).unwrap().expect("an event");
+        (e.event, e.node)
+    };
+    seen.push(next(&mut w));
+    assert_eq!(seen[0], ("node_added".into(), Some(c.node())));
+    conn.link("cb", "null-sink").unwrap();
+    assert_eq!(next(&mut w), ("links_changed".into(), None));
+    conn.add_port(c.node(), PortDirection::Out, "more", None)
+        .unwrap();
+    assert_eq!(next(&mut w), ("node_changed".into(), Some(c.node())));
+    drop(c);
+    drop(conn);
+    assert_eq!(
+        next(&mut w),
+        ("node_removed".into(), Some(seen[0].1.unwrap()))
+    );
+    d.stop();
+    assert!(matches!(
+        w.next_event(Some(WAIT)),
+        Err(ClientError::Disconnected) | Err(ClientError::Protocol(_))
+    ));
+}

@@ -584,7 +584,10 @@ impl Graph {
         Ok(removed)
     }
 
-    /// Nodes in processing order (every node after the nodes that feed it).
+    /// Nodes in processing order (every node after the nodes that feed it), level by
+    /// level: every node whose inputs are ready comes before any node that must wait
+    /// for another, so independent split-phase nodes (callback clients) are all woken
+    /// before the first wait for one of them.
     pub fn topo_order(&self) -> Vec<NodeId> {
         self.topo_order_with(&[])
             .expect("links are checked to be acyclic")
@@ -609,17 +612,17 @@ impl Graph {
                 *indeg.get_mut(&b).expect("link to unknown node") += 1;
             }
         }
-        let mut ready: Vec<NodeId> = indeg.iter().filter(|e| *e.1 == 0).map(|e| *e.0).collect();
-        ready.reverse();
+        let mut ready: std::collections::VecDeque<NodeId> =
+            indeg.iter().filter(|e| *e.1 == 0).map(|e| *e.0).collect();
         let mut order = Vec::with_capacity(self.nodes.len());
-        while let Some(n) = ready.pop() {
+        while let Some(n) = ready.pop_front() {
             order.push(n);
             if let Some(next) = edges.get(&n) {
                 for &m in next {
                     let d = indeg.get_mut(&m).expect("node");
                     *d -= 1;
                     if *d == 0 {
-                        ready.push(m);
+                        ready.push_back(m);
                     }
                 }
             }
@@ -696,6 +699,20 @@ mod tests {
             g.unlink("play", "sink"),
             Err(EngineError::NoSuchLink(_))
         ));
+    }
+
+    #[test]
+    fn topo_order_puts_every_source_before_any_sink() {
+        // a → sink, and b unlinked: b must not wait behind the sink (which waits for a).
+        let (mut g, sink, play) = stereo_graph();
+        let mut b = NodeSpec::new("b", NodeKind::Filter);
+        b.outputs = ChannelMap::mono();
+        let b = g.add_node(&b, 7);
+        let p = g.link_pairs("play", "sink").unwrap();
+        g.add_links(&p).unwrap();
+        let order = g.topo_order();
+        let pos = |n| order.iter().position(|&x| x == n).unwrap();
+        assert!(pos(play) < pos(sink) && pos(b) < pos(sink), "{order:?}");
     }
 
     #[test]

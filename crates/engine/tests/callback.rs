@@ -162,17 +162,19 @@ fn the_client_sees_the_current_cycle_and_async_mode_adds_one_quantum() {
 #[test]
 fn a_hung_client_costs_one_deadline_and_nothing_to_the_others() {
     let (engine, mut runner, left) = engine(1024 * Q);
+    // The hung client is created first, so it comes first among equals in the plan:
+    // the other one must still be woken before the wait for it.
+    let (bad, bad_stats) = add_client(
+        &engine,
+        "bad",
+        Behaviour::HangAfter(3),
+        CallbackConfig::default(),
+    );
     dc(&engine, "dc", 0.25);
     let (good, good_stats) = add_client(
         &engine,
         "good",
         Behaviour::Gain(1.0),
-        CallbackConfig::default(),
-    );
-    let (bad, bad_stats) = add_client(
-        &engine,
-        "bad",
-        Behaviour::HangAfter(3),
         CallbackConfig::default(),
     );
     engine.link("dc", "good").unwrap();

@@ -168,6 +168,14 @@ impl Client {
             status |= JACK_NAME_NOT_UNIQUE;
         }
         let hangup = conn.hangup_fd().map_err(|_| JACK_FAILURE)?;
+        // A second connection that only carries graph events (servers without `watch`
+        // refuse it; then only this client's own changes are reported).
+        let watcher = Connection::connect(None, &format!("{node_name} (graph events)"))
+            .and_then(|c| c.watch())
+            .ok();
+        if watcher.is_none() {
+            crate::info("the server does not report graph changes; only this client's own are");
+        }
         let info = cb.info().clone();
         let slots = |n: u32| -> Box<[AtomicPtr<Port>]> {
             (0..n)
@@ -214,13 +222,16 @@ impl Client {
             .timing
             .time_ns
             .store(client.open_ns, Ordering::Relaxed);
+        // The snapshot that later graph events are compared with, taken before the
+        // application can change anything.
+        let seen = watcher.as_ref().and_then(|_| client.graph());
         let ptr = ClientPtr(&*client as *const Client);
         let t = std::thread::Builder::new()
             .name("quaver-jack-notify".into())
             .spawn(move || {
                 let p = ptr;
                 // SAFETY: the client outlives this thread: close joins it first.
-                crate::notify::run(unsafe { &*p.0 }, hangup);
+                crate::notify::run(unsafe { &*p.0 }, hangup, watcher, seen);
             })
             .map_err(|_| JACK_FAILURE)?;
         *client.notify_thread.lock().expect("poisoned") = Some(t);
@@ -255,6 +266,12 @@ impl Client {
 
     /// Queues a notification for the notification thread.
     pub(crate) fn notify(&self, n: Note) {
+        self.notifier.push(n);
+    }
+
+    /// Queues a notification about a change this client made. Reported at once; the
+    /// notification thread keeps the server's event for it from being reported twice.
+    pub(crate) fn notify_own(&self, n: Note) {
         self.notifier.push(n);
     }
 
@@ -350,7 +367,7 @@ impl Client {
         drop(own);
         // SAFETY: just created, owned by `own_ports`.
         let id = unsafe { (*port).id };
-        self.notify(Note::PortRegistration(id, true));
+        self.notify_own(Note::PortRegistration(id, true));
         Ok(port)
     }
 
@@ -380,7 +397,7 @@ impl Client {
         {
             crate::error(&format!("unregistering '{}': {e}", port.name()));
         }
-        self.notify(Note::PortRegistration(port.id, false));
+        self.notify_own(Note::PortRegistration(port.id, false));
         Ok(())
     }
 
@@ -466,7 +483,7 @@ impl Client {
             Ok(()) => {
                 let (a, b) = (g.find(&s).map(|p| p.id), g.find(&d).map(|p| p.id));
                 if let (Some(a), Some(b)) = (a, b) {
-                    self.notify(Note::PortConnect(a, b, true));
+                    self.notify_own(Note::PortConnect(a, b, true));
                 }
                 0
             }
@@ -491,7 +508,7 @@ impl Client {
             Ok(()) => {
                 let (a, b) = (g.find(&s).map(|p| p.id), g.find(&d).map(|p| p.id));
                 if let (Some(a), Some(b)) = (a, b) {
-                    self.notify(Note::PortConnect(a, b, false));
+                    self.notify_own(Note::PortConnect(a, b, false));
                 }
                 0
             }

@@ -32,6 +32,8 @@ pub struct GraphView {
     pub ports: Vec<PortView>,
     /// Links as (output port name, input port name).
     pub links: Vec<(String, String)>,
+    /// Node names (JACK client names), in graph order.
+    pub nodes: Vec<String>,
 }
 
 impl GraphView {
@@ -93,7 +95,12 @@ impl GraphView {
                 )
             })
             .collect();
-        GraphView { ports, links }
+        let nodes = g.nodes.iter().map(|n| n.name.clone()).collect();
+        GraphView {
+            ports,
+            links,
+            nodes,
+        }
     }
 
     /// The port called `name` (full name or alias).
@@ -126,10 +133,63 @@ impl GraphView {
             .collect()
     }
 
+    /// What changed from `old` to `self`, as JACK notifications: clients, ports and
+    /// connections that appeared or went away.
+    pub fn diff(&self, old: &GraphView) -> Changes {
+        let mut c = Changes::default();
+        for n in &old.nodes {
+            if !self.nodes.contains(n) {
+                c.clients.push((n.clone(), false));
+            }
+        }
+        for n in &self.nodes {
+            if !old.nodes.contains(n) {
+                c.clients.push((n.clone(), true));
+            }
+        }
+        for p in &old.ports {
+            if self.by_id(p.id).is_none() {
+                c.ports.push((p.id, false));
+            }
+        }
+        for p in &self.ports {
+            if old.by_id(p.id).is_none() {
+                c.ports.push((p.id, true));
+            }
+        }
+        let id = |g: &GraphView, n: &str| g.find(n).map(|p| p.id);
+        for (o, i) in &old.links {
+            if !self.linked(o, i)
+                && let (Some(a), Some(b)) = (id(old, o), id(old, i))
+            {
+                c.links.push((a, b, false));
+            }
+        }
+        for (o, i) in &self.links {
+            if !old.linked(o, i)
+                && let (Some(a), Some(b)) = (id(self, o), id(self, i))
+            {
+                c.links.push((a, b, true));
+            }
+        }
+        c
+    }
+
     /// True if `out` → `inp` is linked.
     pub fn linked(&self, out: &str, inp: &str) -> bool {
         self.links.iter().any(|(o, i)| o == out && i == inp)
     }
+}
+
+/// Differences between two graph snapshots (see [`GraphView::diff`]).
+#[derive(Debug, Default, PartialEq)]
+pub struct Changes {
+    /// (client name, appeared).
+    pub clients: Vec<(String, bool)>,
+    /// (port id, appeared).
+    pub ports: Vec<(u32, bool)>,
+    /// (output port id, input port id, connected).
+    pub links: Vec<(u32, u32, bool)>,
 }
 
 #[cfg(test)]
@@ -200,5 +260,26 @@ mod tests {
         assert!(v.linked("metro:out", "null-sink:playback_FL"));
         assert_eq!(v.by_id(6).unwrap().short, "out");
         assert!(v.find("system:capture_1").is_none());
+
+        // Diffs: metro leaves (its port and link go with it), a new client appears.
+        let mut g2 = g.clone();
+        g2.nodes.remove(1);
+        g2.links.clear();
+        g2.nodes.push(node(7, "thru", "client", &[(8, "in", In)]));
+        g2.links.push(LinkInfo {
+            id: 10,
+            output_node: "null-sink".into(),
+            output_port: "monitor_FL".into(),
+            input_node: "thru".into(),
+            input_port: "in".into(),
+        });
+        let d = GraphView::new(&g2).diff(&v);
+        assert_eq!(
+            d.clients,
+            vec![("metro".to_string(), false), ("thru".to_string(), true)]
+        );
+        assert_eq!(d.ports, vec![(6, false), (8, true)]);
+        assert_eq!(d.links, vec![(6, 2, false), (4, 8, true)]);
+        assert_eq!(v.diff(&v), Changes::default());
     }
 }

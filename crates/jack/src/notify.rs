@@ -9,10 +9,12 @@ use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use quaver_client::GraphWatcher;
 use quaver_client::quaver_protocol::EventBell;
 use rustix::event::{PollFd, PollFlags};
 
 use crate::client::Client;
+use crate::graph::GraphView;
 use crate::types::*;
 
 /// Something to tell the application.
@@ -26,6 +28,8 @@ pub enum Note {
     GraphOrder,
     /// Latencies should be recomputed (capture, then playback callback).
     Latency,
+    /// The graph changed on the server (watch event): compare and report.
+    GraphChanged,
 }
 
 /// The queue between API calls / the process thread and the notification thread.
@@ -90,32 +94,72 @@ impl Notifier {
     }
 }
 
-/// The thread body.
-pub(crate) fn run(client: &Client, hangup: OwnedFd) {
+/// The thread body. `watcher`, when the server supports it, delivers graph changes
+/// made by anyone, reported against `seen` (the graph when the client opened);
+/// without it only this client's own changes are reported.
+pub(crate) fn run(
+    client: &Client,
+    hangup: OwnedFd,
+    mut watcher: Option<GraphWatcher>,
+    mut seen: Option<GraphView>,
+) {
     let n = &*client.notifier;
     loop {
-        let mut fds = [
-            PollFd::new(&n.bell, PollFlags::IN),
-            PollFd::new(&hangup, PollFlags::RDHUP),
-        ];
-        match rustix::event::poll(&mut fds, None) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return,
-        }
-        let hung_up = !fds[1].revents().is_empty();
+        let (hung_up, watch_ready) = {
+            let mut fds = vec![
+                PollFd::new(&n.bell, PollFlags::IN),
+                PollFd::new(&hangup, PollFlags::RDHUP),
+            ];
+            if let Some(w) = &watcher {
+                fds.push(PollFd::new(w, PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
+            }
+            (
+                !fds[1].revents().is_empty(),
+                fds.get(2).is_some_and(|f| !f.revents().is_empty()),
+            )
+        };
         n.bell.drain();
         if n.stop.load(Ordering::Acquire) {
             return;
         }
-        let notes: Vec<Note> = n
+        let mut notes: Vec<Note> = n
             .queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)
             .collect();
+        if watch_ready && let Some(w) = watcher.as_mut() {
+            // Take every queued event; one graph comparison covers them all.
+            let mut changed = false;
+            loop {
+                match w.next_event(Some(std::time::Duration::ZERO)) {
+                    Ok(Some(e)) => changed |= e.event != "suspended" && e.event != "resumed",
+                    Ok(None) => break,
+                    Err(_) => {
+                        watcher = None;
+                        break;
+                    }
+                }
+            }
+            if changed {
+                notes.push(Note::GraphChanged);
+            }
+        }
         let cbs = *client.callbacks();
         for note in notes {
-            deliver(client, &cbs, note);
+            match note {
+                Note::GraphChanged => graph_changed(client, &cbs, &mut seen),
+                // This client's own changes are reported at once, and recorded in the
+                // snapshot so that the server's event for them is not reported again
+                // (or, if that event came first, they are not reported twice).
+                Note::PortConnect(a, b, on) if !record_link(&mut seen, a, b, on) => {}
+                Note::PortRegistration(id, on) if !record_port(client, &mut seen, id, on) => {}
+                _ => deliver(client, &cbs, note),
+            }
         }
         if n.xrun.swap(false, Ordering::AcqRel)
             && let (Some(f), a) = cbs.xrun
@@ -127,6 +171,79 @@ pub(crate) fn run(client: &Client, hangup: OwnedFd) {
             shutdown(client, &cbs, "quaverd closed the connection");
             return;
         }
+    }
+}
+
+/// Applies a link change of our own to the snapshot; false if it already shows it.
+fn record_link(seen: &mut Option<GraphView>, a: u32, b: u32, on: bool) -> bool {
+    let Some(g) = seen.as_mut() else { return true };
+    let (Some(o), Some(i)) = (g.by_id(a), g.by_id(b)) else {
+        return true;
+    };
+    let (o, i) = (o.name.clone(), i.name.clone());
+    if g.linked(&o, &i) == on {
+        return false;
+    }
+    if on {
+        g.links.push((o, i));
+    } else {
+        g.links.retain(|(x, y)| !(x == &o && y == &i));
+    }
+    true
+}
+
+/// Applies a port (un)registration of our own to the snapshot; false if it already
+/// shows it.
+fn record_port(client: &Client, seen: &mut Option<GraphView>, id: u32, on: bool) -> bool {
+    if id >= crate::port::LOCAL_ID_BASE {
+        return true;
+    }
+    let Some(g) = seen.as_mut() else { return true };
+    if g.by_id(id).is_some() == on {
+        return false;
+    }
+    if on {
+        let Some(p) = client.own_port_by_id(id) else {
+            return true;
+        };
+        // SAFETY: port objects live until the client closes.
+        let p = unsafe { &*p };
+        g.ports.push(crate::graph::PortView {
+            id,
+            name: p.name().to_string(),
+            node: client.name_str().to_string(),
+            short: p.short_name.to_string_lossy().into_owned(),
+            flags: p.flags,
+            aliases: Vec::new(),
+        });
+    } else {
+        g.ports.retain(|p| p.id != id);
+    }
+    true
+}
+
+/// Reports what changed since the last snapshot, as jackd2 tells every client.
+fn graph_changed(client: &Client, cbs: &crate::client::Callbacks, seen: &mut Option<GraphView>) {
+    let Some(now) = client.graph() else { return };
+    let Some(old) = seen.replace(now) else { return };
+    let now = seen.as_ref().expect("just set");
+    let ch = now.diff(&old);
+    // SAFETY (all calls below): the application's callbacks with its own arguments.
+    for (name, on) in &ch.clients {
+        if let (Some(f), arg) = cbs.client_registration {
+            let c = CString::new(name.as_str()).unwrap_or_default();
+            unsafe { f(c.as_ptr(), *on as i32, arg.0) };
+        }
+    }
+    for &(id, on) in &ch.ports {
+        deliver(client, cbs, Note::PortRegistration(id, on));
+    }
+    for &(a, b, on) in &ch.links {
+        deliver(client, cbs, Note::PortConnect(a, b, on));
+    }
+    if !ch.links.is_empty() || !ch.clients.is_empty() {
+        deliver(client, cbs, Note::GraphOrder);
+        deliver(client, cbs, Note::Latency);
     }
 }
 
@@ -148,6 +265,7 @@ fn deliver(client: &Client, cbs: &crate::client::Callbacks, note: Note) {
                 unsafe { f(arg.0) };
             }
         }
+        Note::GraphChanged => {}
         Note::Latency => {
             crate::api_port::default_latencies(client);
             if let (Some(f), arg) = cbs.latency {

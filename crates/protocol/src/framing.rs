@@ -388,7 +388,7 @@ impl std::fmt::Debug for FramedSocket {
 }
 
 /// Polls one fd for `events`; `Ok(false)` on timeout. `None` waits forever.
-pub(crate) fn poll_fd(
+pub fn poll_fd(
     fd: BorrowedFd<'_>,
     events: PollFlags,
     timeout: Option<Duration>,

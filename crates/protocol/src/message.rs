@@ -99,6 +99,10 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         quantum: Option<u32>,
     },
+    /// Turns this connection into a one-way event stream: the server answers `Ok`, then
+    /// sends an `Event` reply (id 0) after every graph or device change and reads no
+    /// further requests. Open another connection for requests.
+    Watch,
     /// Changes a node's volume and/or mute; `None` leaves that setting alone.
     SetVolume {
         /// Node name or numeric id as a string.
@@ -124,7 +128,7 @@ impl Request {
             Request::CreateStream(p) => p.validate(),
             Request::CreateCallback(p) => p.validate(),
             Request::AddPort { name, .. } => check_port_name("name", name),
-            Request::RemovePort { .. } => Ok(()),
+            Request::RemovePort { .. } | Request::Watch => Ok(()),
             Request::SetQuantum { quantum, .. } => match quantum {
                 Some(q) if !(1..=MAX_QUANTUM).contains(q) => {
                     Err(format!("quantum {q} out of range 1..={MAX_QUANTUM}"))
@@ -164,6 +168,7 @@ impl Request {
             Request::AddPort { .. } => "add_port",
             Request::RemovePort { .. } => "remove_port",
             Request::SetQuantum { .. } => "set_quantum",
+            Request::Watch => "watch",
         }
     }
 }
@@ -487,6 +492,8 @@ pub enum Reply {
     CallbackCreated(CallbackCreated),
     /// Answer to `AddPort`.
     PortAdded(CallbackPort),
+    /// Sent unsolicited (id 0) on a connection that asked to `Watch`.
+    Event(GraphEvent),
     /// Success without data.
     Ok,
     /// The request failed.
@@ -517,6 +524,7 @@ impl Reply {
             Reply::StreamCreated(_) => "stream_created",
             Reply::CallbackCreated(_) => "callback_created",
             Reply::PortAdded(_) => "port_added",
+            Reply::Event(_) => "event",
             Reply::Ok => "ok",
             Reply::Error { .. } => "error",
         }
@@ -555,6 +563,18 @@ pub struct CallbackPort {
     pub index: u32,
     /// Channel position name.
     pub channel: String,
+}
+
+/// A change in the graph or the devices, sent to watching connections.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphEvent {
+    /// `node_added`, `node_removed`, `node_changed` (volume, mute, ports, latency
+    /// request), `links_changed`, `suspended` or `resumed`; clients ignore kinds they
+    /// do not know.
+    pub event: String,
+    /// The node concerned, for node events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
 }
 
 /// Details of a new callback node; fd 0 = shared block memfd, fd 1 = wake eventfd
@@ -954,6 +974,14 @@ mod tests {
             channel: None,
         });
         roundtrip_req(Request::RemovePort { node: 3, port: 9 });
+        roundtrip_req(Request::Watch);
+        let ev = Reply::Event(GraphEvent {
+            event: "links_changed".into(),
+            node: None,
+        });
+        let s = serde_json::to_string(&ev).unwrap();
+        assert_eq!(s, r#"{"type":"event","event":"links_changed"}"#);
+        assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), ev);
         roundtrip_req(Request::SetQuantum {
             node: 3,
             quantum: Some(128),

@@ -171,9 +171,8 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                 Request::CreateCallback(_)
                 | Request::AddPort { .. }
                 | Request::RemovePort { .. }
-                | Request::SetQuantum { .. } => {
-                    Reply::error(ErrorCode::BadRequest, "no callback clients here")
-                }
+                | Request::SetQuantum { .. }
+                | Request::Watch => Reply::error(ErrorCode::BadRequest, "no callback clients here"),
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {
                         Some(i) => {

@@ -18,26 +18,28 @@ fn target_dir() -> PathBuf {
     wrapper().parent().unwrap().to_path_buf()
 }
 
-/// Builds what the tests need next to the wrapper (quaverd, libjack.so) if missing.
+/// Builds what the tests need next to the wrapper: quaverd and the cdylib itself
+/// (`cargo test` builds the library only as an rlib for the tests, so a libjack.so
+/// left from an earlier build would be stale). Once per test binary.
 fn ensure_built() {
-    let dir = target_dir();
-    if dir.join("quaverd").exists() && dir.join("libjack.so").exists() {
-        return;
-    }
-    let st = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-p",
-            "quaver-daemon",
-            "--bin",
-            "quaverd",
-            "-p",
-            "quaver-jack",
-            "--lib",
-        ])
-        .status()
-        .expect("running cargo build");
-    assert!(st.success(), "building quaverd and libjack failed");
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let st = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-p",
+                "quaver-daemon",
+                "--bin",
+                "quaverd",
+                "-p",
+                "quaver-jack",
+                "--lib",
+            ])
+            .status()
+            .expect("running cargo build");
+        assert!(st.success(), "building quaverd and libjack failed");
+        assert!(target_dir().join("libjack.so").exists());
+    });
 }
 
 /// True if the JACK example program `name` is installed; prints why a test is skipped

@@ -1,4 +1,4 @@
-//! `peers`: quaverd next to PulseAudio (and PipeWire / JACK2 when installed), the same
+//! `peers`: quaverd next to PulseAudio and PipeWire (JACK2 later), the same
 //! workload against each.
 //!
 //! Every server is started headless in its own runtime directory with a null sink at
@@ -10,9 +10,12 @@
 //! reports to the first client (`pacat -v`). Tables give medians over repetitions and
 //! ratios quaver / peer.
 //!
-//! Not yet: PipeWire and JACK2 are detected and their versions recorded, but not
-//! started (not installed on the development machines); the impulse round trip with
-//! PulseAudio-protocol clients (the `latency` mode's monitor path for every server).
+//! PipeWire is pipewire + wireplumber + pipewire-pulse (their costs add up), on a
+//! private D-Bus session bus (see [`crate::servers::Server::pipewire`]).
+//!
+//! Not yet: JACK2 is detected and its version recorded, but not started; the impulse
+//! round trip with PulseAudio-protocol clients (the `latency` mode's monitor path for
+//! every server).
 
 use crate::exec::{describe, stop_child};
 use crate::machine::{NOT_INSTALLED, tool_version};
@@ -126,15 +129,26 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
     } else {
         kinds.push(ServerKind::Pulseaudio);
     }
-    for (name, arg) in [("pipewire", "--version"), ("jackd", "--version")] {
-        let v = tool_version(name, &[arg]);
-        let why = if v == NOT_INSTALLED {
-            NOT_INSTALLED.to_string()
-        } else {
-            format!("{v}: installed, but headless start is not implemented yet")
-        };
-        skipped.push((name.into(), why));
+    let missing: Vec<&str> = crate::servers::PIPEWIRE_PROGRAMS
+        .iter()
+        .copied()
+        .filter(|p| crate::exec::which(p).is_none())
+        .collect();
+    if missing.is_empty() {
+        kinds.push(ServerKind::Pipewire);
+    } else {
+        skipped.push((
+            "pipewire".into(),
+            format!("{NOT_INSTALLED}: {}", missing.join(", ")),
+        ));
     }
+    let v = tool_version("jackd", &["--version"]);
+    let why = if v == NOT_INSTALLED {
+        NOT_INSTALLED.to_string()
+    } else {
+        format!("{v}: installed, but headless start is not implemented yet")
+    };
+    skipped.push(("jackd".into(), why));
     let audio_s = o.warmup_seconds + o.window_seconds + 3.0;
     let dir = tempfile::Builder::new()
         .prefix("quaver-bench-peers-")
@@ -195,13 +209,13 @@ fn measure_server(
     let mut server = match r.server {
         ServerKind::Quaverd => Server::quaverd(ctx)?,
         ServerKind::Pulseaudio => Server::pulseaudio(ctx)?,
-        ServerKind::Pipewire => bail!("headless PipeWire is not implemented yet"),
+        ServerKind::Pipewire => Server::pipewire(ctx)?,
     };
-    let pid = server.pid();
+    let pid = server.pids();
     // Idle: past quaverd's 3 s suspend timeout, so every server is at rest.
     let idle = run_with_progress(pb, *step, |_| -> Result<Sample> {
         std::thread::sleep(Duration::from_millis(3500));
-        sample_window(pid, o.idle_seconds)
+        sample_window(&pid, o.idle_seconds)
     })?;
     r.idle.push(idle);
     *step += 1;
@@ -276,7 +290,7 @@ fn measure_server(
                 }
             }
             let t0 = Instant::now();
-            let mut s = run_with_progress(pb, *step, |_| sample_window(pid, o.window_seconds))?;
+            let mut s = run_with_progress(pb, *step, |_| sample_window(&pid, o.window_seconds))?;
             let lat: Vec<f64> = latency
                 .lock()
                 .expect("latency lock")
@@ -300,23 +314,35 @@ fn measure_server(
     Ok(())
 }
 
-/// Samples a process over `seconds`.
-fn sample_window(pid: u32, seconds: f64) -> Result<Sample> {
-    let a = procfs::sample(pid)?;
+/// Samples processes over `seconds`; their costs add up.
+fn sample_window(pids: &[u32], seconds: f64) -> Result<Sample> {
+    let a = pids
+        .iter()
+        .map(|&p| procfs::sample(p))
+        .collect::<Result<Vec<_>>>()?;
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    let b = procfs::sample(pid)?;
-    let mem = procfs::memory(pid)?;
-    let d = ProcDelta::between(&a, &b, procfs::clock_ticks_per_second());
-    let w = d.wall_s.max(1e-9);
-    Ok(Sample {
-        cpu_per_s: d.cpu_s / w,
-        wakeups_per_s: d.voluntary as f64 / w,
-        preemptions_per_s: d.nonvoluntary as f64 / w,
-        rss_kb: mem.rss_kb,
-        pss_kb: mem.pss_kb,
-        threads: b.threads.len(),
+    let mut s = Sample {
+        cpu_per_s: 0.0,
+        wakeups_per_s: 0.0,
+        preemptions_per_s: 0.0,
+        rss_kb: 0,
+        pss_kb: 0,
+        threads: 0,
         reported_latency_us: None,
-    })
+    };
+    for (&pid, a) in pids.iter().zip(&a) {
+        let b = procfs::sample(pid)?;
+        let mem = procfs::memory(pid)?;
+        let d = ProcDelta::between(a, &b, procfs::clock_ticks_per_second());
+        let w = d.wall_s.max(1e-9);
+        s.cpu_per_s += d.cpu_s / w;
+        s.wakeups_per_s += d.voluntary as f64 / w;
+        s.preemptions_per_s += d.nonvoluntary as f64 / w;
+        s.rss_kb += mem.rss_kb;
+        s.pss_kb += mem.pss_kb;
+        s.threads += b.threads.len();
+    }
+    Ok(s)
 }
 
 /// Parses a `pacat -v` status line: `Time: 1.234 sec; Latency: 21304 usec.`
@@ -459,7 +485,9 @@ pub fn render(r: &PeersResults) -> ModeOutput {
         "## Peers\n\nEvery server runs headless on a null sink at 48 kHz stereo and plays N \
          identical `pacat --latency-msec={}` clients (float32le 48 kHz stereo): the same \
          PulseAudio-protocol workload for each, so only the server differs. Medians over \
-         {} run(s); CPU and context switches are the server process's (every thread); \
+         {} run(s); CPU and context switches are the server process's (every thread; for \
+         PipeWire the sum of pipewire, wireplumber and pipewire-pulse — the private D-Bus \
+         daemon it needs here is not counted); \
          'reported latency' is what the server reports to the first client (`pacat -v`), \
          not a measured round trip. Idle: after quaverd's 3 s suspend timeout.\n",
         r.latency_ms, r.repeats

@@ -43,7 +43,54 @@ enum Process {
         child: Child,
         _dir: tempfile::TempDir,
     },
+    /// Several processes started in order (stopped in reverse); `measured` says which
+    /// of them count as the server.
+    Group {
+        children: Vec<(String, Child, bool)>,
+        _dir: tempfile::TempDir,
+    },
 }
+
+/// What a headless PipeWire needs besides `pipewire` itself.
+pub const PIPEWIRE_PROGRAMS: [&str; 4] =
+    ["pipewire", "pipewire-pulse", "wireplumber", "dbus-daemon"];
+
+/// pipewire.conf drop-in: no D-Bus, 48 kHz only, a null sink that drives the graph.
+pub const PIPEWIRE_CONF: &str = r#"context.properties = {
+    support.dbus = false
+    default.clock.rate = 48000
+    default.clock.allowed-rates = [ 48000 ]
+}
+context.objects = [
+    { factory = adapter
+      args = {
+          factory.name = support.null-audio-sink
+          node.name = "null"
+          node.description = "null sink"
+          media.class = "Audio/Sink"
+          audio.rate = 48000
+          audio.channels = 2
+          audio.position = [ FL FR ]
+          node.driver = true
+          priority.driver = 20000
+          priority.session = 20000
+          object.linger = true
+      }
+    }
+]
+"#;
+
+/// pipewire-pulse.conf drop-in.
+pub const PIPEWIRE_PULSE_CONF: &str = "context.properties = {\n    support.dbus = false\n}\n";
+
+/// WirePlumber (0.4, Lua config) drop-ins: no device monitors (no ALSA cards, cameras,
+/// Bluetooth), so the null sink is the only sink.
+pub const WIREPLUMBER_MAIN_LUA: &str = "alsa_monitor.enabled = false\n\
+v4l2_monitor = v4l2_monitor or {}\nv4l2_monitor.enabled = false\n\
+libcamera_monitor = libcamera_monitor or {}\nlibcamera_monitor.enabled = false\n";
+/// WirePlumber Bluetooth drop-in.
+pub const WIREPLUMBER_BT_LUA: &str =
+    "bluez_monitor = bluez_monitor or {}\nbluez_monitor.enabled = false\n";
 
 /// A running server.
 pub struct Server {
@@ -128,11 +175,144 @@ impl Server {
         Ok(s)
     }
 
-    /// The server's PID (the process whose cost is measured).
+    /// Starts PipeWire headless: a private D-Bus session bus (WirePlumber 0.4 will
+    /// not run without one), `pipewire` with a drop-in that disables D-Bus and adds a
+    /// 48 kHz null sink driving the graph, `wireplumber` with its device monitors off,
+    /// and `pipewire-pulse`; all in a private `XDG_RUNTIME_DIR`, `HOME` and
+    /// `XDG_CONFIG_HOME`. pipewire, wireplumber and pipewire-pulse are measured
+    /// together; the bus is scaffolding and is not.
+    pub fn pipewire(ctx: &mut Ctx) -> Result<Server> {
+        for p in PIPEWIRE_PROGRAMS {
+            if which(p).is_none() {
+                bail!("{p} is not installed");
+            }
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("quaver-bench-pipewire-")
+            .tempdir()?;
+        let xdg = dir.path().join("xdg");
+        let home = dir.path().join("home");
+        let cfg = dir.path().join("config");
+        for d in [
+            &xdg,
+            &home,
+            &cfg.join("pipewire/pipewire.conf.d"),
+            &cfg.join("pipewire/pipewire-pulse.conf.d"),
+            &cfg.join("wireplumber/main.lua.d"),
+            &cfg.join("wireplumber/bluetooth.lua.d"),
+        ] {
+            std::fs::create_dir_all(d)?;
+        }
+        let files = [
+            (
+                "pipewire/pipewire.conf.d/90-quaver-bench.conf",
+                PIPEWIRE_CONF,
+            ),
+            (
+                "pipewire/pipewire-pulse.conf.d/90-quaver-bench.conf",
+                PIPEWIRE_PULSE_CONF,
+            ),
+            (
+                "wireplumber/main.lua.d/90-quaver-bench.lua",
+                WIREPLUMBER_MAIN_LUA,
+            ),
+            (
+                "wireplumber/bluetooth.lua.d/90-quaver-bench.lua",
+                WIREPLUMBER_BT_LUA,
+            ),
+        ];
+        for (name, text) in files {
+            std::fs::write(cfg.join(name), text)?;
+            ctx.record_command(format!(
+                "# $XDG_CONFIG_HOME/{name}:\n#   {}",
+                text.trim().replace('\n', "\n#   ")
+            ));
+        }
+        let bus = format!("unix:path={}", xdg.join("bus").display());
+        let mut s = Server {
+            kind: ServerKind::Pipewire,
+            process: Process::Group {
+                children: Vec::new(),
+                _dir: dir,
+            },
+            xdg: xdg.clone(),
+            home: home.clone(),
+        };
+        let steps: [(&str, Vec<String>, bool, u64); 4] = [
+            (
+                "dbus-daemon",
+                vec![
+                    "--session".into(),
+                    format!("--address={bus}"),
+                    "--nofork".into(),
+                    "--nopidfile".into(),
+                ],
+                false,
+                300,
+            ),
+            ("pipewire", vec![], true, 700),
+            ("wireplumber", vec![], true, 500),
+            ("pipewire-pulse", vec![], true, 0),
+        ];
+        let logdir = tempfile::Builder::new()
+            .prefix("quaver-bench-pipewire-log-")
+            .tempdir()?;
+        for (prog, args, measured, settle_ms) in steps {
+            let mut cmd = Command::new(prog);
+            cmd.args(&args)
+                .env("XDG_RUNTIME_DIR", &xdg)
+                .env("HOME", &home)
+                .env("XDG_CONFIG_HOME", &cfg)
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+                .env_remove("PULSE_SERVER")
+                .env_remove("PIPEWIRE_REMOTE");
+            ctx.record_command(format!("{} &", describe(&cmd)));
+            let log = logdir.path().join(format!("{prog}.log"));
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log)?)
+                .spawn()
+                .with_context(|| format!("starting {prog}"))?;
+            if let Process::Group { children, .. } = &mut s.process {
+                children.push((prog.to_string(), child, measured));
+            }
+            std::thread::sleep(Duration::from_millis(settle_ms));
+            if !s.alive() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                s.stop();
+                bail!("{prog} exited at start: {}", text.trim());
+            }
+        }
+        if let Err(e) = s.wait_ready().and_then(|_| s.check_alive()) {
+            let mut text = String::new();
+            for p in ["pipewire", "wireplumber", "pipewire-pulse"] {
+                let t = std::fs::read_to_string(logdir.path().join(format!("{p}.log")))
+                    .unwrap_or_default();
+                text.push_str(&format!("{p}: {}\n", t.trim()));
+            }
+            s.stop();
+            return Err(e.context(text));
+        }
+        Ok(s)
+    }
+
+    /// The server's main PID.
     pub fn pid(&self) -> u32 {
+        self.pids()[0]
+    }
+
+    /// Every process whose cost counts as the server's (PipeWire: pipewire,
+    /// wireplumber and pipewire-pulse).
+    pub fn pids(&self) -> Vec<u32> {
         match &self.process {
-            Process::Quaverd(d) => d.pid(),
-            Process::Other { child, .. } => child.id(),
+            Process::Quaverd(d) => vec![d.pid()],
+            Process::Other { child, .. } => vec![child.id()],
+            Process::Group { children, .. } => children
+                .iter()
+                .filter(|(_, _, m)| *m)
+                .map(|(_, c, _)| c.id())
+                .collect(),
         }
     }
 
@@ -153,6 +333,9 @@ impl Server {
         match &mut self.process {
             Process::Quaverd(d) => d.alive(),
             Process::Other { child, .. } => matches!(child.try_wait(), Ok(None)),
+            Process::Group { children, .. } => children
+                .iter_mut()
+                .all(|(_, c, _)| matches!(c.try_wait(), Ok(None))),
         }
     }
 
@@ -189,6 +372,11 @@ impl Server {
             }
             Process::Other { child, .. } => {
                 stop_child(child, Duration::from_secs(5));
+            }
+            Process::Group { children, .. } => {
+                for (_, c, _) in children.iter_mut().rev() {
+                    stop_child(c, Duration::from_secs(5));
+                }
             }
         }
     }

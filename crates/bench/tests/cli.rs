@@ -320,6 +320,23 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
         servers.iter().any(|s| s["server"] == "pulseaudio"),
         pa_installed
     );
+    // PipeWire is measured whenever its programs are installed, and then it ran (an
+    // error would name the reason, never a zero).
+    let pw_installed = ["pipewire", "pipewire-pulse", "wireplumber", "dbus-daemon"]
+        .iter()
+        .all(|p| quaver_bench::exec::which(p).is_some());
+    let pw = servers.iter().find(|s| s["server"] == "pipewire");
+    assert_eq!(pw.is_some(), pw_installed);
+    if let Some(pw) = pw {
+        assert!(pw["error"].is_null(), "{}", pw["error"]);
+        assert!(pw["load"]["2"][0]["rss_kb"].as_u64().unwrap() > 0);
+        let cmds = v["commands"].as_array().unwrap();
+        assert!(
+            cmds.iter()
+                .any(|c| c.as_str().unwrap().contains("support.dbus = false")),
+            "{cmds:?}"
+        );
+    }
     // Peers that are not measured say why.
     for s in v["results"]["skipped"].as_array().unwrap() {
         assert!(!s[1].as_str().unwrap().is_empty());

@@ -277,3 +277,51 @@ fn gstreamer_pulsesrc_records_the_monitor_bit_exact() {
         correlation(&got, &input)
     );
 }
+
+/// pavucontrol under Xvfb: it connects (its stream-restore and device-manager requests
+/// get PulseAudio's "no such extension"), lists the playing stream, and opens its level
+/// meters — 25 Hz peak-detecting record streams on the stream, the sink's monitor and
+/// the source, the latter two named by index ("1") as pavucontrol does.
+#[test]
+fn pavucontrol_under_xvfb_opens_its_level_meters() {
+    require_app!("pavucontrol xvfb xauth", "pavucontrol", "xvfb-run");
+    require_tools!("paplay", "pactl");
+    use std::os::unix::process::CommandExt;
+    let d = pulse_util::start(&["--device", "null"]);
+    let long = noise_s16(48000 * 2 * 30, 76, 8000);
+    write_wav_s16(&d.path("long.wav"), 48000, 2, &long);
+    let mut play = spawn_pa(&d, "paplay", &["long.wav"]);
+    let mut pv = pa(&d, "xvfb-run");
+    pv.args(["-a", "-s", "-screen 0 800x600x24", "pavucontrol", "--tab=1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0);
+    let pv = pv.spawn().expect("spawning xvfb-run pavucontrol");
+    let count = |what: &str| {
+        let o = run_pa(&d, "pactl", &["list", "short", what]);
+        pa_ok(&d, &o).lines().count()
+    };
+    // paplay, pavucontrol and each pactl that asks.
+    let met = wait_until(WAIT, || count("source-outputs") >= 3);
+    let outputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "source-outputs"]));
+    let clients = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "clients"]));
+    // Ends xvfb-run, Xvfb and pavucontrol (their own process group) and paplay.
+    signal(pv.id(), libc::SIGTERM);
+    // SAFETY: plain syscall on the process group we started.
+    unsafe { libc::kill(-(pv.id() as i32), libc::SIGTERM) };
+    let out = wait_output(pv, WAIT);
+    let _ = play.kill();
+    let _ = play.wait();
+    assert!(
+        met,
+        "pavucontrol's level meters did not appear:\n{outputs}\n{clients}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log_text()
+    );
+    assert!(clients.contains("pavucontrol"), "{clients}");
+    assert_eq!(
+        outputs.matches("float32le 1ch 25Hz").count(),
+        3,
+        "{outputs}"
+    );
+}

@@ -410,11 +410,58 @@ struct Record {
     frag_frames: usize,
     sent: u64,
     scratch: Vec<u8>,
+    /// Peak detection (PEAK_DETECT below the engine rate, e.g. pavucontrol's 25 Hz
+    /// level meters): the ring carries engine-rate frames, each output frame is the
+    /// per-channel peak of `decim` of them, as PulseAudio's "peaks" resampler does.
+    peak: Option<Peak>,
+}
+
+/// State of a peak-detecting record stream.
+struct Peak {
+    decim: usize,
+    acc: Vec<f32>,
+    count: usize,
+    out: Vec<f32>,
+}
+
+impl Peak {
+    fn feed(&mut self, samples: &[f32]) {
+        let ch = self.acc.len();
+        for frame in samples.chunks_exact(ch) {
+            for (a, x) in self.acc.iter_mut().zip(frame) {
+                *a = a.max(x.abs());
+            }
+            self.count += 1;
+            if self.count == self.decim {
+                self.out.extend_from_slice(&self.acc);
+                self.acc.fill(0.0);
+                self.count = 0;
+            }
+        }
+    }
 }
 
 impl Record {
     fn service(&mut self, out: &mut Out) {
-        while out.buf.len() < RECORD_OUT_LIMIT {
+        if let Some(pk) = self.peak.as_mut() {
+            let avail = self.ring.slots() / self.ch;
+            if avail >= self.frag_frames && out.buf.len() < RECORD_OUT_LIMIT {
+                if let Ok(chunk) = self.ring.read_chunk(avail * self.ch) {
+                    let (a, b) = chunk.as_slices();
+                    pk.feed(a);
+                    pk.feed(b);
+                    chunk.commit_all();
+                    self.sent += avail as u64;
+                }
+                if !pk.out.is_empty() {
+                    self.scratch.resize(pk.out.len() / self.ch * self.fs, 0);
+                    self.codec.encode(&pk.out, &mut self.scratch);
+                    pk.out.clear();
+                    out.memblock(self.channel, &self.scratch);
+                }
+            }
+        }
+        while self.peak.is_none() && out.buf.len() < RECORD_OUT_LIMIT {
             let avail = self.ring.slots() / self.ch;
             if avail == 0 || avail < self.frag_frames {
                 break;
@@ -774,6 +821,7 @@ impl Conn {
 
     fn finish(&mut self, seq: u32, r: Reply) {
         if let Err(e) = r {
+            tracing::debug!("pulse client {}: request {seq} failed: {e:?}", self.client);
             self.out().error(seq, e);
         }
     }
@@ -1451,8 +1499,10 @@ impl Conn {
                 };
                 let fixed = bufattr::fix_record(&q.buffer_attr, &r.spec, mode, grant);
                 r.attr = fixed.attr;
-                r.frag_frames =
-                    record_wake_frames(&fixed, &r.spec, r.ring.buffer().capacity() / r.ch);
+                let ring_frames = r.ring.buffer().capacity() / r.ch;
+                let decim = r.peak.as_ref().map_or(1, |p| p.decim);
+                r.frag_frames = (record_wake_frames(&fixed, &r.spec, ring_frames) * decim)
+                    .clamp(1, (ring_frames / 2).max(1));
                 r.configured_usec = fixed.configured_source_usec;
                 let reply = SetRecordStreamBufferAttrReply {
                     buffer_attr: fixed.attr,
@@ -1769,6 +1819,7 @@ impl Conn {
         spec: SampleSpec,
         map: PaMap,
         formats: &[FormatInfo],
+        peak: bool,
     ) -> Result<(SampleSpec, Codec, PaMap), PulseError> {
         let (spec, map) = if spec.format == SampleFormat::Invalid {
             let (s, m) = spec_from_formats(formats, self.srv.engine.rate())
@@ -1789,7 +1840,9 @@ impl Conn {
             map
         };
         let rate = self.srv.engine.rate();
-        if spec.sample_rate.max(rate) / spec.sample_rate.min(rate) > MAX_RATE_RATIO {
+        if spec.sample_rate.max(rate) / spec.sample_rate.min(rate) > MAX_RATE_RATIO
+            && !(peak && spec.sample_rate < rate)
+        {
             tracing::info!(
                 "pulse client {}: {} Hz is too far from the engine's {rate} Hz to resample",
                 self.client,
@@ -1812,7 +1865,8 @@ impl Conn {
     fn create_playback(&mut self, seq: u32, p: PlaybackStreamParams) -> Reply {
         self.stream_limit()?;
         let srv = self.srv.clone();
-        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
+        let (spec, codec, map) =
+            self.stream_format(p.sample_spec, p.channel_map, &p.formats, false)?;
         let graph = srv.engine.graph();
         let sink = match (p.sink_index, p.sink_name.as_ref()) {
             (None, None) => srv.default_sink(&graph),
@@ -2116,7 +2170,12 @@ impl Conn {
     fn create_record(&mut self, seq: u32, p: RecordStreamParams) -> Reply {
         self.stream_limit()?;
         let srv = self.srv.clone();
-        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
+        let (spec, codec, map) = self.stream_format(
+            p.sample_spec,
+            p.channel_map,
+            &p.formats,
+            p.flags.peak_detect,
+        )?;
         let (target, dev) = self.record_target(&p)?;
         let graph = srv.engine.graph();
         let tnode = graph.nodes.get(&target.node).ok_or(PulseError::NoEntity)?;
@@ -2139,10 +2198,18 @@ impl Conn {
         let ch = spec.channels as usize;
         let rate = srv.engine.rate();
         let cfg = srv.engine.config().clone();
+        // A peak-detecting stream below the engine rate records at the engine rate and
+        // decimates to peaks on the connection thread.
+        let decim = if p.flags.peak_detect && spec.sample_rate < rate {
+            (rate / spec.sample_rate) as usize
+        } else {
+            1
+        };
+        let ring_rate = if decim > 1 { rate } else { spec.sample_rate };
         let quantum_frames =
-            (cfg.quantum_max as u64 * spec.sample_rate as u64).div_ceil(rate as u64) as usize;
-        let frag = (fixed.attr.fragment_size as usize / fs).max(1);
-        let ring_frames = (2 * frag.min(spec.sample_rate as usize * 4) + 2 * quantum_frames)
+            (cfg.quantum_max as u64 * ring_rate as u64).div_ceil(rate as u64) as usize;
+        let frag = (fixed.attr.fragment_size as usize / fs).max(1) * decim;
+        let ring_frames = (2 * frag.min(ring_rate as usize * 4) + 2 * quantum_frames)
             .max(4096)
             .next_power_of_two();
         let (producer, consumer) = rtrb::RingBuffer::new(ring_frames * ch);
@@ -2150,7 +2217,7 @@ impl Conn {
         let shared = Arc::new(RecShared::new(self.handle.bell.clone(), corked));
         let sink = RecSink::new(shared.clone(), producer, ch);
         let format = StreamFormat {
-            rate: spec.sample_rate,
+            rate: ring_rate,
             channels: map_from_pa(&map),
         };
         let adapter = RecordAdapter::new(
@@ -2206,7 +2273,8 @@ impl Conn {
                 io: StreamIo::Record(shared.clone()),
             },
         );
-        let frag_frames = record_wake_frames(&fixed, &spec, ring_frames);
+        let frag_frames =
+            (record_wake_frames(&fixed, &spec, ring_frames) * decim).clamp(1, ring_frames / 2);
         tracing::info!(
             "pulse client {}: record {node} {:?} {} ch {} Hz ← {} (fragment {} ms)",
             self.client,
@@ -2214,7 +2282,7 @@ impl Conn {
             spec.channels,
             spec.sample_rate,
             target.dev_name,
-            frames_to_usec(frag_frames as u64, spec.sample_rate) / 1000,
+            frames_to_usec(frag_frames as u64, ring_rate) / 1000,
         );
         shared.wake_at.store(frag_frames as u64, Release);
         self.record.insert(
@@ -2233,6 +2301,12 @@ impl Conn {
                 frag_frames,
                 sent: 0,
                 scratch: Vec::new(),
+                peak: (decim > 1).then(|| Peak {
+                    decim,
+                    acc: vec![0.0; ch],
+                    count: 0,
+                    out: Vec::new(),
+                }),
             },
         );
         let reply = CreateRecordStreamReply {

@@ -298,7 +298,13 @@ impl Server {
     ) -> Option<Device> {
         match (index, name) {
             (Some(i), _) => self.sink_by_index(graph, i),
-            (None, Some(n)) => self.sink_by_name(graph, n),
+            // As PulseAudio's name registry: a name that is a number is an index
+            // (pavucontrol connects its level meters to "<index>").
+            (None, Some(n)) => self.sink_by_name(graph, n).or_else(|| {
+                n.parse::<u32>()
+                    .ok()
+                    .and_then(|i| self.sink_by_index(graph, i))
+            }),
             (None, None) => None,
         }
     }
@@ -362,7 +368,13 @@ impl Server {
     ) -> Option<Device> {
         match (index, name) {
             (Some(i), _) => self.source_by_index(graph, i),
-            (None, Some(n)) => self.source_by_name(graph, n),
+            // As PulseAudio's name registry: a name that is a number is an index
+            // (pavucontrol connects its level meters to "<index>").
+            (None, Some(n)) => self.source_by_name(graph, n).or_else(|| {
+                n.parse::<u32>()
+                    .ok()
+                    .and_then(|i| self.source_by_index(graph, i))
+            }),
             (None, None) => None,
         }
     }

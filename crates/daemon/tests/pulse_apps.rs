@@ -178,6 +178,7 @@ fn gstreamer_pulsesink_plays_bit_exact() {
 fn record_monitor(
     prog: &str,
     args: &[&str],
+    env: &[(&str, &str)],
     seed: u64,
     stop: impl FnOnce(std::process::Child) -> std::process::Output,
 ) -> (Vec<i16>, Vec<i16>) {
@@ -186,6 +187,7 @@ fn record_monitor(
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     let rec = pa(&d, prog)
         .args(args)
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -237,6 +239,7 @@ fn ffmpeg_pulse_input_records_the_monitor_bit_exact() {
             "pcm_s16le",
             "rec.wav",
         ],
+        &[],
         74,
         |c| wait_output(c, WAIT),
     );
@@ -267,6 +270,7 @@ fn gstreamer_pulsesrc_records_the_monitor_bit_exact() {
             "filesink",
             "location=rec.wav",
         ],
+        &[],
         75,
         |c| wait_output(c, WAIT),
     );
@@ -324,4 +328,62 @@ fn pavucontrol_under_xvfb_opens_its_level_meters() {
         3,
         "{outputs}"
     );
+}
+
+#[test]
+fn sox_records_the_monitor_bit_exact() {
+    require_tools!("sox", "paplay", "pactl");
+    let (got, input) = record_monitor(
+        "sox",
+        &[
+            "-q",
+            "-t",
+            "pulseaudio",
+            "-r",
+            "48000",
+            "-c",
+            "2",
+            "-b",
+            "16",
+            "-e",
+            "signed",
+            "null-sink.monitor",
+            "rec.wav",
+            "trim",
+            "0",
+            "6",
+        ],
+        &[],
+        77,
+        |c| wait_output(c, WAIT),
+    );
+    assert_contains_exactly(&got, &input, "sox -t pulseaudio (record)");
+}
+
+#[test]
+fn arecord_through_the_alsa_pulse_plugin_records_bit_exact() {
+    require_tools!("arecord", "paplay", "pactl");
+    let plugin = ["x86_64", "aarch64"].iter().any(|a| {
+        std::path::Path::new(&format!(
+            "/usr/lib/{a}-linux-gnu/alsa-lib/libasound_module_pcm_pulse.so"
+        ))
+        .exists()
+    });
+    if !plugin {
+        eprintln!(
+            "SKIPPED arecord: needs the ALSA pulse plugin (apt-get install libasound2-plugins)"
+        );
+        return;
+    }
+    // The plugin records from libpulse's default source; PULSE_SOURCE picks the monitor.
+    let (got, input) = record_monitor(
+        "arecord",
+        &[
+            "-q", "-D", "pulse", "-f", "S16_LE", "-r", "48000", "-c", "2", "-d", "6", "rec.wav",
+        ],
+        &[("PULSE_SOURCE", "null-sink.monitor")],
+        78,
+        |c| wait_output(c, WAIT),
+    );
+    assert_contains_exactly(&got, &input, "arecord -D pulse");
 }

@@ -523,6 +523,8 @@ struct Conn {
     memfds: BTreeMap<u32, rustix::fd::OwnedFd>,
     /// Audio bytes received through shared memory (for logs and tests).
     shm_bytes: u64,
+    /// The command tag of the packet being handled (for logs).
+    last_tag: u32,
 }
 
 /// Serves one client until it disconnects or is killed; cleans up its streams.
@@ -545,6 +547,7 @@ pub fn serve(srv: Arc<Server>, sock: Sock, handle: Arc<ConnHandle>) {
         fds: VecDeque::new(),
         memfds: BTreeMap::new(),
         shm_bytes: 0,
+        last_tag: 0,
     };
     // A bug must cost this client its connection, never the daemon or other clients:
     // the streams are cleaned up whatever happened (shared locks recover from poison).
@@ -766,6 +769,7 @@ impl Conn {
             return Err("control packet without command and tag".into());
         }
         let tag = u32::from_be_bytes([data[1], data[2], data[3], data[4]]);
+        self.last_tag = tag;
         let seq = u32::from_be_bytes([data[6], data[7], data[8], data[9]]);
         if let Err(why) = tagcheck::check(data) {
             tracing::debug!("pulse client {}: malformed tagstruct: {why}", self.client);
@@ -821,7 +825,11 @@ impl Conn {
 
     fn finish(&mut self, seq: u32, r: Reply) {
         if let Err(e) = r {
-            tracing::debug!("pulse client {}: request {seq} failed: {e:?}", self.client);
+            tracing::debug!(
+                "pulse client {}: request {seq} (command {}) failed: {e:?}",
+                self.client,
+                self.last_tag
+            );
             self.out().error(seq, e);
         }
     }
@@ -2336,4 +2344,26 @@ fn record_wake_frames(fixed: &bufattr::RecordAttr, spec: &SampleSpec, ring_frame
         frag = frag.min(usec_to_bytes(TRADITIONAL_RECORD_USEC, spec) as usize / fs);
     }
     frag.clamp(1, (ring_frames / 2).max(1))
+}
+
+#[cfg(test)]
+mod peak_tests {
+    use super::Peak;
+
+    #[test]
+    fn peaks_are_per_channel_magnitudes_over_each_block() {
+        let mut p = Peak {
+            decim: 3,
+            acc: vec![0.0; 2],
+            count: 0,
+            out: Vec::new(),
+        };
+        // Four frames: one block of three, one frame carried into the next block.
+        p.feed(&[0.1, -0.2, -0.5, 0.0, 0.2, 0.1, 0.3, 0.0]);
+        assert_eq!(p.out, [0.5, 0.2]);
+        p.feed(&[-0.4, 0.0, 0.0, 0.1, 0.0, 0.05]);
+        assert_eq!(p.out, [0.5, 0.2, 0.4, 0.1]);
+        assert_eq!(p.count, 1);
+        assert_eq!(p.acc, [0.0, 0.05]);
+    }
 }

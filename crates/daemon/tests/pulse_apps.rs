@@ -328,6 +328,14 @@ fn pavucontrol_under_xvfb_opens_its_level_meters() {
         3,
         "{outputs}"
     );
+    // Streams carry their client's properties, so pavucontrol can hide its own meters.
+    assert_eq!(
+        outputs
+            .matches("application.id = \"org.PulseAudio.pavucontrol\"")
+            .count(),
+        3,
+        "{outputs}"
+    );
 }
 
 #[test]

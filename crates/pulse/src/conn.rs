@@ -1861,6 +1861,21 @@ impl Conn {
         Ok((spec, codec, map))
     }
 
+    /// A new stream's proplist: its own, plus the client's properties it does not set
+    /// (PulseAudio merges them the same way, so e.g. pavucontrol recognises and hides
+    /// its own meter streams by `application.id`).
+    fn stream_props(&self, own: &Props) -> Props {
+        let mut props = own.clone();
+        if let Some(c) = self.srv.lock().clients.get(&self.client) {
+            for (k, v) in c.props.iter() {
+                if props.get_bytes(&**k).is_none() {
+                    props.set_bytes(&**k, &**v);
+                }
+            }
+        }
+        props
+    }
+
     fn client_name(&self) -> String {
         self.srv
             .lock()
@@ -1954,13 +1969,14 @@ impl Conn {
         }
         let channel = self.next_channel;
         self.next_channel += 1;
+        let props = self.stream_props(&p.props);
         srv.lock().streams.insert(
             node,
             StreamRec {
                 client: self.client,
                 spec,
                 map,
-                props: p.props.clone(),
+                props,
                 cvolume,
                 corked,
                 follows_default: p.sink_index.is_none()
@@ -2264,13 +2280,14 @@ impl Conn {
         }
         let channel = self.next_channel;
         self.next_channel += 1;
+        let props = self.stream_props(&p.props);
         srv.lock().streams.insert(
             node,
             StreamRec {
                 client: self.client,
                 spec,
                 map,
-                props: p.props.clone(),
+                props,
                 cvolume,
                 corked,
                 follows_default: p.direct_on_input_index.is_none()

@@ -349,7 +349,7 @@ fn a_watching_connection_hears_about_every_change() {
     p.max_outputs = Some(2);
     let c = conn.create_callback(p).unwrap();
     let mut seen = Vec::new();
-    let mut next = |w: &mut quaver_client::GraphWatcher| {
+    let next = |w: &mut quaver_client::GraphWatcher| {
         let e = w.next_event(Some(WAIT)).unwrap().expect("an event");
         (e.event, e.node)
     };

@@ -222,6 +222,8 @@ fn measure_server(
     for &n in &o.counts {
         let mut clients = Vec::with_capacity(n);
         let latency = Arc::new(Mutex::new(Vec::new()));
+        // pacat 0's other stderr lines (its error, if it exits early).
+        let messages = Arc::new(Mutex::new(Vec::<String>::new()));
         let result = (|| -> Result<Sample> {
             for i in 0..n {
                 let mut c = Command::new("pacat");
@@ -266,6 +268,7 @@ fn measure_server(
                     .context("starting pacat")?;
                 if let Some(err) = child.stderr.take() {
                     let lat = latency.clone();
+                    let msgs = messages.clone();
                     std::thread::spawn(move || {
                         // pacat -v rewrites one status line with '\r', so split on
                         // both line ends.
@@ -273,6 +276,12 @@ fn measure_server(
                             for part in String::from_utf8_lossy(&chunk).split('\n') {
                                 if let Some(us) = parse_pacat_latency(part) {
                                     lat.lock().expect("latency lock").push((Instant::now(), us));
+                                } else if !part.trim().is_empty() {
+                                    let mut m = msgs.lock().expect("messages lock");
+                                    if m.len() >= 8 {
+                                        m.remove(0);
+                                    }
+                                    m.push(part.trim().to_string());
                                 }
                             }
                         }
@@ -283,9 +292,16 @@ fn measure_server(
             std::thread::sleep(Duration::from_secs_f64(o.warmup_seconds));
             for (i, c) in clients.iter_mut().enumerate() {
                 if let Some(st) = c.try_wait()? {
+                    std::thread::sleep(Duration::from_millis(100));
+                    let said = messages.lock().expect("messages lock").join(" | ");
                     bail!(
-                        "pacat {i} of {n} exited early ({st}) against {}",
-                        server.kind.name()
+                        "pacat {i} of {n} exited early ({st}) against {}{}",
+                        server.kind.name(),
+                        if i == 0 && !said.is_empty() {
+                            format!("; pacat 0 said: {said}")
+                        } else {
+                            String::new()
+                        }
                     );
                 }
             }

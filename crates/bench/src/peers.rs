@@ -97,8 +97,12 @@ pub struct ServerResult {
     pub idle: Vec<Sample>,
     /// Load samples per stream count, one per repetition.
     pub load: BTreeMap<usize, Vec<Sample>>,
-    /// Why it could not be measured, if it could not.
+    /// Why it could not be measured at all, if it could not.
     pub error: Option<String>,
+    /// Repetitions that failed part-way (the points before the failure are kept; the
+    /// other repetitions still run).
+    #[serde(default)]
+    pub failures: Vec<String>,
 }
 
 /// Everything a `peers` run produced.
@@ -169,6 +173,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
             idle: Vec::new(),
             load: BTreeMap::new(),
             error: None,
+            failures: Vec::new(),
         })
         .collect();
     let mut step = 0;
@@ -184,7 +189,11 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
                 o.repeats
             ));
             if let Err(e) = measure_server(ctx, o, r, &raw, &pb, &mut step) {
-                r.error = Some(format!("{e:#}"));
+                r.failures.push(format!("run {}: {e:#}", rep + 1));
+                // A server that never came up is not retried.
+                if r.idle.is_empty() {
+                    r.error = Some(format!("{e:#}"));
+                }
             }
         }
     }
@@ -514,6 +523,13 @@ pub fn render(r: &PeersResults) -> ModeOutput {
         let _ = writeln!(md, "- {}: {}", s.server.name(), s.version);
         if let Some(e) = &s.error {
             let _ = writeln!(md, "  - not measured: {e}");
+        } else {
+            for f in &s.failures {
+                let _ = writeln!(
+                    md,
+                    "  - failed part-way (fewer samples in the medians): {f}"
+                );
+            }
         }
     }
     for (name, why) in &r.skipped {

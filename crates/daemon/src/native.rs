@@ -689,6 +689,11 @@ impl NativeServer {
                 .max(to_stream(2 * quantum))
                 .max(64),
         );
+        if p.direction == Direction::Record {
+            // A capture ring's size is headroom, not latency (the client reads as soon
+            // as a cycle lands): give a slow reader about a second before it overruns.
+            capacity = capacity.max(pow2_ceil(p.rate as usize));
+        }
         if p.rate != rate {
             // The resampler pulls input in chunks; leave room so it never starves.
             capacity *= 2;

@@ -91,14 +91,7 @@ fn raw_pcm_from_stdin_arrives_bit_exact() {
     let out_path = d.path("out.wav");
     d.stop();
     let (_, out) = read_wav_s16(&out_path);
-    let start =
-        out.iter().position(|&s| s != 0).unwrap() - input.iter().position(|&s| s != 0).unwrap();
-    let diff = out[start..start + input.len()]
-        .iter()
-        .zip(&input)
-        .filter(|(a, b)| a != b)
-        .count();
-    assert_eq!(diff, 0, "{diff} samples differ");
+    assert_contains_exactly(&out, &input, "raw PCM from stdin");
 }
 
 #[test]

@@ -271,3 +271,40 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// Asserts `out` contains `input` exactly, aligned on the first non-zero sample.
+pub fn assert_contains_exactly<T: PartialEq + Default + Copy + std::fmt::Debug>(
+    out: &[T],
+    input: &[T],
+    what: &str,
+) {
+    let onset = |s: &[T]| {
+        s.iter()
+            .position(|&x| x != T::default())
+            .expect("all silence")
+    };
+    let start = onset(out)
+        .checked_sub(onset(input))
+        .expect("the output starts before the input could");
+    assert!(
+        out.len() >= start + input.len(),
+        "{what}: output has {} samples after the onset, input {}",
+        out.len() - start,
+        input.len()
+    );
+    let diff: Vec<usize> = out[start..start + input.len()]
+        .iter()
+        .zip(input)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        diff.is_empty(),
+        "{what}: {} samples differ, first at {} ({:?} vs {:?})",
+        diff.len(),
+        diff[0],
+        out[start + diff[0]],
+        input[diff[0]]
+    );
+}

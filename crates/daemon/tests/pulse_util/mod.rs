@@ -142,36 +142,6 @@ pub fn read_raw_s16(path: &Path) -> Vec<i16> {
         .collect()
 }
 
-/// Asserts `out` contains `input` exactly, aligned on the first non-zero sample.
-pub fn assert_contains_exactly<T: PartialEq + Default + Copy + std::fmt::Debug>(
-    out: &[T],
-    input: &[T],
-    what: &str,
-) {
-    let start = onset(out) - onset(input);
-    assert!(
-        out.len() >= start + input.len(),
-        "{what}: output has {} samples after the onset, input {}",
-        out.len() - start,
-        input.len()
-    );
-    let diff: Vec<usize> = out[start..start + input.len()]
-        .iter()
-        .zip(input)
-        .enumerate()
-        .filter(|(_, (a, b))| a != b)
-        .map(|(i, _)| i)
-        .collect();
-    assert!(
-        diff.is_empty(),
-        "{what}: {} samples differ, first at {} ({:?} vs {:?})",
-        diff.len(),
-        diff[0],
-        out[start + diff[0]],
-        input[diff[0]]
-    );
-}
-
 /// A bare PulseAudio protocol client (the codec's own reader and writer), for exact
 /// replies and for misbehaving on purpose.
 pub struct RawClient {

@@ -20,10 +20,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use rustix::event::{EventfdFlags, PollFd, PollFlags, eventfd};
-use rustix::fs::{MemfdFlags, OFlags, SealFlags};
+use rustix::fs::OFlags;
 use rustix::io::Errno;
 
-use crate::shm::{Mapping, ShmError, check_sealed_memfd};
+use crate::shm::{Mapping, ShmError, check_sealed_memfd, create_sealed_memfd};
 
 /// `"QVCB"` little-endian: identifies a callback client's shared block.
 pub const CALLBACK_MAGIC: u32 = u32::from_le_bytes(*b"QVCB");
@@ -196,13 +196,7 @@ impl CallbackShm {
                 ),
             )
         })?;
-        let fd = rustix::fs::memfd_create(
-            "quaver-callback",
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )?;
-        rustix::fs::ftruncate(&fd, len as u64)?;
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL)?;
-        let map = Mapping::new(fd.as_fd(), len)?;
+        let (fd, map) = create_sealed_memfd("quaver-callback", len)?;
         let shm = CallbackShm { map, geo, rate };
         let m = &shm.header().meta.0;
         m.inputs.store(geo.inputs, Ordering::Relaxed);
@@ -631,7 +625,7 @@ mod tests {
         ));
         m.version.store(CALLBACK_LAYOUT_VERSION, Ordering::Relaxed);
         assert!(CallbackShm::open(dup(), geo()).is_ok());
-        let unsealed = rustix::fs::memfd_create("x", MemfdFlags::CLOEXEC).unwrap();
+        let unsealed = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&unsealed, geo().bytes().unwrap() as u64).unwrap();
         assert!(matches!(
             CallbackShm::open(unsealed, geo()),

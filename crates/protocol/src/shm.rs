@@ -210,6 +210,18 @@ impl std::fmt::Debug for ShmRing {
     }
 }
 
+/// Creates a memfd of `len` bytes sealed against growing and shrinking, and maps it
+/// (server side of every shared block).
+pub(crate) fn create_sealed_memfd(name: &str, len: usize) -> io::Result<(OwnedFd, Mapping)> {
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    rustix::fs::ftruncate(&fd, len as u64)?;
+    // Sealing the size lets the client map it without fearing SIGBUS; SEAL stops the
+    // client from adding seals that would hamper us.
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL)?;
+    let map = Mapping::new(fd.as_fd(), len)?;
+    Ok((fd, map))
+}
+
 /// Checks that `fd` is a regular file (memfd) of at most `max_size` bytes, sealed
 /// against growing and shrinking; returns its size.
 pub(crate) fn check_sealed_memfd(fd: &OwnedFd, max_size: u64) -> Result<u64, ShmError> {
@@ -262,15 +274,7 @@ impl ShmRing {
                 "ring of {channels} channels x {capacity_frames} frames exceeds {MAX_DATA_BYTES} bytes"
             ))
         })?;
-        let fd = rustix::fs::memfd_create(
-            "quaver-ring",
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )?;
-        rustix::fs::ftruncate(&fd, len as u64)?;
-        // Sealing the size lets the client map it without fearing SIGBUS; SEAL
-        // stops the client from adding seals that would hamper us.
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL)?;
-        let map = Mapping::new(fd.as_fd(), len)?;
+        let (fd, map) = create_sealed_memfd("quaver-ring", len)?;
         let ring = ShmRing {
             map,
             channels,

@@ -680,8 +680,7 @@ impl NativeServer {
             .map(|ms| (ms * rate as f64 / 1000.0).round() as usize)
             .unwrap_or(2 * cfg.quantum_default)
             .max(1);
-        let quantum = (1usize << (usize::BITS - 1 - (latency_engine / 2).max(1).leading_zeros()))
-            .clamp(cfg.quantum_min, cfg.quantum_max);
+        let quantum = self.engine.quantum_for_latency(latency_engine);
         let to_stream =
             |frames: usize| (frames as u64 * p.rate as u64).div_ceil(rate as u64) as usize;
         let mut capacity = pow2_ceil(

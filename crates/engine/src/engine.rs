@@ -432,18 +432,25 @@ impl Engine {
         Ok(())
     }
 
-    fn quantum_for(&self, graph: &Graph) -> usize {
+    /// The quantum a node asking for `latency` frames gets on its own: at most half
+    /// of it (one quantum plays while the next is filled), a power of two, within the
+    /// configured bounds.
+    pub fn quantum_for_latency(&self, latency: usize) -> usize {
         let c = &self.shared.config;
-        // A stream that asks for latency L gets a quantum of at most L/2: one quantum
-        // is being played while the next is filled.
+        round_quantum(latency / 2).clamp(c.quantum_min, c.quantum_max)
+    }
+
+    fn quantum_for(&self, graph: &Graph) -> usize {
         graph
             .nodes
             .values()
             .filter_map(|n| n.latency_frames)
-            .map(|l| round_quantum(l as usize / 2))
+            .map(|l| self.quantum_for_latency(l as usize))
             .min()
-            .unwrap_or(c.quantum_default)
-            .clamp(c.quantum_min, c.quantum_max)
+            .unwrap_or_else(|| {
+                let c = &self.shared.config;
+                c.quantum_default.clamp(c.quantum_min, c.quantum_max)
+            })
     }
 
     fn publish(&self, ctl: &mut Control) -> Result<(), EngineError> {

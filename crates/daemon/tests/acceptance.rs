@@ -6,13 +6,6 @@ use common::*;
 use std::process::Stdio;
 use std::time::Duration;
 
-/// Index of the first non-zero sample.
-fn onset<T: PartialEq + Default + Copy>(s: &[T]) -> usize {
-    s.iter()
-        .position(|&x| x != T::default())
-        .expect("output is all silence")
-}
-
 #[test]
 fn file_sink_gets_a_48k_s16_file_bit_exact() {
     let mut d = Daemon::start(&["--device", "file:out.wav"]);

@@ -278,11 +278,6 @@ pub fn assert_contains_exactly<T: PartialEq + Default + Copy + std::fmt::Debug>(
     input: &[T],
     what: &str,
 ) {
-    let onset = |s: &[T]| {
-        s.iter()
-            .position(|&x| x != T::default())
-            .expect("all silence")
-    };
     let start = onset(out)
         .checked_sub(onset(input))
         .expect("the output starts before the input could");
@@ -307,4 +302,11 @@ pub fn assert_contains_exactly<T: PartialEq + Default + Copy + std::fmt::Debug>(
         out[start + diff[0]],
         input[diff[0]]
     );
+}
+
+/// Index of the first non-zero sample.
+pub fn onset<T: PartialEq + Default + Copy>(s: &[T]) -> usize {
+    s.iter()
+        .position(|&x| x != T::default())
+        .expect("output is all silence")
 }

@@ -126,13 +126,6 @@ pub fn interrupt(child: Child) -> Output {
     wait_output(child, WAIT)
 }
 
-/// Index of the first non-zero sample.
-pub fn onset<T: PartialEq + Default + Copy>(s: &[T]) -> usize {
-    s.iter()
-        .position(|&x| x != T::default())
-        .expect("output is all silence")
-}
-
 /// Reads interleaved little-endian s16 samples from a raw file.
 pub fn read_raw_s16(path: &Path) -> Vec<i16> {
     std::fs::read(path)

@@ -1,11 +1,10 @@
-//! One thread per PulseAudio connection.
+//! One PulseAudio connection, served by the front-end's I/O thread (`ioloop`).
 //!
-//! The thread owns the socket (non-blocking, buffered both ways) and the control side of
-//! the client's streams. It sleeps in `poll` on two descriptors: the socket and an
-//! eventfd that the streams' RT side, the event dispatcher and other connections ring.
-//! After every wakeup it reads whole packets, services every stream (REQUESTs,
-//! STARTED/UNDERFLOW, drain acks, record data), forwards queued events and writes what
-//! it can. An idle client costs no wakeups; a playing one about one per minimum request.
+//! A `Conn` owns the socket (non-blocking, buffered both ways) and the control side of
+//! the client's streams. When its socket is readable the I/O thread reads whole packets
+//! ([`Conn::on_readable`]); after every wakeup that concerns it, it services every stream
+//! (REQUESTs, STARTED/UNDERFLOW, drain acks, record data), forwards queued events and
+//! writes what the socket takes ([`Conn::pump`]). An idle client costs no wakeups.
 
 use crate::bufattr::{self, LatencyMode};
 use crate::convert::{
@@ -34,15 +33,12 @@ use pulseaudio::protocol::{
 };
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{EngineError, NodeId, NodeKind, NodeSpec};
-use rustix::event::{PollFd, PollFlags, poll};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Cursor, ErrorKind, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::SystemTime;
 
-/// Bytes read from the socket per `read`.
-const READ_CHUNK: usize = 64 * 1024;
 /// A client that lets this much output pile up unread is disconnected.
 const MAX_OUT: usize = 32 * 1024 * 1024;
 /// Record data is only queued while less than this is waiting for the socket.
@@ -503,7 +499,8 @@ struct Upload {
     data: Vec<u8>,
 }
 
-struct Conn {
+/// One client connection: its socket, buffered output and streams.
+pub(crate) struct Conn {
     srv: Arc<Server>,
     handle: Arc<ConnHandle>,
     client: u32,
@@ -527,42 +524,45 @@ struct Conn {
     last_tag: u32,
 }
 
-/// Serves one client until it disconnects or is killed; cleans up its streams.
-pub fn serve(srv: Arc<Server>, sock: Sock, handle: Arc<ConnHandle>) {
-    let client = handle.client;
-    let mut c = Conn {
-        srv,
-        handle,
-        client,
-        sock,
-        reader: PacketReader::new(),
-        out: Vec::new(),
-        version: pa::MIN_VERSION,
-        authed: false,
-        playback: BTreeMap::new(),
-        record: BTreeMap::new(),
-        uploads: BTreeMap::new(),
-        next_channel: 0,
-        closing: false,
-        fds: VecDeque::new(),
-        memfds: BTreeMap::new(),
-        shm_bytes: 0,
-        last_tag: 0,
-    };
-    // A bug must cost this client its connection, never the daemon or other clients:
-    // the streams are cleaned up whatever happened (shared locks recover from poison).
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run())) {
-        Ok(Err(why)) if why == "closed" => {
-            tracing::debug!("pulse client {client} closed the connection")
-        }
-        Ok(Err(why)) => tracing::info!("pulse client {client}: {why}; disconnecting"),
-        Ok(Ok(())) => {}
-        Err(_) => tracing::error!("pulse client {client}: internal error; disconnecting"),
-    }
-    c.cleanup();
-}
-
 impl Conn {
+    /// A new connection on `sock` (made non-blocking here).
+    pub(crate) fn new(
+        srv: Arc<Server>,
+        sock: Sock,
+        handle: Arc<ConnHandle>,
+    ) -> std::io::Result<Conn> {
+        sock.set_nonblocking()?;
+        Ok(Conn {
+            client: handle.client,
+            srv,
+            handle,
+            sock,
+            reader: PacketReader::new(),
+            out: Vec::new(),
+            version: pa::MIN_VERSION,
+            authed: false,
+            playback: BTreeMap::new(),
+            record: BTreeMap::new(),
+            uploads: BTreeMap::new(),
+            next_channel: 0,
+            closing: false,
+            fds: VecDeque::new(),
+            memfds: BTreeMap::new(),
+            shm_bytes: 0,
+            last_tag: 0,
+        })
+    }
+
+    /// The client's socket (for the I/O thread's epoll set).
+    pub(crate) fn sock(&self) -> &Sock {
+        &self.sock
+    }
+
+    /// Whether output waits for the socket to take it.
+    pub(crate) fn wants_write(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     fn out(&mut self) -> Out<'_> {
         Out {
             buf: &mut self.out,
@@ -570,64 +570,58 @@ impl Conn {
         }
     }
 
-    fn run(&mut self) -> Result<(), String> {
-        self.sock
-            .set_nonblocking()
-            .map_err(|e| format!("socket: {e}"))?;
-        let mut buf = vec![0u8; READ_CHUNK];
+    /// Reads and handles every whole packet the socket has; `Err` ends the connection
+    /// with that reason ("closed" when the client hung up cleanly).
+    pub(crate) fn on_readable(&mut self, buf: &mut [u8]) -> Result<(), String> {
         loop {
-            self.service();
-            self.flush_out()?;
+            match self.sock.read_with_fds(buf, &mut self.fds) {
+                Ok(0) => {
+                    return Err(if self.reader.at_boundary() {
+                        "closed".into()
+                    } else {
+                        "closed inside a packet".into()
+                    });
+                }
+                Ok(n) => self.on_bytes(&buf[..n])?,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("read: {e}")),
+            }
             if self.closing {
-                return Err("killed".into());
-            }
-            if self.out.len() > MAX_OUT {
-                return Err("client does not read its socket".into());
-            }
-            let mut sock_events = PollFlags::IN;
-            if !self.out.is_empty() {
-                sock_events |= PollFlags::OUT;
-            }
-            let (sock_ready, bell_ready) = {
-                let mut fds = [
-                    PollFd::new(&self.sock, sock_events),
-                    PollFd::new(&*self.handle.bell, PollFlags::IN),
-                ];
-                match poll(&mut fds, None) {
-                    Ok(_) => {}
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(e) => return Err(format!("poll: {e}")),
-                }
-                (fds[0].revents(), fds[1].revents())
-            };
-            if !bell_ready.is_empty() {
-                let mut b = [0u8; 8];
-                let _ = rustix::io::read(&*self.handle.bell, &mut b);
-            }
-            if sock_ready.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
-                loop {
-                    match self.sock.read_with_fds(&mut buf, &mut self.fds) {
-                        Ok(0) => {
-                            return Err(if self.reader.at_boundary() {
-                                "closed".into()
-                            } else {
-                                "closed inside a packet".into()
-                            });
-                        }
-                        Ok(n) => self.on_bytes(&buf[..n])?,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(format!("read: {e}")),
-                    }
-                    if self.closing {
-                        break;
-                    }
-                }
-                if self.fds.len() > 8 {
-                    return Err("sent file descriptors no command claimed".into());
-                }
+                break;
             }
         }
+        if self.fds.len() > 8 {
+            return Err("sent file descriptors no command claimed".into());
+        }
+        Ok(())
+    }
+
+    /// Services the streams, forwards queued messages and writes what the socket
+    /// takes; `Err` ends the connection with that reason.
+    pub(crate) fn pump(&mut self) -> Result<(), String> {
+        self.service();
+        self.flush_out()?;
+        if self.closing {
+            return Err("killed".into());
+        }
+        if self.out.len() > MAX_OUT {
+            return Err("client does not read its socket".into());
+        }
+        Ok(())
+    }
+
+    /// Logs why the connection ended and removes its streams and client object.
+    pub(crate) fn close(&mut self, why: &str) {
+        match why {
+            "closed" => tracing::debug!("pulse client {} closed the connection", self.client),
+            "panic" => tracing::error!(
+                "pulse client {}: internal error; disconnecting",
+                self.client
+            ),
+            _ => tracing::info!("pulse client {}: {why}; disconnecting", self.client),
+        }
+        self.cleanup();
     }
 
     fn flush_out(&mut self) -> Result<(), String> {

@@ -13,7 +13,8 @@
 //! - [`tagcheck`]: bounds check of tagstructs before the codec decodes them.
 //! - [`convert`], [`bufattr`]: formats, channel maps, volumes; buffer-attribute rules.
 //! - [`transport`]: the RT half of a stream.
-//! - `conn`: the thread per connection; `dispatch`: engine events → subscription events.
+//! - `conn`: one client connection; `ioloop`: the one thread that serves them all;
+//!   `dispatch`: engine events → subscription events.
 //! - [`listener`]: the socket.
 
 pub mod bufattr;
@@ -21,6 +22,7 @@ mod conn;
 pub mod convert;
 mod dispatch;
 mod introspect;
+mod ioloop;
 pub mod listener;
 pub mod modules;
 mod scache;
@@ -82,24 +84,36 @@ impl PulseServer {
             .name("quaver-pulse-events".into())
             .spawn(move || dispatch::run(s, events))
             .context("spawning the pulse event thread")?;
+        let io = Arc::new(ioloop::IoShared::new().context("creating the pulse I/O bell")?);
+        let (s, i) = (server.clone(), io.clone());
+        std::thread::Builder::new()
+            .name("quaver-pulse-io".into())
+            .spawn(move || {
+                if let Err(e) = ioloop::run(s, i) {
+                    tracing::error!(
+                        "pulse I/O thread stopped: {e}; PulseAudio clients are no longer served"
+                    );
+                }
+            })
+            .context("spawning the pulse I/O thread")?;
         let l = listener
             .listener
             .try_clone()
             .context("cloning the pulse listener")?;
-        let s = server.clone();
+        let (s, i) = (server.clone(), io.clone());
         std::thread::Builder::new()
             .name("quaver-pulse-accept".into())
             .spawn(move || {
                 for conn in l.incoming() {
                     match conn {
-                        Ok(sock) => accept(&s, tcp::Sock::Unix(sock)),
+                        Ok(sock) => accept(&s, &i, tcp::Sock::Unix(sock)),
                         Err(e) => tracing::warn!("pulse accept failed: {e}"),
                     }
                 }
             })
             .context("spawning the pulse accept thread")?;
         let tcp_addr = match tcp {
-            Some(t) => Some(spawn_tcp(&server, t)?),
+            Some(t) => Some(spawn_tcp(&server, &io, t)?),
             None => None,
         };
         Ok(PulseServer {
@@ -158,12 +172,16 @@ pub fn decode_stream_for_fuzzing(mut data: &[u8]) {
 }
 
 /// Binds the TCP listener and accepts on a thread of its own.
-fn spawn_tcp(srv: &Arc<Server>, t: TcpOptions) -> Result<std::net::SocketAddr> {
+fn spawn_tcp(
+    srv: &Arc<Server>,
+    io: &Arc<ioloop::IoShared>,
+    t: TcpOptions,
+) -> Result<std::net::SocketAddr> {
     let l = std::net::TcpListener::bind(&t.listen)
         .with_context(|| format!("binding PulseAudio TCP address {}", t.listen))?;
     let addr = l.local_addr().context("TCP address")?;
     let cookie = Arc::new(t.cookie);
-    let s = srv.clone();
+    let (s, i) = (srv.clone(), io.clone());
     std::thread::Builder::new()
         .name("quaver-pulse-tcp".into())
         .spawn(move || {
@@ -184,6 +202,7 @@ fn spawn_tcp(srv: &Arc<Server>, t: TcpOptions) -> Result<std::net::SocketAddr> {
                         );
                         accept(
                             &s,
+                            &i,
                             tcp::Sock::Tcp {
                                 stream,
                                 cookie: (!allowed).then(|| cookie.clone()),
@@ -207,7 +226,7 @@ fn peer_pid(sock: &tcp::Sock) -> Option<u32> {
     }
 }
 
-fn accept(srv: &Arc<Server>, sock: tcp::Sock) {
+fn accept(srv: &Arc<Server>, io: &ioloop::IoShared, sock: tcp::Sock) {
     let pid = peer_pid(&sock);
     if srv.lock().clients.len() >= srv.opts.max_clients {
         tracing::warn!(
@@ -216,22 +235,12 @@ fn accept(srv: &Arc<Server>, sock: tcp::Sock) {
         );
         return;
     }
-    let bell = match rustix::event::eventfd(
-        0,
-        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-    ) {
-        Ok(fd) => Arc::new(fd),
-        Err(e) => {
-            tracing::error!("pulse: eventfd: {e}");
-            return;
-        }
-    };
     let index = srv.next_client.fetch_add(1, Ordering::Relaxed);
     let handle = Arc::new(ConnHandle {
         client: index,
         mask: AtomicU32::new(0),
         queue: Mutex::new(VecDeque::new()),
-        bell,
+        bell: io.bell.clone(),
     });
     srv.lock().clients.insert(
         index,
@@ -256,13 +265,5 @@ fn accept(srv: &Arc<Server>, sock: tcp::Sock) {
         index,
     );
     tracing::debug!("pulse client {index} connected (pid {pid:?})");
-    let s = srv.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("quaver-pulse-{index}"))
-        .stack_size(512 * 1024)
-        .spawn(move || conn::serve(s, sock, handle));
-    if let Err(e) = spawned {
-        tracing::error!("pulse: cannot start a thread for client {index}: {e}");
-        srv.lock().clients.remove(&index);
-    }
+    io.adopt(sock, handle);
 }

@@ -7,7 +7,7 @@
 //! unique across kinds, so it never collides with a real source). Clients and modules
 //! have indexes of their own, allocated by counters.
 
-use crate::transport::{PlayShared, RecShared};
+use crate::transport::{Bell, PlayShared, RecShared};
 use pulseaudio::protocol::{
     ChannelMap as PaMap, ChannelVolume, Props, SampleSpec, SubscriptionEvent,
     SubscriptionEventFacility as Facility, SubscriptionEventType as EventType,
@@ -16,7 +16,6 @@ use quaver_dsp::resample::ResampleQuality;
 use quaver_engine::graph::{Graph, Node};
 use quaver_engine::{Engine, NodeId, NodeKind};
 use quaver_policy::{NodeView, Policy};
-use rustix::fd::OwnedFd;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -67,8 +66,8 @@ pub struct ConnHandle {
     pub mask: AtomicU32,
     /// Messages for the connection thread.
     pub queue: Mutex<VecDeque<ConnMsg>>,
-    /// Wakes the connection thread (also rung by its streams' RT side).
-    pub bell: Arc<OwnedFd>,
+    /// Wakes the I/O thread serving this connection (also rung by its streams' RT side).
+    pub bell: Arc<Bell>,
 }
 
 impl ConnHandle {
@@ -89,7 +88,7 @@ impl ConnHandle {
             q.push_back(msg);
         }
         drop(q);
-        let _ = rustix::io::write(&*self.bell, &1u64.to_ne_bytes());
+        self.bell.ring();
     }
 }
 

@@ -2,19 +2,20 @@
 //! `rtrb` ring of interleaved f32 at the client's rate and layout, plus the atomics
 //! through which it and the connection thread see each other.
 //!
-//! The connection thread decodes the client's samples and pushes them (playback), or
+//! The front-end's I/O thread decodes the client's samples and pushes them (playback), or
 //! pops and encodes them (record). Everything here runs on the RT thread: no allocation,
-//! no locks, no blocking; the only system call is the eventfd write that wakes the
-//! connection thread, made only when the connection thread asked for it (a request
-//! threshold, a drain target, a fragment) or when something it must report happened
-//! (stream started, underflow, overflow).
+//! no locks, no blocking; the only system call is the write that rings the I/O thread's
+//! [`Bell`], made only when the I/O thread asked for it (a request threshold, a drain
+//! target, a fragment) or when something it must report happened (stream started,
+//! underflow, overflow), and at most once until the I/O thread has woken: however many
+//! streams cross a threshold in one cycle, the I/O thread wakes once.
 //!
 //! PulseAudio's prebuffering lives here rather than in the engine's adapter: a stream
 //! starts once `prebuf` bytes are queued (or on TRIGGER/DRAIN), and after running dry it
 //! waits for `prebuf` again, as `pa_memblockq` does.
 
 use quaver_engine::stream::{FrameSink, FrameSource};
-use rustix::fd::OwnedFd;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
@@ -31,8 +32,46 @@ pub const F_PREBUF: u32 = 8;
 /// "Never" for the wake thresholds.
 pub const NEVER: u64 = u64::MAX;
 
-fn ring_bell(bell: &OwnedFd) {
-    let _ = rustix::io::write(bell, &1u64.to_ne_bytes());
+/// An eventfd doorbell that is written at most once between two [`Bell::take`]s, so a
+/// burst of rings (many streams in one cycle, many events) costs one system call and
+/// one wakeup. Ringing is lock-free and RT-safe.
+#[derive(Debug)]
+pub struct Bell {
+    fd: OwnedFd,
+    rung: AtomicBool,
+}
+
+impl Bell {
+    /// A new, quiet doorbell (non-blocking, close-on-exec eventfd).
+    pub fn new() -> rustix::io::Result<Bell> {
+        use rustix::event::{EventfdFlags, eventfd};
+        Ok(Bell {
+            fd: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
+            rung: AtomicBool::new(false),
+        })
+    }
+
+    /// Wakes the waiter unless a ring is already pending.
+    pub fn ring(&self) {
+        if !self.rung.swap(true, AcqRel) {
+            let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// Called by the waiter after waking, before it looks at what changed: re-arms the
+    /// bell and consumes the eventfd count. Returns whether it had been rung.
+    pub fn take(&self) -> bool {
+        let was = self.rung.swap(false, AcqRel);
+        let mut b = [0u8; 8];
+        let counted = rustix::io::read(&self.fd, &mut b).is_ok();
+        was || counted
+    }
+}
+
+impl AsFd for Bell {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 /// State of a playback stream shared between the RT thread and its connection.
@@ -70,13 +109,13 @@ pub struct PlayShared {
     pub wake_at: AtomicU64,
     /// Wake the connection when `played` reaches this.
     pub drain_at: AtomicU64,
-    /// The connection's eventfd.
-    pub bell: Arc<OwnedFd>,
+    /// The I/O thread's doorbell.
+    pub bell: Arc<Bell>,
 }
 
 impl PlayShared {
     /// Fresh state; `corked` for streams created with START_CORKED.
-    pub fn new(bell: Arc<OwnedFd>, prebuf_frames: u32, corked: bool) -> Self {
+    pub fn new(bell: Arc<Bell>, prebuf_frames: u32, corked: bool) -> Self {
         PlayShared {
             flags: AtomicU32::new(if corked { F_CORKED } else { 0 }),
             prebuf: AtomicU32::new(prebuf_frames),
@@ -307,7 +346,7 @@ impl FrameSource for PlaySource {
         }
         if self.notify {
             self.notify = false;
-            ring_bell(&s.bell);
+            s.bell.ring();
         }
     }
 }
@@ -332,13 +371,13 @@ pub struct RecShared {
     pub delay: AtomicU32,
     /// Wake the connection when `produced` reaches this.
     pub wake_at: AtomicU64,
-    /// The connection's eventfd.
-    pub bell: Arc<OwnedFd>,
+    /// The I/O thread's doorbell.
+    pub bell: Arc<Bell>,
 }
 
 impl RecShared {
     /// Fresh state.
-    pub fn new(bell: Arc<OwnedFd>, corked: bool) -> Self {
+    pub fn new(bell: Arc<Bell>, corked: bool) -> Self {
         RecShared {
             flags: AtomicU32::new(if corked { R_CORKED } else { 0 }),
             produced: AtomicU64::new(0),
@@ -423,7 +462,7 @@ impl FrameSink for RecSink {
         }
         if self.notify {
             self.notify = false;
-            ring_bell(&s.bell);
+            s.bell.ring();
         }
     }
 }
@@ -431,15 +470,32 @@ impl FrameSink for RecSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustix::event::{EventfdFlags, eventfd};
 
-    fn bell() -> Arc<OwnedFd> {
-        Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).unwrap())
+    fn bell() -> Arc<Bell> {
+        Arc::new(Bell::new().unwrap())
     }
 
-    fn rang(b: &OwnedFd) -> bool {
+    fn rang(b: &Bell) -> bool {
+        b.take()
+    }
+
+    #[test]
+    fn a_burst_of_rings_writes_the_eventfd_once_until_taken() {
+        let b = bell();
+        assert!(!b.take(), "quiet at first");
+        for _ in 0..5 {
+            b.ring();
+        }
+        // The eventfd counted exactly one write.
         let mut buf = [0u8; 8];
-        rustix::io::read(b, &mut buf).is_ok()
+        rustix::io::read(&b.fd, &mut buf).unwrap();
+        assert_eq!(u64::from_ne_bytes(buf), 1);
+        b.ring();
+        assert!(b.take(), "still marked rung until taken");
+        assert!(!b.take());
+        b.ring();
+        rustix::io::read(&b.fd, &mut buf).unwrap();
+        assert_eq!(u64::from_ne_bytes(buf), 1, "taking re-armed it");
     }
 
     #[test]

@@ -9,9 +9,8 @@ use quaver_dsp::{ChannelMap, PlanarBuf};
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{CycleInfo, Processor};
 use quaver_pulse::transport::{
-    F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, PlayShared, PlaySource, RecShared, RecSink,
+    Bell, F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, PlayShared, PlaySource, RecShared, RecSink,
 };
-use rustix::event::{EventfdFlags, eventfd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -20,7 +19,7 @@ static A: AllocDisabler = AllocDisabler;
 
 #[test]
 fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
-    let bell = Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).unwrap());
+    let bell = Arc::new(Bell::new().unwrap());
     let rate = 48000;
     let max_q = 1024;
     // Playback: mono 44.1 kHz into a stereo node (mixing + resampling).

@@ -1,0 +1,176 @@
+//! The front-end's I/O thread: every PulseAudio connection is served by one thread that
+//! sleeps in `epoll` on the client sockets and one shared [`Bell`].
+//!
+//! Why one thread and not one per client: the wakeups of a playing client come in
+//! pairs (its stream asks for data; the client's data arrives), and with a thread per
+//! client every stream pays both on its own. With one thread, every stream that crossed
+//! its request threshold in a cycle is served in the same wakeup (the RT side rings the
+//! shared bell once per cycle at most), and replies from several clients that arrive
+//! together are read in one pass. PulseAudio and pipewire-pulse serve their clients
+//! from one main loop for the same reason. Nothing a connection does blocks: the engine's
+//! control calls queue a plan and return, sockets are non-blocking and buffered.
+
+use crate::conn::Conn;
+use crate::server::{ConnHandle, Server};
+use crate::tcp::Sock;
+use crate::transport::Bell;
+use rustix::buffer::spare_capacity;
+use rustix::event::epoll::{self, EventData, EventFlags};
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
+
+/// Bytes read from a socket per `read`.
+const READ_CHUNK: usize = 64 * 1024;
+/// epoll token of the bell; connections count up from 1 and are never reused.
+const BELL: u64 = 0;
+
+/// What the accept threads share with the I/O thread.
+pub struct IoShared {
+    /// Rung by streams' RT side, by other threads posting to a connection, and for new
+    /// connections.
+    pub bell: Arc<Bell>,
+    incoming: Mutex<Vec<(Sock, Arc<ConnHandle>)>>,
+}
+
+impl IoShared {
+    /// A new, empty hand-over point.
+    pub fn new() -> std::io::Result<IoShared> {
+        Ok(IoShared {
+            bell: Arc::new(Bell::new()?),
+            incoming: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Hands a freshly accepted client to the I/O thread.
+    pub fn adopt(&self, sock: Sock, handle: Arc<ConnHandle>) {
+        self.incoming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((sock, handle));
+        self.bell.ring();
+    }
+}
+
+struct Entry {
+    conn: Conn,
+    interest: EventFlags,
+}
+
+/// Runs a connection step; a panic costs that client its connection, never the thread.
+fn guarded(conn: &mut Conn, f: impl FnOnce(&mut Conn) -> Result<(), String>) -> Result<(), String> {
+    match catch_unwind(AssertUnwindSafe(|| f(conn))) {
+        Ok(r) => r,
+        Err(_) => Err("panic".into()),
+    }
+}
+
+/// Serves every connection until the process ends.
+pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    epoll::add(&ep, &*io.bell, EventData::new_u64(BELL), EventFlags::IN)?;
+    let mut conns: BTreeMap<u64, Entry> = BTreeMap::new();
+    let mut next_key = 1u64;
+    let mut events = Vec::with_capacity(256);
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut touched: Vec<u64> = Vec::new();
+    let mut dead: Vec<(u64, String)> = Vec::new();
+    loop {
+        events.clear();
+        match epoll::wait(&ep, spare_capacity(&mut events), None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let mut all = false;
+        touched.clear();
+        for ev in events.iter().copied() {
+            let (key, flags) = (ev.data.u64(), ev.flags);
+            if key == BELL {
+                all = true;
+                continue;
+            }
+            let Some(e) = conns.get_mut(&key) else {
+                continue;
+            };
+            touched.push(key);
+            if flags.intersects(EventFlags::IN | EventFlags::HUP | EventFlags::ERR)
+                && let Err(why) = guarded(&mut e.conn, |c| c.on_readable(&mut buf))
+            {
+                dead.push((key, why));
+            }
+        }
+        if all {
+            // Re-arm before looking at anything, so a ring that comes while we work
+            // wakes us again instead of being lost.
+            io.bell.take();
+            let new: Vec<_> = std::mem::take(
+                &mut *io
+                    .incoming
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            for (sock, handle) in new {
+                let client = handle.client;
+                let conn = match Conn::new(srv.clone(), sock, handle) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!("pulse client {client}: socket setup failed: {e}");
+                        srv.lock().clients.remove(&client);
+                        continue;
+                    }
+                };
+                let key = next_key;
+                next_key += 1;
+                if let Err(e) =
+                    epoll::add(&ep, conn.sock(), EventData::new_u64(key), EventFlags::IN)
+                {
+                    tracing::warn!("pulse client {client}: cannot watch its socket: {e}");
+                    let mut conn = conn;
+                    conn.close("cannot watch the socket");
+                    continue;
+                }
+                conns.insert(
+                    key,
+                    Entry {
+                        conn,
+                        interest: EventFlags::IN,
+                    },
+                );
+            }
+            touched.clear();
+            touched.extend(conns.keys().copied());
+        }
+        for key in &touched {
+            if dead.iter().any(|(k, _)| k == key) {
+                continue;
+            }
+            let Some(e) = conns.get_mut(key) else {
+                continue;
+            };
+            if let Err(why) = guarded(&mut e.conn, Conn::pump) {
+                dead.push((*key, why));
+                continue;
+            }
+            let want = if e.conn.wants_write() {
+                EventFlags::IN | EventFlags::OUT
+            } else {
+                EventFlags::IN
+            };
+            if want != e.interest {
+                match epoll::modify(&ep, e.conn.sock(), EventData::new_u64(*key), want) {
+                    Ok(()) => e.interest = want,
+                    Err(err) => dead.push((*key, format!("epoll: {err}"))),
+                }
+            }
+        }
+        for (key, why) in dead.drain(..) {
+            if let Some(mut e) = conns.remove(&key) {
+                let _ = epoll::delete(&ep, e.conn.sock());
+                if catch_unwind(AssertUnwindSafe(|| e.conn.close(&why))).is_err() {
+                    tracing::error!("pulse: cleaning up a connection failed");
+                }
+            }
+        }
+    }
+}

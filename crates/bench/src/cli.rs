@@ -5,7 +5,7 @@ use crate::exec::{find_quaverd, quote};
 use crate::latency::{LatencyOptions, LatencyPath};
 use crate::load::{LoadOptions, Variant};
 use crate::machine::{Machine, tool_versions};
-use crate::peers::PeersOptions;
+use crate::peers::{PeerLatency, PeersOptions};
 use crate::progress::Progress;
 use crate::report::{self, ModeOutput, Record};
 use crate::stress::{StressDevice, StressOptions};
@@ -172,18 +172,38 @@ pub enum Mode {
         #[command(flatten)]
         common: Common,
     },
-    /// quaverd next to PulseAudio (PipeWire, JACK2 when supported): idle cost, and CPU,
-    /// wakeups, memory and reported latency for N identical pacat clients.
+    /// quaverd next to PulseAudio and PipeWire (JACK2 when supported): idle cost; CPU,
+    /// wakeups, memory and reported latency for N identical paplay clients; and the
+    /// latency measured through the sink's monitor vs the reported one.
     Peers {
         /// Stream counts (default 1,8,32; 1,4 with --quick).
         #[arg(long, value_delimiter = ',')]
         streams: Option<Vec<usize>>,
-        /// Repetitions; tables show medians (default 3; 1 with --quick).
+        /// Repetitions of the load part; tables show medians (default 3; 1 with --quick).
         #[arg(long)]
         repeats: Option<usize>,
-        /// The clients' `pacat --latency-msec`.
-        #[arg(long, default_value_t = 20)]
-        latency_ms: u32,
+        /// The load clients' latencies: `default` (no --latency-msec) or ms.
+        #[arg(long, value_delimiter = ',', default_values = ["default", "20"])]
+        latencies: Vec<PeerLatency>,
+        /// Skip the load part (idle and N paplay clients).
+        #[arg(long)]
+        no_load: bool,
+        /// Monitor latency: the playback stream's --latency-msec values.
+        #[arg(long, value_delimiter = ',', default_values_t = [5u32, 10, 20, 50])]
+        monitor_latencies: Vec<u32>,
+        /// Skip the monitor-latency part.
+        #[arg(long)]
+        no_monitor_latency: bool,
+        /// Monitor latency: seconds of impulses per point (default 10; 1.5 with --quick).
+        #[arg(long)]
+        monitor_seconds: Option<f64>,
+        /// Monitor latency: the record stream's fragsize, ms.
+        #[arg(long, default_value_t = 2.0)]
+        monitor_fragsize_ms: f64,
+        /// Monitor latency: write each impulse this many ms later than the bookkeeping
+        /// says (checks the instrument: the measured latency must grow by it).
+        #[arg(long, default_value_t = 0)]
+        inject_delay_ms: u32,
         /// Options every mode takes.
         #[command(flatten)]
         common: Common,
@@ -361,7 +381,13 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         Mode::Peers {
             streams,
             repeats,
-            latency_ms,
+            latencies,
+            no_load,
+            monitor_latencies,
+            no_monitor_latency,
+            monitor_seconds,
+            monitor_fragsize_ms,
+            inject_delay_ms,
             ..
         } => {
             let mut o = PeersOptions::new(quick);
@@ -371,7 +397,19 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             if let Some(r) = repeats {
                 o.repeats = (*r).max(1);
             }
-            o.latency_ms = *latency_ms;
+            o.latencies = latencies.clone();
+            o.load = !*no_load;
+            if *no_monitor_latency {
+                o.monitor = None;
+            }
+            if let Some(m) = o.monitor.as_mut() {
+                m.latencies_ms = monitor_latencies.clone();
+                if let Some(s) = monitor_seconds {
+                    m.seconds = *s;
+                }
+                m.fragsize_ms = *monitor_fragsize_ms;
+                m.inject_delay_ms = *inject_delay_ms;
+            }
             peers::render(&peers::run(&mut ctx, &o)?)
         }
         Mode::Synth {
@@ -430,6 +468,9 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
     };
     let written = report::write(&common.out, &started, &rec, &out)?;
     println!("{}", out.summary.text());
+    for t in &out.extra {
+        println!("{}", t.text());
+    }
     for n in &ctx.notes {
         println!("note: {n}");
     }

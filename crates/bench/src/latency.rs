@@ -930,6 +930,7 @@ pub fn render(r: &LatencyResults) -> ModeOutput {
         markdown: md,
         plots,
         summary,
+        extra: Vec::new(),
     }
 }
 

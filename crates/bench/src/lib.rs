@@ -29,6 +29,8 @@ pub mod exec;
 pub mod latency;
 pub mod load;
 pub mod machine;
+pub mod monlat;
+pub mod paclient;
 pub mod peers;
 pub mod procfs;
 pub mod progress;

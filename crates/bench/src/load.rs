@@ -572,6 +572,7 @@ pub fn render(r: &LoadResults) -> ModeOutput {
         markdown: md,
         plots,
         summary,
+        extra: Vec::new(),
     }
 }
 

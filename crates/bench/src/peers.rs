@@ -2,23 +2,28 @@
 //! workload against each.
 //!
 //! Every server is started headless in its own runtime directory with a null sink at
-//! 48 kHz stereo and driven by the same PulseAudio-protocol clients: N `pacat`
-//! processes (float32le, 48 kHz stereo, `--latency-msec`), so the client side is
-//! identical and only the server differs. Per server and repetition: its idle cost
-//! (after quaverd's idle suspend timeout), then for each N its CPU seconds per second,
-//! context switches per second (all threads), RSS/PSS, and the playback latency it
-//! reports to the first client (`pacat -v`). Tables give medians over repetitions and
-//! ratios quaver / peer.
+//! 48 kHz stereo and driven by the same PulseAudio-protocol clients, so the client side
+//! is identical and only the server differs. Two parts:
+//!
+//! - **load**: N `paplay` processes playing a 44.1 kHz s16 stereo WAV into the 48 kHz
+//!   sink (every server resamples), at each latency of [`PeersOptions::latencies`]
+//!   (the server's default, or `--latency-msec=N`). Per server and repetition: its idle
+//!   cost (after quaverd's idle suspend timeout), then for each latency and N its CPU
+//!   seconds per second, context switches per second (all threads), RSS/PSS, and the
+//!   playback latency it reports to the first client (`paplay -v`). Tables give medians
+//!   over repetitions and ratios quaverd / peer.
+//! - **monitor latency** ([`crate::monlat`]): for each N of
+//!   [`MonitorOptions::latencies_ms`], what a `paplay --latency-msec=N` stream measures
+//!   through the sink's monitor next to what the server reports, and its underruns.
 //!
 //! PipeWire is pipewire + wireplumber + pipewire-pulse (their costs add up), on a
 //! private D-Bus session bus (see [`crate::servers::Server::pipewire`]).
 //!
-//! Not yet: JACK2 is detected and its version recorded, but not started; the impulse
-//! round trip with PulseAudio-protocol clients (the `latency` mode's monitor path for
-//! every server).
+//! Not yet: JACK2 is detected and its version recorded, but not started.
 
 use crate::exec::{describe, stop_child};
 use crate::machine::{NOT_INSTALLED, tool_version};
+use crate::monlat::{self, MonitorOptions, MonitorPoint};
 use crate::procfs::{self, ProcDelta};
 use crate::progress::run_with_progress;
 use crate::report::{ModeOutput, Table};
@@ -31,17 +36,51 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A load client's latency request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PeerLatency {
+    /// No `--latency-msec`: the server's default buffering.
+    Default,
+    /// `--latency-msec=N`.
+    Ms(u32),
+}
+
+impl PeerLatency {
+    /// Label in tables and keys in the record: `default` or the number of ms.
+    pub fn label(&self) -> String {
+        match self {
+            PeerLatency::Default => "default".into(),
+            PeerLatency::Ms(n) => n.to_string(),
+        }
+    }
+}
+
+impl std::str::FromStr for PeerLatency {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<PeerLatency, String> {
+        match s.trim() {
+            "default" => Ok(PeerLatency::Default),
+            n => n
+                .parse::<u32>()
+                .ok()
+                .filter(|&n| n > 0)
+                .map(PeerLatency::Ms)
+                .ok_or_else(|| format!("`{s}`: expected `default` or a number of ms")),
+        }
+    }
+}
 
 /// Settings of a `peers` run.
 #[derive(Debug, Clone)]
 pub struct PeersOptions {
     /// Stream counts.
     pub counts: Vec<usize>,
-    /// Repetitions (medians are taken over them).
+    /// Repetitions of the load part (medians are taken over them).
     pub repeats: usize,
     /// Idle window, s.
     pub idle_seconds: f64,
@@ -49,12 +88,18 @@ pub struct PeersOptions {
     pub warmup_seconds: f64,
     /// Load window, s.
     pub window_seconds: f64,
-    /// `pacat --latency-msec`.
-    pub latency_ms: u32,
+    /// The load clients' latency requests.
+    pub latencies: Vec<PeerLatency>,
+    /// Run the load part.
+    pub load: bool,
+    /// The monitor-latency part (`None`: skipped).
+    pub monitor: Option<MonitorOptions>,
 }
 
 impl PeersOptions {
-    /// Defaults: 1, 8 and 32 streams, three repetitions (quick: 1 and 4 streams, once).
+    /// Defaults: 1, 8 and 32 streams at the default latency and at 20 ms, three
+    /// repetitions, then the monitor latency at 5, 10, 20 and 50 ms (quick: 1 and 4
+    /// streams, once, short windows).
     pub fn new(quick: bool) -> PeersOptions {
         PeersOptions {
             counts: if quick { vec![1, 4] } else { vec![1, 8, 32] },
@@ -62,7 +107,9 @@ impl PeersOptions {
             idle_seconds: if quick { 1.0 } else { 5.0 },
             warmup_seconds: if quick { 0.5 } else { 1.5 },
             window_seconds: if quick { 1.0 } else { 5.0 },
-            latency_ms: 20,
+            latencies: vec![PeerLatency::Default, PeerLatency::Ms(20)],
+            load: true,
+            monitor: Some(MonitorOptions::new(quick)),
         }
     }
 }
@@ -95,8 +142,15 @@ pub struct ServerResult {
     pub version: String,
     /// Idle samples, one per repetition.
     pub idle: Vec<Sample>,
-    /// Load samples per stream count, one per repetition.
-    pub load: BTreeMap<usize, Vec<Sample>>,
+    /// Load samples per latency label (`default`, `20`, …) and stream count, one per
+    /// repetition.
+    pub load: BTreeMap<String, BTreeMap<usize, Vec<Sample>>>,
+    /// Monitor-latency points, one per requested latency.
+    #[serde(default)]
+    pub monitor: Vec<MonitorPoint>,
+    /// Why the monitor-latency part could not run, if it could not.
+    #[serde(default)]
+    pub monitor_error: Option<String>,
     /// Why it could not be measured at all, if it could not.
     pub error: Option<String>,
     /// Repetitions that failed part-way (the points before the failure are kept; the
@@ -112,18 +166,34 @@ pub struct PeersResults {
     pub counts: Vec<usize>,
     /// Repetitions.
     pub repeats: usize,
-    /// `pacat --latency-msec`.
-    pub latency_ms: u32,
+    /// The load clients' latency labels (`default`: no `--latency-msec`).
+    pub latencies: Vec<String>,
+    /// Seconds of the load file (44.1 kHz s16 stereo WAV).
+    pub file_seconds: f64,
+    /// The monitor-latency part's requested latencies, ms (empty: not run).
+    pub monitor_latencies_ms: Vec<u32>,
+    /// Its record fragsize, ms.
+    pub monitor_fragsize_ms: f64,
+    /// Its seconds of impulses per point.
+    pub monitor_seconds: f64,
+    /// Its injected delay, ms (instrument check; 0 in real runs).
+    pub monitor_inject_delay_ms: u32,
     /// Measured servers (quaverd first).
     pub servers: Vec<ServerResult>,
     /// Peers not measured, with the reason ("not installed", …).
     pub skipped: Vec<(String, String)>,
 }
 
+/// Longest the load part waits for the first paplay to report that its stream plays.
+const PLAY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The load file's sample rate: not the sinks' 48 kHz, so every server resamples.
+pub const FILE_RATE: u32 = 44_100;
+
 /// Runs the comparison.
 pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
-    if crate::exec::which("pacat").is_none() {
-        bail!("peers needs pacat (Debian: pulseaudio-utils) as the common client");
+    if o.load && crate::exec::which("paplay").is_none() {
+        bail!("peers needs paplay (Debian: pulseaudio-utils) as the common client");
     }
     let mut kinds = vec![ServerKind::Quaverd];
     let mut skipped = Vec::new();
@@ -153,13 +223,24 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
         format!("{v}: installed, but headless start is not implemented yet")
     };
     skipped.push(("jackd".into(), why));
-    let audio_s = o.warmup_seconds + o.window_seconds + 3.0;
+    // With the default latency a server buffers about 2 s ahead of what it plays, and
+    // PulseAudio may take up to 2 s to start: the file outlasts both, the warm-up and
+    // the window.
+    let file_seconds = o.warmup_seconds + o.window_seconds + 8.0;
     let dir = tempfile::Builder::new()
         .prefix("quaver-bench-peers-")
         .tempdir()?;
-    let raw = dir.path().join("signal-f32le-48000-2ch.raw");
-    write_raw(&raw, 48_000, audio_s, &mut Rng::new(ctx.seed))?;
-    let steps = (o.repeats * kinds.len() * (1 + o.counts.len())) as u64;
+    let wav = dir.path().join("signal-s16-44100-2ch.wav");
+    if o.load {
+        write_wav(&wav, FILE_RATE, file_seconds, &mut Rng::new(ctx.seed))?;
+    }
+    let load_steps = if o.load {
+        o.repeats * (1 + o.counts.len() * o.latencies.len())
+    } else {
+        0
+    };
+    let mon_steps = o.monitor.as_ref().map_or(0, |m| m.latencies_ms.len());
+    let steps = (kinds.len() * (load_steps + mon_steps)) as u64;
     let pb = ctx.progress.bar(steps, "peers");
     let mut results: Vec<ServerResult> = kinds
         .iter()
@@ -172,12 +253,14 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
             },
             idle: Vec::new(),
             load: BTreeMap::new(),
+            monitor: Vec::new(),
+            monitor_error: None,
             error: None,
             failures: Vec::new(),
         })
         .collect();
     let mut step = 0;
-    for rep in 0..o.repeats {
+    for rep in 0..if o.load { o.repeats } else { 0 } {
         for r in results.iter_mut() {
             if r.error.is_some() {
                 continue;
@@ -188,7 +271,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
                 rep + 1,
                 o.repeats
             ));
-            if let Err(e) = measure_server(ctx, o, r, &raw, &pb, &mut step) {
+            if let Err(e) = measure_server(ctx, o, r, &wav, &pb, &mut step) {
                 r.failures.push(format!("run {}: {e:#}", rep + 1));
                 // A server that never came up is not retried.
                 if r.idle.is_empty() {
@@ -197,29 +280,79 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
             }
         }
     }
+    if let Some(m) = &o.monitor {
+        let mut rng = Rng::new(ctx.seed ^ 0x006d_6f6e_6974_6f72);
+        for r in results.iter_mut() {
+            pb.set_message(format!("peers: {} monitor latency", r.server.name()));
+            let rng = rng.fork();
+            match run_with_progress(&pb, step, |_| monitor_server(ctx, r.server, m, rng)) {
+                Ok(points) => r.monitor = points,
+                Err(e) => r.monitor_error = Some(format!("{e:#}")),
+            }
+            step += m.latencies_ms.len() as u64;
+            pb.set_position(step);
+        }
+    }
     pb.finish_and_clear();
+    let m = o.monitor.clone();
     Ok(PeersResults {
-        counts: o.counts.clone(),
+        counts: if o.load { o.counts.clone() } else { Vec::new() },
         repeats: o.repeats,
-        latency_ms: o.latency_ms,
+        latencies: if o.load {
+            o.latencies.iter().map(PeerLatency::label).collect()
+        } else {
+            Vec::new()
+        },
+        file_seconds,
+        monitor_latencies_ms: m.as_ref().map_or(Vec::new(), |m| m.latencies_ms.clone()),
+        monitor_fragsize_ms: m.as_ref().map_or(0.0, |m| m.fragsize_ms),
+        monitor_seconds: m.as_ref().map_or(0.0, |m| m.seconds),
+        monitor_inject_delay_ms: m.as_ref().map_or(0, |m| m.inject_delay_ms),
         servers: results,
         skipped,
     })
+}
+
+/// The monitor-latency part against a fresh server.
+fn monitor_server(
+    ctx: &mut Ctx,
+    kind: ServerKind,
+    m: &MonitorOptions,
+    mut rng: Rng,
+) -> Result<Vec<MonitorPoint>> {
+    let mut server = start(ctx, kind)?;
+    ctx.record_command(format!(
+        "# monitor latency against {}: built-in PulseAudio-protocol clients on {} \
+         (playback float32le 48 kHz stereo, tlength = N ms, ADJUST_LATENCY, for N in {:?}; \
+         record on the default sink's monitor, fragsize {} ms)",
+        kind.name(),
+        server.pulse_socket().display(),
+        m.latencies_ms,
+        m.fragsize_ms
+    ));
+    let points = monlat::measure_server(&server, m, &mut rng);
+    server.check_alive()?;
+    server.stop();
+    Ok(points)
+}
+
+fn start(ctx: &mut Ctx, kind: ServerKind) -> Result<Server> {
+    match kind {
+        ServerKind::Quaverd => Server::quaverd(ctx),
+        ServerKind::Pulseaudio => Server::pulseaudio(ctx),
+        ServerKind::Pipewire => Server::pipewire(ctx),
+    }
 }
 
 fn measure_server(
     ctx: &mut Ctx,
     o: &PeersOptions,
     r: &mut ServerResult,
-    raw: &std::path::Path,
+    wav: &std::path::Path,
     pb: &indicatif::ProgressBar,
     step: &mut u64,
 ) -> Result<()> {
-    let mut server = match r.server {
-        ServerKind::Quaverd => Server::quaverd(ctx)?,
-        ServerKind::Pulseaudio => Server::pulseaudio(ctx)?,
-        ServerKind::Pipewire => Server::pipewire(ctx)?,
-    };
+    let mut server = start(ctx, r.server)?;
     let pid = server.pids();
     // Idle: past quaverd's 3 s suspend timeout, so every server is at rest.
     let idle = run_with_progress(pb, *step, |_| -> Result<Sample> {
@@ -228,115 +361,152 @@ fn measure_server(
     })?;
     r.idle.push(idle);
     *step += 1;
-    for &n in &o.counts {
-        let mut clients = Vec::with_capacity(n);
-        let latency = Arc::new(Mutex::new(Vec::new()));
-        // pacat 0's other stderr lines (its error, if it exits early).
-        let messages = Arc::new(Mutex::new(Vec::<String>::new()));
-        let result = (|| -> Result<Sample> {
-            for i in 0..n {
-                let mut c = Command::new("pacat");
-                server.client_env(&mut c);
-                c.args([
-                    "--playback",
-                    "--raw",
-                    "--format=float32le",
-                    "--rate=48000",
-                    "--channels=2",
-                    &format!("--latency-msec={}", o.latency_ms),
-                    &format!("--stream-name=load-{i}"),
-                    "--client-name=quaver-bench",
-                ]);
-                if i == 0 {
-                    c.arg("-v");
-                }
-                c.arg(raw);
-                if i == 0 || i + 1 == n {
-                    ctx.record_command(format!(
-                        "{} &{}",
-                        describe(&c),
-                        if i == 0 && n > 1 {
-                            format!(
-                                "   # ×{n}, stream names load-0…load-{}; only the first with -v",
-                                n - 1
-                            )
-                        } else {
-                            String::new()
-                        }
-                    ));
-                }
-                let mut child = c
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(if i == 0 {
-                        Stdio::piped()
-                    } else {
-                        Stdio::null()
-                    })
-                    .spawn()
-                    .context("starting pacat")?;
-                if let Some(err) = child.stderr.take() {
-                    let lat = latency.clone();
-                    let msgs = messages.clone();
-                    std::thread::spawn(move || {
-                        // pacat -v rewrites one status line with '\r', so split on
-                        // both line ends.
-                        for chunk in BufReader::new(err).split(b'\r').map_while(Result::ok) {
-                            for part in String::from_utf8_lossy(&chunk).split('\n') {
-                                if let Some(us) = parse_pacat_latency(part) {
-                                    lat.lock().expect("latency lock").push((Instant::now(), us));
-                                } else if !part.trim().is_empty() {
-                                    let mut m = msgs.lock().expect("messages lock");
-                                    if m.len() >= 8 {
-                                        m.remove(0);
-                                    }
-                                    m.push(part.trim().to_string());
-                                }
-                            }
-                        }
-                    });
-                }
-                clients.push(child);
-            }
-            std::thread::sleep(Duration::from_secs_f64(o.warmup_seconds));
-            for (i, c) in clients.iter_mut().enumerate() {
-                if let Some(st) = c.try_wait()? {
-                    std::thread::sleep(Duration::from_millis(100));
-                    let said = messages.lock().expect("messages lock").join(" | ");
-                    bail!(
-                        "pacat {i} of {n} exited early ({st}) against {}{}",
-                        server.kind.name(),
-                        if i == 0 && !said.is_empty() {
-                            format!("; pacat 0 said: {said}")
-                        } else {
-                            String::new()
-                        }
-                    );
-                }
-            }
-            let t0 = Instant::now();
-            let mut s = run_with_progress(pb, *step, |_| sample_window(&pid, o.window_seconds))?;
-            let lat: Vec<f64> = latency
-                .lock()
-                .expect("latency lock")
-                .iter()
-                .filter(|(t, _)| *t >= t0)
-                .map(|(_, us)| *us)
-                .collect();
-            s.reported_latency_us = Summary::of(&lat).map(|s| s.p50);
-            server.check_alive()?;
-            Ok(s)
-        })();
-        for mut c in clients {
-            stop_child(&mut c, Duration::from_secs(5));
+    for &lat in &o.latencies {
+        for &n in &o.counts {
+            let result = load_point(ctx, o, &mut server, &pid, wav, lat, n, pb, *step);
+            *step += 1;
+            pb.set_position(*step);
+            r.load
+                .entry(lat.label())
+                .or_default()
+                .entry(n)
+                .or_default()
+                .push(result?);
+            std::thread::sleep(Duration::from_millis(500));
         }
-        *step += 1;
-        pb.set_position(*step);
-        r.load.entry(n).or_default().push(result?);
-        std::thread::sleep(Duration::from_millis(500));
     }
     server.stop();
     Ok(())
+}
+
+/// N `paplay` clients at `lat` against `server`: one sample.
+#[allow(clippy::too_many_arguments)]
+fn load_point(
+    ctx: &mut Ctx,
+    o: &PeersOptions,
+    server: &mut Server,
+    pid: &[u32],
+    wav: &std::path::Path,
+    lat: PeerLatency,
+    n: usize,
+    pb: &indicatif::ProgressBar,
+    step: u64,
+) -> Result<Sample> {
+    let mut clients = Vec::with_capacity(n);
+    let latency = Arc::new(Mutex::new(Vec::new()));
+    // paplay 0's other stderr lines (its error, if it exits early).
+    let messages = Arc::new(Mutex::new(Vec::<String>::new()));
+    let result = (|| -> Result<Sample> {
+        for i in 0..n {
+            let mut c = Command::new("paplay");
+            server.client_env(&mut c);
+            if let PeerLatency::Ms(ms) = lat {
+                c.arg(format!("--latency-msec={ms}"));
+            }
+            c.args([
+                &format!("--stream-name=load-{i}"),
+                "--client-name=quaver-bench",
+            ]);
+            if i == 0 {
+                c.arg("-v");
+            }
+            c.arg(wav);
+            if i == 0 || i + 1 == n {
+                ctx.record_command(format!(
+                    "{} &{}",
+                    describe(&c),
+                    if i == 0 && n > 1 {
+                        format!(
+                            "   # ×{n}, stream names load-0…load-{}; only the first with -v",
+                            n - 1
+                        )
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            let mut child = c
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(if i == 0 {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .spawn()
+                .context("starting paplay")?;
+            if let Some(err) = child.stderr.take() {
+                let lat = latency.clone();
+                let msgs = messages.clone();
+                std::thread::spawn(move || {
+                    // paplay -v rewrites one status line with '\r', so split on both
+                    // line ends.
+                    for chunk in BufReader::new(err).split(b'\r').map_while(Result::ok) {
+                        for part in String::from_utf8_lossy(&chunk).split('\n') {
+                            if let Some(us) = parse_pacat_latency(part) {
+                                let playing = parse_pacat_time(part).is_some_and(|t| t > 0.0);
+                                lat.lock().expect("latency lock").push((
+                                    Instant::now(),
+                                    us,
+                                    playing,
+                                ));
+                            } else if !part.trim().is_empty() {
+                                let mut m = msgs.lock().expect("messages lock");
+                                if m.len() >= 8 {
+                                    m.remove(0);
+                                }
+                                m.push(part.trim().to_string());
+                            }
+                        }
+                    }
+                });
+            }
+            clients.push(child);
+        }
+        // The warm-up starts when the server plays: paplay 0's stream time has moved.
+        // PulseAudio's null sink first finishes the block it rendered while idle (up to
+        // its 2 s maximum latency), and that wait must not fall into the window.
+        let t_start = Instant::now();
+        while t_start.elapsed() < PLAY_TIMEOUT
+            && !latency.lock().expect("latency lock").iter().any(|l| l.2)
+            && clients[0].try_wait()?.is_none()
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_secs_f64(o.warmup_seconds));
+        for (i, c) in clients.iter_mut().enumerate() {
+            if let Some(st) = c.try_wait()? {
+                std::thread::sleep(Duration::from_millis(100));
+                let said = messages.lock().expect("messages lock").join(" | ");
+                bail!(
+                    "paplay {i} of {n} (latency {}) exited early ({st}) against {}{}",
+                    lat.label(),
+                    server.kind.name(),
+                    if i == 0 && !said.is_empty() {
+                        format!("; paplay 0 said: {said}")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+        let t0 = Instant::now();
+        let mut s = run_with_progress(pb, step, |_| sample_window(pid, o.window_seconds))?;
+        let lat: Vec<f64> = latency
+            .lock()
+            .expect("latency lock")
+            .iter()
+            .filter(|(t, _, _)| *t >= t0)
+            .map(|(_, us, _)| *us)
+            .collect();
+        s.reported_latency_us = Summary::of(&lat).map(|s| s.p50);
+        server.check_alive()?;
+        Ok(s)
+    })();
+    for mut c in clients {
+        stop_child(&mut c, Duration::from_secs(5));
+    }
+    result
 }
 
 /// Samples processes over `seconds`; their costs add up.
@@ -370,6 +540,21 @@ fn sample_window(pids: &[u32], seconds: f64) -> Result<Sample> {
     Ok(s)
 }
 
+/// Parses the stream time of a `pacat -v` status line, s.
+pub fn parse_pacat_time(line: &str) -> Option<f64> {
+    let i = line.find("Time:")? + "Time:".len();
+    let rest = line[i..].trim_start();
+    let num: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let v: f64 = num.parse().ok()?;
+    rest[num.len()..]
+        .trim_start()
+        .starts_with("sec")
+        .then_some(v)
+}
+
 /// Parses a `pacat -v` status line: `Time: 1.234 sec; Latency: 21304 usec.`
 pub fn parse_pacat_latency(line: &str) -> Option<f64> {
     let i = line.find("Latency:")? + "Latency:".len();
@@ -385,18 +570,25 @@ pub fn parse_pacat_latency(line: &str) -> Option<f64> {
         .then_some(v)
 }
 
-/// Writes `seconds` of the load signal as raw float32le stereo.
-fn write_raw(path: &std::path::Path, rate: u32, seconds: f64, rng: &mut Rng) -> Result<()> {
+/// Writes `seconds` of the load signal as a 16-bit stereo WAV at `rate`.
+pub fn write_wav(path: &std::path::Path, rate: u32, seconds: f64, rng: &mut Rng) -> Result<()> {
     let sig = load::Signal::new(rate, rng);
     let frames = (seconds * rate as f64) as usize;
     let mut buf = vec![0f32; frames * 2];
     let mut pos = 0;
     sig.fill(&mut pos, &mut buf);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec)
+        .with_context(|| format!("creating {}", path.display()))?;
     for s in buf {
-        f.write_all(&s.to_le_bytes())?;
+        w.write_sample((s.clamp(-1.0, 1.0) * i16::MAX as f32).round() as i16)?;
     }
-    f.flush()?;
+    w.finalize()?;
     Ok(())
 }
 
@@ -409,10 +601,14 @@ fn med_of(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Option<f64>
     median(&v)
 }
 
+fn ms(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".into(), |v| format!("{v:.digits$}"))
+}
+
 /// Tables, plots and the terminal summary.
 pub fn render(r: &PeersResults) -> ModeOutput {
     let servers: Vec<&ServerResult> = r.servers.iter().collect();
-    let mut headers: Vec<String> = vec!["streams".into(), "metric".into()];
+    let mut headers: Vec<String> = vec!["latency".into(), "streams".into(), "metric".into()];
     for s in &servers {
         headers.push(s.server.name().into());
     }
@@ -442,13 +638,13 @@ pub fn render(r: &PeersResults) -> ModeOutput {
             |v| format!("{v:.1}"),
         ),
     ];
-    let mut rows_for = |label: String, pick: &dyn Fn(&ServerResult) -> Vec<Sample>| {
+    let mut rows_for = |lat: String, label: String, pick: &dyn Fn(&ServerResult) -> Vec<Sample>| {
         for (name, f, fmt) in metrics.iter() {
             let vals: Vec<Option<f64>> = servers.iter().map(|s| med_of(&pick(s), f)).collect();
             if vals.iter().all(Option::is_none) {
                 continue;
             }
-            let mut row = vec![label.clone(), name.to_string()];
+            let mut row = vec![lat.clone(), label.clone(), name.to_string()];
             row.extend(vals.iter().map(|v| v.map_or("–".into(), fmt)));
             for v in vals.iter().skip(1) {
                 row.push(match (vals[0], v) {
@@ -459,11 +655,19 @@ pub fn render(r: &PeersResults) -> ModeOutput {
             t.row(row);
         }
     };
-    rows_for("idle".into(), &|s| s.idle.clone());
-    for &n in &r.counts {
-        rows_for(n.to_string(), &|s| {
-            s.load.get(&n).cloned().unwrap_or_default()
-        });
+    if !r.latencies.is_empty() {
+        rows_for("–".into(), "idle".into(), &|s| s.idle.clone());
+    }
+    for lat in &r.latencies {
+        for &n in &r.counts {
+            rows_for(lat.clone(), n.to_string(), &|s| {
+                s.load
+                    .get(lat)
+                    .and_then(|m| m.get(&n))
+                    .cloned()
+                    .unwrap_or_default()
+            });
+        }
     }
     let mut plots = Vec::new();
     for (name, title, f) in [
@@ -478,25 +682,33 @@ pub fn render(r: &PeersResults) -> ModeOutput {
             |s: &Sample| Some(s.wakeups_per_s),
         ),
     ] {
-        let series: Vec<Series> = servers
-            .iter()
-            .map(|s| {
-                Series::new(
-                    s.server.name(),
-                    r.counts
-                        .iter()
-                        .filter_map(|n| {
-                            med_of(s.load.get(n).map_or(&[][..], |v| v), f).map(|v| (*n as f64, v))
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
+        if r.latencies.is_empty() {
+            break;
+        }
+        let mut series = Vec::new();
+        for s in &servers {
+            for lat in &r.latencies {
+                let pts = r
+                    .counts
+                    .iter()
+                    .filter_map(|n| {
+                        let v = s.load.get(lat).and_then(|m| m.get(n));
+                        med_of(v.map_or(&[][..], |v| v), f).map(|v| (*n as f64, v))
+                    })
+                    .collect();
+                let lab = if lat == "default" {
+                    format!("{} (default latency)", s.server.name())
+                } else {
+                    format!("{} ({lat} ms)", s.server.name())
+                };
+                series.push(Series::new(&lab, pts));
+            }
+        }
         plots.push((
             name.to_string(),
             line_plot(
-                &format!("{title}, by number of pacat streams"),
-                "playback streams (pacat, float32le 48 kHz stereo)",
+                &format!("{title}, by number of paplay streams"),
+                "playback streams (paplay, 44.1 kHz s16 stereo into a 48 kHz sink)",
                 title,
                 &series,
                 true,
@@ -504,21 +716,133 @@ pub fn render(r: &PeersResults) -> ModeOutput {
             ),
         ));
     }
+    // Monitor latency: a row per (N, server).
+    let mut m = Table::new(&[
+        "N ms",
+        "server",
+        "measured p50",
+        "p99",
+        "reported p50",
+        "meas − rep",
+        "vs pulseaudio",
+        "arrival p50",
+        "rec lat",
+        "sink lat",
+        "underruns",
+        "impulses (lost)",
+        "tlength/minreq ms",
+        "start ms",
+    ]);
+    let pa_measured = |n: u32| {
+        servers
+            .iter()
+            .find(|s| s.server == ServerKind::Pulseaudio)
+            .and_then(|s| s.monitor.iter().find(|p| p.latency_ms == n))
+            .and_then(|p| p.measured_ms)
+            .map(|m| m.p50)
+    };
+    let bytes_ms = |b: u32| {
+        if b == u32::MAX {
+            "–".to_string()
+        } else {
+            format!("{:.1}", b as f64 * 1000.0 / (monlat::RATE as f64 * 8.0))
+        }
+    };
+    for &n in &r.monitor_latencies_ms {
+        for s in &servers {
+            let Some(p) = s.monitor.iter().find(|p| p.latency_ms == n) else {
+                if let Some(e) = &s.monitor_error {
+                    let mut row = vec![n.to_string(), s.server.name().into()];
+                    row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
+                    row.resize(14, String::new());
+                    m.row(row);
+                }
+                continue;
+            };
+            if let Some(e) = &p.error {
+                let mut row = vec![n.to_string(), s.server.name().into()];
+                row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
+                row.resize(14, String::new());
+                m.row(row);
+                continue;
+            }
+            let med = p.measured_ms.map(|m| m.p50);
+            m.row(vec![
+                n.to_string(),
+                s.server.name().into(),
+                ms(med, 2),
+                ms(p.measured_ms.map(|m| m.p99), 2),
+                ms(p.reported_ms.map(|m| m.p50), 2),
+                ms(p.difference_ms, 2),
+                match (med, pa_measured(n)) {
+                    (Some(a), Some(b)) if s.server != ServerKind::Pulseaudio => {
+                        format!("{:+.2}", a - b)
+                    }
+                    _ => "–".into(),
+                },
+                ms(p.arrival_ms.map(|m| m.p50), 2),
+                ms(p.record_latency_ms, 2),
+                ms(p.sink_latency_ms, 2),
+                p.underruns.to_string(),
+                format!("{} ({})", p.impulses, p.lost),
+                format!("{}/{}", bytes_ms(p.granted[1]), bytes_ms(p.granted[3])),
+                ms(p.start_ms, 0),
+            ]);
+        }
+    }
     let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "## Peers\n\nEvery server runs headless on a null sink at 48 kHz stereo and plays N \
-         identical `pacat --latency-msec={}` clients (float32le 48 kHz stereo): the same \
-         PulseAudio-protocol workload for each, so only the server differs. Medians over \
-         {} run(s); CPU and context switches are the server process's (every thread; for \
-         PipeWire the sum of pipewire, wireplumber and pipewire-pulse — the private D-Bus \
-         daemon it needs here is not counted); \
-         'reported latency' is what the server reports to the first client (`pacat -v`), \
-         not a measured round trip. Idle: after quaverd's 3 s suspend timeout.\n",
-        r.latency_ms, r.repeats
-    );
-    md.push_str(&t.markdown());
-    md.push_str("\n{plot:cpu}\n\n{plot:wakeups}\n\n");
+    if !r.latencies.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Peers: load\n\nEvery server runs headless on a null sink at 48 kHz stereo \
+             and plays N identical `paplay` clients of a {:.0} s 44.1 kHz s16 stereo WAV \
+             (so every server resamples), at each latency: `default` (no \
+             `--latency-msec`) and `--latency-msec=N`. The same PulseAudio-protocol \
+             workload for each, so only the server differs. Medians over {} run(s); CPU \
+             and context switches are the server process's (every thread; for PipeWire \
+             the sum of pipewire, wireplumber and pipewire-pulse — the private D-Bus \
+             daemon it needs here is not counted); 'reported latency' is what the server \
+             reports to the first client (`paplay -v`), not a measured round trip. Idle: \
+             after quaverd's 3 s suspend timeout. Ratios are quaverd / peer per \
+             (latency, streams, metric); below 1 quaverd is cheaper.\n",
+            r.file_seconds, r.repeats
+        );
+        md.push_str(&t.markdown());
+        md.push_str("\n{plot:cpu}\n\n{plot:wakeups}\n\n");
+    }
+    if !r.monitor_latencies_ms.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Peers: monitor latency\n\nPer server and N: a built-in PulseAudio-protocol \
+             playback client asks what `paplay --latency-msec=N` asks (tlength = N ms, \
+             ADJUST_LATENCY; float32le 48 kHz stereo) and writes silence with an impulse \
+             every 250–350 ms as the server requests data; a record client on the sink's \
+             monitor (fragsize {} ms, no flags) captures it. {} s of impulses per point. \
+             *measured* = capture − write − the record stream's own reported latency \
+             (*rec lat*, libpulse's formula: server queue + transport + source latency − \
+             the monitored sink's latency), corrected for each impulse's place in its \
+             written and captured chunk; *arrival* is the same without the record \
+             correction. *reported* is what `pa_stream_get_latency` would return at the \
+             impulse's write (from GET_PLAYBACK_LATENCY just before it); *sink lat* the \
+             sink latency in those replies; *start*: from creating the stream to the \
+             server's first request after the initial fill. *vs pulseaudio*: measured p50 − PulseAudio's \
+             (negative: lower than PulseAudio). Underruns are the server's UNDERFLOW \
+             events. Times in ms.{}\n",
+            r.monitor_fragsize_ms,
+            r.monitor_seconds,
+            if r.monitor_inject_delay_ms > 0 {
+                format!(
+                    " **Injected delay: each impulse written {} ms later than the \
+                     bookkeeping says (instrument check).**",
+                    r.monitor_inject_delay_ms
+                )
+            } else {
+                String::new()
+            }
+        );
+        md.push_str(&m.markdown());
+        md.push('\n');
+    }
     for s in &r.servers {
         let _ = writeln!(md, "- {}: {}", s.server.name(), s.version);
         if let Some(e) = &s.error {
@@ -531,15 +855,29 @@ pub fn render(r: &PeersResults) -> ModeOutput {
                 );
             }
         }
+        if let Some(e) = &s.monitor_error {
+            let _ = writeln!(md, "  - monitor latency not measured: {e}");
+        }
+        for p in &s.monitor {
+            if let Some(e) = &p.error {
+                let _ = writeln!(md, "  - monitor latency at {} ms failed: {e}", p.latency_ms);
+            }
+        }
     }
     for (name, why) in &r.skipped {
         let _ = writeln!(md, "- {name}: {why}");
     }
+    let (summary, extra) = match (r.latencies.is_empty(), r.monitor_latencies_ms.is_empty()) {
+        (false, false) => (t, vec![m]),
+        (false, true) => (t, Vec::new()),
+        (true, _) => (m, Vec::new()),
+    };
     ModeOutput {
         results: serde_json::to_value(r).unwrap_or_default(),
         markdown: md,
         plots,
-        summary: t,
+        summary,
+        extra,
     }
 }
 
@@ -559,6 +897,11 @@ mod tests {
         );
         assert_eq!(parse_pacat_latency("Stream successfully created."), None);
         assert_eq!(parse_pacat_latency("Latency: 5 msec"), None);
+        assert_eq!(
+            parse_pacat_time("Time: 1.234 sec; Latency: 21304 usec."),
+            Some(1.234)
+        );
+        assert_eq!(parse_pacat_time("Stream started."), None);
     }
 
     #[test]

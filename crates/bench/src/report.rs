@@ -102,6 +102,8 @@ pub struct ModeOutput {
     pub plots: Vec<(String, String)>,
     /// The table printed on the terminal at the end.
     pub summary: Table,
+    /// Further tables printed after it (a mode with more than one part).
+    pub extra: Vec<Table>,
 }
 
 /// The JSON record.
@@ -269,6 +271,7 @@ mod tests {
             markdown: "## Results\n\n{plot:latency}\n".into(),
             plots: vec![("latency".into(), "<svg/>".into())],
             summary: table(),
+            extra: Vec::new(),
         };
         let stamp = Utc::from_unix(1_700_000_000);
         let w = write(dir.path(), &stamp, &rec, &out).unwrap();

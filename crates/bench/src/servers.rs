@@ -329,6 +329,18 @@ impl Server {
         &self.xdg
     }
 
+    /// The PulseAudio-protocol socket (`$PULSE_RUNTIME_PATH/native`).
+    pub fn pulse_socket(&self) -> PathBuf {
+        self.xdg.join("pulse").join("native")
+    }
+
+    /// The authentication cookie PulseAudio created for its clients (`None` if the
+    /// server wrote none; quaverd and pipewire-pulse do not check it).
+    pub fn cookie(&self) -> Option<PathBuf> {
+        let p = self.home.join(".config").join("pulse").join("cookie");
+        p.exists().then_some(p)
+    }
+
     fn alive(&mut self) -> bool {
         match &mut self.process {
             Process::Quaverd(d) => d.alive(),

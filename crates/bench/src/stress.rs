@@ -652,6 +652,7 @@ pub fn render(r: &StressResults) -> ModeOutput {
         markdown: md,
         plots,
         summary,
+        extra: Vec::new(),
     }
 }
 

@@ -1259,6 +1259,7 @@ pub fn render(r: &SynthResults) -> ModeOutput {
         markdown: md,
         plots,
         summary,
+        extra: Vec::new(),
     }
 }
 

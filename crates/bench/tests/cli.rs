@@ -300,12 +300,21 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
     let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();
     let o = bench(
-        &["peers", "--quick", "--streams", "2", "--seed", "8"],
+        &[
+            "peers",
+            "--quick",
+            "--streams",
+            "2",
+            "--monitor-latencies",
+            "20",
+            "--seed",
+            "8",
+        ],
         dir.path(),
     );
-    if quaver_bench::exec::which("pacat").is_none() {
+    if quaver_bench::exec::which("paplay").is_none() {
         assert!(!o.status.success());
-        assert!(String::from_utf8_lossy(&o.stderr).contains("pacat"));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("paplay"));
         return;
     }
     ok(&o);
@@ -314,7 +323,28 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
     let servers = v["results"]["servers"].as_array().unwrap();
     assert_eq!(servers[0]["server"], "quaverd");
     assert!(servers[0]["error"].is_null(), "{}", servers[0]["error"]);
-    assert_eq!(servers[0]["load"]["2"].as_array().unwrap().len(), 1);
+    // Both latencies of the load part, one sample each.
+    for lat in ["default", "20"] {
+        assert_eq!(
+            servers[0]["load"][lat]["2"].as_array().unwrap().len(),
+            1,
+            "{lat}"
+        );
+    }
+    // The monitor-latency part ran against quaverd: impulses went out and came back.
+    let m = &servers[0]["monitor"][0];
+    assert_eq!(m["latency_ms"], 20);
+    assert!(m["error"].is_null(), "{m}");
+    assert!(m["impulses"].as_u64().unwrap() >= 3, "{m}");
+    assert!(m["measured_ms"]["n"].as_u64().unwrap() >= 1, "{m}");
+    let cmds = v["commands"].as_array().unwrap();
+    assert!(
+        cmds.iter().any(|c| {
+            let c = c.as_str().unwrap();
+            c.contains("paplay") && c.contains("--latency-msec=20") && c.ends_with(".wav &")
+        }),
+        "{cmds:?}"
+    );
     let pa_installed = v["versions"]["pulseaudio"] != "not installed";
     assert_eq!(
         servers.iter().any(|s| s["server"] == "pulseaudio"),
@@ -329,7 +359,7 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
     assert_eq!(pw.is_some(), pw_installed);
     if let Some(pw) = pw {
         assert!(pw["error"].is_null(), "{}", pw["error"]);
-        assert!(pw["load"]["2"][0]["rss_kb"].as_u64().unwrap() > 0);
+        assert!(pw["load"]["20"]["2"][0]["rss_kb"].as_u64().unwrap() > 0);
         let cmds = v["commands"].as_array().unwrap();
         assert!(
             cmds.iter()

@@ -1,0 +1,591 @@
+//! `peers` monitor latency: what `paplay --latency-msec=N` gets from a server, measured
+//! through the sink's monitor and compared with what the server says.
+//!
+//! Two PulseAudio-protocol connections to the server under test (the minimal client of
+//! [`crate::paclient`], so every packet is timestamped by the thread that writes or
+//! reads it):
+//!
+//! - **playback**: float32le 48 kHz stereo (the sink's rate: no resampler delay), the
+//!   buffer metrics `paplay --latency-msec=N` asks for (`tlength` = N ms, `maxlength`,
+//!   `prebuf` and `minreq` left to the server, `ADJUST_LATENCY`). It writes exactly what
+//!   the server requests, silence with a one-sample full-scale impulse every 250–350 ms
+//!   (seeded). Just before writing a chunk that holds an impulse it asks
+//!   `GET_PLAYBACK_LATENCY` and computes what `pa_stream_get_latency` would return
+//!   (read index, transport, sink latency, interpolated to the write): the *reported*
+//!   latency. It counts the server's `UNDERFLOW` events.
+//! - **record**: the default sink's monitor source, float32le 48 kHz stereo, `fragsize`
+//!   = [`MonitorOptions::fragsize_ms`] (the same for every server), no flags. Every
+//!   100 ms it asks `GET_RECORD_LATENCY`, from which libpulse's record-stream latency
+//!   follows (queued in the server + transport + source latency − the monitored sink's
+//!   latency).
+//!
+//! Per impulse, on CLOCK_MONOTONIC: *write time* = when the chunk was handed to the
+//! socket + the impulse's offset in the chunk / rate; *arrival* = when the chunk with
+//! the impulse was read − (frames after the impulse in the chunk) / rate. The
+//! **measured** latency is `arrival − write − record latency`: the time from writing
+//! the sample to the monitor's account of when the sink played it, which is what
+//! `pa_stream_get_latency` claims to predict. The raw `arrival − write` is kept too.
+
+use crate::paclient::{Conn, Packet, Timing};
+use crate::rng::Rng;
+use crate::servers::Server;
+use crate::stats::Summary;
+use anyhow::{Context, Result, bail};
+use pulseaudio::protocol::stream::{BufferAttr, StreamFlags};
+use pulseaudio::protocol::{
+    self, ChannelMap, Command, LatencyParams, PlaybackStreamParams, Prop, Props,
+    RecordStreamParams, SampleFormat, SampleSpec,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Stream rate (the null sinks' rate).
+pub const RATE: u32 = 48_000;
+/// Bytes per frame: float32 stereo.
+const FRAME: usize = 8;
+/// Before the first impulse: the stream has started and settled.
+const WARMUP: Duration = Duration::from_millis(500);
+/// After the last impulse: time for it to come back.
+const DRAIN: Duration = Duration::from_millis(600);
+/// An impulse not captured within this is lost.
+const LOST_AFTER: Duration = Duration::from_secs(1);
+/// Captured samples above this are an impulse (the rest of the signal is silence).
+const THRESHOLD: f32 = 0.1;
+/// Longest the playback side waits without a request before giving up.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Most a server may take, beyond the point's own length, to consume it.
+const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the record side asks for its timing.
+const RECORD_TIMING_EVERY: Duration = Duration::from_millis(100);
+
+/// Settings of the measurement.
+#[derive(Debug, Clone)]
+pub struct MonitorOptions {
+    /// The playback stream's `--latency-msec` values.
+    pub latencies_ms: Vec<u32>,
+    /// Seconds of impulses per point.
+    pub seconds: f64,
+    /// The record stream's fragsize, ms.
+    pub fragsize_ms: f64,
+    /// Write each impulse this many ms later in the stream than the bookkeeping says
+    /// (checks the instrument: the measured latency must grow by it, the reported not).
+    pub inject_delay_ms: u32,
+}
+
+impl MonitorOptions {
+    /// Defaults: 5, 10, 20 and 50 ms, 10 s each (quick: 1.5 s).
+    pub fn new(quick: bool) -> MonitorOptions {
+        MonitorOptions {
+            latencies_ms: vec![5, 10, 20, 50],
+            seconds: if quick { 1.5 } else { 10.0 },
+            fragsize_ms: 2.0,
+            inject_delay_ms: 0,
+        }
+    }
+}
+
+/// One (server, N) point.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MonitorPoint {
+    /// The playback stream's requested latency (`tlength`), ms.
+    pub latency_ms: u32,
+    /// Buffer metrics the server granted the playback stream: maxlength, tlength,
+    /// prebuf, minreq, bytes.
+    pub granted: [u32; 4],
+    /// From creating the playback stream to the server's first request after the
+    /// initial fill (when it started consuming), ms.
+    pub start_ms: Option<f64>,
+    /// The record stream's granted fragsize, bytes.
+    pub fragsize: u32,
+    /// Impulses written.
+    pub impulses: usize,
+    /// Impulses that never came back.
+    pub lost: usize,
+    /// Measured latency (write → played, by the monitor's account), ms.
+    pub measured_ms: Option<Summary>,
+    /// Write → arrival at the record client, ms (no record-side correction).
+    pub arrival_ms: Option<Summary>,
+    /// Reported latency (`pa_stream_get_latency` at each impulse write), ms.
+    pub reported_ms: Option<Summary>,
+    /// The record stream's reported latency (median over the point), ms.
+    pub record_latency_ms: Option<f64>,
+    /// The playback sink latency in the timing replies (median), ms.
+    pub sink_latency_ms: Option<f64>,
+    /// Median measured − median reported, ms.
+    pub difference_ms: Option<f64>,
+    /// `UNDERFLOW` events for the playback stream.
+    pub underruns: usize,
+    /// `OVERFLOW` events for the record stream.
+    pub overflows: usize,
+    /// Why the point failed, if it did.
+    pub error: Option<String>,
+}
+
+struct Capture {
+    /// When the impulse's sample arrived (corrected for its place in its chunk).
+    at: Instant,
+}
+
+#[derive(Default)]
+struct RecordShared {
+    captures: Vec<Capture>,
+    latencies_usec: Vec<f64>,
+    overflows: usize,
+    fragsize: u32,
+}
+
+fn spec() -> SampleSpec {
+    SampleSpec {
+        format: SampleFormat::Float32Le,
+        channels: 2,
+        sample_rate: RATE,
+    }
+}
+
+fn props(name: &str) -> Result<Props> {
+    let mut p = Props::new();
+    p.set(Prop::MediaName, CString::new(name)?);
+    Ok(p)
+}
+
+fn bytes_per_s() -> f64 {
+    (RATE as usize * FRAME) as f64
+}
+
+/// Measures every N of `o` against `server`.
+pub fn measure_server(server: &Server, o: &MonitorOptions, rng: &mut Rng) -> Vec<MonitorPoint> {
+    o.latencies_ms
+        .iter()
+        .map(|&n| {
+            let mut r = rng.fork();
+            measure(server, n, o, &mut r).unwrap_or_else(|e| MonitorPoint {
+                latency_ms: n,
+                error: Some(format!("{e:#}")),
+                ..MonitorPoint::default()
+            })
+        })
+        .collect()
+}
+
+/// One point: `paplay --latency-msec=n` with impulses, captured through the monitor.
+pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Result<MonitorPoint> {
+    let socket = server.pulse_socket();
+    let cookie = server.cookie();
+    let shared = Arc::new(Mutex::new(RecordShared::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+    let rec = {
+        let (socket, cookie) = (socket.clone(), cookie.clone());
+        let (shared, stop) = (shared.clone(), stop.clone());
+        let frag = ((o.fragsize_ms * RATE as f64 / 1000.0).round() as usize).max(1) * FRAME;
+        std::thread::spawn(move || {
+            let r = record(
+                &socket,
+                cookie.as_deref(),
+                frag as u32,
+                &shared,
+                &stop,
+                &ready_tx,
+            );
+            if let Err(e) = &r {
+                let _ = ready_tx.send(Err(anyhow::anyhow!("{e:#}")));
+            }
+            r
+        })
+    };
+    let started = ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .context("the record stream did not start within 10 s")
+        .and_then(|r| r);
+    let played = match started {
+        Ok(()) => play(&socket, cookie.as_deref(), n, o, rng),
+        Err(e) => Err(e),
+    };
+    stop.store(true, Ordering::Relaxed);
+    let rec_result = rec
+        .join()
+        .map_err(|_| anyhow::anyhow!("record thread panicked"))?;
+    let played = played?;
+    rec_result?;
+    let sh = shared.lock().expect("record state");
+    Ok(evaluate(n, played, &sh))
+}
+
+/// What the playback side saw.
+struct Played {
+    granted: [u32; 4],
+    start_ms: Option<f64>,
+    /// Per impulse: declared write time and the reported latency, µs.
+    impulses: Vec<(Instant, f64)>,
+    sink_usec: Vec<f64>,
+    underruns: usize,
+}
+
+fn evaluate(n: u32, p: Played, r: &RecordShared) -> MonitorPoint {
+    let rec_lat = Summary::of(&r.latencies_usec).map(|s| s.p50);
+    let mut arrival = Vec::new();
+    let mut reported = Vec::new();
+    let mut lost = 0;
+    let mut next = 0;
+    for &(w, rep) in &p.impulses {
+        // The first capture after the write; older captures (spurious or of an
+        // impulse counted lost) are skipped.
+        while next < r.captures.len() && r.captures[next].at < w {
+            next += 1;
+        }
+        match r.captures.get(next) {
+            Some(c) if c.at.duration_since(w) < LOST_AFTER => {
+                arrival.push(c.at.duration_since(w).as_secs_f64() * 1e3);
+                reported.push(rep / 1e3);
+                next += 1;
+            }
+            _ => lost += 1,
+        }
+    }
+    let measured: Vec<f64> = match rec_lat {
+        Some(l) => arrival.iter().map(|a| a - l / 1e3).collect(),
+        None => Vec::new(),
+    };
+    let m = Summary::of(&measured);
+    let rep = Summary::of(&reported);
+    MonitorPoint {
+        latency_ms: n,
+        granted: p.granted,
+        start_ms: p.start_ms,
+        fragsize: r.fragsize,
+        impulses: p.impulses.len(),
+        lost,
+        measured_ms: m,
+        arrival_ms: Summary::of(&arrival),
+        reported_ms: rep,
+        record_latency_ms: rec_lat.map(|l| l / 1e3),
+        sink_latency_ms: Summary::of(&p.sink_usec).map(|s| s.p50 / 1e3),
+        difference_ms: match (m, rep) {
+            (Some(m), Some(r)) => Some(m.p50 - r.p50),
+            _ => None,
+        },
+        underruns: p.underruns,
+        overflows: r.overflows,
+        error: None,
+    }
+}
+
+fn record(
+    socket: &std::path::Path,
+    cookie: Option<&std::path::Path>,
+    fragsize: u32,
+    shared: &Mutex<RecordShared>,
+    stop: &AtomicBool,
+    ready: &std::sync::mpsc::Sender<Result<()>>,
+) -> Result<()> {
+    let mut c = Conn::connect(socket, cookie, "quaver-bench monitor")?;
+    let seq = c.send(&Command::GetSinkInfo(protocol::GetSinkInfo {
+        index: None,
+        name: Some(protocol::DEFAULT_SINK.to_owned()),
+    }))?;
+    let sink: protocol::SinkInfo = c.wait_reply(seq, &mut |_| {})?;
+    let Some(monitor) = sink.monitor_source_name else {
+        bail!("the default sink {:?} has no monitor source", sink.name);
+    };
+    let seq = c.send(&Command::CreateRecordStream(RecordStreamParams {
+        sample_spec: spec(),
+        channel_map: ChannelMap::stereo(),
+        source_index: None,
+        source_name: Some(monitor),
+        buffer_attr: BufferAttr {
+            max_length: u32::MAX,
+            target_length: u32::MAX,
+            pre_buffering: u32::MAX,
+            minimum_request_length: u32::MAX,
+            fragment_size: fragsize,
+        },
+        flags: StreamFlags::default(),
+        props: props("monitor")?,
+        ..RecordStreamParams::default()
+    }))?;
+    let reply: protocol::CreateRecordStreamReply = c.wait_reply(seq, &mut |_| {})?;
+    let channel = reply.channel;
+    shared.lock().expect("record state").fragsize = reply.buffer_attr.fragment_size;
+    let _ = ready.send(Ok(()));
+    let mut last_hit: Option<u64> = None;
+    let mut frames_seen: u64 = 0;
+    let mut partial: Vec<u8> = Vec::new();
+    let mut pending_timing: Option<u32> = None;
+    let mut last_timing = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if pending_timing.is_none() && last_timing.elapsed() >= RECORD_TIMING_EVERY {
+            pending_timing = Some(c.send(&Command::GetRecordLatency(LatencyParams {
+                channel,
+                now: SystemTime::now(),
+            }))?);
+            last_timing = Instant::now();
+        }
+        let Some(p) = c.recv(Duration::from_millis(50))? else {
+            continue;
+        };
+        match p {
+            Packet::Data { channel: ch, bytes } if ch == channel => {
+                let at = Instant::now();
+                partial.extend_from_slice(&bytes);
+                let whole = partial.len() / FRAME * FRAME;
+                let frames = whole / FRAME;
+                let mut sh = shared.lock().expect("record state");
+                for i in 0..frames {
+                    let b = &partial[i * FRAME..i * FRAME + 4];
+                    let l = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let idx = frames_seen + i as u64;
+                    if l.abs() > THRESHOLD {
+                        // One impulse may come back as a few samples (a resampler or
+                        // filter); only the first counts.
+                        if last_hit.is_none_or(|h| idx > h + 2400) {
+                            let behind = (frames - i) as f64 / RATE as f64;
+                            sh.captures.push(Capture {
+                                at: at - Duration::from_secs_f64(behind),
+                            });
+                        }
+                        last_hit = Some(idx);
+                    }
+                }
+                frames_seen += frames as u64;
+                partial.drain(..whole);
+            }
+            Packet::Command { seq, cmd, payload } => match *cmd {
+                Command::Reply if Some(seq) == pending_timing => {
+                    let r: protocol::RecordLatency = c.parse_reply(&payload)?;
+                    let t = Timing::record(&r, SystemTime::now());
+                    if t.playing {
+                        shared
+                            .lock()
+                            .expect("record state")
+                            .latencies_usec
+                            .push(t.record_latency_usec(bytes_per_s()));
+                    }
+                    pending_timing = None;
+                }
+                Command::Error(e) if Some(seq) == pending_timing => {
+                    bail!("GET_RECORD_LATENCY refused: {e:?}");
+                }
+                Command::Overflow(ch) if ch == channel => {
+                    shared.lock().expect("record state").overflows += 1;
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn play(
+    socket: &std::path::Path,
+    cookie: Option<&std::path::Path>,
+    n: u32,
+    o: &MonitorOptions,
+    rng: &mut Rng,
+) -> Result<Played> {
+    let mut c = Conn::connect(socket, cookie, "quaver-bench paplay")?;
+    let tlength = (n as usize * RATE as usize / 1000 * FRAME) as u32;
+    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
+        sample_spec: spec(),
+        channel_map: ChannelMap::stereo(),
+        sink_index: None,
+        sink_name: None,
+        buffer_attr: BufferAttr {
+            max_length: u32::MAX,
+            target_length: tlength,
+            pre_buffering: u32::MAX,
+            minimum_request_length: u32::MAX,
+            fragment_size: u32::MAX,
+        },
+        sync_id: 0,
+        cvolume: None,
+        props: props(&format!("paplay --latency-msec={n}"))?,
+        formats: Vec::new(),
+        flags: StreamFlags {
+            adjust_latency: true,
+            ..StreamFlags::default()
+        },
+    }))?;
+    let reply: protocol::CreatePlaybackStreamReply = c.wait_reply(seq, &mut |_| {})?;
+    let channel = reply.channel;
+    let b = reply.buffer_attr;
+    let granted = [
+        b.max_length,
+        b.target_length,
+        b.pre_buffering,
+        b.minimum_request_length,
+    ];
+    let mut requested = reply.requested_bytes as usize;
+    let mut underruns = 0;
+    let inject = (o.inject_delay_ms as u64 * RATE as u64) / 1000;
+    let spacing = |rng: &mut Rng| (RATE as u64 / 4) + rng.below(RATE as u64 / 10);
+    // Impulse positions in stream frames: where the bookkeeping says (declared) and
+    // where the sample really is (declared + inject).
+    let mut next_declared =
+        WARMUP.as_millis() as u64 * RATE as u64 / 1000 + rng.below(RATE as u64 / 10);
+    let mut actual: VecDeque<u64> = VecDeque::new();
+    let mut written: u64 = 0; // frames
+    let mut impulses = Vec::new();
+    let mut sink_usec = Vec::new();
+    // The point runs on stream time, not wall time: impulses from WARMUP to WARMUP +
+    // seconds of written audio, then DRAIN more, so a server that starts playing late
+    // (PulseAudio's null sink finishes the block it rendered while idle first) gets as
+    // many impulses as the others. Wall time is only a bound.
+    let t0 = Instant::now();
+    let frames_of = |d: Duration| (d.as_secs_f64() * RATE as f64) as u64;
+    let impulses_until = frames_of(WARMUP + Duration::from_secs_f64(o.seconds));
+    let end_frames = impulses_until + frames_of(DRAIN);
+    let deadline = t0 + Duration::from_secs_f64(o.seconds) + WARMUP + DRAIN + START_TIMEOUT;
+    let initial = requested / FRAME * FRAME;
+    let mut started: Option<Duration> = None;
+    let mut last_request = Instant::now();
+    let mut chunk: Vec<u8> = Vec::new();
+    let on_packet = |p: Packet, requested: &mut usize, underruns: &mut usize| {
+        if let Packet::Command { cmd, .. } = p {
+            match *cmd {
+                Command::Request(r) if r.channel == channel => *requested += r.length as usize,
+                Command::Underflow(u) if u.channel == channel => *underruns += 1,
+                _ => {}
+            }
+        }
+    };
+    while written < end_frames {
+        if Instant::now() > deadline {
+            bail!(
+                "the server consumed {:.2} s of audio in {:.2} s",
+                written as f64 / RATE as f64,
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        if requested >= FRAME {
+            if started.is_none() && written * FRAME as u64 >= initial as u64 && written > 0 {
+                started = Some(t0.elapsed());
+            }
+            let frames = requested / FRAME;
+            let (start, stop) = (written, written + frames as u64);
+            // Impulses declared in this chunk (only while impulses are due).
+            let mut declared = Vec::new();
+            while next_declared < stop && next_declared < impulses_until {
+                if next_declared >= start {
+                    declared.push(next_declared);
+                    actual.push_back(next_declared + inject);
+                }
+                next_declared += spacing(rng);
+            }
+            chunk.clear();
+            chunk.resize(frames * FRAME, 0);
+            while let Some(&a) = actual.front() {
+                if a >= stop {
+                    break;
+                }
+                actual.pop_front();
+                if a >= start {
+                    let i = (a - start) as usize * FRAME;
+                    chunk[i..i + 4].copy_from_slice(&1.0f32.to_le_bytes());
+                    chunk[i + 4..i + 8].copy_from_slice(&1.0f32.to_le_bytes());
+                }
+            }
+            let mut timing = None;
+            if !declared.is_empty() {
+                let seq = c.send(&Command::GetPlaybackLatency(LatencyParams {
+                    channel,
+                    now: SystemTime::now(),
+                }))?;
+                let mut more = 0;
+                let mut under = 0;
+                let r: protocol::PlaybackLatency =
+                    c.wait_reply(seq, &mut |p| on_packet(p, &mut more, &mut under))?;
+                let t = Timing::playback(&r, SystemTime::now());
+                timing = Some((t, Instant::now()));
+                requested += more;
+                underruns += under;
+                sink_usec.push(t.sink_usec as f64);
+            }
+            let at = Instant::now();
+            c.write_data(channel, &chunk)?;
+            if let Some((t, got)) = timing {
+                let lat = t.playback_latency_usec(
+                    (written as usize * FRAME) as i64,
+                    bytes_per_s(),
+                    at.duration_since(got),
+                );
+                for d in declared {
+                    let offset = Duration::from_secs_f64((d - start) as f64 / RATE as f64);
+                    impulses.push((at + offset, lat));
+                }
+            }
+            written = stop;
+            requested -= frames * FRAME;
+            last_request = Instant::now();
+            continue;
+        }
+        if last_request.elapsed() > REQUEST_TIMEOUT {
+            bail!("no data request from the server for {REQUEST_TIMEOUT:?}");
+        }
+        if let Some(p) = c.recv(Duration::from_millis(100))? {
+            on_packet(p, &mut requested, &mut underruns);
+        }
+    }
+    let _ = c.send(&Command::DeletePlaybackStream(channel));
+    Ok(Played {
+        granted,
+        start_ms: started.map(|d| d.as_secs_f64() * 1e3),
+        impulses,
+        sink_usec,
+        underruns,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn impulses_pair_with_the_first_capture_after_their_write() {
+        let t = Instant::now();
+        let ms = |m: u64| t + Duration::from_millis(m);
+        let played = Played {
+            granted: [0; 4],
+            start_ms: Some(1.0),
+            // Written at 100, 400 and 700 ms, reported 20 ms each.
+            impulses: vec![
+                (ms(100), 20_000.0),
+                (ms(400), 20_000.0),
+                (ms(700), 20_000.0),
+            ],
+            sink_usec: vec![5_000.0],
+            underruns: 2,
+        };
+        let rec = RecordShared {
+            // A stray capture before the first write, then 15 and 17 ms after the
+            // first two writes; the third never comes back.
+            captures: vec![
+                Capture { at: ms(50) },
+                Capture { at: ms(115) },
+                Capture { at: ms(417) },
+            ],
+            latencies_usec: vec![-4_000.0, -5_000.0, -6_000.0],
+            overflows: 0,
+            fragsize: 768,
+        };
+        let p = evaluate(20, played, &rec);
+        assert_eq!((p.impulses, p.lost, p.underruns), (3, 1, 2));
+        let a = p.arrival_ms.unwrap();
+        assert!(
+            (a.min - 15.0).abs() < 1e-6 && (a.max - 17.0).abs() < 1e-6,
+            "{a:?}"
+        );
+        // Measured = arrival − record latency (median −5 ms).
+        let m = p.measured_ms.unwrap();
+        assert!(
+            (m.min - 20.0).abs() < 1e-6 && (m.max - 22.0).abs() < 1e-6,
+            "{m:?}"
+        );
+        assert!((p.record_latency_ms.unwrap() + 5.0).abs() < 1e-9);
+        assert!((p.difference_ms.unwrap() - (m.p50 - 20.0)).abs() < 1e-9);
+    }
+}

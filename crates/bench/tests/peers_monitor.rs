@@ -1,0 +1,49 @@
+//! The monitor-latency instrument measures what it claims: against a private quaverd,
+//! impulses come back, and a delay injected into the playback client (each impulse
+//! written later in the stream than its bookkeeping says) shows up in the measured
+//! latency and not in the latency the server reports.
+
+mod common;
+
+use quaver_bench::Ctx;
+use quaver_bench::monlat::{self, MonitorOptions, MonitorPoint};
+use quaver_bench::rng::Rng;
+use quaver_bench::servers::Server;
+
+fn point(server: &Server, inject_ms: u32) -> MonitorPoint {
+    let mut o = MonitorOptions::new(true);
+    o.seconds = 2.0;
+    o.inject_delay_ms = inject_ms;
+    monlat::measure(server, 20, &o, &mut Rng::new(5)).expect("monitor latency point")
+}
+
+#[test]
+fn an_injected_write_delay_shows_up_in_the_measured_latency_only() {
+    let _g = common::serial();
+    let mut ctx = Ctx::new(common::quaverd_bin(), 5, true);
+    let server = Server::quaverd(&mut ctx).expect("quaverd");
+    let base = point(&server, 0);
+    // 100 ms: far above any scheduling noise, well below the impulse spacing
+    // (250–350 ms), so every impulse still pairs with its own capture.
+    let late = point(&server, 100);
+    for p in [&base, &late] {
+        assert!(p.error.is_none(), "{p:?}");
+        assert!(p.impulses >= 5, "{p:?}");
+        assert_eq!(p.lost, 0, "{p:?}");
+        assert!(p.record_latency_ms.is_some(), "{p:?}");
+    }
+    let (b, l) = (base.measured_ms.unwrap(), late.measured_ms.unwrap());
+    // Without injection the sample comes back after it was written, and not later
+    // than the stream's whole buffer plus a margin.
+    assert!(b.p50 > 0.0 && b.p50 < 100.0, "{base:?}");
+    let grew = l.p50 - b.p50;
+    assert!(
+        (75.0..=125.0).contains(&grew),
+        "measured grew by {grew} ms, not ≈ 100"
+    );
+    let grew_arrival = late.arrival_ms.unwrap().p50 - base.arrival_ms.unwrap().p50;
+    assert!((75.0..=125.0).contains(&grew_arrival), "{grew_arrival}");
+    // The server cannot know: its reported latency stays where it was.
+    let rep = late.reported_ms.unwrap().p50 - base.reported_ms.unwrap().p50;
+    assert!(rep.abs() < 25.0, "reported moved by {rep} ms");
+}

@@ -596,12 +596,13 @@ impl NativeServer {
                         cb.quantum = quantum;
                     }
                 }
-                // A quantum Q is a latency request of 2 Q (one quantum plays while the
-                // next is computed), which the engine halves back to Q.
-                match self
-                    .engine
-                    .set_latency(node, quantum.map(|q| q.saturating_mul(2)))
-                {
+                // A quantum Q is the latency request the engine turns back into Q.
+                let latency = quantum.map(|q| {
+                    self.engine
+                        .latency_for_quantum(q as usize)
+                        .min(u32::MAX as usize) as u32
+                });
+                match self.engine.set_latency(node, latency) {
                     Ok(()) => (Reply::Ok, none),
                     Err(e) => (engine_error(e), none),
                 }
@@ -678,7 +679,7 @@ impl NativeServer {
         let latency_engine = p
             .latency_ms
             .map(|ms| (ms * rate as f64 / 1000.0).round() as usize)
-            .unwrap_or(2 * cfg.quantum_default)
+            .unwrap_or_else(|| self.engine.latency_for_quantum(cfg.quantum_default))
             .max(1);
         let quantum = self.engine.quantum_for_latency(latency_engine);
         let to_stream =
@@ -878,7 +879,11 @@ impl NativeServer {
         spec.max_outputs = max_out as usize;
         spec.keep_awake = true;
         spec.owner = Some(client);
-        spec.latency_frames = p.quantum.map(|q| q.saturating_mul(2));
+        spec.latency_frames = p.quantum.map(|q| {
+            self.engine
+                .latency_for_quantum(q as usize)
+                .min(u32::MAX as usize) as u32
+        });
         let (node, stats) = CallbackNode::new(
             ShmCallback {
                 shm: shm.clone(),

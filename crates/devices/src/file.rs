@@ -315,6 +315,11 @@ impl Device for FileSink {
         0
     }
 
+    /// Like the null sink, only the cycle just written is in flight.
+    fn periods_in_flight(&self) -> usize {
+        1
+    }
+
     fn counters(&self) -> DeviceCounters {
         self.counters
     }

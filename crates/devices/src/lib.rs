@@ -151,6 +151,15 @@ pub trait Device: Send {
     /// A snapshot of the counters. *RT* (the engine publishes it to control).
     fn counters(&self) -> DeviceCounters;
 
+    /// Quanta between the engine's render and the listener: 2 on a double-buffered card
+    /// (one plays while the next waits), 1 where the cycle just written is the one that
+    /// plays next (the null and file sinks). The engine sizes the quantum for a latency
+    /// budget L as L / this, so a device that holds less gets larger quanta, and fewer
+    /// wakeups, for the same latency. *control*.
+    fn periods_in_flight(&self) -> usize {
+        2
+    }
+
     /// The largest quantum this device can run (e.g. its ring minus its watermark);
     /// `None` for no limit. The engine never asks for more. *control*, after opening.
     fn max_quantum(&self) -> Option<usize> {

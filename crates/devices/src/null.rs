@@ -149,6 +149,11 @@ impl Device for NullDevice {
         self.last_write
     }
 
+    /// Only the cycle just written is ever in flight.
+    fn periods_in_flight(&self) -> usize {
+        1
+    }
+
     /// Captured frames are handed over the moment the cycle is due.
     fn capture_delay(&self) -> usize {
         0

@@ -148,6 +148,8 @@ struct Shared {
     config: EngineConfig,
     rate: u32,
     devices: Vec<DeviceInfo>,
+    /// Most quanta any device holds between render and playout.
+    periods: usize,
     realtime: Mutex<RtOutcome>,
     threads: Mutex<Option<EngineThreads>>,
     stopping: std::sync::atomic::AtomicBool,
@@ -222,6 +224,12 @@ impl Engine {
             )));
         }
         let infos: Vec<DeviceInfo> = devices.iter().map(|d| d.info().clone()).collect();
+        let periods = devices
+            .iter()
+            .map(|d| d.periods_in_flight())
+            .max()
+            .unwrap_or(2)
+            .max(1);
         let (to_rt, from_ctl) = rtrb::RingBuffer::new(CONTROL_QUEUE);
         let (garbage_tx, garbage) = rtrb::RingBuffer::new(GARBAGE_QUEUE);
         let (events_tx, events) = rtrb::RingBuffer::new(EVENT_QUEUE);
@@ -286,6 +294,7 @@ impl Engine {
                 config,
                 rate,
                 devices: infos.clone(),
+                periods,
                 realtime: Mutex::new(RtOutcome::Disabled),
                 threads: Mutex::new(None),
                 stopping: false.into(),
@@ -432,12 +441,20 @@ impl Engine {
         Ok(())
     }
 
-    /// The quantum a node asking for `latency` frames gets on its own: at most half
-    /// of it (one quantum plays while the next is filled), a power of two, within the
-    /// configured bounds.
+    /// The quantum a node asking for `latency` frames gets on its own: the latency
+    /// divided by the quanta the devices hold in flight (two on a double-buffered card:
+    /// one plays while the next is filled; one on the null sink), rounded down to a
+    /// power of two, within the configured bounds.
     pub fn quantum_for_latency(&self, latency: usize) -> usize {
         let c = &self.shared.config;
-        round_quantum(latency / 2).clamp(c.quantum_min, c.quantum_max)
+        round_quantum(latency / self.shared.periods).clamp(c.quantum_min, c.quantum_max)
+    }
+
+    /// The latency request that makes `quantum` (the inverse of
+    /// [`Engine::quantum_for_latency`] for powers of two within the bounds); also the
+    /// device latency a graph running at `quantum` has.
+    pub fn latency_for_quantum(&self, quantum: usize) -> usize {
+        quantum.saturating_mul(self.shared.periods)
     }
 
     fn quantum_for(&self, graph: &Graph) -> usize {

@@ -43,6 +43,9 @@ use std::time::SystemTime;
 const MAX_OUT: usize = 32 * 1024 * 1024;
 /// Record data is only queued while less than this is waiting for the socket.
 const RECORD_OUT_LIMIT: usize = 512 * 1024;
+/// Audio a playback stream keeps queued when its requests are coalesced beyond minreq:
+/// room for the client's own scheduling delay on a loaded machine.
+const REQUEST_RESERVE_USEC: u64 = 8_000;
 /// Without ADJUST_LATENCY a record stream gets data at least this often.
 const TRADITIONAL_RECORD_USEC: u64 = 100_000;
 /// Largest ratio between a stream's rate and the engine's that the adapter resamples.
@@ -334,6 +337,20 @@ impl Playback {
         self.write_index += data.len() as i64;
     }
 
+    /// How much must be missing before the client is asked for more: at least minreq,
+    /// and up to half the target length as long as [`REQUEST_RESERVE_USEC`] of audio
+    /// stays queued. Fewer, larger requests mean fewer wakeups on both sides (each
+    /// request costs the server a wakeup for the data and the client one to send it),
+    /// and the queue the client sees is shorter on average, never below the reserve.
+    fn request_threshold(&self) -> i64 {
+        let tlength = self.attr.target_length as i64;
+        let reserve = usec_to_bytes(REQUEST_RESERVE_USEC, &self.spec) as i64;
+        let coalesced = (tlength / 2).min(tlength - reserve);
+        let fs = self.fs as i64;
+        let minreq = self.attr.minimum_request_length as i64;
+        (coalesced - coalesced % fs).max(minreq)
+    }
+
     /// Reports what the RT side did and asks for more data; returns drain acks to send.
     fn service(&mut self, out: &mut Out) {
         let sh = self.shared.clone();
@@ -369,6 +386,10 @@ impl Playback {
                 sh.drain_at.store(consumed + self.queued_frames(), Release);
             }
         }
+        // Awake anyway, ask for anything PulseAudio would (minreq); the bell is only
+        // armed for the larger threshold. Streams woken together are then topped up
+        // together and reach their thresholds in the same cycle again: one wakeup
+        // serves all of them instead of one each.
         let minreq = self.attr.minimum_request_length as i64;
         let prebuffering = sh.prebuffering.load(Relaxed) || self.queued_frames() == 0;
         if self.missing > 0 && (self.missing >= minreq || prebuffering) {
@@ -379,7 +400,7 @@ impl Playback {
             self.missing = 0;
         }
         let fs = self.fs as i64;
-        let need = ((minreq - self.missing).max(fs) + fs - 1) / fs;
+        let need = ((self.request_threshold() - self.missing).max(fs) + fs - 1) / fs;
         let mut wake = consumed + need as u64;
         if !self.pending.is_empty() {
             wake = wake.min(consumed + (self.ring_frames as u64 / 4).max(1));
@@ -1792,17 +1813,15 @@ impl Conn {
         }
     }
 
-    /// What the engine grants for a device-latency request: the quantum this stream
-    /// alone would make (half the request, a power of two within the bounds), twice.
+    /// What the engine grants for a device-latency request: the device latency of the
+    /// quantum this stream alone would make.
     fn grant(&self) -> impl Fn(u64) -> u64 + use<> {
-        let cfg = self.srv.engine.config().clone();
-        let rate = self.srv.engine.rate();
+        let engine = self.srv.engine.clone();
+        let rate = engine.rate();
         move |usec: u64| {
             let frames = (usec as u128 * rate as u128 / 1_000_000) as usize;
-            let half = (frames / 2).max(1);
-            let q = (1usize << (usize::BITS - 1 - half.leading_zeros()))
-                .clamp(cfg.quantum_min, cfg.quantum_max);
-            frames_to_usec(2 * q as u64, rate)
+            let q = engine.quantum_for_latency(frames.max(1));
+            frames_to_usec(engine.latency_for_quantum(q) as u64, rate)
         }
     }
 

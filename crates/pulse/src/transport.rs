@@ -58,12 +58,18 @@ impl Bell {
         }
     }
 
-    /// Called by the waiter after waking, before it looks at what changed: re-arms the
-    /// bell and consumes the eventfd count. Returns whether it had been rung.
+    /// Called by the waiter after waking, before it looks at what changed: consumes
+    /// the eventfd count, then re-arms the bell. Returns whether it had been rung.
+    ///
+    /// The order matters: re-arming first would let a ring land between the two steps,
+    /// its write then consumed here while the bell stays marked rung, and every later
+    /// ring would be swallowed. Reading first, a ring that lands in between finds the
+    /// bell still marked and writes nothing, which is fine: it happened before the
+    /// re-arm, so the waiter's look at the shared state that follows sees its effects.
     pub fn take(&self) -> bool {
-        let was = self.rung.swap(false, AcqRel);
         let mut b = [0u8; 8];
         let counted = rustix::io::read(&self.fd, &mut b).is_ok();
+        let was = self.rung.swap(false, AcqRel);
         was || counted
     }
 }
@@ -496,6 +502,37 @@ mod tests {
         b.ring();
         rustix::io::read(&b.fd, &mut buf).unwrap();
         assert_eq!(u64::from_ne_bytes(buf), 1, "taking re-armed it");
+    }
+
+    /// A ringer racing a waiter: every ring must be followed by a wakeup that sees it.
+    /// A lost wakeup (the bell left marked rung with the eventfd drained) shows up as
+    /// the waiter's poll timing out while the ringer's last value is still unseen.
+    #[test]
+    fn racing_rings_and_takes_never_lose_a_wakeup() {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        const N: u64 = 200_000;
+        let b = bell();
+        let seq = Arc::new(AtomicU64::new(0));
+        let (b2, s2) = (b.clone(), seq.clone());
+        let ringer = std::thread::spawn(move || {
+            for i in 1..=N {
+                s2.store(i, Release);
+                b2.ring();
+            }
+        });
+        let mut seen = 0;
+        let timeout = Timespec {
+            tv_sec: 10,
+            tv_nsec: 0,
+        };
+        while seen < N {
+            let mut fds = [PollFd::new(&*b, PollFlags::IN)];
+            let n = poll(&mut fds, Some(&timeout)).unwrap();
+            assert!(n > 0, "lost wakeup: last seen {seen} of {N}");
+            b.take();
+            seen = seq.load(Acquire);
+        }
+        ringer.join().unwrap();
     }
 
     #[test]

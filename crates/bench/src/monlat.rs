@@ -55,8 +55,9 @@ const DRAIN: Duration = Duration::from_millis(600);
 const LOST_AFTER: Duration = Duration::from_secs(1);
 /// Captured samples above this are an impulse (the rest of the signal is silence).
 const THRESHOLD: f32 = 0.1;
-/// Longest the playback side waits without a request before giving up.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest the playback side waits without a request before giving up (PulseAudio's
+/// idle null sink may hold a new stream back for up to 2 s).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 /// Most a server may take, beyond the point's own length, to consume it.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the record side asks for its timing.
@@ -128,6 +129,18 @@ pub struct MonitorPoint {
 struct Capture {
     /// When the impulse's sample arrived (corrected for its place in its chunk).
     at: Instant,
+    /// The impulse's number modulo [`IDS`], from its right channel.
+    id: u32,
+}
+
+/// Impulses carry their number modulo this in the right channel (`(id + 1) / 32`), so a
+/// capture pairs with its own impulse even when another impulse is lost (PulseAudio
+/// drops data written behind the read index after an underrun). With 250 ms spacing the
+/// numbers repeat after 7.5 s, far beyond [`LOST_AFTER`].
+const IDS: u32 = 30;
+
+fn id_level(id: u32) -> f32 {
+    (id % IDS + 1) as f32 / 32.0
 }
 
 #[derive(Default)]
@@ -231,19 +244,25 @@ fn evaluate(n: u32, p: Played, r: &RecordShared) -> MonitorPoint {
     let mut reported = Vec::new();
     let mut lost = 0;
     let mut next = 0;
-    for &(w, rep) in &p.impulses {
-        // The first capture after the write; older captures (spurious or of an
-        // impulse counted lost) are skipped.
+    for (i, &(w, rep)) in p.impulses.iter().enumerate() {
+        // The first capture after the write that carries this impulse's number;
+        // captures before the write (spurious, or of earlier impulses) are skipped.
         while next < r.captures.len() && r.captures[next].at < w {
             next += 1;
         }
-        match r.captures.get(next) {
-            Some(c) if c.at.duration_since(w) < LOST_AFTER => {
+        let id = i as u32 % IDS;
+        let found = r.captures[next.min(r.captures.len())..]
+            .iter()
+            .take_while(|c| c.at.duration_since(w) < LOST_AFTER)
+            .position(|c| c.id == id);
+        match found {
+            Some(k) => {
+                let c = &r.captures[next + k];
                 arrival.push(c.at.duration_since(w).as_secs_f64() * 1e3);
                 reported.push(rep / 1e3);
-                next += 1;
+                next += k + 1;
             }
-            _ => lost += 1,
+            None => lost += 1,
         }
     }
     let measured: Vec<f64> = match rec_lat {
@@ -335,8 +354,9 @@ fn record(
                 let frames = whole / FRAME;
                 let mut sh = shared.lock().expect("record state");
                 for i in 0..frames {
-                    let b = &partial[i * FRAME..i * FRAME + 4];
+                    let b = &partial[i * FRAME..i * FRAME + FRAME];
                     let l = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let r = f32::from_le_bytes([b[4], b[5], b[6], b[7]]);
                     let idx = frames_seen + i as u64;
                     if l.abs() > THRESHOLD {
                         // One impulse may come back as a few samples (a resampler or
@@ -345,6 +365,7 @@ fn record(
                             let behind = (frames - i) as f64 / RATE as f64;
                             sh.captures.push(Capture {
                                 at: at - Duration::from_secs_f64(behind),
+                                id: ((r * 32.0).round().max(1.0) as u32 - 1) % IDS,
                             });
                         }
                         last_hit = Some(idx);
@@ -427,7 +448,8 @@ fn play(
     // where the sample really is (declared + inject).
     let mut next_declared =
         WARMUP.as_millis() as u64 * RATE as u64 / 1000 + rng.below(RATE as u64 / 10);
-    let mut actual: VecDeque<u64> = VecDeque::new();
+    let mut actual: VecDeque<(u64, u32)> = VecDeque::new();
+    let mut count: u32 = 0;
     let mut written: u64 = 0; // frames
     let mut impulses = Vec::new();
     let mut sink_usec = Vec::new();
@@ -472,13 +494,14 @@ fn play(
             while next_declared < stop && next_declared < impulses_until {
                 if next_declared >= start {
                     declared.push(next_declared);
-                    actual.push_back(next_declared + inject);
+                    actual.push_back((next_declared + inject, count));
+                    count += 1;
                 }
                 next_declared += spacing(rng);
             }
             chunk.clear();
             chunk.resize(frames * FRAME, 0);
-            while let Some(&a) = actual.front() {
+            while let Some(&(a, id)) = actual.front() {
                 if a >= stop {
                     break;
                 }
@@ -486,7 +509,7 @@ fn play(
                 if a >= start {
                     let i = (a - start) as usize * FRAME;
                     chunk[i..i + 4].copy_from_slice(&1.0f32.to_le_bytes());
-                    chunk[i + 4..i + 8].copy_from_slice(&1.0f32.to_le_bytes());
+                    chunk[i + 4..i + 8].copy_from_slice(&id_level(id).to_le_bytes());
                 }
             }
             let mut timing = None;
@@ -564,9 +587,9 @@ mod tests {
             // A stray capture before the first write, then 15 and 17 ms after the
             // first two writes; the third never comes back.
             captures: vec![
-                Capture { at: ms(50) },
-                Capture { at: ms(115) },
-                Capture { at: ms(417) },
+                Capture { at: ms(50), id: 7 },
+                Capture { at: ms(115), id: 0 },
+                Capture { at: ms(417), id: 1 },
             ],
             latencies_usec: vec![-4_000.0, -5_000.0, -6_000.0],
             overflows: 0,
@@ -587,5 +610,44 @@ mod tests {
         );
         assert!((p.record_latency_ms.unwrap() + 5.0).abs() < 1e-9);
         assert!((p.difference_ms.unwrap() - (m.p50 - 20.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_lost_impulse_does_not_shift_the_pairing() {
+        let t = Instant::now();
+        let ms = |m: u64| t + Duration::from_millis(m);
+        let played = Played {
+            granted: [0; 4],
+            start_ms: None,
+            impulses: (0..4).map(|i| (ms(100 + 300 * i), 10_000.0)).collect(),
+            sink_usec: Vec::new(),
+            underruns: 1,
+        };
+        // Impulse 1 never comes back; 0, 2 and 3 do, 12 ms after their writes.
+        let rec = RecordShared {
+            captures: [0u64, 2, 3]
+                .iter()
+                .map(|&i| Capture {
+                    at: ms(112 + 300 * i),
+                    id: i as u32,
+                })
+                .collect(),
+            latencies_usec: vec![0.0],
+            overflows: 0,
+            fragsize: 768,
+        };
+        let p = evaluate(20, played, &rec);
+        assert_eq!(p.lost, 1);
+        let a = p.arrival_ms.unwrap();
+        assert_eq!(a.n, 3);
+        assert!((a.max - 12.0).abs() < 1e-6, "{a:?}");
+    }
+
+    #[test]
+    fn impulse_numbers_survive_16_bit_quantisation() {
+        for id in 0..IDS {
+            let q = (id_level(id) * 32767.0).round() / 32768.0;
+            assert_eq!(((q * 32.0).round() as u32 - 1) % IDS, id);
+        }
     }
 }

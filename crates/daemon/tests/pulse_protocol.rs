@@ -243,3 +243,74 @@ fn memfd_block_references_are_read_released_and_bounded() {
     d.stop();
     assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "audio by memfd");
 }
+
+/// SET_PLAYBACK_STREAM_BUFFER_ATTR re-fixes the attributes with PulseAudio's rules and
+/// moves the stream's latency request, so the quantum follows a client that asks for
+/// lower latency after creation (as `pa_stream_set_buffer_attr` callers do).
+#[test]
+fn set_buffer_attr_moves_the_quantum() {
+    let d = pulse_util::start(&["--device", "null"]);
+    let mut c = RawClient::ready(&d, "attr");
+    let spec = SampleSpec {
+        format: SampleFormat::S16Le,
+        channels: 2,
+        sample_rate: 48000,
+    };
+    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
+        sample_spec: spec,
+        channel_map: ChannelMap::stereo(),
+        buffer_attr: BufferAttr {
+            target_length: 192_000, // 1 s
+            ..BufferAttr::default()
+        },
+        cvolume: Some(ChannelVolume::norm(2)),
+        flags: pa::stream::StreamFlags {
+            start_corked: true,
+            adjust_latency: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    }));
+    let p = c.reply_to(seq, |_| {}).expect("stream created");
+    let reply: pa::CreatePlaybackStreamReply = c.decode(&p);
+    let quanta = |d: &Daemon| -> Vec<usize> {
+        d.log_text()
+            .lines()
+            .filter_map(|l| l.split("quantum is now ").nth(1))
+            .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+            .collect()
+    };
+    assert!(
+        wait_until(WAIT, || quanta(&d).last().is_some_and(|&q| q >= 4096)),
+        "a 1 s stream runs a large quantum: {:?}",
+        quanta(&d)
+    );
+    let seq = c.send(&Command::SetPlaybackStreamBufferAttr(
+        pa::SetPlaybackStreamBufferAttrParams {
+            index: reply.channel,
+            buffer_attr: BufferAttr {
+                max_length: u32::MAX,
+                target_length: 3840, // 20 ms
+                pre_buffering: u32::MAX,
+                minimum_request_length: u32::MAX,
+                fragment_size: 0,
+            },
+            adjust_latency: true,
+            early_requests: false,
+        },
+    ));
+    let p = c.reply_to(seq, |_| {}).expect("attributes set");
+    let set: pa::SetPlaybackStreamBufferAttrReply = c.decode(&p);
+    // 20 ms with ADJUST_LATENCY leaves 5 ms for the device: 128 frames on the null sink.
+    assert_eq!(set.configured_sink_latency, 128 * 1_000_000 / 48000);
+    assert!(
+        set.buffer_attr.target_length < 3840,
+        "{:?}",
+        set.buffer_attr
+    );
+    assert!(
+        wait_until(WAIT, || quanta(&d).last() == Some(&128)),
+        "the quantum follows the new latency: {:?}",
+        quanta(&d)
+    );
+}

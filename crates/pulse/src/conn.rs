@@ -67,6 +67,11 @@ fn engine_err(e: EngineError) -> PulseError {
     }
 }
 
+/// A latency in µs as a node's latency request: frames at the engine `rate`, at least 1.
+fn engine_frames(rate: u32, usec: u64) -> u32 {
+    ((usec as u128 * rate as u128 / 1_000_000).min(u32::MAX as u128) as u32).max(1)
+}
+
 /// Applies a proplist update in PulseAudio's modes.
 fn update_props(dst: &mut Props, mode: PropsUpdateMode, src: &Props) {
     match mode {
@@ -1489,6 +1494,7 @@ impl Conn {
             }
             Command::SetPlaybackStreamBufferAttr(q) => {
                 let grant = self.grant();
+                let rate = self.srv.engine.rate();
                 let p = self
                     .playback
                     .get_mut(&q.index)
@@ -1498,8 +1504,12 @@ impl Conn {
                     early_requests: q.early_requests,
                 };
                 let fixed = bufattr::fix_playback(&q.buffer_attr, &p.spec, mode, grant);
-                // The queue follows at once; the node's latency request stays as created
-                // (the engine has no call to change it yet).
+                // The node's latency request, and with it the quantum, follows the new
+                // sink latency; the queue follows at once.
+                let frames = engine_frames(rate, fixed.sink_request_usec);
+                if let Err(e) = self.srv.engine.set_latency(p.node, Some(frames)) {
+                    tracing::debug!("pulse: latency of stream {}: {e}", p.node);
+                }
                 let old_tlength = p.attr.target_length as i64;
                 p.attr = fixed.attr;
                 p.missing += fixed.attr.target_length as i64 - old_tlength;
@@ -1521,6 +1531,11 @@ impl Conn {
                     early_requests: q.early_requests,
                 };
                 let fixed = bufattr::fix_record(&q.buffer_attr, &r.spec, mode, grant);
+                let rate = self.srv.engine.rate();
+                let frames = fixed.source_request_usec.map(|u| engine_frames(rate, u));
+                if let Err(e) = self.srv.engine.set_latency(r.node, frames) {
+                    tracing::debug!("pulse: latency of stream {}: {e}", r.node);
+                }
                 r.attr = fixed.attr;
                 let ring_frames = r.ring.buffer().capacity() / r.ch;
                 let decim = r.peak.as_ref().map_or(1, |p| p.decim);
@@ -1819,8 +1834,7 @@ impl Conn {
         let engine = self.srv.engine.clone();
         let rate = engine.rate();
         move |usec: u64| {
-            let frames = (usec as u128 * rate as u128 / 1_000_000) as usize;
-            let q = engine.quantum_for_latency(frames.max(1));
+            let q = engine.quantum_for_latency(engine_frames(rate, usec) as usize);
             frames_to_usec(engine.latency_for_quantum(q) as u64, rate)
         }
     }
@@ -1966,8 +1980,7 @@ impl Conn {
         );
         nspec.description = format!("PulseAudio stream of {client_name}");
         nspec.outputs = node_map;
-        nspec.latency_frames =
-            Some(((fixed.sink_request_usec as u128 * rate as u128 / 1_000_000) as u32).max(1));
+        nspec.latency_frames = Some(engine_frames(rate, fixed.sink_request_usec));
         let cvolume = p
             .cvolume
             .filter(|v| v.channels().len() == ch)
@@ -2276,9 +2289,7 @@ impl Conn {
         );
         nspec.description = format!("PulseAudio record stream of {client_name}");
         nspec.inputs = node_map;
-        nspec.latency_frames = fixed
-            .source_request_usec
-            .map(|u| ((u as u128 * rate as u128 / 1_000_000) as u32).max(1));
+        nspec.latency_frames = fixed.source_request_usec.map(|u| engine_frames(rate, u));
         let cvolume = p
             .cvolume
             .filter(|v| v.channels().len() == ch)

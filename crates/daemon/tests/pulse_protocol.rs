@@ -314,3 +314,60 @@ fn set_buffer_attr_moves_the_quantum() {
         quanta(&d)
     );
 }
+
+/// UPDATE_PLAYBACK_STREAM_SAMPLE_RATE: a VARIABLE_RATE stream may move within the
+/// resampler's range and introspection shows the new rate; a fixed-rate stream gets
+/// BADSTATE, a rate out of range NOTSUPPORTED, a zero rate INVALID.
+#[test]
+fn variable_rate_streams_change_rate() {
+    let d = pulse_util::start(&["--device", "null"]);
+    let mut c = RawClient::ready(&d, "rate");
+    let create = |c: &mut RawClient, variable: bool| -> u32 {
+        let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
+            sample_spec: SampleSpec {
+                format: SampleFormat::S16Le,
+                channels: 2,
+                sample_rate: 44100,
+            },
+            channel_map: ChannelMap::stereo(),
+            cvolume: Some(ChannelVolume::norm(2)),
+            flags: pa::stream::StreamFlags {
+                start_corked: true,
+                variable_rate: variable,
+                ..Default::default()
+            },
+            ..Default::default()
+        }));
+        let p = c.reply_to(seq, |_| {}).expect("stream created");
+        let reply: pa::CreatePlaybackStreamReply = c.decode(&p);
+        reply.channel
+    };
+    let var = create(&mut c, true);
+    let fixed = create(&mut c, false);
+    let update = |c: &mut RawClient, index: u32, sample_rate: u32| {
+        let seq = c.send(&Command::UpdatePlaybackStreamSampleRate(
+            pa::UpdateSampleRateParams { index, sample_rate },
+        ));
+        c.reply_to(seq, |_| {})
+    };
+    assert!(update(&mut c, var, 46000).is_ok(), "within range");
+    assert_eq!(
+        update(&mut c, fixed, 46000).err(),
+        Some(pa::PulseError::BadState as u32)
+    );
+    assert_eq!(
+        update(&mut c, var, 22050).err(),
+        Some(pa::PulseError::NotSupported as u32)
+    );
+    assert_eq!(
+        update(&mut c, var, 0).err(),
+        Some(pa::PulseError::Invalid as u32)
+    );
+    if have(&["pactl"]) {
+        let text = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+        assert!(
+            text.contains("46000Hz"),
+            "introspection shows the new rate: {text}"
+        );
+    }
+}

@@ -22,6 +22,11 @@ pub trait FrameSource: Send {
     /// Publishes progress: stream frames that have reached the listener, the delay in
     /// stream frames still ahead of them, the xrun count, and whether playback started.
     fn report(&mut self, played: u64, delay: u32, xruns: u32, started: bool);
+    /// The stream's rate now, for streams whose client may change it while playing
+    /// (see [`PlaybackAdapter::variable_rate`]); `None` keeps the creation rate.
+    fn rate(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Where a record stream's frames go. Every method is *RT*.
@@ -30,6 +35,11 @@ pub trait FrameSink: Send {
     fn write(&mut self, frames: &[f32]) -> usize;
     /// Publishes the overrun count and the capture delay in stream frames.
     fn report(&mut self, overruns: u32, delay: u32);
+    /// The stream's rate now, for streams whose client may change it while recording
+    /// (see [`RecordAdapter::variable_rate`]); `None` keeps the creation rate.
+    fn rate(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Stream format as the client sees it.
@@ -76,6 +86,19 @@ pub struct PlaybackAdapter<S: FrameSource> {
     xruns: u32,
     in_rate: u32,
     out_rate: u32,
+    /// The creation rate, which the resampler's base ratio was built for.
+    base_rate: u32,
+    max_quantum: usize,
+}
+
+/// How far a variable-rate stream may move from its creation rate (the resampler's
+/// ratio range).
+pub const MAX_RATE_CHANGE: f64 = quaver_dsp::resample::MAX_RELATIVE_RATIO;
+
+/// Whether `rate` is within [`MAX_RATE_CHANGE`] of `base` (both ways).
+pub fn rate_change_ok(base: u32, rate: u32) -> bool {
+    let r = rate as f64 / base.max(1) as f64;
+    rate > 0 && (1.0 / MAX_RATE_CHANGE..=MAX_RATE_CHANGE).contains(&r)
 }
 
 impl<S: FrameSource> PlaybackAdapter<S> {
@@ -118,7 +141,48 @@ impl<S: FrameSource> PlaybackAdapter<S> {
             xruns: 0,
             in_rate: format.rate,
             out_rate: engine_rate,
+            base_rate: format.rate,
+            max_quantum,
         })
+    }
+
+    /// Lets the source change its rate while playing ([`FrameSource::rate`]), within
+    /// [`MAX_RATE_CHANGE`] of the creation rate: a resampler is built even when the
+    /// rates match now, and its ratio follows the source. Control thread.
+    pub fn variable_rate(
+        mut self,
+        quality: ResampleQuality,
+    ) -> Result<Self, quaver_dsp::resample::ResampleError> {
+        if self.resampler.is_none() {
+            self.resampler = Some(StreamResampler::new(
+                self.in_rate,
+                self.out_rate,
+                self.client.channels(),
+                quality,
+                self.max_quantum,
+            )?);
+        }
+        // Up to MAX_RATE_CHANGE more input per cycle.
+        let need = (self.max_quantum as f64 * MAX_RATE_CHANGE * self.in_rate as f64
+            / self.out_rate as f64) as usize
+            + 1024;
+        let ch = self.client.channels();
+        if self.scratch.len() < need * ch {
+            self.scratch = vec![0.0; need * ch];
+        }
+        Ok(self)
+    }
+
+    /// Follows a rate change of the source (RT: only the resampler's ratio moves).
+    fn follow_rate(&mut self) {
+        if let Some(rate) = self.source.rate()
+            && rate != self.in_rate
+            && rate_change_ok(self.base_rate, rate)
+            && let Some(r) = self.resampler.as_mut()
+        {
+            r.set_ratio_relative(self.base_rate as f64 / rate as f64);
+            self.in_rate = rate;
+        }
     }
 
     fn to_stream_frames(&self, engine_frames: usize) -> u64 {
@@ -129,6 +193,7 @@ impl<S: FrameSource> PlaybackAdapter<S> {
 impl<S: FrameSource> Processor for PlaybackAdapter<S> {
     fn process(&mut self, cx: &CycleInfo, _inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
         let q = cx.frames;
+        self.follow_rate();
         let draining = self.source.draining();
         if !self.started {
             if self.source.available() >= self.prebuf.max(1)
@@ -194,6 +259,9 @@ pub struct RecordAdapter<K: FrameSink> {
     overruns: u32,
     in_rate: u32,
     out_rate: u32,
+    /// The creation rate, which the resampler's base ratio was built for.
+    base_rate: u32,
+    max_quantum: usize,
 }
 
 impl<K: FrameSink> RecordAdapter<K> {
@@ -229,7 +297,34 @@ impl<K: FrameSink> RecordAdapter<K> {
             overruns: 0,
             in_rate: engine_rate,
             out_rate: format.rate,
+            base_rate: format.rate,
+            max_quantum,
         })
+    }
+
+    /// Lets the sink change its rate while recording ([`FrameSink::rate`]), within
+    /// [`MAX_RATE_CHANGE`] of the creation rate. Control thread.
+    pub fn variable_rate(
+        mut self,
+        quality: ResampleQuality,
+    ) -> Result<Self, quaver_dsp::resample::ResampleError> {
+        if self.resampler.is_none() {
+            self.resampler = Some(StreamResampler::new(
+                self.in_rate,
+                self.out_rate,
+                self.client.channels(),
+                quality,
+                self.max_quantum,
+            )?);
+        }
+        let need = (self.max_quantum as f64 * MAX_RATE_CHANGE * self.out_rate as f64
+            / self.in_rate as f64) as usize
+            + 1024;
+        let ch = self.client.channels();
+        if self.scratch.len() < need * ch {
+            self.scratch = vec![0.0; need * ch];
+        }
+        Ok(self)
     }
 }
 
@@ -249,6 +344,14 @@ fn write_interleaved<K: FrameSink>(
 impl<K: FrameSink> Processor for RecordAdapter<K> {
     fn process(&mut self, cx: &CycleInfo, inputs: Planar<'_>, _outputs: &mut PlanarMut<'_>) {
         let q = cx.frames;
+        if let Some(rate) = self.sink.rate()
+            && rate != self.out_rate
+            && rate_change_ok(self.base_rate, rate)
+            && let Some(r) = self.resampler.as_mut()
+        {
+            r.set_ratio_relative(rate as f64 / self.base_rate as f64);
+            self.out_rate = rate;
+        }
         let mut client = self.client.view_mut(q);
         self.mixer.process(inputs, &mut client);
         let Self {

@@ -67,6 +67,19 @@ fn engine_err(e: EngineError) -> PulseError {
     }
 }
 
+/// A VARIABLE_RATE stream may move as far as the engine's resampler ratio range allows
+/// from its creation rate; PulseAudio rebuilds its resampler for any rate, so further
+/// moves are refused as not supported rather than as invalid.
+fn check_rate_change(base: u32, rate: u32) -> Reply {
+    if rate == 0 || rate > crate::convert::MAX_RATE {
+        return Err(PulseError::Invalid);
+    }
+    if !quaver_engine::stream::rate_change_ok(base, rate) {
+        return Err(PulseError::NotSupported);
+    }
+    Ok(())
+}
+
 /// A latency in µs as a node's latency request: frames at the engine `rate`, at least 1.
 fn engine_frames(rate: u32, usec: u64) -> u32 {
     ((usec as u128 * rate as u128 / 1_000_000).min(u32::MAX as u128) as u32).max(1)
@@ -205,6 +218,8 @@ struct Playback {
     seen_starts: u32,
     seen_underruns: u32,
     drains: Vec<u32>,
+    /// The creation rate of a VARIABLE_RATE stream (`None`: the rate is fixed).
+    variable_rate: Option<u32>,
 }
 
 impl Playback {
@@ -436,6 +451,8 @@ struct Record {
     /// level meters): the ring carries engine-rate frames, each output frame is the
     /// per-channel peak of `decim` of them, as PulseAudio's "peaks" resampler does.
     peak: Option<Peak>,
+    /// The creation rate of a VARIABLE_RATE stream (`None`: the rate is fixed).
+    variable_rate: Option<u32>,
 }
 
 /// State of a peak-detecting record stream.
@@ -1548,14 +1565,41 @@ impl Conn {
                 };
                 self.out().reply(seq, &reply);
             }
-            Command::UpdatePlaybackStreamSampleRate(_)
-            | Command::UpdateRecordStreamSampleRate(_) => {
-                return Err(PulseError::NotSupported);
+            Command::UpdatePlaybackStreamSampleRate(q) => {
+                let p = self
+                    .playback
+                    .get_mut(&q.index)
+                    .ok_or(PulseError::NoEntity)?;
+                let base = p.variable_rate.ok_or(PulseError::BadState)?;
+                check_rate_change(base, q.sample_rate)?;
+                p.spec.sample_rate = q.sample_rate;
+                p.shared.rate.store(q.sample_rate, Relaxed);
+                let node = p.node;
+                self.rate_changed(node, q.sample_rate, true);
+                self.out().ack(seq);
+            }
+            Command::UpdateRecordStreamSampleRate(q) => {
+                let r = self.record.get_mut(&q.index).ok_or(PulseError::NoEntity)?;
+                let base = r.variable_rate.ok_or(PulseError::BadState)?;
+                check_rate_change(base, q.sample_rate)?;
+                r.spec.sample_rate = q.sample_rate;
+                r.shared.rate.store(q.sample_rate, Relaxed);
+                let node = r.node;
+                self.rate_changed(node, q.sample_rate, false);
+                self.out().ack(seq);
             }
             // Replies and server-to-client commands are not requests.
             _ => return Err(PulseError::Command),
         }
         Ok(())
+    }
+
+    /// Introspection shows the new rate; subscribers hear of the change.
+    fn rate_changed(&self, node: NodeId, rate: u32, playback: bool) {
+        if let Some(rec) = self.srv.lock().streams.get_mut(&node) {
+            rec.spec.sample_rate = rate;
+        }
+        self.stream_changed(node, playback);
     }
 
     fn server_info(&self) -> pa::ServerInfo {
@@ -1969,6 +2013,13 @@ impl Conn {
             0,
             srv.opts.resample_quality,
         )
+        .and_then(|a| {
+            if p.flags.variable_rate {
+                a.variable_rate(srv.opts.resample_quality)
+            } else {
+                Ok(a)
+            }
+        })
         .map_err(|e| {
             tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
             PulseError::NotSupported
@@ -2050,6 +2101,7 @@ impl Conn {
                 seen_starts: 0,
                 seen_underruns: 0,
                 drains: Vec::new(),
+                variable_rate: p.flags.variable_rate.then_some(spec.sample_rate),
             },
         );
         let reply = CreatePlaybackStreamReply {
@@ -2278,6 +2330,13 @@ impl Conn {
             cfg.quantum_max,
             srv.opts.resample_quality,
         )
+        .and_then(|a| {
+            if p.flags.variable_rate {
+                a.variable_rate(srv.opts.resample_quality)
+            } else {
+                Ok(a)
+            }
+        })
         .map_err(|e| {
             tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
             PulseError::NotSupported
@@ -2356,6 +2415,7 @@ impl Conn {
                     count: 0,
                     out: Vec::new(),
                 }),
+                variable_rate: p.flags.variable_rate.then_some(spec.sample_rate),
             },
         );
         let reply = CreateRecordStreamReply {

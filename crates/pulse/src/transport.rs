@@ -115,6 +115,8 @@ pub struct PlayShared {
     pub wake_at: AtomicU64,
     /// Wake the connection when `played` reaches this.
     pub drain_at: AtomicU64,
+    /// The client's rate after UPDATE_PLAYBACK_STREAM_SAMPLE_RATE (0: as created).
+    pub rate: AtomicU32,
     /// The I/O thread's doorbell.
     pub bell: Arc<Bell>,
 }
@@ -138,6 +140,7 @@ impl PlayShared {
             playing: AtomicBool::new(false),
             prebuffering: AtomicBool::new(true),
             wake_at: AtomicU64::new(NEVER),
+            rate: AtomicU32::new(0),
             drain_at: AtomicU64::new(NEVER),
             bell,
         }
@@ -326,6 +329,10 @@ impl FrameSource for PlaySource {
         self.shared.flags.load(Acquire) & (F_DRAIN | F_CORKED) != 0
     }
 
+    fn rate(&self) -> Option<u32> {
+        Some(self.shared.rate.load(Relaxed)).filter(|&r| r != 0)
+    }
+
     fn report(&mut self, played: u64, delay: u32, _xruns: u32, _started: bool) {
         let s = &*self.shared;
         self.played = self.played.max(played.min(self.consumed));
@@ -377,6 +384,8 @@ pub struct RecShared {
     pub delay: AtomicU32,
     /// Wake the connection when `produced` reaches this.
     pub wake_at: AtomicU64,
+    /// The client's rate after UPDATE_RECORD_STREAM_SAMPLE_RATE (0: as created).
+    pub rate: AtomicU32,
     /// The I/O thread's doorbell.
     pub bell: Arc<Bell>,
 }
@@ -392,6 +401,7 @@ impl RecShared {
             overflows: AtomicU32::new(0),
             delay: AtomicU32::new(0),
             wake_at: AtomicU64::new(NEVER),
+            rate: AtomicU32::new(0),
             bell,
         }
     }
@@ -451,6 +461,10 @@ impl FrameSink for RecSink {
             self.full = false;
         }
         total
+    }
+
+    fn rate(&self) -> Option<u32> {
+        Some(self.shared.rate.load(Relaxed)).filter(|&r| r != 0)
     }
 
     fn report(&mut self, _overruns: u32, delay: u32) {

@@ -37,6 +37,7 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
         0,
         ResampleQuality::Medium,
     )
+    .and_then(|a| a.variable_rate(ResampleQuality::Medium))
     .unwrap();
     // Record: stereo node into a 5.1 stream at 96 kHz, with a small ring that overflows.
     let rec = Arc::new(RecShared::new(bell.clone(), false));
@@ -53,6 +54,7 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
         max_q,
         ResampleQuality::Fast,
     )
+    .and_then(|a| a.variable_rate(ResampleQuality::Fast))
     .unwrap();
     let mut outputs = PlanarBuf::new(2, max_q);
     let mut nothing = PlanarBuf::new(0, max_q);
@@ -83,6 +85,15 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
             450 => play.set_flag(F_TRIGGER, true),
             600 => play.set_flag(F_DRAIN, true),
             700 => play.set_flag(F_DRAIN, false),
+            // Variable-rate streams change rate (UPDATE_*_SAMPLE_RATE) mid-stream.
+            750 => {
+                play.rate.store(46000, Relaxed);
+                rec.rate.store(90000, Relaxed);
+            }
+            950 => {
+                play.rate.store(44100, Relaxed);
+                rec.rate.store(96000, Relaxed);
+            }
             _ => {}
         }
         play.wake_at

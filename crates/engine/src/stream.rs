@@ -101,6 +101,44 @@ pub fn rate_change_ok(base: u32, rate: u32) -> bool {
     rate > 0 && (1.0 / MAX_RATE_CHANGE..=MAX_RATE_CHANGE).contains(&r)
 }
 
+/// What making an adapter variable-rate needs to know.
+struct Variable {
+    from: u32,
+    to: u32,
+    client_rate: u32,
+    engine_rate: u32,
+    channels: usize,
+    max_quantum: usize,
+}
+
+impl Variable {
+    /// Builds the resampler even when the rates match now, and grows the client-side
+    /// scratch for up to [`MAX_RATE_CHANGE`] more client frames per cycle.
+    fn prepare(
+        &self,
+        resampler: &mut Option<StreamResampler>,
+        scratch: &mut Vec<f32>,
+        quality: ResampleQuality,
+    ) -> Result<(), quaver_dsp::resample::ResampleError> {
+        if resampler.is_none() {
+            *resampler = Some(StreamResampler::new(
+                self.from,
+                self.to,
+                self.channels,
+                quality,
+                self.max_quantum,
+            )?);
+        }
+        let need = (self.max_quantum as f64 * MAX_RATE_CHANGE * self.client_rate as f64
+            / self.engine_rate as f64) as usize
+            + 1024;
+        if scratch.len() < need * self.channels {
+            *scratch = vec![0.0; need * self.channels];
+        }
+        Ok(())
+    }
+}
+
 impl<S: FrameSource> PlaybackAdapter<S> {
     /// Builds the adapter (control thread; allocates everything it will need).
     /// `node_channels` is the layout of the node's output ports; `max_quantum` bounds
@@ -153,23 +191,15 @@ impl<S: FrameSource> PlaybackAdapter<S> {
         mut self,
         quality: ResampleQuality,
     ) -> Result<Self, quaver_dsp::resample::ResampleError> {
-        if self.resampler.is_none() {
-            self.resampler = Some(StreamResampler::new(
-                self.in_rate,
-                self.out_rate,
-                self.client.channels(),
-                quality,
-                self.max_quantum,
-            )?);
-        }
-        // Up to MAX_RATE_CHANGE more input per cycle.
-        let need = (self.max_quantum as f64 * MAX_RATE_CHANGE * self.in_rate as f64
-            / self.out_rate as f64) as usize
-            + 1024;
-        let ch = self.client.channels();
-        if self.scratch.len() < need * ch {
-            self.scratch = vec![0.0; need * ch];
-        }
+        let v = Variable {
+            from: self.in_rate,
+            to: self.out_rate,
+            client_rate: self.in_rate,
+            engine_rate: self.out_rate,
+            channels: self.client.channels(),
+            max_quantum: self.max_quantum,
+        };
+        v.prepare(&mut self.resampler, &mut self.scratch, quality)?;
         Ok(self)
     }
 
@@ -308,22 +338,15 @@ impl<K: FrameSink> RecordAdapter<K> {
         mut self,
         quality: ResampleQuality,
     ) -> Result<Self, quaver_dsp::resample::ResampleError> {
-        if self.resampler.is_none() {
-            self.resampler = Some(StreamResampler::new(
-                self.in_rate,
-                self.out_rate,
-                self.client.channels(),
-                quality,
-                self.max_quantum,
-            )?);
-        }
-        let need = (self.max_quantum as f64 * MAX_RATE_CHANGE * self.out_rate as f64
-            / self.in_rate as f64) as usize
-            + 1024;
-        let ch = self.client.channels();
-        if self.scratch.len() < need * ch {
-            self.scratch = vec![0.0; need * ch];
-        }
+        let v = Variable {
+            from: self.in_rate,
+            to: self.out_rate,
+            client_rate: self.out_rate,
+            engine_rate: self.in_rate,
+            channels: self.client.channels(),
+            max_quantum: self.max_quantum,
+        };
+        v.prepare(&mut self.resampler, &mut self.scratch, quality)?;
         Ok(self)
     }
 }

@@ -315,6 +315,11 @@ impl Device for FileSink {
         0
     }
 
+    /// A recording must hold exactly what was played.
+    fn fades_in_on_start(&self) -> bool {
+        false
+    }
+
     /// Like the null sink, only the cycle just written is in flight.
     fn periods_in_flight(&self) -> usize {
         1

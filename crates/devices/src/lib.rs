@@ -160,6 +160,14 @@ pub trait Device: Send {
         2
     }
 
+    /// Whether playback should fade in over a few milliseconds each time the device
+    /// starts or resumes: true where a step out of silence would be heard as a click
+    /// (sound cards, the simulated card), false where the output must stay bit-exact
+    /// (files) or is discarded (the null sink). *control*.
+    fn fades_in_on_start(&self) -> bool {
+        true
+    }
+
     /// The largest quantum this device can run (e.g. its ring minus its watermark);
     /// `None` for no limit. The engine never asks for more. *control*, after opening.
     fn max_quantum(&self) -> Option<usize> {

@@ -149,6 +149,11 @@ impl Device for NullDevice {
         self.last_write
     }
 
+    /// Nobody hears the null sink; its monitor stays exact.
+    fn fades_in_on_start(&self) -> bool {
+        false
+    }
+
     /// Only the cycle just written is ever in flight.
     fn periods_in_flight(&self) -> usize {
         1

@@ -155,6 +155,10 @@ struct Shared {
     stopping: std::sync::atomic::AtomicBool,
 }
 
+/// Fade-in after a device starts or resumes: long enough to turn the step out of
+/// silence into a ramp no one hears as a click, short enough not to eat a note's attack.
+const START_FADE_MS: u64 = 5;
+
 /// A handle to a running engine; clones share it.
 #[derive(Clone)]
 pub struct Engine {
@@ -246,6 +250,8 @@ impl Engine {
             }),
             devices,
             gone: [false; MAX_DEVICES],
+            start_fades: std::array::from_fn(|_| quaver_dsp::volume::GainRamp::new(1.0)),
+            start_fade_frames: (rate as u64 * START_FADE_MS / 1000).max(1) as usize,
             from_ctl,
             garbage: garbage_tx,
             events: events_tx,

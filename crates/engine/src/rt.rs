@@ -25,6 +25,7 @@ use crate::node::CycleInfo;
 use crate::plan::{DeviceRole, Fade, NodeSlot, Plan};
 use quaver_devices::{Device, WaitStatus};
 use quaver_dsp::mix::{mix_into, mix_into_ramp};
+use quaver_dsp::volume::GainRamp;
 use rtrb::{Consumer, Producer};
 use rustix::fd::OwnedFd;
 use std::sync::Arc;
@@ -153,6 +154,11 @@ pub struct RtRunner {
     pub(crate) plan: Box<Plan>,
     pub(crate) devices: Vec<Box<dyn Device>>,
     pub(crate) gone: [bool; MAX_DEVICES],
+    /// Per device: the fade-in applied to playback after each start or resume (unity
+    /// once done), so the first sound after a suspend does not click.
+    pub(crate) start_fades: [GainRamp; MAX_DEVICES],
+    /// Length of those fades, frames.
+    pub(crate) start_fade_frames: usize,
     pub(crate) from_ctl: Consumer<ToRt>,
     pub(crate) garbage: Producer<Garbage>,
     pub(crate) events: Producer<RtEvent>,
@@ -246,6 +252,10 @@ impl RtRunner {
         for i in 0..self.devices.len() {
             if !self.gone[i] && self.devices[i].start(q).is_err() {
                 self.mark_gone(i);
+            }
+            if self.devices[i].fades_in_on_start() {
+                self.start_fades[i] = GainRamp::new(0.0);
+                self.start_fades[i].set_target(1.0, self.start_fade_frames);
             }
         }
         self.fallback_deadline = now_ns();
@@ -444,6 +454,9 @@ impl RtRunner {
             }
             match step.device {
                 Some(DeviceRole::Sink(d)) => {
+                    if self.start_fades[d].is_ramping() {
+                        self.start_fades[d].apply(&mut inputs.view_mut(q));
+                    }
                     if !self.gone[d] && self.devices[d].write(inputs.view(q)).is_err() {
                         self.mark_gone(d);
                     }

@@ -99,3 +99,116 @@ fn loopback_round_trip_matches_theory_at_quanta_64_256_1024() {
         assert_eq!(measured as usize, theory, "quantum {q}");
     }
 }
+
+/// A constant level on every output, as a stream node (streams keep the devices awake).
+struct Level(f32);
+
+impl Processor for Level {
+    fn process(&mut self, _cx: &CycleInfo, _inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
+        for ch in 0..outputs.channels() {
+            outputs.channel_mut(ch).fill(self.0);
+        }
+    }
+}
+
+/// Keeps every captured sample of its first input.
+struct Tape {
+    samples: Arc<Mutex<Vec<f32>>>,
+}
+
+impl Processor for Tape {
+    fn process(&mut self, _cx: &CycleInfo, inputs: Planar<'_>, _outputs: &mut PlanarMut<'_>) {
+        // Test-only: the tape is pre-reserved, so this does not allocate.
+        self.samples
+            .lock()
+            .unwrap()
+            .extend_from_slice(inputs.channel(0));
+    }
+}
+
+/// After an idle suspend, the first sound on the card fades in instead of stepping out
+/// of silence (the click a resuming sink must not make): through the loopback, no step
+/// between two samples is larger than the fade's own increment, and the level is
+/// reached after the 5 ms fade.
+#[test]
+fn the_first_sound_after_a_suspend_fades_in_on_the_card() {
+    let card = SimCard::with_clock(
+        SimConfig {
+            buffer_frames: 4096,
+            period_frames: 256,
+            loopback: true,
+            ..SimConfig::default()
+        },
+        Box::new(VirtualClock::new()),
+    )
+    .unwrap();
+    let ecfg = EngineConfig {
+        quantum_default: 256,
+        quantum_min: 32,
+        quantum_max: 4096,
+        rt_priority: 0,
+        suspend_timeout: Some(std::time::Duration::from_millis(20)),
+        ..EngineConfig::default()
+    };
+    let (engine, mut runner) = Engine::new_manual(ecfg, vec![Box::new(card)]).unwrap();
+    let tape = Arc::new(Mutex::new(Vec::with_capacity(1 << 16)));
+    let mut spec = NodeSpec::new("tape", NodeKind::Filter);
+    spec.inputs = ChannelMap::stereo();
+    engine
+        .add_node(
+            spec,
+            Some(Box::new(Tape {
+                samples: tape.clone(),
+            })),
+        )
+        .unwrap();
+    engine.link("sim-source", "tape").unwrap();
+    for _ in 0..40 {
+        runner.run_cycle();
+    }
+    assert!(
+        engine
+            .stats()
+            .suspended
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "idle long enough to suspend"
+    );
+    let mut spec = NodeSpec::new("level", NodeKind::PlaybackStream);
+    spec.outputs = ChannelMap::stereo();
+    // Linked in the same plan, without a link fade (as the front-ends add streams):
+    // only the device's start fade stands between silence and the full level.
+    engine
+        .add_node_linked(spec, Some(Box::new(Level(0.5))), Some("sim-sink"))
+        .unwrap();
+    for _ in 0..60 {
+        runner.run_cycle();
+    }
+    let samples = tape.lock().unwrap().clone();
+    engine.shutdown_manual(runner).unwrap();
+    let first = samples
+        .iter()
+        .position(|&s| s > 1e-6)
+        .expect("the level came back through the loopback");
+    let fade = 48000 * 5 / 1000;
+    let step = 0.5 / fade as f32;
+    let worst = samples
+        .windows(2)
+        .map(|w| (w[1] - w[0]).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst <= step * 1.01,
+        "largest step {worst}, a fade of {fade} frames steps by {step}"
+    );
+    let off: Vec<(usize, f32)> = samples[first + fade..]
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| (**s - 0.5).abs() >= 1e-6)
+        .map(|(i, s)| (i, *s))
+        .take(8)
+        .collect();
+    assert!(
+        off.is_empty(),
+        "full level after the fade; off: {off:?} of {} after {first}",
+        samples.len()
+    );
+}

@@ -589,6 +589,11 @@ impl Device for AlsaDevice {
     fn max_quantum(&self) -> Option<usize> {
         Some(self.driver.max_quantum())
     }
+    /// alsa-lib's userspace PCMs (`null`, `file:`) are not heard, and `file:` must stay
+    /// byte-exact; cards fade in.
+    fn fades_in_on_start(&self) -> bool {
+        !self.driver.paced_by_clock
+    }
 
     fn counters(&self) -> DeviceCounters {
         self.driver.counters()

@@ -371,3 +371,45 @@ fn variable_rate_streams_change_rate() {
         );
     }
 }
+
+/// A record stream on a sink's monitor reports the sink's latency as its monitor
+/// latency (libpulse subtracts it: a monitor hears a sample before the sink plays it);
+/// one on a real source reports none.
+#[test]
+fn monitor_record_streams_report_the_sink_latency() {
+    let d = pulse_util::start(&["--device", "null", "--quantum", "256"]);
+    let mut c = RawClient::ready(&d, "monlat");
+    let mut latency_of = |c: &mut RawClient, source: &str| -> pa::RecordLatency {
+        let seq = c.send(&Command::CreateRecordStream(pa::RecordStreamParams {
+            sample_spec: SampleSpec {
+                format: SampleFormat::S16Le,
+                channels: 2,
+                sample_rate: 48000,
+            },
+            channel_map: ChannelMap::stereo(),
+            source_name: Some(std::ffi::CString::new(source).unwrap()),
+            ..Default::default()
+        }));
+        let p = c.reply_to(seq, |_| {}).expect("record stream created");
+        let reply: pa::CreateRecordStreamReply = c.decode(&p);
+        let t0 = Instant::now();
+        loop {
+            let seq = c.send(&Command::GetRecordLatency(LatencyParams {
+                channel: reply.channel,
+                now: SystemTime::now(),
+            }));
+            let p = c.reply_to(seq, |_| {}).unwrap();
+            let lat: pa::RecordLatency = c.decode(&p);
+            // The sink reports its delay once it has played a cycle.
+            if lat.sink_usec > 0 || source != "null-sink.monitor" || t0.elapsed() > WAIT {
+                return lat;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let monitor = latency_of(&mut c, "null-sink.monitor");
+    // One quantum of 256 frames is in flight on the null sink: 5333 µs.
+    assert_eq!(monitor.sink_usec, 256 * 1_000_000 / 48000);
+    let source = latency_of(&mut c, "null-source");
+    assert_eq!(source.sink_usec, 0);
+}

@@ -1483,7 +1483,7 @@ impl Conn {
                 let r = self.record.get(&q.channel).ok_or(PulseError::NoEntity)?;
                 let sh = &r.shared;
                 let reply = RecordLatency {
-                    sink_usec: 0,
+                    sink_usec: self.monitor_usec(r.node),
                     source_usec: frames_to_usec(sh.delay.load(Relaxed) as u64, r.spec.sample_rate),
                     playing: sh.flags.load(Acquire) & R_CORKED == 0,
                     local_time: q.now,
@@ -1592,6 +1592,23 @@ impl Conn {
             _ => return Err(PulseError::Command),
         }
         Ok(())
+    }
+
+    /// For a record stream on a sink's monitor (or on a sink input's), the sink's
+    /// latency: PulseAudio reports it as the monitor latency, which libpulse subtracts,
+    /// because a monitor hears a sample before the sink plays it. 0 for real sources.
+    fn monitor_usec(&self, node: NodeId) -> u64 {
+        let graph = self.srv.engine.graph();
+        let device = record_source_index(&graph, node)
+            .and_then(|src| graph.nodes.get(&src))
+            .filter(|n| n.kind == NodeKind::DeviceSink)
+            .and_then(|n| n.device);
+        device.map_or(0, |i| {
+            let frames = self.srv.engine.stats().devices[i]
+                .playback_delay
+                .load(Relaxed);
+            frames_to_usec(frames, self.srv.engine.rate())
+        })
     }
 
     /// Introspection shows the new rate; subscribers hear of the change.

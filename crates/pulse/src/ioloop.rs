@@ -24,6 +24,10 @@ use std::sync::{Arc, Mutex};
 const READ_CHUNK: usize = 64 * 1024;
 /// epoll token of the bell; connections count up from 1 and are never reused.
 const BELL: u64 = 0;
+/// Nice level of the I/O thread where permitted, PulseAudio's default for its main loop:
+/// low-latency streams are refilled by this thread, so it must win the CPU from
+/// ordinary processes on a busy machine, yet stay below every real-time thread.
+const IO_NICE: i32 = -11;
 
 /// What the accept threads share with the I/O thread.
 pub struct IoShared {
@@ -67,6 +71,13 @@ fn guarded(conn: &mut Conn, f: impl FnOnce(&mut Conn) -> Result<(), String>) -> 
 
 /// Serves every connection until the process ends.
 pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
+    // On Linux a thread id names just that thread for setpriority.
+    match rustix::process::setpriority_process(Some(rustix::thread::gettid()), IO_NICE) {
+        Ok(()) => tracing::debug!("pulse I/O thread at nice {IO_NICE}"),
+        Err(e) => {
+            tracing::debug!("pulse I/O thread stays at normal priority (nice {IO_NICE}: {e})")
+        }
+    }
     let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
     epoll::add(&ep, &*io.bell, EventData::new_u64(BELL), EventFlags::IN)?;
     let mut conns: BTreeMap<u64, Entry> = BTreeMap::new();

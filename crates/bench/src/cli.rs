@@ -2,6 +2,8 @@
 
 use crate::clock::Utc;
 use crate::exec::{find_quaverd, quote};
+use crate::jackbench::{JackOptions, JackServer};
+use crate::jackclient::ClientOptions;
 use crate::latency::{LatencyOptions, LatencyPath};
 use crate::load::{LoadOptions, Variant};
 use crate::machine::{Machine, tool_versions};
@@ -11,7 +13,9 @@ use crate::report::{self, ModeOutput, Record};
 use crate::stress::{StressDevice, StressOptions};
 use crate::stressor::{StressorConfig, StressorKind};
 use crate::synth::{Mark, SynthOptions};
-use crate::{Ctx, daemon, latency, load, peers, rng, stress, stressor, synth};
+use crate::{
+    Ctx, daemon, jackbench, jackclient, latency, load, peers, rng, stress, stressor, synth,
+};
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -208,6 +212,79 @@ pub enum Mode {
         #[command(flatten)]
         common: Common,
     },
+    /// One JACK client (libjack loaded at run time) on quaverd, jackd2 and PipeWire:
+    /// xruns with a voice load under stress-ng next to cyclictest, and per-client
+    /// overhead for 1, 8 and 32 clients next to pw-top's figures.
+    Jack {
+        /// Periods of the xrun part, frames.
+        #[arg(long, value_delimiter = ',', default_values_t = [64usize, 32])]
+        periods: Vec<usize>,
+        /// Servers, in order.
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["quaverd", "jackd2", "pipewire"])]
+        servers: Vec<JackServer>,
+        /// Window of the xrun part per server and period, s (default 60; 3 with --quick).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Voice load of the xrun part, % of a core (calibrated before each period).
+        #[arg(long, default_value_t = 50.0)]
+        load: f64,
+        /// Voices of the xrun part instead of calibrating.
+        #[arg(long)]
+        voices: Option<usize>,
+        /// Load generator (`stress-ng --cpu 2`, or the built-in one without it).
+        #[arg(long, value_enum, default_value_t = StressorKind::Auto)]
+        stressor: StressorKind,
+        /// Client counts of the overhead part (default 1,8,32; 1,4 with --quick).
+        #[arg(long, value_delimiter = ',')]
+        clients: Option<Vec<usize>>,
+        /// Window of each overhead point, s (default 10; 2 with --quick).
+        #[arg(long)]
+        overhead_duration: Option<f64>,
+        /// Period of the overhead part, frames.
+        #[arg(long, default_value_t = 64)]
+        overhead_period: usize,
+        /// Voices per client in the overhead part.
+        #[arg(long, default_value_t = 4)]
+        overhead_voices: usize,
+        /// Skip the xrun part.
+        #[arg(long)]
+        no_xruns: bool,
+        /// Skip the overhead part.
+        #[arg(long)]
+        no_overhead: bool,
+        /// jackd's -P (default: quaverd's real-time priority).
+        #[arg(long)]
+        jackd_priority: Option<i32>,
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The JACK client of `jack` (started by it through a libjack wrapper; not for
+    /// direct use).
+    #[command(hide = true)]
+    JackClient {
+        /// JACK clients to open.
+        #[arg(long, default_value_t = 1)]
+        clients: usize,
+        /// Voices per client.
+        #[arg(long, default_value_t = 4)]
+        voices: usize,
+        /// Client name prefix.
+        #[arg(long, default_value = "qb")]
+        prefix: String,
+        /// Do not connect the outputs.
+        #[arg(long)]
+        no_connect: bool,
+        /// Warm-up, s.
+        #[arg(long, default_value_t = 1.0)]
+        warmup: f64,
+        /// Window, s.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// The built-in stressor (started by `stress`; not for direct use).
     #[command(hide = true)]
     Stressor {
@@ -237,6 +314,8 @@ impl Mode {
             Mode::Stress { .. } => "stress",
             Mode::Synth { .. } => "synth",
             Mode::Peers { .. } => "peers",
+            Mode::Jack { .. } => "jack",
+            Mode::JackClient { .. } => "jack-client",
             Mode::Stressor { .. } => "stressor",
         }
     }
@@ -247,8 +326,9 @@ impl Mode {
             | Mode::Load { common, .. }
             | Mode::Stress { common, .. }
             | Mode::Synth { common, .. }
-            | Mode::Peers { common, .. } => Some(common),
-            Mode::Stressor { .. } => None,
+            | Mode::Peers { common, .. }
+            | Mode::Jack { common, .. } => Some(common),
+            Mode::Stressor { .. } | Mode::JackClient { .. } => None,
         }
     }
 }
@@ -293,7 +373,27 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         println!("{}", serde_json::to_string(&ops)?);
         return Ok(());
     }
-    let common = cli.mode.common().expect("not the stressor").clone();
+    if let Mode::JackClient {
+        clients,
+        voices,
+        prefix,
+        no_connect,
+        warmup,
+        seconds,
+        seed,
+    } = &cli.mode
+    {
+        return jackclient::main(&ClientOptions {
+            clients: *clients,
+            voices: *voices,
+            prefix: prefix.clone(),
+            connect: !*no_connect,
+            warmup: *warmup,
+            seconds: *seconds,
+            seed: *seed,
+        });
+    }
+    let common = cli.mode.common().expect("not a helper mode").clone();
     let quaverd = find_quaverd(common.quaverd.as_deref())?;
     let seed = common.seed.unwrap_or_else(rng::seed_from_clock);
     let mut ctx = Ctx::new(quaverd.clone(), seed, common.quick);
@@ -447,7 +547,50 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             o.rate = *rate;
             synth::render(&synth::run(&mut ctx, &o)?)
         }
-        Mode::Stressor { .. } => unreachable!("handled above"),
+        Mode::Jack {
+            periods,
+            servers,
+            duration,
+            load,
+            voices,
+            stressor,
+            clients,
+            overhead_duration,
+            overhead_period,
+            overhead_voices,
+            no_xruns,
+            no_overhead,
+            jackd_priority,
+            ..
+        } => {
+            let mut o = JackOptions::new(quick, std::env::current_exe()?);
+            o.periods = periods.clone();
+            o.servers = servers.clone();
+            if let Some(d) = duration {
+                o.seconds = *d;
+            }
+            o.load = load / 100.0;
+            o.voices = *voices;
+            o.stressor = *stressor;
+            if let Some(c) = clients {
+                o.counts = c.clone();
+            }
+            if let Some(d) = overhead_duration {
+                o.overhead_seconds = *d;
+            }
+            o.overhead_period = *overhead_period;
+            o.overhead_voices = *overhead_voices;
+            o.xruns = !*no_xruns;
+            o.overhead = !*no_overhead;
+            o.jackd_priority = jackd_priority.unwrap_or(
+                common
+                    .realtime_priority
+                    .filter(|p| *p > 0)
+                    .unwrap_or(crate::rt::QUAVERD_DEFAULT_PRIORITY),
+            );
+            jackbench::render(&jackbench::run(&mut ctx, &o)?)
+        }
+        Mode::Stressor { .. } | Mode::JackClient { .. } => unreachable!("handled above"),
     };
     let finished = Utc::now();
     let invocation = invocation(argv);

@@ -14,7 +14,9 @@
 //! - [`peers`]: the same PulseAudio-protocol workload (N `pacat` clients) against
 //!   quaverd and PulseAudio, side by side;
 //! - [`synth`]: SynthMark-like voice, latency, jitter and switch marks, voices rendered
-//!   in a low-latency callback client.
+//!   in a low-latency callback client;
+//! - [`jackbench`]: one JACK client (libjack loaded at run time) on quaverd, jackd2 and
+//!   PipeWire: xruns under load next to cyclictest, and per-client overhead.
 //!
 //! Benchmarks measure; the tests of this crate check that the instruments measure
 //! what they claim (e.g. a known injected delay shows up in `latency`), never timing.
@@ -26,6 +28,9 @@ pub mod clock;
 pub mod cyclictest;
 pub mod daemon;
 pub mod exec;
+pub mod jackbench;
+pub mod jackclient;
+pub mod jackffi;
 pub mod latency;
 pub mod load;
 pub mod machine;

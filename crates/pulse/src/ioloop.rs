@@ -9,6 +9,11 @@
 //! together are read in one pass. PulseAudio and pipewire-pulse serve their clients
 //! from one main loop for the same reason. Nothing a connection does blocks: the engine's
 //! control calls queue a plan and return, sockets are non-blocking and buffered.
+//!
+//! The thread runs at normal priority on purpose. At nice −11 (PulseAudio's main-loop
+//! level) it preempted each client the moment that client's data arrived, so 32
+//! low-latency streams cost it 1 870 wakeups/s instead of 150: at normal priority the
+//! replies of several clients pile up while it waits for the CPU and are read in one pass.
 
 use crate::conn::Conn;
 use crate::server::{ConnHandle, Server};
@@ -24,10 +29,6 @@ use std::sync::{Arc, Mutex};
 const READ_CHUNK: usize = 64 * 1024;
 /// epoll token of the bell; connections count up from 1 and are never reused.
 const BELL: u64 = 0;
-/// Nice level of the I/O thread where permitted, PulseAudio's default for its main loop:
-/// low-latency streams are refilled by this thread, so it must win the CPU from
-/// ordinary processes on a busy machine, yet stay below every real-time thread.
-const IO_NICE: i32 = -11;
 
 /// What the accept threads share with the I/O thread.
 pub struct IoShared {
@@ -71,13 +72,6 @@ fn guarded(conn: &mut Conn, f: impl FnOnce(&mut Conn) -> Result<(), String>) -> 
 
 /// Serves every connection until the process ends.
 pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
-    // On Linux a thread id names just that thread for setpriority.
-    match rustix::process::setpriority_process(Some(rustix::thread::gettid()), IO_NICE) {
-        Ok(()) => tracing::debug!("pulse I/O thread at nice {IO_NICE}"),
-        Err(e) => {
-            tracing::debug!("pulse I/O thread stays at normal priority (nice {IO_NICE}: {e})")
-        }
-    }
     let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
     epoll::add(&ep, &*io.bell, EventData::new_u64(BELL), EventFlags::IN)?;
     let mut conns: BTreeMap<u64, Entry> = BTreeMap::new();

@@ -379,7 +379,7 @@ fn variable_rate_streams_change_rate() {
 fn monitor_record_streams_report_the_sink_latency() {
     let d = pulse_util::start(&["--device", "null", "--quantum", "256"]);
     let mut c = RawClient::ready(&d, "monlat");
-    let mut latency_of = |c: &mut RawClient, source: &str| -> pa::RecordLatency {
+    let latency_of = |c: &mut RawClient, source: &str| -> pa::RecordLatency {
         let seq = c.send(&Command::CreateRecordStream(pa::RecordStreamParams {
             sample_spec: SampleSpec {
                 format: SampleFormat::S16Le,

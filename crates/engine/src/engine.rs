@@ -159,6 +159,19 @@ struct Shared {
 /// silence into a ramp no one hears as a click, short enough not to eat a note's attack.
 const START_FADE_MS: u64 = 5;
 
+/// Returns freed heap to the kernel. A stream's buffers (a 2 s queue, resampler state,
+/// port buffers sized for the largest quantum) are megabytes, and glibc keeps freed
+/// memory mapped: after 32 media streams came and went, quaverd stayed at 62 MB RSS
+/// (20 MB with this, 5 s after; the rest is the arenas' bookkeeping and caches).
+/// Only called when a node was freed, off the real-time thread.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages of glibc's own heap.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// A handle to a running engine; clones share it.
 #[derive(Clone)]
 pub struct Engine {
@@ -400,8 +413,13 @@ impl Engine {
     /// tests that drive the runner by hand.
     pub fn collect(&self) -> Vec<RtEvent> {
         let mut ctl = self.lock();
+        let mut nodes_freed = false;
         while let Ok(g) = ctl.garbage.pop() {
+            nodes_freed |= matches!(g, Garbage::Node(_));
             drop(g);
+        }
+        if nodes_freed {
+            give_back_freed_memory();
         }
         let mut out = Vec::new();
         while let Ok(e) = ctl.events.pop() {

@@ -23,6 +23,33 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// `[pulse]`: the PulseAudio front-end.
     pub pulse: PulseSection,
+    /// `[callback]`: JACK-style callback clients.
+    pub callback: CallbackSection,
+}
+
+/// `[callback]` table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CallbackSection {
+    /// Fraction of the quantum period, from the cycle start, by which a synchronous
+    /// callback client must have answered (0.05..=1.0).
+    pub deadline: f64,
+    /// Consecutive missed deadlines after which a client runs asynchronously (one
+    /// quantum later, never waited on); 0: never.
+    pub async_after: u32,
+    /// Most ports of one direction a callback client may register (1..=4096).
+    pub max_ports: u32,
+}
+
+impl Default for CallbackSection {
+    fn default() -> Self {
+        let c = crate::native::CallbackOptions::default();
+        CallbackSection {
+            deadline: c.deadline,
+            async_after: c.async_after,
+            max_ports: c.max_ports,
+        }
+    }
 }
 
 /// `[pulse]` table.
@@ -203,6 +230,16 @@ impl Config {
         e.resample_quality
             .parse::<ResampleQuality>()
             .map_err(|err| anyhow::anyhow!("engine.resample_quality: {err}"))?;
+        let c = &self.callback;
+        if !(0.05..=1.0).contains(&c.deadline) {
+            bail!(
+                "callback.deadline {} is outside 0.05..=1.0 (a fraction of the quantum period)",
+                c.deadline
+            );
+        }
+        if !(1..=4096).contains(&c.max_ports) {
+            bail!("callback.max_ports {} is outside 1..=4096", c.max_ports);
+        }
         let p = &self.pulse;
         if p.max_clients == 0 || p.max_streams_per_client == 0 {
             bail!("pulse.max_clients and pulse.max_streams_per_client must be at least 1");
@@ -283,6 +320,34 @@ mod tests {
         assert_eq!(cfg.engine, EngineSection::default());
         assert_eq!(cfg.server, ServerConfig::default());
         assert_eq!(cfg.pulse, PulseSection::default());
+        assert_eq!(cfg.callback, CallbackSection::default());
+    }
+
+    #[test]
+    fn callback_section_is_read_and_checked() {
+        let cfg = Config::parse(
+            "[callback]\ndeadline = 0.9\nasync_after = 0\nmax_ports = 16\n",
+            Path::new("q.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.callback,
+            CallbackSection {
+                deadline: 0.9,
+                async_after: 0,
+                max_ports: 16
+            }
+        );
+        let err = format!(
+            "{:#}",
+            Config::parse("[callback]\ndeadline = 1.5\n", Path::new("q.toml")).unwrap_err()
+        );
+        assert!(err.contains("callback.deadline"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::parse("[callback]\nmax_ports = 0\n", Path::new("q.toml")).unwrap_err()
+        );
+        assert!(err.contains("callback.max_ports"), "{err}");
     }
 
     #[test]

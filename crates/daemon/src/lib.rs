@@ -120,7 +120,7 @@ pub fn run(cfg: Config) -> Result<()> {
     }
     let engine = Engine::start(cfg.engine_config(), devices).context("starting the engine")?;
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
-    let server = native::NativeServer::new(
+    let server = native::NativeServer::with_callback_options(
         engine.clone(),
         policy.clone(),
         native::NativeOptions {
@@ -131,6 +131,11 @@ pub fn run(cfg: Config) -> Result<()> {
                 .resample_quality
                 .parse()
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
+        },
+        native::CallbackOptions {
+            deadline: cfg.callback.deadline,
+            async_after: cfg.callback.async_after,
+            max_ports: cfg.callback.max_ports,
         },
     );
     server.spawn_accept(&listener)?;

@@ -711,6 +711,24 @@ impl<P: PcmIo> Driver<P> {
     }
 
     /// The error for alsa-lib code `err` (`Gone` for a vanished device).
+    /// What a failed read or write means, the same for both directions: EPIPE is an
+    /// xrun (the margin jumps, recovery waits for the next wait), ESTRPIPE a system
+    /// suspend (resume pending); anything else fails the device.
+    fn transfer_failed(&mut self, err: i32) -> Result<(), DeviceError> {
+        if err == -libc::EPIPE {
+            let now = self.clock.now_ns();
+            let change = self.margin.on_underrun(now);
+            self.publish(change);
+            self.pending = Pending::Xrun;
+        } else if err == -libc::ESTRPIPE {
+            self.pending = Pending::Suspended;
+        } else {
+            return Err(self.fail(err));
+        }
+        self.reading = None;
+        Ok(())
+    }
+
     fn fail(&mut self, err: i32) -> DeviceError {
         let device = self.err_name.take(&self.info.name);
         if is_gone(err) {
@@ -1078,21 +1096,12 @@ impl<P: PcmIo> Driver<P> {
                 self.last_write = n;
                 Ok(())
             }
-            Err(e) if e == -libc::EPIPE => {
-                self.counters.underruns += 1;
-                let now = self.clock.now_ns();
-                let change = self.margin.on_underrun(now);
-                self.publish(change);
-                self.pending = Pending::Xrun;
-                self.reading = None;
-                Ok(())
+            Err(e) => {
+                if e == -libc::EPIPE {
+                    self.counters.underruns += 1;
+                }
+                self.transfer_failed(e)
             }
-            Err(e) if e == -libc::ESTRPIPE => {
-                self.pending = Pending::Suspended;
-                self.reading = None;
-                Ok(())
-            }
-            Err(e) => Err(self.fail(e)),
         }
     }
 
@@ -1120,25 +1129,12 @@ impl<P: PcmIo> Driver<P> {
                 }
                 Ok(())
             }
-            Err(e) if e == -libc::EPIPE => {
-                buf.fill_silence();
-                self.counters.overruns += 1;
-                let now = self.clock.now_ns();
-                let change = self.margin.on_underrun(now);
-                self.publish(change);
-                self.pending = Pending::Xrun;
-                self.reading = None;
-                Ok(())
-            }
-            Err(e) if e == -libc::ESTRPIPE => {
-                buf.fill_silence();
-                self.pending = Pending::Suspended;
-                self.reading = None;
-                Ok(())
-            }
             Err(e) => {
                 buf.fill_silence();
-                Err(self.fail(e))
+                if e == -libc::EPIPE {
+                    self.counters.overruns += 1;
+                }
+                self.transfer_failed(e)
             }
         }
     }

@@ -290,12 +290,16 @@ pub unsafe extern "C" fn jack_port_by_id(client_p: *mut Client, id: jack_port_id
     })
 }
 
-/// `jack_connect`: 0, `EEXIST` if already connected, -1 on error.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_connect(
+/// `jack_connect` and `jack_disconnect`: `op` on the two named ports; on success the
+/// client's graph-order and latency callbacks run, as after any change of links.
+///
+/// # Safety
+/// As for those functions: a client from `jack_client_open` and C strings.
+unsafe fn link_ports(
     client_p: *mut Client,
     source_port: *const c_char,
     destination_port: *const c_char,
+    op: fn(&Client, &str, &str) -> c_int,
 ) -> c_int {
     guard(-1, || {
         // SAFETY: see `client`; C strings from the caller.
@@ -306,13 +310,24 @@ pub unsafe extern "C" fn jack_connect(
         ) else {
             return -1;
         };
-        let rc = c.connect(s, d);
+        let rc = op(c, s, d);
         if rc == 0 {
             c.notify(crate::notify::Note::GraphOrder);
             c.notify(crate::notify::Note::Latency);
         }
         rc
     })
+}
+
+/// `jack_connect`: 0, `EEXIST` if already connected, -1 on error.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jack_connect(
+    client_p: *mut Client,
+    source_port: *const c_char,
+    destination_port: *const c_char,
+) -> c_int {
+    // SAFETY: forwarded from the caller.
+    unsafe { link_ports(client_p, source_port, destination_port, Client::connect) }
 }
 
 /// `jack_disconnect`.
@@ -322,22 +337,8 @@ pub unsafe extern "C" fn jack_disconnect(
     source_port: *const c_char,
     destination_port: *const c_char,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: see `client`; C strings from the caller.
-        let (Some(c), Some(s), Some(d)) = (
-            unsafe { as_client(client_p) },
-            unsafe { cstr(source_port) },
-            unsafe { cstr(destination_port) },
-        ) else {
-            return -1;
-        };
-        let rc = c.disconnect(s, d);
-        if rc == 0 {
-            c.notify(crate::notify::Note::GraphOrder);
-            c.notify(crate::notify::Note::Latency);
-        }
-        rc
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe { link_ports(client_p, source_port, destination_port, Client::disconnect) }
 }
 
 /// `jack_port_disconnect`: removes every connection of the port.

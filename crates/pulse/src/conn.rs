@@ -67,16 +67,26 @@ fn engine_err(e: EngineError) -> PulseError {
     }
 }
 
-/// A VARIABLE_RATE stream may move as far as the engine's resampler ratio range allows
-/// from its creation rate; PulseAudio rebuilds its resampler for any rate, so further
-/// moves are refused as not supported rather than as invalid.
-fn check_rate_change(base: u32, rate: u32) -> Reply {
+/// UPDATE_*_SAMPLE_RATE on a stream created at `variable` (None: fixed rate, BADSTATE):
+/// the stream's spec takes the new rate and its RT side is told through `cell`. It may
+/// move as far as the engine's resampler ratio range allows; PulseAudio rebuilds its
+/// resampler for any rate, so further moves are refused as not supported rather than
+/// as invalid.
+fn change_rate(
+    variable: Option<u32>,
+    spec: &mut SampleSpec,
+    cell: &std::sync::atomic::AtomicU32,
+    rate: u32,
+) -> Reply {
+    let base = variable.ok_or(PulseError::BadState)?;
     if rate == 0 || rate > crate::convert::MAX_RATE {
         return Err(PulseError::Invalid);
     }
     if !quaver_engine::stream::rate_change_ok(base, rate) {
         return Err(PulseError::NotSupported);
     }
+    spec.sample_rate = rate;
+    cell.store(rate, Relaxed);
     Ok(())
 }
 
@@ -1570,20 +1580,14 @@ impl Conn {
                     .playback
                     .get_mut(&q.index)
                     .ok_or(PulseError::NoEntity)?;
-                let base = p.variable_rate.ok_or(PulseError::BadState)?;
-                check_rate_change(base, q.sample_rate)?;
-                p.spec.sample_rate = q.sample_rate;
-                p.shared.rate.store(q.sample_rate, Relaxed);
+                change_rate(p.variable_rate, &mut p.spec, &p.shared.rate, q.sample_rate)?;
                 let node = p.node;
                 self.rate_changed(node, q.sample_rate, true);
                 self.out().ack(seq);
             }
             Command::UpdateRecordStreamSampleRate(q) => {
                 let r = self.record.get_mut(&q.index).ok_or(PulseError::NoEntity)?;
-                let base = r.variable_rate.ok_or(PulseError::BadState)?;
-                check_rate_change(base, q.sample_rate)?;
-                r.spec.sample_rate = q.sample_rate;
-                r.shared.rate.store(q.sample_rate, Relaxed);
+                change_rate(r.variable_rate, &mut r.spec, &r.shared.rate, q.sample_rate)?;
                 let node = r.node;
                 self.rate_changed(node, q.sample_rate, false);
                 self.out().ack(seq);

@@ -7,6 +7,12 @@
 //! syscalls other than device I/O, clock reads and sleeping until the device's
 //! next deadline in [`Device::wait`]. Methods marked *control* are called from
 //! control threads while the real-time thread does not own the device.
+//!
+//! One exception, outside the cycle: after an idle suspend the real-time thread calls
+//! [`Device::close_idle`], and the [`Device::start`] that resumes reopens the device;
+//! both may allocate and make blocking open/close calls. Nothing is playing then, and
+//! the thread that owns the device is the only one that may touch it (PulseAudio's I/O
+//! thread closes and reopens its cards the same way).
 
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use std::time::Duration;
@@ -113,6 +119,13 @@ pub struct DeviceCounters {
     /// How many times an adaptive margin changed (the control side logs each change at
     /// debug level when it sees this move).
     pub margin_changes: u64,
+    /// The device's handles are closed after an idle suspend ([`Device::close_idle`]);
+    /// the next [`Device::start`] reopens them.
+    pub closed: bool,
+    /// Idle closes since open.
+    pub idle_closes: u64,
+    /// Reopens after an idle close since open.
+    pub reopens: u64,
 }
 
 /// One audio device (a sink, a source or both sharing one clock).
@@ -121,7 +134,9 @@ pub trait Device: Send {
     fn info(&self) -> &DeviceInfo;
 
     /// Starts (or resumes after [`Device::suspend`]) the device clock for cycles of
-    /// `quantum` frames. *RT* (called before the first cycle and on resume).
+    /// `quantum` frames, reopening the device first after [`Device::close_idle`]. *RT*
+    /// (called before the first cycle and on resume; reopening happens only on resume,
+    /// outside the cycle).
     fn start(&mut self, quantum: usize) -> Result<(), DeviceError>;
 
     /// Blocks until the next cycle of `quantum` frames is due. `quantum` may change
@@ -139,6 +154,17 @@ pub trait Device: Send {
 
     /// Stops the clock (idle suspend); no wakeups until [`Device::start`]. *RT*.
     fn suspend(&mut self);
+
+    /// Closes the underlying handles of a suspended device so an idle server holds no
+    /// card open (another program may use it; the card may power down); the next
+    /// [`Device::start`] opens and negotiates again, and fails (the engine then drops
+    /// the device) if that is impossible or yields a different format. Returns whether
+    /// anything was closed. The default closes nothing: the null sink and file sinks
+    /// hold no device, and a file must stay open to be finalized by [`Device::close`].
+    /// *RT*, only right after [`Device::suspend`] for idleness, outside the cycle.
+    fn close_idle(&mut self) -> bool {
+        false
+    }
 
     /// Frames between a sample passed to `write` and the moment it is heard, right
     /// after a `write` (playback), for latency reports. *RT* and *control*.

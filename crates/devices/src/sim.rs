@@ -158,6 +158,9 @@ pub struct SimCard {
     /// An underrun or overrun happened and the streams have not been restarted yet.
     xrun_pending: bool,
     unplugged: bool,
+    /// Closed after an idle suspend: a real card's handle would be released; the next
+    /// `start` "reopens" it (counted in the counters).
+    closed: bool,
 
     // Driver (scheduler) state.
     cycle: u64,
@@ -259,6 +262,7 @@ impl SimCard {
             cap_appl: 0,
             xrun_pending: false,
             unplugged: false,
+            closed: false,
             cycle: 0,
             fired: vec![false; cfg.faults.len()],
             ns_per_frame: 1e9 / cfg.rate as f64,
@@ -449,6 +453,11 @@ impl Device for SimCard {
             return Err(self.gone());
         }
         self.check_quantum(quantum)?;
+        if self.closed {
+            self.closed = false;
+            self.counters.closed = false;
+            self.counters.reopens += 1;
+        }
         if self.running {
             self.sync();
         }
@@ -629,6 +638,20 @@ impl Device for SimCard {
             self.sync();
             self.running = false;
         }
+    }
+
+    /// Models releasing the card: the state is kept (the DMA pointer holds still, as
+    /// suspended), only the open/closed state and its counters change, so tests can see
+    /// the engine close and reopen it.
+    fn close_idle(&mut self) -> bool {
+        if self.closed || self.unplugged {
+            return false;
+        }
+        self.suspend();
+        self.closed = true;
+        self.counters.closed = true;
+        self.counters.idle_closes += 1;
+        true
     }
 
     /// Frames queued ahead of the hardware as of the last update (right after `write`:

@@ -181,6 +181,76 @@ fn null_pcm_negotiates_f32_mmap_and_is_paced_on_the_clock() {
     dev.close().unwrap();
 }
 
+/// Idle close on the real alsa-lib: `snd_pcm_close` on both PCMs, and `start` opens
+/// and negotiates them again (same setup) and runs as before.
+#[test]
+fn null_pcm_closes_when_idle_and_reopens_on_start() {
+    if !have_alsa() {
+        return;
+    }
+    let (mut dev, _clock) = open_virtual(spec("alsa:null,capture,mmap=off,format=s16"));
+    let setups = dev.setups().to_vec();
+    let mut out = PlanarBuf::new(2, 480);
+    let mut inb = PlanarBuf::new(2, 480);
+    out.channel_mut(0).fill(0.25);
+    let mut cycles = |dev: &mut AlsaDevice| {
+        for _ in 0..10 {
+            assert_eq!(dev.wait(480).unwrap(), WaitStatus::Ready);
+            dev.read(&mut inb.view_mut(480)).unwrap();
+            dev.write(out.view(480)).unwrap();
+        }
+    };
+    dev.start(480).unwrap();
+    cycles(&mut dev);
+    assert!(dev.is_open());
+    dev.suspend();
+    assert!(dev.close_idle());
+    assert!(!dev.is_open(), "the PCM handles are closed");
+    assert!(!dev.close_idle());
+    let c = dev.counters();
+    assert_eq!((c.closed, c.idle_closes, c.reopens), (true, 1, 0));
+    dev.start(480).unwrap();
+    assert!(dev.is_open());
+    assert_eq!(dev.setups(), &setups[..]);
+    cycles(&mut dev);
+    let c = dev.counters();
+    assert_eq!((c.closed, c.idle_closes, c.reopens), (false, 1, 1));
+    assert_eq!((c.frames_written, c.frames_read), (9600, 9600));
+    assert_eq!((c.underruns, c.overruns), (0, 0));
+    // Closed again, `wait` (which starts a stopped device) reopens too.
+    dev.suspend();
+    assert!(dev.close_idle());
+    assert_eq!(dev.wait(480).unwrap(), WaitStatus::Ready);
+    assert_eq!(dev.counters().reopens, 2);
+    dev.close().unwrap();
+}
+
+/// alsa-lib's `file` plugin stays open while idle: reopening it would start a new output
+/// file instead of continuing this one.
+#[test]
+fn file_pcm_stays_open_when_idle() {
+    if !have_alsa() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.raw");
+    let (mut dev, _clock) = open_virtual(spec(&format!("alsa:{},format=s16", file_pcm(&path))));
+    let mut out = PlanarBuf::new(2, 480);
+    out.channel_mut(0).fill(0.5);
+    dev.start(480).unwrap();
+    for _ in 0..2 {
+        dev.wait(480).unwrap();
+        dev.write(out.view(480)).unwrap();
+        dev.suspend();
+        assert!(!dev.close_idle());
+        assert!(dev.is_open());
+        dev.start(480).unwrap();
+    }
+    dev.close().unwrap();
+    // Both cycles are in the one file: 2 × 480 frames of S16 stereo.
+    assert_eq!(std::fs::read(&path).unwrap().len(), 2 * 480 * 4);
+}
+
 #[test]
 fn null_pcm_with_read_write_access_and_a_forced_format() {
     if !have_alsa() {

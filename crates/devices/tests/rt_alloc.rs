@@ -1,6 +1,7 @@
 //! The real-time methods (start, wait, write, read, suspend, counters) never allocate once
-//! a device is constructed. A counting global allocator (this test binary only) counts
-//! allocations made by the current thread.
+//! a device is constructed — nor after an idle close and reopen (which may allocate: it
+//! happens outside the cycle). A counting global allocator (this test binary only)
+//! counts allocations made by the current thread.
 
 use quaver_devices::{
     AlsaDevice, Device, DeviceDefaults, DeviceError, DeviceSpec, Fault, FileConfig, FileSink,
@@ -59,6 +60,24 @@ fn run(dev: &mut dyn Device, q: usize, cycles: usize) -> u64 {
     allocs() - before
 }
 
+/// Closes the device for idleness and reopens it (both may allocate: they happen
+/// outside the cycle), then counts the allocations of `cycles` cycles.
+fn cycles_after_reopen(dev: &mut dyn Device, q: usize, cycles: usize) -> u64 {
+    let mut inb = PlanarBuf::new(2, q);
+    let outb = PlanarBuf::new(2, q);
+    dev.suspend();
+    assert!(dev.close_idle(), "{} closes when idle", dev.info().name);
+    dev.start(q).unwrap();
+    let before = allocs();
+    for _ in 0..cycles {
+        dev.wait(q).unwrap();
+        dev.read(&mut inb.view_mut(q)).unwrap();
+        dev.write(outb.view(q)).unwrap();
+        let _ = dev.counters();
+    }
+    allocs() - before
+}
+
 #[test]
 fn null_rt_path_does_not_allocate() {
     let mut dev = NullDevice::with_clock(
@@ -91,6 +110,7 @@ fn sim_rt_path_does_not_allocate_even_through_xruns() {
     .unwrap();
     assert_eq!(run(&mut dev, 256, 200), 0);
     assert!(dev.counters().underruns >= 2);
+    assert_eq!(cycles_after_reopen(&mut dev, 256, 200), 0);
 }
 
 #[test]
@@ -155,6 +175,11 @@ fn alsa_rt_path_does_not_allocate() {
         let mut dev =
             AlsaDevice::open_with_clock(cfg, Box::new(clock.clone()), Box::new(clock)).unwrap();
         assert_eq!(run(&mut dev, 256, 500), 0, "{opts}");
+        assert_eq!(
+            cycles_after_reopen(&mut dev, 256, 500),
+            0,
+            "{opts}, reopened"
+        );
         dev.close().unwrap();
     }
 }

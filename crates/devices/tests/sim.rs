@@ -392,29 +392,43 @@ fn quantum_changes_keep_running_and_latency_follows_increases() {
 
 #[test]
 fn suspend_and_resume_restart_without_xrun() {
-    let q = 256;
-    let mut e = Engine::new(cfg(4096, 256));
-    e.dev.start(q).unwrap();
-    for _ in 0..5 {
-        e.cycle(q);
+    // Also with the idle close in between: the card reports itself closed until the
+    // start that reopens it, and runs exactly as after a plain suspend.
+    for close in [false, true] {
+        let q = 256;
+        let mut e = Engine::new(cfg(4096, 256));
+        e.dev.start(q).unwrap();
+        for _ in 0..5 {
+            e.cycle(q);
+        }
+        e.dev.suspend();
+        if close {
+            assert!(e.dev.close_idle());
+            assert!(!e.dev.close_idle(), "closed once");
+        }
+        assert_eq!(e.dev.counters().closed, close);
+        let hw = e.dev.hw_position();
+        e.clock.advance(Duration::from_secs(30));
+        assert_eq!(e.dev.hw_position(), hw);
+        e.dev.start(q).unwrap();
+        let k = e.dev.counters();
+        assert_eq!(
+            (k.closed, k.idle_closes, k.reopens),
+            (false, close as u64, close as u64)
+        );
+        for _ in 0..5 {
+            assert_eq!(e.cycle(q), WaitStatus::Ready);
+        }
+        let at = e.impulse(q, 0);
+        for _ in 0..4 {
+            e.cycle(q);
+        }
+        assert_eq!(e.found(), vec![at + q + 256]);
+        let k = e.dev.counters();
+        assert_eq!(k.underruns + k.overruns, 0);
+        // 30 s suspended are not played: the pointer moved only while running.
+        assert!(e.dev.hw_position() < hw + 48_000);
     }
-    e.dev.suspend();
-    let hw = e.dev.hw_position();
-    e.clock.advance(Duration::from_secs(30));
-    assert_eq!(e.dev.hw_position(), hw);
-    e.dev.start(q).unwrap();
-    for _ in 0..5 {
-        assert_eq!(e.cycle(q), WaitStatus::Ready);
-    }
-    let at = e.impulse(q, 0);
-    for _ in 0..4 {
-        e.cycle(q);
-    }
-    assert_eq!(e.found(), vec![at + q + 256]);
-    let k = e.dev.counters();
-    assert_eq!(k.underruns + k.overruns, 0);
-    // 30 s suspended are not played: the pointer moved only while running.
-    assert!(e.dev.hw_position() < hw + 48_000);
 }
 
 #[test]

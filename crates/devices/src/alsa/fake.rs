@@ -4,7 +4,7 @@
 //! recovery logic of [`super::Driver`] runs here exactly as it would on a card — which
 //! this machine does not have.
 
-use super::pcm::{Direction, PcmIo, Status};
+use super::pcm::{Access, AlsaError, Direction, HwRequest, HwSetup, PcmFormat, PcmIo, Status};
 use super::{Driver, Side};
 use crate::clock::VirtualClock;
 use crate::margin::MarginConfig;
@@ -49,6 +49,37 @@ pub(crate) struct FakeHw {
     pub resume_enosys: bool,
     /// Behave like alsa-lib's null PCM: the pointer follows the application at once.
     pub unpaced: bool,
+    /// "close" and "open" in the order the driver called them (the first open is the
+    /// rig's and not recorded).
+    pub calls: Vec<&'static str>,
+    /// The request of every reopen.
+    pub reopened_with: Vec<HwRequest>,
+    /// The next reopen fails with this errno (negative), as a card that vanished or is
+    /// busy would.
+    pub reopen_error: Option<i32>,
+    /// The next reopen negotiates this rate instead of the requested one.
+    pub reopen_rate: Option<u32>,
+}
+
+/// What the fake negotiates for `req`: exactly what was asked (F32 unless a format is
+/// forced, mmap unless turned off).
+pub(crate) fn fake_setup(req: &HwRequest) -> HwSetup {
+    HwSetup {
+        access: if req.mmap {
+            Access::Mmap
+        } else {
+            Access::ReadWrite
+        },
+        format: req.format.unwrap_or(PcmFormat::F32),
+        channels: req.channels,
+        rate: req.rate,
+        buffer_frames: req.buffer_frames,
+        period_frames: req.period_frames.unwrap_or(req.buffer_frames / 2),
+        buffer_max_frames: req.buffer_frames,
+        period_wakeup_disabled: req.no_period_wakeup,
+        pcm_type: 0,
+        formats_refused: Vec::new(),
+    }
 }
 
 impl FakeHw {
@@ -159,6 +190,10 @@ impl FakePcm {
             resume_eagain: 0,
             resume_enosys: false,
             unpaced: false,
+            calls: Vec::new(),
+            reopened_with: Vec::new(),
+            reopen_error: None,
+            reopen_rate: None,
         }));
         (
             FakePcm {
@@ -290,8 +325,46 @@ impl PcmIo for FakePcm {
     }
 
     fn close(&mut self) -> Result<(), i32> {
-        self.closed = true;
+        if !self.closed {
+            self.closed = true;
+            let mut hw = self.hw.lock().unwrap();
+            hw.calls.push("close");
+            // A closed stream is stopped; what it had queued is gone.
+            if hw.state != DISCONNECTED {
+                hw.state = OPEN;
+            }
+        }
         Ok(())
+    }
+
+    fn reopen(&mut self, req: &HwRequest) -> Result<HwSetup, AlsaError> {
+        let _ = self.close();
+        let mut hw = self.hw.lock().unwrap();
+        hw.calls.push("open");
+        hw.reopened_with.push(req.clone());
+        if let Some(code) = hw.reopen_error.take() {
+            return Err(AlsaError {
+                code,
+                message: format!("snd_pcm_open('fake'): errno {}", -code),
+            });
+        }
+        if hw.state == DISCONNECTED {
+            return Err(AlsaError {
+                code: -libc::ENOENT,
+                message: "snd_pcm_open('fake'): No such file or directory".into(),
+            });
+        }
+        let mut setup = fake_setup(req);
+        if let Some(rate) = hw.reopen_rate.take() {
+            setup.rate = rate;
+        }
+        hw.state = SETUP;
+        self.closed = false;
+        Ok(setup)
+    }
+
+    fn link(&mut self, _other: &mut Self) -> bool {
+        false
     }
 }
 
@@ -340,6 +413,16 @@ impl Rig {
         let mut play = None;
         let mut cap = None;
         let mut sides = (None, None);
+        let request = HwRequest {
+            format: None,
+            mmap: true,
+            channels: 2,
+            rate: cfg.rate,
+            buffer_frames: cfg.buffer,
+            period_frames: Some(cfg.buffer / 2),
+            no_period_wakeup: true,
+        };
+        let side = |p| Side::new(p, request.clone(), fake_setup(&request));
         if cfg.playback {
             let (p, h) = FakePcm::new(
                 Direction::Playback,
@@ -348,7 +431,7 @@ impl Rig {
                 cfg.buffer,
                 &clock,
             );
-            sides.0 = Some(Side::new(p, cfg.buffer));
+            sides.0 = Some(side(p));
             play = Some(h);
         }
         if cfg.capture {
@@ -359,7 +442,7 @@ impl Rig {
                 cfg.buffer,
                 &clock,
             );
-            sides.1 = Some(Side::new(p, cfg.buffer));
+            sides.1 = Some(side(p));
             cap = Some(h);
         }
         let info = DeviceInfo {
@@ -682,6 +765,87 @@ mod tests {
         assert_eq!(rig.play.as_ref().unwrap().lock().unwrap().starts, 2);
         rig.dev.close().unwrap();
         assert!(rig.dev.start(256).is_err());
+    }
+
+    #[test]
+    fn an_idle_close_closes_the_pcms_and_start_reopens_them_with_the_same_request() {
+        let mut rig = Rig::new(RigConfig {
+            capture: true,
+            ..RigConfig::default()
+        });
+        rig.run(256, 0.5, BUSY);
+        let written_before = rig.written;
+        rig.dev.suspend();
+        assert!(rig.dev.close_idle());
+        assert!(
+            !rig.dev.close_idle(),
+            "a closed device has nothing left to close"
+        );
+        let c = rig.dev.counters();
+        assert_eq!((c.closed, c.idle_closes, c.reopens), (true, 1, 0));
+        rig.clock.advance(Duration::from_secs(5));
+        rig.dev.start(256).unwrap();
+        rig.run(256, 0.5, BUSY);
+        let c = rig.dev.counters();
+        assert_eq!((c.closed, c.idle_closes, c.reopens), (false, 1, 1));
+        assert_eq!(xruns(&rig), 0, "{c:?}");
+        for (side, hw) in [
+            (rig.dev.play.as_ref(), rig.play.as_ref()),
+            (rig.dev.cap.as_ref(), rig.cap.as_ref()),
+        ] {
+            let (side, hw) = (side.unwrap(), hw.unwrap().lock().unwrap());
+            assert_eq!(hw.calls, ["close", "open"]);
+            assert_eq!(hw.reopened_with, std::slice::from_ref(&side.request));
+            assert_eq!(hw.starts, 2);
+            assert_eq!(hw.state, RUNNING);
+        }
+        // Everything written after the reopen is played, in order, after the prefill.
+        let hw = rig.play.as_ref().unwrap().lock().unwrap();
+        let after: Vec<f32> = hw.played.iter().copied().filter(|&x| x != 0.0).collect();
+        assert_eq!(after.len() as u64, rig.written);
+        assert!(rig.written > written_before);
+        assert!(after.iter().enumerate().all(|(i, &x)| x == (i + 1) as f32));
+        drop(hw);
+        // Shutdown after a reopen closes once more.
+        rig.dev.close().unwrap();
+        assert_eq!(
+            rig.play.as_ref().unwrap().lock().unwrap().calls,
+            ["close", "open", "close"]
+        );
+    }
+
+    #[test]
+    fn a_reopen_that_fails_or_negotiates_another_stream_is_an_error_not_a_panic() {
+        let closed_rig = || {
+            let mut rig = Rig::new(RigConfig::default());
+            rig.run(256, 0.2, BUSY);
+            rig.dev.suspend();
+            assert!(rig.dev.close_idle());
+            rig
+        };
+        let mut rig = closed_rig();
+        rig.play.as_ref().unwrap().lock().unwrap().reopen_error = Some(-libc::EBUSY);
+        let e = rig.dev.start(256).unwrap_err().to_string();
+        assert!(
+            e.starts_with("device fake: reopening after the idle close: snd_pcm_open"),
+            "{e}"
+        );
+        // `wait` starts a stopped device, so it reopens (and fails) the same way.
+        let mut rig = closed_rig();
+        rig.play.as_ref().unwrap().lock().unwrap().reopen_rate = Some(44_100);
+        let e = rig.dev.wait(256).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "device fake: reopening after the idle close: playback now negotiates \
+             FLOAT_LE 44100 Hz 2 ch, buffer 8192, mmap instead of FLOAT_LE 48000 Hz 2 ch, \
+             buffer 8192, mmap"
+        );
+        assert!(rig.dev.counters().closed);
+        // A card unplugged while closed cannot be reopened either.
+        let mut rig = closed_rig();
+        rig.play.as_ref().unwrap().lock().unwrap().state = DISCONNECTED;
+        let e = rig.dev.start(256).unwrap_err().to_string();
+        assert!(e.contains("No such file or directory"), "{e}");
     }
 
     #[test]

@@ -337,12 +337,14 @@ impl AlsaDevice {
             no_period_wakeup: pacing == Pacing::Device,
         };
         let mut setups = Vec::new();
+        let mut requests = Vec::new();
         for (dir, pcm) in pcms.iter_mut() {
             let mut r = req.clone();
             if r.period_frames.is_none() {
                 r.period_frames = Some(r.buffer_frames / 2);
             }
             let setup = pcm.configure(&r).map_err(io_err)?;
+            requests.push(r);
             if let Some((_, first)) = setups.first() {
                 let first: &HwSetup = first;
                 if first.rate != setup.rate {
@@ -376,7 +378,7 @@ impl AlsaDevice {
         let mut play = None;
         let mut cap = None;
         let mut parts = Vec::new();
-        for ((dir, pcm), (_, setup)) in pcms.into_iter().zip(&setups) {
+        for (((dir, pcm), (_, setup)), request) in pcms.into_iter().zip(&setups).zip(requests) {
             parts.push(format!(
                 "{} {} {} Hz {} ch, {}, buffer {}, period {}{}",
                 dir.name(),
@@ -395,7 +397,7 @@ impl AlsaDevice {
                     ""
                 }
             ));
-            let side = Side::new(pcm, setup.buffer_frames);
+            let side = Side::new(pcm, request, setup.clone());
             match dir {
                 Direction::Playback => play = Some((side, map_for(setup.channels))),
                 Direction::Capture => cap = Some((side, map_for(setup.channels))),
@@ -425,7 +427,7 @@ impl AlsaDevice {
             .min()
             .unwrap_or(0);
         let margin = margin_config(&cfg, rate, buffer);
-        let driver = Driver::new(
+        let mut driver = Driver::new(
             info,
             play.map(|(s, _)| s),
             cap.map(|(s, _)| s),
@@ -434,12 +436,26 @@ impl AlsaDevice {
             clock,
             pacer_clock,
         );
+        driver.linked = linked;
+        driver.closes_when_idle = setups
+            .iter()
+            .all(|(_, s)| s.pcm_type != ffi::SND_PCM_TYPE_FILE);
         Ok(AlsaDevice { driver, setups })
     }
 
-    /// What was negotiated, per direction.
+    /// What was negotiated, per direction (a reopen after an idle close must negotiate
+    /// the same, or the device fails).
     pub fn setups(&self) -> &[(Direction, HwSetup)] {
         &self.setups
+    }
+
+    /// Whether the PCM handles are open: false between an idle close
+    /// ([`Device::close_idle`]) and the start that reopens them.
+    pub fn is_open(&self) -> bool {
+        [self.driver.play.as_ref(), self.driver.cap.as_ref()]
+            .into_iter()
+            .flatten()
+            .all(|s| s.pcm.is_open())
     }
 
     /// What paces the cycles now ([`Pacing::Device`] or [`Pacing::Clock`]; a device
@@ -580,6 +596,10 @@ impl Device for AlsaDevice {
     fn suspend(&mut self) {
         self.driver.suspend()
     }
+    /// `snd_pcm_close` on every PCM; `start` reopens and renegotiates.
+    fn close_idle(&mut self) -> bool {
+        self.driver.close_idle()
+    }
     fn playback_delay(&self) -> usize {
         self.driver.playback_delay()
     }
@@ -613,16 +633,43 @@ pub(crate) struct Side<P> {
     /// Frames written (playback, prefill included) or read (capture) since the stream
     /// started: the application pointer.
     appl: u64,
+    /// What the first open asked for and got: a reopen after an idle close asks the
+    /// same and must get the same stream, which the engine's graph was built for.
+    request: HwRequest,
+    setup: HwSetup,
 }
 
 impl<P> Side<P> {
-    fn new(pcm: P, buffer: usize) -> Self {
+    pub(crate) fn new(pcm: P, request: HwRequest, setup: HwSetup) -> Self {
         Side {
             pcm,
-            buffer,
+            buffer: setup.buffer_frames,
             appl: 0,
+            request,
+            setup,
         }
     }
+}
+
+/// The parts of a negotiation the driver and the engine depend on: access, format,
+/// channels, rate and ring size.
+fn same_stream(a: &HwSetup, b: &HwSetup) -> bool {
+    (a.access, a.format, a.channels, a.rate, a.buffer_frames)
+        == (b.access, b.format, b.channels, b.rate, b.buffer_frames)
+}
+
+fn describe_stream(s: &HwSetup) -> String {
+    format!(
+        "{} {} Hz {} ch, buffer {}, {}",
+        s.format.alsa_name(),
+        s.rate,
+        s.channels,
+        s.buffer_frames,
+        match s.access {
+            pcm::Access::Mmap => "mmap",
+            pcm::Access::ReadWrite => "read/write",
+        }
+    )
 }
 
 /// The last pointer reading, kept up to date by the driver's own writes and reads.
@@ -664,6 +711,13 @@ pub(crate) struct Driver<P: PcmIo> {
     play_delay: usize,
     cap_delay: usize,
     last_write: usize,
+    /// The PCMs are closed after an idle suspend; `start` reopens them.
+    closed: bool,
+    /// Playback and capture were `snd_pcm_link`ed at open (and are again on reopen).
+    linked: bool,
+    /// Whether an idle suspend closes the PCMs: not for alsa-lib's `file` plugin,
+    /// whose reopen truncates the output file it was writing.
+    closes_when_idle: bool,
 }
 
 fn is_gone(err: i32) -> bool {
@@ -702,6 +756,9 @@ impl<P: PcmIo> Driver<P> {
             play_delay: 0,
             cap_delay: 0,
             last_write: 0,
+            closed: false,
+            linked: false,
+            closes_when_idle: true,
             info,
         }
     }
@@ -856,12 +913,83 @@ impl<P: PcmIo> Driver<P> {
 
     fn start(&mut self, quantum: usize) -> Result<(), DeviceError> {
         self.check_quantum(quantum)?;
+        if self.closed {
+            self.reopen()?;
+        }
         self.restart(quantum)?;
         if self.paced_by_clock {
             self.pacer.start();
         }
         self.running = true;
         self.counters.margin_frames = self.margin.current() as u64;
+        Ok(())
+    }
+
+    /// Closes the PCMs of a suspended device (idle): the card is free for other
+    /// programs and may power down. alsa-lib frees a handle whatever `snd_pcm_close`
+    /// returns, so a failed close changes nothing for the reopen.
+    fn close_idle(&mut self) -> bool {
+        if self.closed || !self.closes_when_idle {
+            return false;
+        }
+        self.suspend();
+        for side in [self.play.as_mut(), self.cap.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = side.pcm.close();
+        }
+        self.closed = true;
+        self.counters.closed = true;
+        self.counters.idle_closes += 1;
+        true
+    }
+
+    /// Opens the PCMs closed by [`Driver::close_idle`] again, negotiating through the
+    /// same path as the first open with the same request, and insists on the same
+    /// stream: the engine sized its graph, buffers and quantum for it. Any failure is an
+    /// error the engine answers by dropping the device; it is logged with this message.
+    fn reopen(&mut self) -> Result<(), DeviceError> {
+        let name = &self.info.name;
+        for (dir, side) in [
+            (Direction::Playback, self.play.as_mut()),
+            (Direction::Capture, self.cap.as_mut()),
+        ] {
+            let Some(side) = side else { continue };
+            let got = side
+                .pcm
+                .reopen(&side.request)
+                .map_err(|e| DeviceError::Io {
+                    device: name.clone(),
+                    source: io::Error::new(
+                        io::Error::from_raw_os_error(-e.code).kind(),
+                        format!("reopening after the idle close: {}", e.message),
+                    ),
+                })?;
+            if !same_stream(&got, &side.setup) {
+                return Err(DeviceError::Io {
+                    device: name.clone(),
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "reopening after the idle close: {} now negotiates {} instead of {}",
+                            dir.name(),
+                            describe_stream(&got),
+                            describe_stream(&side.setup)
+                        ),
+                    ),
+                });
+            }
+        }
+        if self.linked
+            && let (Some(p), Some(c)) = (self.play.as_mut(), self.cap.as_mut())
+        {
+            // Unlinked, restart starts both PCMs itself: only their alignment suffers.
+            self.linked = p.pcm.link(&mut c.pcm);
+        }
+        self.closed = false;
+        self.counters.closed = false;
+        self.counters.reopens += 1;
         Ok(())
     }
 

@@ -261,8 +261,17 @@ pub(crate) trait PcmIo: Send {
     /// Fills `frames` frames of `dst` from frame `from` with captured audio. Returns the
     /// frames filled (fewer if fewer are ready; the rest is untouched).
     fn read(&mut self, dst: &mut PlanarMut<'_>, from: usize, frames: usize) -> Result<usize, i32>;
-    /// Closes the handle; later calls fail with `-EBADFD`. *control*.
+    /// Closes the handle; later calls fail with `-EBADFD` until [`PcmIo::reopen`].
+    /// *control*, or *RT* after an idle suspend (outside the cycle).
     fn close(&mut self) -> Result<(), i32>;
+    /// Opens the same PCM again after [`PcmIo::close`] and negotiates `req` (the request
+    /// of the first open) through the same path as the first open; returns what it got.
+    /// Allocates and may block briefly: *RT* only when resuming from an idle close,
+    /// outside the cycle.
+    fn reopen(&mut self, req: &HwRequest) -> Result<HwSetup, AlsaError>;
+    /// Links `other` so both start and stop together (same card); false if the PCMs
+    /// cannot be linked (plugins usually cannot). *control*, or *RT* when reopening.
+    fn link(&mut self, other: &mut Self) -> bool;
 }
 
 /// An open alsa-lib PCM.
@@ -292,28 +301,7 @@ unsafe impl Send for Pcm {}
 impl Pcm {
     /// Opens `name` (non-blocking: a busy device fails at once instead of hanging).
     pub(crate) fn open(lib: &'static Lib, name: &str, dir: Direction) -> Result<Pcm, AlsaError> {
-        let cname = CString::new(name)
-            .map_err(|_| AlsaError::invalid(format!("PCM name '{name}' contains NUL")))?;
-        let mut handle = std::ptr::null_mut();
-        // SAFETY: valid out-pointer and NUL-terminated name.
-        let rc = unsafe {
-            (lib.pcm_open)(
-                &mut handle,
-                cname.as_ptr(),
-                dir.alsa(),
-                ffi::SND_PCM_NONBLOCK,
-            )
-        };
-        if rc < 0 {
-            return Err(AlsaError {
-                code: rc,
-                message: format!(
-                    "snd_pcm_open('{name}', {}): {}",
-                    dir.name(),
-                    lib.error_text(rc)
-                ),
-            });
-        }
+        let handle = open_handle(lib, name, dir)?;
         let mut status = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
         let rc = unsafe { (lib.status_malloc)(&mut status) };
@@ -337,6 +325,11 @@ impl Pcm {
             bytes: Vec::new(),
             zero_capture: false,
         })
+    }
+
+    /// Whether the handle is open (not closed by [`PcmIo::close`]).
+    pub(crate) fn is_open(&self) -> bool {
+        !self.handle.is_null()
     }
 
     /// alsa-lib's PCM type (`SND_PCM_TYPE_*`) of the outermost plugin.
@@ -677,16 +670,6 @@ impl Pcm {
         check(unsafe { (self.lib.pcm_recover)(self.handle, err, 1) })
     }
 
-    /// Links `other` so both start and stop together (same card); false if the PCMs
-    /// cannot be linked (plugins usually cannot). *control*.
-    pub(crate) fn link(&mut self, other: &mut Pcm) -> bool {
-        if self.handle.is_null() || other.handle.is_null() {
-            return false;
-        }
-        // SAFETY: both open.
-        unsafe { (self.lib.pcm_link)(self.handle, other.handle) == 0 }
-    }
-
     fn live(&self) -> Result<(), i32> {
         if self.handle.is_null() {
             Err(-libc::EBADFD)
@@ -829,6 +812,34 @@ impl Pcm {
         }
         Ok(done)
     }
+}
+
+/// `snd_pcm_open` in non-blocking mode: a busy device fails at once instead of hanging
+/// (also on the real-time thread, which reopens a card after an idle close).
+fn open_handle(lib: &Lib, name: &str, dir: Direction) -> Result<*mut Opaque, AlsaError> {
+    let cname = CString::new(name)
+        .map_err(|_| AlsaError::invalid(format!("PCM name '{name}' contains NUL")))?;
+    let mut handle = std::ptr::null_mut();
+    // SAFETY: valid out-pointer and NUL-terminated name.
+    let rc = unsafe {
+        (lib.pcm_open)(
+            &mut handle,
+            cname.as_ptr(),
+            dir.alsa(),
+            ffi::SND_PCM_NONBLOCK,
+        )
+    };
+    if rc < 0 {
+        return Err(AlsaError {
+            code: rc,
+            message: format!(
+                "snd_pcm_open('{name}', {}): {}",
+                dir.name(),
+                lib.error_text(rc)
+            ),
+        });
+    }
+    Ok(handle)
 }
 
 fn check(rc: c_int) -> Result<(), i32> {
@@ -979,6 +990,21 @@ impl PcmIo for Pcm {
         let h = std::mem::replace(&mut self.handle, std::ptr::null_mut());
         // SAFETY: open PCM, closed exactly once (the handle is cleared first).
         check(unsafe { (self.lib.pcm_close)(h) })
+    }
+
+    fn reopen(&mut self, req: &HwRequest) -> Result<HwSetup, AlsaError> {
+        // alsa-lib frees the handle whatever snd_pcm_close returns.
+        let _ = PcmIo::close(self);
+        self.handle = open_handle(self.lib, &self.name, self.dir)?;
+        self.configure(req)
+    }
+
+    fn link(&mut self, other: &mut Pcm) -> bool {
+        if self.handle.is_null() || other.handle.is_null() {
+            return false;
+        }
+        // SAFETY: both open.
+        unsafe { (self.lib.pcm_link)(self.handle, other.handle) == 0 }
     }
 }
 

@@ -69,6 +69,12 @@ pub struct DeviceStatus {
     pub suspended: bool,
     /// Failed and no longer driven.
     pub gone: bool,
+    /// Suspended with its handles closed (idle); the next stream reopens it.
+    pub closed: bool,
+    /// Idle closes so far.
+    pub idle_closes: u64,
+    /// Reopens after an idle close so far.
+    pub reopens: u64,
     /// Driver wakeups.
     pub wakeups: u64,
     /// Hardware-pointer queries.
@@ -263,6 +269,7 @@ impl Engine {
             }),
             devices,
             gone: [false; MAX_DEVICES],
+            closed: [false; MAX_DEVICES],
             start_fades: std::array::from_fn(|_| quaver_dsp::volume::GainRamp::new(1.0)),
             start_fade_frames: (rate as u64 * START_FADE_MS / 1000).max(1) as usize,
             from_ctl,
@@ -416,7 +423,7 @@ impl Engine {
         let mut nodes_freed = false;
         while let Ok(g) = ctl.garbage.pop() {
             nodes_freed |= matches!(g, Garbage::Node(_));
-            drop(g);
+            self.dispose(g);
         }
         if nodes_freed {
             give_back_freed_memory();
@@ -440,6 +447,12 @@ impl Engine {
                     notify(&mut ctl, GraphEvent::Suspended(false));
                 }
                 RtEvent::Quantum(q) => tracing::debug!("quantum is now {q} frames"),
+                RtEvent::DeviceClosed { device } => {
+                    tracing::info!("device {} closed (idle)", self.shared.devices[device].name)
+                }
+                RtEvent::DeviceReopened { device } => {
+                    tracing::info!("device {} reopened", self.shared.devices[device].name)
+                }
             }
             out.push(e);
         }
@@ -453,10 +466,18 @@ impl Engine {
             .expect("engine control mutex poisoned")
     }
 
+    /// Frees an object the RT thread retired; a device error is logged first.
+    fn dispose(&self, g: Garbage) {
+        if let Garbage::DeviceError { device, error } = &g {
+            tracing::error!("device {}: {error}", self.shared.devices[*device].name);
+        }
+        drop(g);
+    }
+
     fn send(&self, ctl: &mut Control, msg: ToRt) -> Result<(), EngineError> {
         // Free what the RT thread handed back first, so queues never fill up.
         while let Ok(g) = ctl.garbage.pop() {
-            drop(g);
+            self.dispose(g);
         }
         ctl.to_rt
             .push(msg)
@@ -815,6 +836,9 @@ impl Engine {
                         info: info.clone(),
                         suspended,
                         gone: d.gone.load(Relaxed),
+                        closed: d.closed.load(Relaxed),
+                        idle_closes: d.idle_closes.load(Relaxed),
+                        reopens: d.reopens.load(Relaxed),
                         wakeups: d.wakeups.load(Relaxed),
                         pointer_queries: d.pointer_queries.load(Relaxed),
                         underruns: d.underruns.load(Relaxed),

@@ -20,6 +20,13 @@
 //!
 //! While suspended (no client streams for the idle timeout) the thread blocks on the
 //! wake eventfd and makes no periodic wakeups; that is outside the cycle.
+//!
+//! One exception to the rules above, also outside the cycle: right after the idle
+//! suspend the thread closes the devices' handles ([`quaver_devices::Device::close_idle`])
+//! and the start that resumes them reopens and renegotiates (ALSA: `snd_pcm_close`,
+//! `snd_pcm_open` and the hw/sw parameters), which allocates and makes blocking calls.
+//! Nothing plays at either moment, and only the thread that owns the devices may touch
+//! them; PulseAudio's I/O thread suspends and reopens its cards the same way.
 
 use crate::node::CycleInfo;
 use crate::plan::{DeviceRole, Fade, NodeSlot, Plan};
@@ -51,6 +58,11 @@ pub(crate) enum ToRt {
 pub(crate) enum Garbage {
     Plan(#[allow(dead_code)] Box<Plan>),
     Node(#[allow(dead_code)] Box<NodeSlot>),
+    /// Why a device failed: logged (and freed) by the control side.
+    DeviceError {
+        device: usize,
+        error: quaver_devices::DeviceError,
+    },
 }
 
 /// Things the RT thread reports to the control side.
@@ -70,6 +82,16 @@ pub enum RtEvent {
     Suspended,
     /// Devices resumed.
     Resumed,
+    /// A suspended device closed its handles (idle).
+    DeviceClosed {
+        /// Device index.
+        device: usize,
+    },
+    /// A device closed for idleness was opened again.
+    DeviceReopened {
+        /// Device index.
+        device: usize,
+    },
     /// The quantum changed.
     Quantum(usize),
 }
@@ -93,6 +115,12 @@ pub struct DeviceStats {
     pub playback_delay: AtomicU64,
     /// The device failed.
     pub gone: AtomicBool,
+    /// Its handles are closed (idle).
+    pub closed: AtomicBool,
+    /// Idle closes.
+    pub idle_closes: AtomicU64,
+    /// Reopens after an idle close.
+    pub reopens: AtomicU64,
 }
 
 /// Counters the RT thread increments and the control side turns into statistics.
@@ -154,6 +182,8 @@ pub struct RtRunner {
     pub(crate) plan: Box<Plan>,
     pub(crate) devices: Vec<Box<dyn Device>>,
     pub(crate) gone: [bool; MAX_DEVICES],
+    /// Devices whose handles an idle suspend closed (the next start reopens them).
+    pub(crate) closed: [bool; MAX_DEVICES],
     /// Per device: the fade-in applied to playback after each start or resume (unity
     /// once done), so the first sound after a suspend does not click.
     pub(crate) start_fades: [GainRamp; MAX_DEVICES],
@@ -250,8 +280,20 @@ impl RtRunner {
 
     fn start_devices(&mut self, q: usize) {
         for i in 0..self.devices.len() {
-            if !self.gone[i] && self.devices[i].start(q).is_err() {
-                self.mark_gone(i);
+            if !self.gone[i] {
+                match self.devices[i].start(q) {
+                    Ok(()) if self.closed[i] => {
+                        self.closed[i] = false;
+                        self.event(RtEvent::DeviceReopened { device: i });
+                    }
+                    Ok(()) => {}
+                    Err(error) => {
+                        // The reason goes to the control side to be logged (a reopen
+                        // that failed or negotiated something else says why).
+                        self.retire(Garbage::DeviceError { device: i, error });
+                        self.mark_gone(i);
+                    }
+                }
             }
             if self.devices[i].fades_in_on_start() {
                 self.start_fades[i] = GainRamp::new(0.0);
@@ -383,6 +425,9 @@ impl RtRunner {
             s.frames_written.store(c.frames_written, Relaxed);
             s.frames_read.store(c.frames_read, Relaxed);
             s.playback_delay.store(d.playback_delay() as u64, Relaxed);
+            s.closed.store(c.closed, Relaxed);
+            s.idle_closes.store(c.idle_closes, Relaxed);
+            s.reopens.store(c.reopens, Relaxed);
         }
     }
 
@@ -402,6 +447,15 @@ impl RtRunner {
             self.suspended = true;
             self.stats.suspended.store(true, Relaxed);
             self.event(RtEvent::Suspended);
+            // The cycle is over and nothing plays until a stream wakes us: release the
+            // devices (see the module docs for why this may block here).
+            for i in 0..self.devices.len() {
+                if !self.gone[i] && self.devices[i].close_idle() {
+                    self.closed[i] = true;
+                    self.event(RtEvent::DeviceClosed { device: i });
+                }
+            }
+            self.publish_device_counters();
         }
     }
 

@@ -401,3 +401,98 @@ fn relink_moves_a_stream_in_one_cycle() {
     assert_eq!(engine.graph().links.len(), g.links.len());
     engine.shutdown_manual(runner).unwrap();
 }
+
+/// A device whose reopen after the idle close fails, as when the card vanished or
+/// another program took it while we were idle.
+struct ReopenFails {
+    inner: RecordingDevice,
+    closed: bool,
+}
+
+impl quaver_devices::Device for ReopenFails {
+    fn info(&self) -> &quaver_devices::DeviceInfo {
+        self.inner.info()
+    }
+    fn start(&mut self, quantum: usize) -> Result<(), quaver_devices::DeviceError> {
+        if self.closed {
+            return Err(quaver_devices::DeviceError::Io {
+                device: "test".into(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::ResourceBusy,
+                    "reopening after the idle close: busy",
+                ),
+            });
+        }
+        self.inner.start(quantum)
+    }
+    fn wait(
+        &mut self,
+        q: usize,
+    ) -> Result<quaver_devices::WaitStatus, quaver_devices::DeviceError> {
+        self.inner.wait(q)
+    }
+    fn write(&mut self, buf: quaver_dsp::Planar<'_>) -> Result<(), quaver_devices::DeviceError> {
+        self.inner.write(buf)
+    }
+    fn read(
+        &mut self,
+        buf: &mut quaver_dsp::PlanarMut<'_>,
+    ) -> Result<(), quaver_devices::DeviceError> {
+        self.inner.read(buf)
+    }
+    fn suspend(&mut self) {}
+    fn close_idle(&mut self) -> bool {
+        self.closed = true;
+        true
+    }
+    fn playback_delay(&self) -> usize {
+        0
+    }
+    fn capture_delay(&self) -> usize {
+        0
+    }
+    fn counters(&self) -> quaver_devices::DeviceCounters {
+        self.inner.counters()
+    }
+    fn close(&mut self) -> Result<(), quaver_devices::DeviceError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_device_that_cannot_reopen_after_the_idle_close_is_dropped_not_a_panic() {
+    use quaver_engine::RtEvent;
+    let dev = ReopenFails {
+        inner: RecordingDevice::new(RATE, 0),
+        closed: false,
+    };
+    let mut cfg = config(256);
+    cfg.suspend_timeout = Some(std::time::Duration::from_millis(5));
+    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
+    // Driven by hand, the runner restarts its devices in the next cycle whatever the
+    // graph: stop at the first idle suspend, as the real thread would block there.
+    let mut events = Vec::new();
+    for _ in 0..10 {
+        runner.run_cycle();
+        events.extend(engine.collect());
+        if events.contains(&RtEvent::Suspended) {
+            break;
+        }
+    }
+    assert!(
+        events.contains(&RtEvent::DeviceClosed { device: 0 }),
+        "{events:?}"
+    );
+    source(&engine, "s", 0.1, None);
+    for _ in 0..3 {
+        runner.run_cycle();
+    }
+    let events = engine.collect();
+    assert!(
+        events.contains(&RtEvent::DeviceGone { device: 0 }),
+        "{events:?}"
+    );
+    assert!(!events.contains(&RtEvent::DeviceReopened { device: 0 }));
+    assert!(engine.status().devices[0].gone);
+    engine.shutdown_manual(runner).unwrap();
+}

@@ -5,7 +5,7 @@
 
 use quaver_devices::sim::{SimCard, SimConfig, VirtualClock};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
-use quaver_engine::{CycleInfo, Engine, EngineConfig, NodeKind, NodeSpec, Processor};
+use quaver_engine::{CycleInfo, Engine, EngineConfig, NodeKind, NodeSpec, Processor, RtEvent};
 use std::sync::{Arc, Mutex};
 
 /// Engine frame index of the first frame of this cycle (the quantum is constant here).
@@ -126,10 +126,10 @@ impl Processor for Tape {
     }
 }
 
-/// After an idle suspend, the first sound on the card fades in instead of stepping out
-/// of silence (the click a resuming sink must not make): through the loopback, no step
-/// between two samples is larger than the fade's own increment, and the level is
-/// reached after the 5 ms fade.
+/// After an idle suspend the card is closed; a new stream reopens it, and the first
+/// sound on the reopened card fades in instead of stepping out of silence (the click a
+/// resuming sink must not make): through the loopback, no step between two samples is
+/// larger than the fade's own increment, and the level is reached after the 5 ms fade.
 #[test]
 fn the_first_sound_after_a_suspend_fades_in_on_the_card() {
     let card = SimCard::with_clock(
@@ -173,6 +173,17 @@ fn the_first_sound_after_a_suspend_fades_in_on_the_card() {
             .load(std::sync::atomic::Ordering::Relaxed),
         "idle long enough to suspend"
     );
+    let status = engine.status();
+    let card = &status.devices[0];
+    assert!(
+        card.closed && card.idle_closes >= 1,
+        "closed when idle: {card:?}"
+    );
+    assert!(
+        engine
+            .collect()
+            .contains(&RtEvent::DeviceClosed { device: 0 })
+    );
     let mut spec = NodeSpec::new("level", NodeKind::PlaybackStream);
     spec.outputs = ChannelMap::stereo();
     // Linked in the same plan, without a link fade (as the front-ends add streams):
@@ -183,6 +194,17 @@ fn the_first_sound_after_a_suspend_fades_in_on_the_card() {
     for _ in 0..60 {
         runner.run_cycle();
     }
+    let status = engine.status();
+    let card = &status.devices[0];
+    assert!(
+        !card.closed && !card.gone && card.reopens == card.idle_closes,
+        "the stream reopened the card: {card:?}"
+    );
+    assert!(
+        engine
+            .collect()
+            .contains(&RtEvent::DeviceReopened { device: 0 })
+    );
     let samples = tape.lock().unwrap().clone();
     engine.shutdown_manual(runner).unwrap();
     let first = samples

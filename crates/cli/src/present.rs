@@ -114,7 +114,11 @@ pub fn status_text(st: &StatusInfo, graph: Option<&GraphInfo>) -> String {
         for d in &st.devices {
             t.row(vec![
                 d.name.clone(),
-                d.state.clone(),
+                if d.state == "closed" {
+                    "closed (idle)".to_string()
+                } else {
+                    d.state.clone()
+                },
                 d.rate.to_string(),
                 opt_u32(d.playback_channels),
                 opt_u32(d.capture_channels),

@@ -995,6 +995,8 @@ impl NativeServer {
                     description: d.info.description.clone(),
                     state: if d.gone {
                         "gone"
+                    } else if d.closed {
+                        "closed"
                     } else if d.suspended {
                         "suspended"
                     } else {

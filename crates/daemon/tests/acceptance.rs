@@ -199,14 +199,20 @@ fn killed_client_leaves_within_a_second_and_others_play_on() {
 
 /// Context switches of every thread of `pid`, from /proc.
 fn context_switches(pid: u32) -> u64 {
+    switches(
+        pid,
+        &["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"],
+    )
+}
+
+/// The sum of the /proc status fields `fields` over every thread of `pid`.
+fn switches(pid: u32, fields: &[&str]) -> u64 {
     let mut total = 0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let status =
             std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
         for line in status.lines() {
-            if line.starts_with("voluntary_ctxt_switches")
-                || line.starts_with("nonvoluntary_ctxt_switches")
-            {
+            if fields.iter().any(|f| line.split(':').next() == Some(*f)) {
                 total += line
                     .split_whitespace()
                     .nth(1)
@@ -241,6 +247,61 @@ fn idle_daemon_suspends_and_stops_waking_up() {
     write_wav_s16(&d.path("short.wav"), 48000, 2, &input);
     ok(&d.run(&["play", "short.wav"]));
     d.stop();
+}
+
+/// Suspend on idle with a card (the simulated one, and alsa-lib's `null` PCM through the
+/// ALSA driver): after the timeout the device is closed and no thread of the daemon
+/// wakes periodically; a stream reopens it and plays, and it closes again afterwards.
+#[test]
+fn an_idle_card_is_closed_and_reopened_by_the_next_stream() {
+    let mut devices = vec!["sim"];
+    match quaver_devices::alsa::available() {
+        Ok(()) => devices.push("alsa:null"),
+        Err(why) => eprintln!("alsa:null skipped: {why}"),
+    }
+    for device in devices {
+        let mut d = Daemon::start(&["--device", device, "--suspend-timeout-ms", "300"]);
+        let mut conn = d.connect("probe");
+        let state =
+            |c: &mut quaver_client::Connection| c.status().unwrap().devices[0].state.clone();
+        assert!(
+            wait_until(WAIT, || state(&mut conn) == "closed"),
+            "{device}: {}",
+            state(&mut conn)
+        );
+        drop(conn);
+        let shown = d.run(&["status"]);
+        ok(&shown);
+        assert!(
+            String::from_utf8_lossy(&shown.stdout).contains("closed (idle)"),
+            "{device}: {}",
+            String::from_utf8_lossy(&shown.stdout)
+        );
+        // Let the status request's own wakeups pass, then watch every thread.
+        std::thread::sleep(Duration::from_millis(300));
+        let before = switches(d.pid(), &["voluntary_ctxt_switches"]);
+        std::thread::sleep(Duration::from_secs(3));
+        let after = switches(d.pid(), &["voluntary_ctxt_switches"]);
+        let per_sec = (after - before) as f64 / 3.0;
+        eprintln!("{device}: closed when idle, {per_sec:.2} voluntary switches/s");
+        assert!(
+            per_sec <= 1.0,
+            "{device}: {per_sec} voluntary context switches per second while closed"
+        );
+        let input = noise_s16(4800 * 2, 5, 1000);
+        write_wav_s16(&d.path("short.wav"), 48000, 2, &input);
+        ok(&d.run(&["play", "short.wav"]));
+        let mut conn = d.connect("probe");
+        assert!(wait_until(WAIT, || state(&mut conn) == "closed"));
+        drop(conn);
+        let log = d.stop();
+        let name = if device == "sim" { "sim" } else { "alsa" };
+        let closed = format!("device {name} closed (idle)");
+        let reopened = format!("device {name} reopened");
+        assert_eq!(log.matches(&closed).count(), 2, "{device}:\n{log}");
+        assert_eq!(log.matches(&reopened).count(), 1, "{device}:\n{log}");
+        assert!(!log.contains("no longer driven"), "{device}:\n{log}");
+    }
 }
 
 #[test]

@@ -639,7 +639,8 @@ pub struct DeviceStatus {
     pub name: String,
     /// Human-readable description.
     pub description: String,
-    /// `running`, `suspended` or `gone`.
+    /// `running`, `suspended`, `closed` (suspended with its handles released while
+    /// idle; a stream reopens it) or `gone`.
     pub state: String,
     /// Device rate in Hz.
     pub rate: u32,

@@ -754,6 +754,7 @@ impl NativeServer {
                     capacity / 2,
                     self.opts.resample_quality,
                 )
+                .map(|a| a.with_rewind(self.engine.rewind_capacity(), node_map.len()))
                 .map_err(internal)?,
             ),
             Direction::Record => Box::new(

@@ -1,6 +1,8 @@
 //! Clocks that pace the timer-driven devices: the real monotonic clock, and a virtual
 //! clock that makes simulated runs deterministic and instant.
 
+use rustix::event::{PollFd, PollFlags, poll};
+use rustix::fd::BorrowedFd;
 use rustix::thread::clock_nanosleep_absolute;
 use rustix::time::{ClockId, Timespec, clock_gettime};
 use std::sync::Arc;
@@ -17,6 +19,30 @@ pub trait SimClock: Send {
     fn now_ns(&mut self) -> u64;
     /// Blocks until the clock reads at least `t` nanoseconds; returns at once if `t` is past.
     fn sleep_until_ns(&mut self, t: u64);
+
+    /// Like [`SimClock::sleep_until_ns`], but returns `true` early once `wake` is
+    /// readable (without reading it), so a long sleep can be cut short by a control
+    /// message. A virtual clock only looks at `wake` before it jumps forward.
+    fn sleep_until_ns_or_wake(&mut self, t: u64, wake: BorrowedFd<'_>) -> bool {
+        if readable(
+            wake,
+            Some(&Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }),
+        ) {
+            return true;
+        }
+        self.sleep_until_ns(t);
+        false
+    }
+}
+
+/// Whether `fd` becomes readable within `timeout` (`None`: no limit). Interrupted polls
+/// count as "not readable"; callers loop on their own deadline.
+fn readable(fd: BorrowedFd<'_>, timeout: Option<&Timespec>) -> bool {
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    matches!(poll(&mut fds, timeout), Ok(n) if n > 0)
 }
 
 /// `CLOCK_MONOTONIC`, slept on with absolute deadlines (`clock_nanosleep(TIMER_ABSTIME)`).
@@ -41,6 +67,25 @@ impl SimClock for RealClock {
         };
         // An absolute deadline makes a signal-interrupted sleep safe to simply repeat.
         while let Err(rustix::io::Errno::INTR) = clock_nanosleep_absolute(ClockId::Monotonic, &ts) {
+        }
+    }
+
+    fn sleep_until_ns_or_wake(&mut self, t: u64, wake: BorrowedFd<'_>) -> bool {
+        // poll takes a relative timeout; recomputing it from the absolute deadline after
+        // every return keeps signals and early returns from stretching the sleep.
+        loop {
+            let now = monotonic_ns();
+            if now >= t {
+                return false;
+            }
+            let left = t - now;
+            let ts = Timespec {
+                tv_sec: (left / NS_PER_S) as _,
+                tv_nsec: (left % NS_PER_S) as _,
+            };
+            if readable(wake, Some(&ts)) {
+                return true;
+            }
         }
     }
 }

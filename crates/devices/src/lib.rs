@@ -31,7 +31,7 @@ pub use clock::{RealClock, SimClock, VirtualClock};
 pub use file::{FileConfig, FileSink, WavFormat};
 pub use margin::{Margin, MarginConfig};
 pub use null::{NullConfig, NullDevice};
-pub use sim::{Fault, SimCard, SimConfig};
+pub use sim::{DacProbe, Fault, SimCard, SimConfig};
 pub use spec::{DeviceDefaults, DeviceSpec, open_device, parse_spec};
 
 /// Why a device operation failed.
@@ -94,6 +94,9 @@ pub enum WaitStatus {
     /// The device ran dry (playback) or overflowed (capture) since the last cycle and has
     /// recovered; the cycle should still run.
     Xrun,
+    /// [`Device::wait_or_wake`] returned early because its wake descriptor became
+    /// readable: no cycle is due; the caller handles its messages and waits again.
+    Woken,
 }
 
 /// Counters a device keeps for tests and `quaver status`; read from the control side
@@ -113,6 +116,10 @@ pub struct DeviceCounters {
     pub frames_written: u64,
     /// Frames read from capture since open.
     pub frames_read: u64,
+    /// Rewinds done (see [`Device::rewind`]).
+    pub rewinds: u64,
+    /// Playback frames taken back by rewinds.
+    pub rewound_frames: u64,
     /// The safety margin (watermark) now: frames still queued for playback when the
     /// driver wakes (sim card, timer-scheduled ALSA); 0 where there is none.
     pub margin_frames: u64,
@@ -192,6 +199,44 @@ pub trait Device: Send {
     /// (files) or is discarded (the null sink). *control*.
     fn fades_in_on_start(&self) -> bool {
         true
+    }
+
+    /// Like [`Device::wait`], but a device that may sleep long (while it fills ahead, see
+    /// [`Device::set_fill`]) returns [`WaitStatus::Woken`] as soon as `wake` becomes
+    /// readable, so the engine can act on a control message (such as a rewind) at once
+    /// instead of after up to a whole buffer. `wake` is not read. *RT*.
+    fn wait_or_wake(
+        &mut self,
+        quantum: usize,
+        wake: rustix::fd::BorrowedFd<'_>,
+    ) -> Result<WaitStatus, DeviceError> {
+        let _ = wake;
+        self.wait(quantum)
+    }
+
+    /// The most playback frames this device can keep queued when it fills ahead (see
+    /// [`Device::set_fill`]); 0 where it cannot, which keeps the engine at one quantum
+    /// plus the watermark. *control*.
+    fn max_fill(&self) -> usize {
+        0
+    }
+
+    /// Timer-based scheduling with a big buffer: while `frames` > 0, [`Device::wait`]
+    /// returns without sleeping as long as another quantum fits within `frames` queued
+    /// (so the engine renders several quanta back to back), and otherwise sleeps until
+    /// only the watermark is left. 0 restores one quantum per wakeup. Called before every
+    /// wait; values above [`Device::max_fill`] are capped. *RT*.
+    fn set_fill(&mut self, frames: usize) {
+        let _ = frames;
+    }
+
+    /// Takes back queued playback that has not been played, keeping the watermark plus
+    /// `keep` frames, so the engine can render it again with a change in it (a new
+    /// stream, a volume, a pause). Returns the frames taken back; the next write
+    /// continues from the earlier position. 0 where the device cannot rewind. *RT*.
+    fn rewind(&mut self, keep: usize) -> usize {
+        let _ = keep;
+        0
     }
 
     /// The largest quantum this device can run (e.g. its ring minus its watermark);

@@ -33,6 +33,7 @@ use crate::clock::{RealClock, SimClock};
 use crate::margin::{Margin, MarginConfig};
 use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, WaitStatus, check_format};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
+use rustix::fd::BorrowedFd;
 use std::io;
 use std::time::Duration;
 
@@ -129,6 +130,41 @@ pub fn theoretical_round_trip_frames(cfg: &SimConfig, quantum: usize) -> usize {
     quantum + cfg.period_frames
 }
 
+/// A test instrument on the simulated card's DAC: the time the first sample at or above
+/// a threshold (channel 0, absolute value) is played. Clones share one probe, so a test
+/// keeps one while the card, inside an engine, holds the other.
+#[derive(Debug, Clone)]
+pub struct DacProbe(std::sync::Arc<ProbeState>);
+
+#[derive(Debug)]
+struct ProbeState {
+    threshold: f32,
+    first_ns: std::sync::atomic::AtomicU64,
+}
+
+impl DacProbe {
+    /// A probe that fires on the first played sample with `|x| >= threshold`.
+    pub fn new(threshold: f32) -> Self {
+        DacProbe(std::sync::Arc::new(ProbeState {
+            threshold,
+            first_ns: u64::MAX.into(),
+        }))
+    }
+
+    /// When (on the card's clock, ns) the first such sample was played, if yet.
+    pub fn first_played_ns(&self) -> Option<u64> {
+        let t = self.0.first_ns.load(std::sync::atomic::Ordering::Acquire);
+        (t != u64::MAX).then_some(t)
+    }
+
+    /// Arms the probe again.
+    pub fn reset(&self) {
+        self.0
+            .first_ns
+            .store(u64::MAX, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A simulated sound card with a playback (sink) and a capture (source) side on one clock.
 pub struct SimCard {
     info: DeviceInfo,
@@ -171,6 +207,11 @@ pub struct SimCard {
     est_hw: u64,
     /// The watermark policy (fixed at `period_frames` unless `margin_max_frames` is set).
     margin: Margin,
+    /// Fill level the engine asked for ([`Device::set_fill`]); 0 = one quantum per wakeup.
+    fill: usize,
+    /// Woken at the watermark (or rewound) and still topping the ring up to `fill`.
+    refilling: bool,
+    probe: Option<DacProbe>,
 }
 
 /// The driver wakes this much later than its estimate says the watermark is reached, so
@@ -269,6 +310,9 @@ impl SimCard {
             est_t: 0,
             est_hw: 0,
             margin,
+            fill: 0,
+            refilling: false,
+            probe: None,
             cfg,
         })
     }
@@ -277,6 +321,12 @@ impl SimCard {
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.info.name = name.into();
         self.err_name = ErrName::new(&self.info.name);
+        self
+    }
+
+    /// Watches the DAC with `probe` (tests: when does a sound written now get played?).
+    pub fn with_dac_probe(mut self, probe: DacProbe) -> Self {
+        self.probe = Some(probe);
         self
     }
 
@@ -354,6 +404,14 @@ impl SimCard {
         if self.cfg.loopback {
             self.loop_back(self.hw, new);
         }
+        if self.probe.is_some() {
+            self.watch_dac(self.hw, new);
+        }
+        if self.fill > 0 {
+            // Filling ahead, the engine reads capture only as far as it has arrived, and
+            // not every period: what it did not take is dropped, not an overrun.
+            self.cap_appl = self.cap_appl.max(new.saturating_sub(self.size));
+        }
         if !self.xrun_pending {
             if new > self.play_appl {
                 self.counters.underruns += 1;
@@ -368,6 +426,28 @@ impl SimCard {
             }
         }
         self.hw = new;
+    }
+
+    /// Fires the DAC probe at the first loud sample the hardware played in `from..to`.
+    fn watch_dac(&mut self, from: u64, to: u64) {
+        let Some(probe) = &self.probe else { return };
+        if probe.first_played_ns().is_some() {
+            return;
+        }
+        let from = from.max(to.saturating_sub(self.size));
+        // Positions at or past `play_appl` were never written: they played silence.
+        for p in from..to.min(self.play_appl) {
+            if self.play[(p % self.size) as usize].abs() >= probe.0.threshold {
+                // Invert hw_at: the time the hardware reached position p.
+                let dt = ((p - self.hw_base) as u128 * 1_000_000_000_000_000_000)
+                    .div_ceil(self.hw_rate_nano) as u64;
+                probe
+                    .0
+                    .first_ns
+                    .store(self.t_base + dt, std::sync::atomic::Ordering::Release);
+                return;
+            }
+        }
     }
 
     /// Copies what the hardware played at positions `from..to` into the capture ring at
@@ -438,41 +518,29 @@ impl SimCard {
         let play_due = self
             .play_appl
             .saturating_sub(self.watermark(quantum) as u64);
+        if self.fill > 0 {
+            // Filling ahead serves playback; capture is read as far as it has arrived.
+            return play_due;
+        }
         let cap_due = self.cap_appl + quantum as u64;
         play_due.max(cap_due)
     }
-}
 
-impl Device for SimCard {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
+    /// Whether, while refilling, another `quantum` still fits within the fill level.
+    /// Uses the position of the last update: the hardware only moves on, so the real
+    /// queue is at most this and the answer is safe without a pointer query.
+    fn room_to_fill(&self, quantum: usize) -> bool {
+        self.refilling
+            && self.play_appl.saturating_sub(self.hw) + quantum as u64 <= self.fill as u64
     }
 
-    fn start(&mut self, quantum: usize) -> Result<(), DeviceError> {
-        if self.unplugged {
-            return Err(self.gone());
-        }
-        self.check_quantum(quantum)?;
-        if self.closed {
-            self.closed = false;
-            self.counters.closed = false;
-            self.counters.reopens += 1;
-        }
-        if self.running {
-            self.sync();
-        }
-        let t = self.clock.now_ns();
-        self.running = true;
-        self.t_base = t;
-        self.hw_base = self.hw;
-        self.t_hw = t;
-        self.est_t = t;
-        self.est_hw = self.hw;
-        self.restart(self.hw, quantum);
-        Ok(())
-    }
-
-    fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError> {
+    /// The driver's wait; with `wake`, a long sleep while filling ahead ends early when
+    /// it becomes readable.
+    fn wait_inner(
+        &mut self,
+        quantum: usize,
+        wake_fd: Option<BorrowedFd<'_>>,
+    ) -> Result<WaitStatus, DeviceError> {
         if self.unplugged {
             return Err(self.gone());
         }
@@ -522,12 +590,19 @@ impl Device for SimCard {
         // After a quantum increase keep the same headroom: queue silence so that
         // playback still leads capture by quantum + period (latency grows with the
         // quantum; a decrease keeps the larger lead rather than dropping audio).
+        // Filling ahead keeps far more than that queued, and after a rewind the lead is
+        // short on purpose: no silence then.
         let lead = self.play_appl.saturating_sub(self.cap_appl);
         let want = (quantum + self.watermark(quantum)) as u64;
-        if lead < want {
+        if self.fill == 0 && lead < want {
             let room = self.size - self.play_appl.saturating_sub(self.hw).min(self.size);
             self.queue_silence((want - lead).min(room));
         }
+        if !xrun && self.room_to_fill(quantum) {
+            // Refilling: another quantum fits; no sleep and no pointer query.
+            return Ok(WaitStatus::Ready);
+        }
+        self.refilling = false;
         loop {
             let due = self.due_position(quantum);
             if self.hw >= due {
@@ -535,13 +610,26 @@ impl Device for SimCard {
             }
             let ahead = (due - self.hw) as f64 * self.ns_per_frame * (1.0 + WAKE_MARGIN);
             let wake = self.t_hw + ahead.ceil() as u64;
-            self.clock.sleep_until_ns(wake);
+            match wake_fd {
+                // A sleep of up to a whole buffer: let a control message cut it short.
+                Some(fd) if self.fill > 0 && !xrun => {
+                    if self.clock.sleep_until_ns_or_wake(wake, fd) {
+                        return Ok(WaitStatus::Woken);
+                    }
+                }
+                _ => self.clock.sleep_until_ns(wake),
+            }
             self.query_pointer();
             if self.xrun_pending {
                 self.restart(self.hw, quantum);
                 xrun = true;
             }
         }
+        // Every real wakeup starts a refill, also one that began at one quantum per
+        // wakeup: the fill level may be raised for the very next cycle (once every
+        // stream can deliver), and waiting for the watermark again first would cost a
+        // second wakeup.
+        self.refilling = true;
         self.counters.wakeups += 1;
         self.counters.margin_frames = self.watermark(quantum) as u64;
         Ok(if xrun {
@@ -549,6 +637,78 @@ impl Device for SimCard {
         } else {
             WaitStatus::Ready
         })
+    }
+}
+
+impl Device for SimCard {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn start(&mut self, quantum: usize) -> Result<(), DeviceError> {
+        if self.unplugged {
+            return Err(self.gone());
+        }
+        self.check_quantum(quantum)?;
+        if self.closed {
+            self.closed = false;
+            self.counters.closed = false;
+            self.counters.reopens += 1;
+        }
+        if self.running {
+            self.sync();
+        }
+        let t = self.clock.now_ns();
+        self.running = true;
+        self.t_base = t;
+        self.hw_base = self.hw;
+        self.t_hw = t;
+        self.est_t = t;
+        self.est_hw = self.hw;
+        self.restart(self.hw, quantum);
+        Ok(())
+    }
+
+    fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError> {
+        self.wait_inner(quantum, None)
+    }
+
+    fn wait_or_wake(
+        &mut self,
+        quantum: usize,
+        wake: BorrowedFd<'_>,
+    ) -> Result<WaitStatus, DeviceError> {
+        self.wait_inner(quantum, Some(wake))
+    }
+
+    fn max_fill(&self) -> usize {
+        self.cfg.buffer_frames
+    }
+
+    fn set_fill(&mut self, frames: usize) {
+        self.fill = frames.min(self.cfg.buffer_frames);
+    }
+
+    fn rewind(&mut self, keep: usize) -> usize {
+        if !self.running || self.xrun_pending || self.unplugged {
+            return 0;
+        }
+        // A rewind must know where the hardware is now: one pointer read.
+        self.query_pointer();
+        if self.xrun_pending {
+            return 0;
+        }
+        let queued = self.play_appl.saturating_sub(self.hw);
+        let keep = (self.margin.current() + keep) as u64;
+        if queued <= keep {
+            return 0;
+        }
+        let n = queued - keep;
+        self.play_appl -= n;
+        self.refilling = true;
+        self.counters.rewinds += 1;
+        self.counters.rewound_frames += n;
+        n as usize
     }
 
     fn write(&mut self, buf: Planar<'_>) -> Result<(), DeviceError> {
@@ -629,7 +789,10 @@ impl Device for SimCard {
         for ch in 0..buf.channels() {
             buf.channel_mut(ch)[avail..].fill(0.0);
         }
-        self.cap_appl += frames as u64;
+        // Filling ahead, the engine runs ahead of the capture: take only what arrived
+        // (the rest of the buffer is silence) so the capture position never passes the
+        // hardware.
+        self.cap_appl += if self.fill > 0 { avail } else { frames } as u64;
         Ok(())
     }
 

@@ -85,6 +85,10 @@ pub struct DeviceStatus {
     pub overruns: u64,
     /// Frames written.
     pub frames_written: u64,
+    /// The safety margin (watermark) in effect, frames; 0 where the device has none.
+    pub margin_frames: u64,
+    /// How often an adaptive margin changed.
+    pub margin_changes: u64,
 }
 
 /// A snapshot of the engine's state for `quaver status`.
@@ -156,6 +160,9 @@ struct Shared {
     devices: Vec<DeviceInfo>,
     /// Most quanta any device holds between render and playout.
     periods: usize,
+    /// Most playback frames the driver can keep queued filling ahead; 0 where it
+    /// cannot (or where more than one device shares the clock).
+    max_fill: usize,
     realtime: Mutex<RtOutcome>,
     threads: Mutex<Option<EngineThreads>>,
     stopping: std::sync::atomic::AtomicBool,
@@ -253,6 +260,20 @@ impl Engine {
             .max()
             .unwrap_or(2)
             .max(1);
+        // Filling ahead and rewinding need one device: a follower could not be rewound by
+        // the same amount. A freewheeling driver has no real time to fill ahead of.
+        // A fill no longer than the largest quantum's latency buys nothing; keeping 0
+        // then spares every stream the rewind history.
+        let max_fill = if devices.len() == 1 && !infos[0].freewheel {
+            devices[0].max_fill()
+        } else {
+            0
+        };
+        let max_fill = if max_fill > config.quantum_max.saturating_mul(periods) {
+            max_fill
+        } else {
+            0
+        };
         let (to_rt, from_ctl) = rtrb::RingBuffer::new(CONTROL_QUEUE);
         let (garbage_tx, garbage) = rtrb::RingBuffer::new(GARBAGE_QUEUE);
         let (events_tx, events) = rtrb::RingBuffer::new(EVENT_QUEUE);
@@ -300,6 +321,7 @@ impl Engine {
             last_quantum: 0,
             notify: false,
             fallback_deadline: 0,
+            rewind_requested: false,
         };
         let ctl = Control {
             graph: Graph::default(),
@@ -321,6 +343,7 @@ impl Engine {
                 rate,
                 devices: infos.clone(),
                 periods,
+                max_fill,
                 realtime: Mutex::new(RtOutcome::Disabled),
                 threads: Mutex::new(None),
                 stopping: false.into(),
@@ -502,6 +525,66 @@ impl Engine {
         quantum.saturating_mul(self.shared.periods)
     }
 
+    /// The device latency a node asking for `latency` frames gets on its own: the
+    /// quantum's ([`Engine::latency_for_quantum`]), or, where the device can fill ahead,
+    /// up to `latency` itself (capped by the device's buffer) when that is longer.
+    pub fn granted_latency(&self, latency: usize) -> usize {
+        let base = self.latency_for_quantum(self.quantum_for_latency(latency));
+        if self.shared.max_fill > base && latency > base {
+            latency.min(self.shared.max_fill)
+        } else {
+            base
+        }
+    }
+
+    /// Frames of output a playback node should keep to support rewinds
+    /// ([`crate::node::Processor::rewind`]): the most the device can have queued; 0 when
+    /// this engine never fills ahead.
+    pub fn rewind_capacity(&self) -> usize {
+        self.shared.max_fill
+    }
+
+    /// Asks the real-time thread to take back the device's queued playback and render
+    /// it again, so a change made outside the graph (a stream paused or resumed by its
+    /// client) is heard at once. Does nothing unless the device is filling ahead.
+    pub fn rewind(&self) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        self.request_rewind(&mut ctl)
+    }
+
+    fn request_rewind(&self, ctl: &mut Control) -> Result<(), EngineError> {
+        if self.shared.max_fill == 0 {
+            return Ok(());
+        }
+        self.send(ctl, ToRt::Rewind)
+    }
+
+    /// How far the driver fills ahead for `graph` at `quantum`: the smallest latency
+    /// any node asks for, when that is beyond what the quantum gives and only playback
+    /// streams use the graph. Record streams and filters keep one quantum per wakeup:
+    /// capture is read in bursts while filling ahead, and filters cannot be rewound.
+    fn fill_for(&self, graph: &Graph, quantum: usize) -> usize {
+        if self.shared.max_fill == 0 {
+            return 0;
+        }
+        if graph
+            .nodes
+            .values()
+            .any(|n| matches!(n.kind, NodeKind::RecordStream | NodeKind::Filter))
+        {
+            return 0;
+        }
+        let Some(latency) = graph.nodes.values().filter_map(|n| n.latency_frames).min() else {
+            return 0;
+        };
+        let fill = (latency as usize).min(self.shared.max_fill);
+        if fill > self.latency_for_quantum(quantum) {
+            fill
+        } else {
+            0
+        }
+    }
+
     fn quantum_for(&self, graph: &Graph) -> usize {
         graph
             .nodes
@@ -525,7 +608,8 @@ impl Engine {
         new_nodes: &HashSet<NodeId>,
     ) -> Result<(), EngineError> {
         ctl.quantum = self.quantum_for(&ctl.graph);
-        let (plan, current) = compile(&ctl.graph, ctl.quantum, &ctl.published, new_nodes);
+        let (mut plan, current) = compile(&ctl.graph, ctl.quantum, &ctl.published, new_nodes);
+        plan.fill = self.fill_for(&ctl.graph, ctl.quantum);
         ctl.published = current;
         self.send(ctl, ToRt::Plan(Box::new(plan)))
     }
@@ -602,6 +686,8 @@ impl Engine {
             return Err(e);
         }
         self.publish_with_new(&mut ctl, &HashSet::from([id]))?;
+        // The new node is heard after the watermark, not after what is queued.
+        self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::NodeAdded(id));
         if target.is_some() {
             notify(&mut ctl, GraphEvent::LinksChanged);
@@ -619,6 +705,7 @@ impl Engine {
         self.publish(&mut ctl)?;
         self.send(&mut ctl, ToRt::RemoveNode { slot: node.slot })?;
         ctl.free_slots.push(node.slot);
+        self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::NodeRemoved(id));
         Ok(())
     }
@@ -683,6 +770,7 @@ impl Engine {
         let pairs = ctl.graph.link_pairs(output, input)?;
         let ids = ctl.graph.add_links(&pairs)?;
         self.publish(&mut ctl)?;
+        self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::LinksChanged);
         Ok(ids)
     }
@@ -729,6 +817,7 @@ impl Engine {
             return Err(e);
         }
         self.publish(&mut ctl)?;
+        self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::LinksChanged);
         Ok(())
     }
@@ -738,6 +827,7 @@ impl Engine {
         let mut ctl = self.lock();
         let n = ctl.graph.unlink(output, input)?;
         self.publish(&mut ctl)?;
+        self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::LinksChanged);
         Ok(n)
     }
@@ -769,6 +859,7 @@ impl Engine {
         let slot = n.slot;
         let ramp = self.shared.config.ramp_frames;
         self.send(&mut ctl, ToRt::Volume { slot, gain, ramp })?;
+        self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::NodeChanged(id));
         Ok(())
     }
@@ -844,6 +935,8 @@ impl Engine {
                         underruns: d.underruns.load(Relaxed),
                         overruns: d.overruns.load(Relaxed),
                         frames_written: d.frames_written.load(Relaxed),
+                        margin_frames: d.margin_frames.load(Relaxed),
+                        margin_changes: d.margin_changes.load(Relaxed),
                     }
                 })
                 .collect(),

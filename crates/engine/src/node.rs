@@ -69,4 +69,16 @@ pub trait Processor: Send {
     /// with a timeout that ends no later than the deadline it computed from `cx`
     /// (see the real-time contract in [`crate::rt`]). *RT*.
     fn finish(&mut self, _cx: &CycleInfo, _outputs: &mut PlanarMut<'_>) {}
+
+    /// Whether the node can take back output it already produced ([`Processor::rewind`]).
+    /// A device with a big buffer is only rewound when every node that has produced
+    /// output can. *RT*.
+    fn can_rewind(&self) -> bool {
+        false
+    }
+
+    /// The device took back the last `frames` frames this node produced and had not
+    /// played yet: produce them again from the next cycle on (with whatever changed
+    /// since, e.g. a pause), so nothing is lost or repeated. *RT*.
+    fn rewind(&mut self, _frames: usize) {}
 }

@@ -57,6 +57,9 @@ pub struct Plan {
     pub(crate) quantum: usize,
     /// True when client streams exist, which keeps the devices from suspending.
     pub(crate) keep_awake: bool,
+    /// Frames of playback the driver may keep queued (filling ahead, see
+    /// `Device::set_fill`); 0 for one quantum per wakeup.
+    pub(crate) fill: usize,
 }
 
 impl Plan {
@@ -75,6 +78,8 @@ pub struct NodeSlot {
     pub(crate) volume_on_inputs: bool,
     /// A split-phase processor began this cycle and has not finished yet.
     pub(crate) pending: bool,
+    /// The processor has produced output (what a rewind would have to take back).
+    pub(crate) rendered: bool,
 }
 
 impl NodeSlot {
@@ -94,6 +99,7 @@ impl NodeSlot {
             gain: GainRamp::new(gain),
             volume_on_inputs: kind.volume_on_inputs(),
             pending: false,
+            rendered: false,
         }
     }
 }

@@ -47,10 +47,22 @@ const FREEWHEEL_POLL_NS: u64 = 1_000_000;
 
 /// Control → RT messages.
 pub(crate) enum ToRt {
-    AddNode { slot: usize, node: Box<NodeSlot> },
-    RemoveNode { slot: usize },
+    AddNode {
+        slot: usize,
+        node: Box<NodeSlot>,
+    },
+    RemoveNode {
+        slot: usize,
+    },
     Plan(Box<Plan>),
-    Volume { slot: usize, gain: f32, ramp: usize },
+    Volume {
+        slot: usize,
+        gain: f32,
+        ramp: usize,
+    },
+    /// Something audible changed: take back the driver's queued playback (when it holds
+    /// more than a normal cycle's worth) and render it again.
+    Rewind,
     Shutdown,
 }
 
@@ -115,12 +127,20 @@ pub struct DeviceStats {
     pub playback_delay: AtomicU64,
     /// The device failed.
     pub gone: AtomicBool,
+    /// Rewinds done.
+    pub rewinds: AtomicU64,
+    /// Playback frames taken back by rewinds.
+    pub rewound_frames: AtomicU64,
     /// Its handles are closed (idle).
     pub closed: AtomicBool,
     /// Idle closes.
     pub idle_closes: AtomicU64,
     /// Reopens after an idle close.
     pub reopens: AtomicU64,
+    /// The safety margin (watermark) in effect, frames; 0 where the device has none.
+    pub margin_frames: AtomicU64,
+    /// How often an adaptive margin changed.
+    pub margin_changes: AtomicU64,
 }
 
 /// Counters the RT thread increments and the control side turns into statistics.
@@ -214,6 +234,8 @@ pub struct RtRunner {
     pub(crate) notify: bool,
     /// Deadline for our own pacing when the driver device is gone.
     pub(crate) fallback_deadline: u64,
+    /// A control message asked for a rewind, done before the next wait.
+    pub(crate) rewind_requested: bool,
 }
 
 impl RtRunner {
@@ -263,6 +285,7 @@ impl RtRunner {
                         s.gain.set_target(gain, ramp);
                     }
                 }
+                ToRt::Rewind => self.rewind_requested = true,
                 ToRt::Shutdown => {
                     self.shutdown = true;
                     break;
@@ -313,14 +336,21 @@ impl RtRunner {
     }
 
     /// Waits for the driver (device 0), or paces on our own clock if it is gone.
-    fn wait_driver(&mut self, q: usize) {
+    /// Returns false when the wait was cut short by a control message (no cycle due).
+    fn wait_driver(&mut self, q: usize) -> bool {
         if !self.gone[0] {
-            match self.devices[0].wait(q) {
-                Ok(WaitStatus::Ready) => return,
+            match self.devices[0].wait_or_wake(q, rustix::fd::AsFd::as_fd(&*self.wake)) {
+                Ok(WaitStatus::Ready) => return true,
                 Ok(WaitStatus::Xrun) => {
                     self.stats.xruns.fetch_add(1, Relaxed);
                     self.event(RtEvent::Xrun { device: 0 });
-                    return;
+                    return true;
+                }
+                Ok(WaitStatus::Woken) => {
+                    // Readable, so this read does not block; it re-arms the eventfd.
+                    let mut buf = [0u8; 8];
+                    let _ = rustix::io::read(&*self.wake, &mut buf);
+                    return false;
                 }
                 Err(_) => {
                     self.mark_gone(0);
@@ -330,6 +360,66 @@ impl RtRunner {
         }
         self.fallback_deadline += q as u64 * 1_000_000_000 / self.rate as u64;
         sleep_until_ns(self.fallback_deadline);
+        true
+    }
+
+    /// Tells the driver how far to fill ahead this cycle: the plan's fill while every
+    /// stream can deliver another quantum (a stream that cannot would underrun in a
+    /// burst of cycles; its client gets until the watermark instead), else none.
+    fn set_driver_fill(&mut self, q: usize) {
+        if self.gone[0] {
+            return;
+        }
+        let fill = if self.plan.fill > 0
+            && self.plan.steps.iter().filter(|s| s.stream).all(|s| {
+                self.slots[s.slot]
+                    .as_ref()
+                    .and_then(|n| n.processor.as_ref())
+                    .is_none_or(|p| p.ready(q))
+            }) {
+            self.plan.fill
+        } else {
+            0
+        };
+        self.devices[0].set_fill(fill);
+    }
+
+    /// Takes back what the driver has queued beyond a normal cycle and lets every node
+    /// that produced it produce it again, so a change (a new stream, a volume, a pause)
+    /// is heard after the watermark rather than after the whole buffer. Skipped when a
+    /// node that already produced output cannot take it back, or when little is
+    /// queued. Single-device engines only (fill is off otherwise). *RT*.
+    fn rewind(&mut self, q: usize) {
+        if self.gone[0] || !self.running || self.devices.len() != 1 {
+            return;
+        }
+        // A normal cycle keeps about a quantum plus the watermark queued; rewinding
+        // that would gain nothing.
+        if self.devices[0].playback_delay() <= 2 * q {
+            return;
+        }
+        let all_can = self.plan.steps.iter().all(|s| {
+            self.slots[s.slot]
+                .as_ref()
+                .is_none_or(|n| !n.rendered || n.processor.as_ref().is_none_or(|p| p.can_rewind()))
+        });
+        if !all_can {
+            return;
+        }
+        // Filling ahead, the refill follows at once; otherwise keep one quantum so the
+        // driver's next wakeup finds its usual lead.
+        let keep = if self.plan.fill > 0 { 0 } else { q };
+        let frames = self.devices[0].rewind(keep);
+        if frames == 0 {
+            return;
+        }
+        for slot in self.slots.iter_mut().flatten() {
+            if slot.rendered
+                && let Some(p) = slot.processor.as_mut()
+            {
+                p.rewind(frames);
+            }
+        }
     }
 
     /// In freewheel mode, waits (bounded) until every stream can fill a cycle.
@@ -371,7 +461,14 @@ impl RtRunner {
             self.stats.quantum.store(q as u64, Relaxed);
             self.event(RtEvent::Quantum(q));
         }
-        self.wait_driver(q);
+        if std::mem::take(&mut self.rewind_requested) {
+            self.rewind(q);
+        }
+        self.set_driver_fill(q);
+        if !self.wait_driver(q) {
+            self.ring_service();
+            return true;
+        }
         if !self.gone[0]
             && let Some(late) = self.devices[0].wakeup_lateness_ns()
         {
@@ -425,9 +522,13 @@ impl RtRunner {
             s.frames_written.store(c.frames_written, Relaxed);
             s.frames_read.store(c.frames_read, Relaxed);
             s.playback_delay.store(d.playback_delay() as u64, Relaxed);
+            s.rewinds.store(c.rewinds, Relaxed);
+            s.rewound_frames.store(c.rewound_frames, Relaxed);
             s.closed.store(c.closed, Relaxed);
             s.idle_closes.store(c.idle_closes, Relaxed);
             s.reopens.store(c.reopens, Relaxed);
+            s.margin_frames.store(c.margin_frames, Relaxed);
+            s.margin_changes.store(c.margin_changes, Relaxed);
         }
     }
 
@@ -483,6 +584,7 @@ impl RtRunner {
                 gain,
                 volume_on_inputs,
                 pending,
+                rendered,
             } = &mut *cur;
             for ch in 0..inputs.channels() {
                 inputs.channel_mut(ch)[..q].fill(0.0);
@@ -529,8 +631,12 @@ impl RtRunner {
                     Some(p) if p.is_split() => {
                         p.begin(cx, inputs.view(q), &mut outputs.view_mut(q));
                         *pending = true;
+                        *rendered = true;
                     }
-                    Some(p) => p.process(cx, inputs.view(q), &mut outputs.view_mut(q)),
+                    Some(p) => {
+                        p.process(cx, inputs.view(q), &mut outputs.view_mut(q));
+                        *rendered = true;
+                    }
                     None => outputs.view_mut(q).fill_silence(),
                 },
             }

@@ -27,6 +27,11 @@ pub trait FrameSource: Send {
     fn rate(&self) -> Option<u32> {
         None
     }
+    /// True while the client has paused the stream (PulseAudio's cork): the node plays
+    /// silence, reads nothing and counts no underrun.
+    fn paused(&self) -> bool {
+        false
+    }
 }
 
 /// Where a record stream's frames go. Every method is *RT*.
@@ -89,6 +94,112 @@ pub struct PlaybackAdapter<S: FrameSource> {
     /// The creation rate, which the resampler's base ratio was built for.
     base_rate: u32,
     max_quantum: usize,
+    /// What the node played lately, so a rewind can take it back (see
+    /// [`PlaybackAdapter::with_rewind`]).
+    history: Option<History>,
+}
+
+/// A playback node's recent output, kept so a device rewind can take frames back and
+/// play them again instead of losing or repeating them.
+///
+/// Frames are numbered in the order they were produced (`total` so far); the last
+/// `pending` of them were taken back and are played again before anything new.
+/// Silence the node played while paused (or before it started) is not stored; the
+/// latest such run is remembered by position so a rewind that reaches into it takes
+/// back silence, not the audio from before the pause.
+struct History {
+    ring: PlanarBuf,
+    cap: usize,
+    total: u64,
+    pending: usize,
+    silent_at: u64,
+    silent_len: usize,
+    /// Scratch for the fresh part of a cycle that starts with replayed frames.
+    fresh: PlanarBuf,
+}
+
+impl History {
+    fn new(channels: usize, cap: usize, max_quantum: usize) -> Self {
+        History {
+            ring: PlanarBuf::new(channels, cap),
+            cap,
+            total: 0,
+            pending: 0,
+            silent_at: 0,
+            silent_len: 0,
+            fresh: PlanarBuf::new(channels, max_quantum),
+        }
+    }
+
+    /// Frames produced and played (not taken back).
+    fn out(&self) -> u64 {
+        self.total - self.pending as u64
+    }
+
+    /// Copies `frames` frames of `src` starting at `from` into the ring.
+    fn record(&mut self, src: Planar<'_>, from: usize, frames: usize) {
+        let frames = frames.min(self.cap);
+        for ch in 0..self.ring.channels().min(src.channels()) {
+            let s = &src.channel(ch)[from..from + frames];
+            let start = (self.total % self.cap as u64) as usize;
+            let first = frames.min(self.cap - start);
+            let ring = self.ring.channel_mut(ch);
+            ring[start..start + first].copy_from_slice(&s[..first]);
+            ring[..frames - first].copy_from_slice(&s[first..]);
+        }
+        self.total += frames as u64;
+    }
+
+    /// Plays up to `frames` taken-back frames into the start of `dst`; returns how many.
+    fn replay(&mut self, dst: &mut PlanarMut<'_>, frames: usize) -> usize {
+        let n = frames.min(self.pending);
+        let start = (self.out() % self.cap as u64) as usize;
+        let first = n.min(self.cap - start);
+        for ch in 0..dst.channels().min(self.ring.channels()) {
+            let ring = self.ring.channel(ch);
+            let d = dst.channel_mut(ch);
+            d[..first].copy_from_slice(&ring[start..start + first]);
+            d[first..n].copy_from_slice(&ring[..n - first]);
+        }
+        self.pending -= n;
+        n
+    }
+
+    /// The node played `frames` of silence it does not store.
+    fn silence(&mut self, frames: usize) {
+        let out = self.out();
+        if self.silent_len == 0 || self.silent_at != out {
+            self.silent_at = out;
+            self.silent_len = 0;
+        }
+        self.silent_len += frames;
+    }
+
+    /// The device took back the last `frames` frames this node played.
+    fn take_back(&mut self, frames: usize) {
+        let mut k = frames as u64;
+        let oldest = self.total.saturating_sub(self.cap as u64);
+        let take = |h: &mut History, limit: u64, k: &mut u64| {
+            let t = (*k).min(limit).min(h.out() - oldest);
+            h.pending += t as usize;
+            *k -= t;
+        };
+        // Newest first: frames played after the latest silent run, the run itself
+        // (silence: nothing to play again), then what came before it.
+        let after = if self.silent_len > 0 {
+            self.out().saturating_sub(self.silent_at)
+        } else {
+            u64::MAX
+        };
+        take(self, after, &mut k);
+        if k > 0 && self.silent_len > 0 && self.out() == self.silent_at {
+            let s = k.min(self.silent_len as u64);
+            self.silent_len -= s as usize;
+            k -= s;
+        }
+        take(self, u64::MAX, &mut k);
+        // Anything left reaches back before this node played at all: nothing to take.
+    }
 }
 
 /// How far a variable-rate stream may move from its creation rate (the resampler's
@@ -181,7 +292,16 @@ impl<S: FrameSource> PlaybackAdapter<S> {
             out_rate: engine_rate,
             base_rate: format.rate,
             max_quantum,
+            history: None,
         })
+    }
+
+    /// Keeps the last `frames` frames the node played (at the engine rate) so that the
+    /// engine can rewind a device that fills ahead ([`Processor::rewind`]); pass
+    /// `Engine::rewind_capacity`. 0 keeps nothing (no rewinds). Control thread.
+    pub fn with_rewind(mut self, frames: usize, node_channels: usize) -> Self {
+        self.history = (frames > 0).then(|| History::new(node_channels, frames, self.max_quantum));
+        self
     }
 
     /// Lets the source change its rate while playing ([`FrameSource::rate`]), within
@@ -220,24 +340,21 @@ impl<S: FrameSource> PlaybackAdapter<S> {
     }
 }
 
-impl<S: FrameSource> Processor for PlaybackAdapter<S> {
-    fn process(&mut self, cx: &CycleInfo, _inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
-        let q = cx.frames;
-        self.follow_rate();
-        let draining = self.source.draining();
+impl<S: FrameSource> PlaybackAdapter<S> {
+    /// Produces `frames` new frames into `out`: reads, resamples, mixes channels.
+    /// Returns false, with `out` silent, while the stream waits for its prebuffer. *RT*.
+    fn render(&mut self, frames: usize, draining: bool, out: &mut PlanarMut<'_>) -> bool {
         if !self.started {
             if self.source.available() >= self.prebuf.max(1)
                 || (draining && self.source.available() > 0)
             {
                 self.started = true;
             } else {
-                outputs.fill_silence();
-                let played = self.consumed;
-                self.source.report(played, 0, self.xruns, false);
-                return;
+                out.fill_silence();
+                return false;
             }
         }
-        let mut client = self.client.view_mut(q);
+        let mut client = self.client.view_mut(frames);
         let Self {
             source,
             scratch,
@@ -257,7 +374,55 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
                 *consumed += got as u64;
             }
         }
-        self.mixer.process(client.as_planar(), outputs);
+        self.mixer.process(client.as_planar(), out);
+        true
+    }
+
+    /// Fills `outputs` with up to its length of taken-back frames, then new ones;
+    /// returns whether the stream has started. *RT*.
+    fn fill(&mut self, q: usize, draining: bool, outputs: &mut PlanarMut<'_>) -> bool {
+        let Some(mut h) = self.history.take() else {
+            return self.render(q, draining, outputs);
+        };
+        let replayed = h.replay(outputs, q);
+        let fresh = q - replayed;
+        let mut started = true;
+        if fresh > 0 {
+            // An empty buffer does not allocate; it only parks the scratch while the ring
+            // is written.
+            let mut scratch = std::mem::replace(&mut h.fresh, PlanarBuf::new(0, 0));
+            let mut buf = scratch.view_mut(fresh);
+            started = self.render(fresh, draining, &mut buf);
+            for ch in 0..outputs.channels().min(buf.channels()) {
+                outputs.channel_mut(ch)[replayed..q].copy_from_slice(buf.channel(ch));
+            }
+            if started {
+                h.record(buf.as_planar(), 0, fresh);
+            } else {
+                h.silence(fresh);
+            }
+            h.fresh = scratch;
+        }
+        self.history = Some(h);
+        started
+    }
+}
+
+impl<S: FrameSource> Processor for PlaybackAdapter<S> {
+    fn process(&mut self, cx: &CycleInfo, _inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
+        let q = cx.frames;
+        self.follow_rate();
+        let draining = self.source.draining();
+        if self.source.paused() {
+            outputs.fill_silence();
+            if let Some(h) = self.history.as_mut() {
+                h.silence(q);
+            }
+        } else if !self.fill(q, draining, outputs) {
+            let played = self.consumed;
+            self.source.report(played, 0, self.xruns, false);
+            return;
+        }
         // Once a draining stream's ring is empty, the frames still in flight play out
         // cycle by cycle; count them so `played` reaches the last frame and drain ends.
         if draining && self.source.available() == 0 {
@@ -265,17 +430,37 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
         } else {
             self.tail = 0;
         }
-        let in_flight = cx.playback_delay + self.resampler.as_ref().map_or(0, |r| r.delay_frames());
+        // Taken-back frames wait to be played again: still ahead of the listener.
+        let in_flight = cx.playback_delay
+            + self.resampler.as_ref().map_or(0, |r| r.delay_frames())
+            + self.history.as_ref().map_or(0, |h| h.pending);
         let delay = self.to_stream_frames(in_flight.saturating_sub(self.tail));
         let played = self.consumed.saturating_sub(delay);
-        self.source
-            .report(played, delay.min(u32::MAX as u64) as u32, self.xruns, true);
+        self.source.report(
+            played,
+            delay.min(u32::MAX as u64) as u32,
+            self.xruns,
+            self.started,
+        );
     }
 
     fn ready(&self, frames: usize) -> bool {
+        if self.source.paused() || self.history.as_ref().is_some_and(|h| h.pending >= frames) {
+            return true;
+        }
         let need = (frames as u64 * self.in_rate as u64).div_ceil(self.out_rate as u64) as usize;
         let slack = if self.resampler.is_some() { 256 } else { 0 };
         self.source.draining() || self.source.available() >= need + slack
+    }
+
+    fn can_rewind(&self) -> bool {
+        self.history.is_some()
+    }
+
+    fn rewind(&mut self, frames: usize) {
+        if let Some(h) = self.history.as_mut() {
+            h.take_back(frames);
+        }
     }
 }
 
@@ -393,5 +578,172 @@ impl<K: FrameSink> Processor for RecordAdapter<K> {
         let delay = cx.capture_delay as u64 * self.out_rate as u64 / self.in_rate as u64;
         self.sink
             .report(self.overruns, delay.min(u32::MAX as u64) as u32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Mono frames numbered 1, 2, 3, … so order, loss and repeats are visible.
+    struct Counter {
+        next: f32,
+        paused: Arc<AtomicBool>,
+    }
+
+    impl FrameSource for Counter {
+        fn available(&self) -> usize {
+            1 << 20
+        }
+        fn read(&mut self, out: &mut [f32]) -> usize {
+            for v in out.iter_mut() {
+                *v = self.next;
+                self.next += 1.0;
+            }
+            out.len()
+        }
+        fn draining(&self) -> bool {
+            false
+        }
+        fn report(&mut self, _: u64, _: u32, _: u32, _: bool) {}
+        fn paused(&self) -> bool {
+            self.paused.load(Ordering::Relaxed)
+        }
+    }
+
+    /// A device model: what was played, and what is queued (and may be taken back).
+    struct Dac {
+        played: Vec<f32>,
+        queued: Vec<f32>,
+    }
+
+    fn adapter() -> (PlaybackAdapter<Counter>, Arc<AtomicBool>) {
+        let paused = Arc::new(AtomicBool::new(false));
+        let fmt = StreamFormat {
+            rate: 48_000,
+            channels: ChannelMap::mono(),
+        };
+        let a = PlaybackAdapter::new(
+            Counter {
+                next: 1.0,
+                paused: paused.clone(),
+            },
+            &fmt,
+            &ChannelMap::mono(),
+            48_000,
+            64,
+            0,
+            ResampleQuality::High,
+        )
+        .unwrap()
+        .with_rewind(1000, 1);
+        (a, paused)
+    }
+
+    fn cycle(a: &mut PlaybackAdapter<Counter>, dac: &mut Dac, q: usize) {
+        let mut out = PlanarBuf::new(1, 64);
+        let cx = CycleInfo {
+            frames: q,
+            rate: 48_000,
+            ..CycleInfo::default()
+        };
+        let none = PlanarBuf::new(0, 64);
+        a.process(&cx, none.view(q), &mut out.view_mut(q));
+        dac.queued.extend_from_slice(&out.channel(0)[..q]);
+    }
+
+    /// The device plays `n` queued frames.
+    fn play(dac: &mut Dac, n: usize) {
+        let n = n.min(dac.queued.len());
+        dac.played.extend(dac.queued.drain(..n));
+    }
+
+    /// The device takes back `n` queued frames.
+    fn rewind(a: &mut PlaybackAdapter<Counter>, dac: &mut Dac, n: usize) {
+        let keep = dac.queued.len() - n;
+        dac.queued.truncate(keep);
+        a.rewind(n);
+    }
+
+    fn heard(dac: &Dac) -> Vec<f32> {
+        dac.played
+            .iter()
+            .chain(&dac.queued)
+            .copied()
+            .filter(|&v| v != 0.0)
+            .collect()
+    }
+
+    fn counting(n: usize) -> Vec<f32> {
+        (1..=n).map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn rewound_frames_are_played_again_in_order_even_mid_cycle() {
+        let (mut a, _) = adapter();
+        let mut dac = Dac {
+            played: vec![],
+            queued: vec![],
+        };
+        for _ in 0..10 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        play(&mut dac, 100);
+        // Not a multiple of the cycle: the next cycle starts with 37 replayed frames.
+        rewind(&mut a, &mut dac, 101);
+        for _ in 0..5 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        assert_eq!(heard(&dac), counting(640 + 5 * 64 - 101));
+    }
+
+    #[test]
+    fn a_rewind_during_a_pause_keeps_the_audio_for_the_resume() {
+        let (mut a, paused) = adapter();
+        let mut dac = Dac {
+            played: vec![],
+            queued: vec![],
+        };
+        for _ in 0..8 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        play(&mut dac, 200);
+        // Pause: the queued music is taken back and held; silence is played instead.
+        paused.store(true, Ordering::Relaxed);
+        rewind(&mut a, &mut dac, 250);
+        for _ in 0..4 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        play(&mut dac, 100);
+        // Another rewind during the pause takes back silence only.
+        rewind(&mut a, &mut dac, 120);
+        cycle(&mut a, &mut dac, 64);
+        // Resume: the silence still queued is taken back, the held music plays first.
+        paused.store(false, Ordering::Relaxed);
+        let q = dac.queued.len();
+        rewind(&mut a, &mut dac, q - 10);
+        for _ in 0..8 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        assert_eq!(heard(&dac), counting(512 - 250 + 8 * 64));
+        // Silence while paused sits between the music played before and after.
+        assert!(dac.played.contains(&0.0));
+    }
+
+    #[test]
+    fn a_rewind_past_the_first_frame_starts_the_stream_earlier_and_repeats_nothing() {
+        let (mut a, _) = adapter();
+        let mut dac = Dac {
+            played: vec![],
+            queued: vec![0.0; 500],
+        };
+        cycle(&mut a, &mut dac, 64);
+        rewind(&mut a, &mut dac, 300);
+        for _ in 0..3 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        assert_eq!(heard(&dac), counting(3 * 64));
     }
 }

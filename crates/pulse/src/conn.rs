@@ -1430,6 +1430,12 @@ impl Conn {
                 p.shared.set_flag(F_CORKED, c.cork);
                 let node = p.node;
                 self.set_corked(node, c.cork);
+                // Where the device holds a long queue, pause and resume are heard at
+                // once: the queue is taken back and rendered again (the stream keeps
+                // the audio it had queued for when it resumes).
+                if let Err(e) = self.srv.engine.rewind() {
+                    tracing::debug!("pulse: rewind after cork: {e}");
+                }
                 self.out().ack(seq);
             }
             Command::CorkRecordStream(c) => {
@@ -1894,13 +1900,14 @@ impl Conn {
     }
 
     /// What the engine grants for a device-latency request: the device latency of the
-    /// quantum this stream alone would make.
+    /// quantum this stream alone would make, or the request itself where the device
+    /// fills ahead that far.
     fn grant(&self) -> impl Fn(u64) -> u64 + use<> {
         let engine = self.srv.engine.clone();
         let rate = engine.rate();
         move |usec: u64| {
-            let q = engine.quantum_for_latency(engine_frames(rate, usec) as usize);
-            frames_to_usec(engine.latency_for_quantum(q) as u64, rate)
+            let granted = engine.granted_latency(engine_frames(rate, usec) as usize);
+            frames_to_usec(granted as u64, rate)
         }
     }
 
@@ -2041,6 +2048,7 @@ impl Conn {
                 Ok(a)
             }
         })
+        .map(|a| a.with_rewind(srv.engine.rewind_capacity(), node_map.len()))
         .map_err(|e| {
             tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
             PulseError::NotSupported

@@ -151,6 +151,7 @@ pub fn play(
         1,
         srv.opts.resample_quality,
     )
+    .map(|a| a.with_rewind(srv.engine.rewind_capacity(), node_map.len()))
     .map_err(|_| PulseError::NotSupported)?;
     let name: String = sample
         .name

@@ -239,6 +239,10 @@ impl FrameSource for PlaySource {
         self.readable(self.shared.flags.load(Acquire))
     }
 
+    fn paused(&self) -> bool {
+        self.shared.flags.load(Acquire) & F_CORKED != 0
+    }
+
     fn read(&mut self, out: &mut [f32]) -> usize {
         self.discard_flushed();
         while self.debt > 0 {

@@ -378,6 +378,8 @@ links:
                 underruns: 2,
                 overruns: 0,
                 wakeups: 99,
+                margin_frames: 0,
+                margin_changes: 0,
             }],
             clients: vec![ClientInfo {
                 id: 3,

@@ -1010,6 +1010,8 @@ impl NativeServer {
                     underruns: d.underruns,
                     overruns: d.overruns,
                     wakeups: d.wakeups,
+                    margin_frames: d.margin_frames,
+                    margin_changes: d.margin_changes,
                 })
                 .collect(),
             clients: clients

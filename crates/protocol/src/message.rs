@@ -654,6 +654,13 @@ pub struct DeviceStatus {
     pub overruns: u64,
     /// Times the device driver woke the server.
     pub wakeups: u64,
+    /// The safety margin (watermark) in effect: frames still queued for playback when
+    /// the driver wakes; 0 where the device has none (added within v1).
+    #[serde(default)]
+    pub margin_frames: u64,
+    /// How often the device's adaptive margin changed (added within v1).
+    #[serde(default)]
+    pub margin_changes: u64,
 }
 
 /// One client in [`StatusInfo`].
@@ -893,6 +900,8 @@ mod tests {
                 underruns: 0,
                 overruns: 0,
                 wakeups: 5,
+                margin_frames: 256,
+                margin_changes: 0,
             }],
             clients: vec![ClientInfo {
                 id: 1,

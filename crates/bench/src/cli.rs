@@ -157,7 +157,8 @@ pub enum Mode {
         /// Quanta the latency mark tries.
         #[arg(long, value_delimiter = ',', default_values_t = [16usize, 32, 64, 128, 256, 512, 1024])]
         quanta: Vec<usize>,
-        /// Jitter mark and each switch run, seconds (default 10; 1–1.5 with --quick).
+        /// Jitter mark, and each switch run's load phase, seconds (default 10 and 20; 1
+        /// and 3 with --quick).
         #[arg(long)]
         duration: Option<f64>,
         /// Switch mark: toggle period, ms (default 500; 200 with --quick).
@@ -169,6 +170,20 @@ pub enum Mode {
         /// Switch mark: high voice count (default: 1.5 × the voice mark, else 256).
         #[arg(long)]
         switch_high: Option<usize>,
+        /// Switch mark: the sim card's period, its fixed (and smallest) safety margin, frames.
+        #[arg(long, default_value_t = 256)]
+        sim_period: usize,
+        /// Switch mark: margin_max of the adaptive run, frames (default 1024; 544 with --quick).
+        #[arg(long)]
+        margin_max: Option<usize>,
+        /// Switch mark: a processing spike every this many ms (default 3000; 1000 with
+        /// --quick; 0: none).
+        #[arg(long)]
+        spike_every_ms: Option<u64>,
+        /// Switch mark: length of each spike (the sim card stalls), ms (default 15; 10
+        /// with --quick).
+        #[arg(long)]
+        spike_ms: Option<f64>,
         /// Sample rate.
         #[arg(long, default_value_t = 48_000)]
         rate: u32,
@@ -523,6 +538,10 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             switch_period_ms,
             switch_low,
             switch_high,
+            sim_period,
+            margin_max,
+            spike_every_ms,
+            spike_ms,
             rate,
             ..
         } => {
@@ -544,6 +563,16 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             }
             o.switch_low = *switch_low;
             o.switch_high = *switch_high;
+            o.sim_period = *sim_period;
+            if let Some(m) = margin_max {
+                o.margin_max = *m;
+            }
+            if let Some(e) = spike_every_ms {
+                o.spike_every_ms = *e;
+            }
+            if let Some(d) = spike_ms {
+                o.spike_ms = *d;
+            }
             o.rate = *rate;
             synth::render(&synth::run(&mut ctx, &o)?)
         }

@@ -47,6 +47,7 @@ pub mod stats;
 pub mod stress;
 pub mod stressor;
 pub mod svg;
+pub mod switch;
 pub mod synth;
 
 use daemon::{Daemon, DaemonSpec};

@@ -11,7 +11,9 @@
 //! Marks: **voice** (most voices whose mean render time stays within a share of the
 //! cycle), **latency** (smallest quantum with no glitch for a voice count), **jitter**
 //! (wakeup and render-time histograms) and **switch** (the voice count toggles between
-//! a low and a high value every P ms; glitches and the quantum quaverd ends at).
+//! a low and a high value every P ms while the simulated card stalls the real-time
+//! thread every few seconds, with quaverd's adaptive safety margin off and on: glitches,
+//! the margin over time and the latency it ends at; module [`crate::switch`]).
 
 use crate::Ctx;
 use crate::daemon::{Daemon, DaemonSpec};
@@ -19,21 +21,26 @@ use crate::report::{ModeOutput, Table};
 use crate::rng::Rng;
 use crate::stats::{LOG2_BUCKETS, Log2Hist, fmt_bounds, fmt_ns};
 use crate::svg::{Series, bar_chart, line_plot};
+use crate::switch::SwitchMark;
 use anyhow::{Context, Result, bail};
 use quaver_client::Connection;
 use quaver_client::callback::{
     ActiveCallback, Mode as CbMode, ProcessHandler, ProcessScope, RtPriority, RtStatus,
 };
+use quaver_client::quaver_protocol::message::StatusInfo;
 use quaver_client::quaver_protocol::{CallbackParams, PortParams};
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Whether quaverd has an adaptive quantum control the switch mark could turn on.
-/// It has none yet (the only adaptive control is the devices' safety margin, which
-/// the null sink does not have): both switch runs use a fixed quantum and say so.
+/// Whether quaverd adapts its quantum to the load. It does not: its adaptive control
+/// is the devices' safety margin (watermark), which the switch mark turns on and off
+/// ([`ADAPTIVE_CONTROL`]); the quantum is the same in both runs.
 pub const ADAPTIVE_QUANTUM_AVAILABLE: bool = false;
+
+/// The adaptive control the switch mark's "on" and "off" runs differ in.
+pub const ADAPTIVE_CONTROL: &str = "device safety margin (watermark)";
 
 /// The sub-modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -72,7 +79,7 @@ pub struct SynthOptions {
     pub latency_seconds: f64,
     /// Jitter mark duration, s.
     pub jitter_seconds: f64,
-    /// Switch mark duration per run, s.
+    /// Switch mark: load phase per run (toggling, spikes), s of the card's clock.
     pub switch_seconds: f64,
     /// Switch mark: period of the toggle, ms.
     pub switch_period_ms: u64,
@@ -80,6 +87,14 @@ pub struct SynthOptions {
     pub switch_low: usize,
     /// Switch mark: high voice count (default: 1.5 × the voice mark, else 256).
     pub switch_high: Option<usize>,
+    /// Switch mark: the sim card's period (its fixed, and smallest, margin), frames.
+    pub sim_period: usize,
+    /// Switch mark: `margin_max` of the adaptive run, frames.
+    pub margin_max: usize,
+    /// Switch mark: a processing spike (the card stalls) every this many ms (0: none).
+    pub spike_every_ms: u64,
+    /// Switch mark: length of each spike, ms.
+    pub spike_ms: f64,
 }
 
 impl SynthOptions {
@@ -96,10 +111,16 @@ impl SynthOptions {
             point_seconds: if quick { 0.25 } else { 1.0 },
             latency_seconds: if quick { 0.3 } else { 2.0 },
             jitter_seconds: if quick { 1.0 } else { 10.0 },
-            switch_seconds: if quick { 1.5 } else { 10.0 },
+            switch_seconds: if quick { 3.0 } else { 20.0 },
             switch_period_ms: if quick { 200 } else { 500 },
             switch_low: 4,
             switch_high: None,
+            sim_period: 256,
+            // 21.3 ms absorbs the 15 ms spike with a 2.67 ms quantum on top and decays
+            // back in 10 + 16 s; quick: 11.3 ms against 10 ms spikes, back in 10 + 6 s.
+            margin_max: if quick { 544 } else { 1024 },
+            spike_every_ms: if quick { 1000 } else { 3000 },
+            spike_ms: if quick { 10.0 } else { 15.0 },
         }
     }
 }
@@ -401,10 +422,12 @@ fn rt_label(s: &RtStatus) -> String {
 }
 
 impl Client {
-    /// Creates, activates and links a synth client asking for `quantum`, rendering
-    /// `voices` voices; waits (bounded) until its cycles have that quantum.
+    /// Creates, activates and links (to `sink`) a synth client asking for `quantum`,
+    /// rendering `voices` voices; waits (bounded) until its cycles have that quantum.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         daemon: &Daemon,
+        sink: &str,
         quantum: usize,
         max_voices: usize,
         voices: usize,
@@ -426,8 +449,8 @@ impl Client {
         let synth = Synth::new(max_voices, rate, seed, shared.clone());
         let active = client.activate(synth, prio)?;
         let realtime = rt_label(active.realtime());
-        conn.link(&name, "null-sink")
-            .with_context(|| format!("linking {name} to null-sink"))?;
+        conn.link(&name, sink)
+            .with_context(|| format!("linking {name} to {sink}"))?;
         let t0 = Instant::now();
         while shared.frames.load(Ordering::Relaxed) != quantum
             || shared.cycles.load(Ordering::Relaxed) < 4
@@ -468,6 +491,16 @@ impl Client {
         Ok(self.conn.status()?.quantum)
     }
 
+    /// The server's status (quantum, cycles, device counters).
+    pub fn status(&mut self) -> Result<StatusInfo> {
+        Ok(self.conn.status()?)
+    }
+
+    /// True once the client's process thread has ended.
+    pub fn finished(&self) -> bool {
+        self.active.as_ref().is_some_and(|a| a.is_finished())
+    }
+
     /// Measures a window of `secs` at the current voice count.
     pub fn window(&mut self, secs: f64) -> Result<Window> {
         let s0 = self.shared.snapshot();
@@ -475,7 +508,7 @@ impl Client {
         std::thread::sleep(Duration::from_secs_f64(secs));
         let d = self.shared.snapshot().since(&s0);
         let glitches = self.xruns() - x0;
-        if self.active.as_ref().is_some_and(|a| a.is_finished()) {
+        if self.finished() {
             bail!("the synth client's process thread ended (server gone?)");
         }
         Ok(Window {
@@ -568,41 +601,6 @@ pub struct JitterMark {
     pub realtime: String,
 }
 
-/// One switch-mark run.
-#[derive(Debug, Clone, Serialize)]
-pub struct SwitchRun {
-    /// "on" or "off".
-    pub adaptive: String,
-    /// What actually ran (the adaptive control is not available yet).
-    pub label: String,
-    /// Low and high voice counts.
-    pub low: usize,
-    /// High voice count.
-    pub high: usize,
-    /// Toggle period, ms.
-    pub period_ms: u64,
-    /// Seconds run.
-    pub seconds: f64,
-    /// Glitches during low phases.
-    pub glitches_low: u64,
-    /// Glitches during high phases.
-    pub glitches_high: u64,
-    /// Callbacks ending after the deadline.
-    pub late: u64,
-    /// Whether the server ran the client asynchronously at the end.
-    pub went_async: bool,
-    /// Quantum quaverd ended at, frames.
-    pub final_quantum: u32,
-    /// That quantum in ms.
-    pub final_latency_ms: f64,
-    /// Every quantum quaverd ran at during the run (changes only).
-    pub quanta_seen: Vec<u32>,
-    /// (s, cumulative glitches) at every toggle.
-    pub timeline: Vec<(f64, u64)>,
-    /// Mean load during the high phases (share of the cycle).
-    pub high_load: f64,
-}
-
 /// Everything a synth run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct SynthResults {
@@ -610,19 +608,22 @@ pub struct SynthResults {
     pub rate: u32,
     /// Quantum of the voice, jitter and switch marks.
     pub quantum: usize,
-    /// Whether quaverd has an adaptive quantum control.
+    /// Whether quaverd has an adaptive quantum control (it has not).
     pub adaptive_quantum_available: bool,
+    /// The adaptive control the switch mark turns on and off.
+    pub adaptive_control: String,
     /// Voice mark.
     pub voice: Option<VoiceMark>,
     /// Latency mark.
     pub latency: Option<LatencyMark>,
     /// Jitter mark.
     pub jitter: Option<JitterMark>,
-    /// Switch mark, adaptive on then off.
-    pub switch: Vec<SwitchRun>,
+    /// Switch mark: adaptive margin on, then off.
+    pub switch: Option<SwitchMark>,
 }
 
-fn priority(ctx: &Ctx) -> RtPriority {
+/// The benchmark's client priority (one below quaverd's, when permitted).
+pub fn priority(ctx: &Ctx) -> RtPriority {
     let p = crate::rt::client_priority(ctx.realtime_priority);
     if p > 0 {
         RtPriority::Fifo(p)
@@ -631,39 +632,55 @@ fn priority(ctx: &Ctx) -> RtPriority {
     }
 }
 
-/// Runs the marks against one private quaverd.
+/// Runs the marks: voice, latency and jitter against one private quaverd on the null
+/// sink (started when the first of them runs), switch on quaverds of its own
+/// ([`crate::switch`]).
 pub fn run(ctx: &mut Ctx, o: &SynthOptions) -> Result<SynthResults> {
     if o.max_voices == 0 || o.quantum == 0 {
         bail!("--max-voices and --quantum must be positive");
     }
-    let qmin = o
-        .quanta
-        .iter()
-        .copied()
-        .chain([o.quantum])
-        .min()
-        .unwrap_or(16);
-    let qmax = o
-        .quanta
-        .iter()
-        .copied()
-        .chain([o.quantum])
-        .max()
-        .unwrap_or(1024);
-    let spec = DaemonSpec {
-        devices: vec![format!("null:rate={}", o.rate)],
-        rate: Some(o.rate),
-        quantum: Some(o.quantum),
-        quantum_min: Some(qmin),
-        quantum_max: Some(qmax.max(o.quantum)),
-        ..DaemonSpec::default()
+    let mut daemon = None;
+    let r = run_marks(ctx, &mut daemon, o);
+    let Some(mut daemon) = daemon else {
+        return r;
     };
-    let mut daemon = ctx.start_daemon(spec)?;
-    let r = run_marks(ctx, &daemon, o);
     let stopped = daemon.stop();
     let r = r.with_context(|| format!("quaverd log:\n{}", daemon.log_tail()))?;
     stopped?;
     Ok(r)
+}
+
+fn null_daemon<'d>(
+    ctx: &mut Ctx,
+    slot: &'d mut Option<Daemon>,
+    o: &SynthOptions,
+) -> Result<&'d Daemon> {
+    if slot.is_none() {
+        let qmin = o
+            .quanta
+            .iter()
+            .copied()
+            .chain([o.quantum])
+            .min()
+            .unwrap_or(16);
+        let qmax = o
+            .quanta
+            .iter()
+            .copied()
+            .chain([o.quantum])
+            .max()
+            .unwrap_or(1024);
+        let spec = DaemonSpec {
+            devices: vec![format!("null:rate={}", o.rate)],
+            rate: Some(o.rate),
+            quantum: Some(o.quantum),
+            quantum_min: Some(qmin),
+            quantum_max: Some(qmax.max(o.quantum)),
+            ..DaemonSpec::default()
+        };
+        *slot = Some(ctx.start_daemon(spec)?);
+    }
+    Ok(slot.as_ref().expect("started above"))
 }
 
 fn steps(o: &SynthOptions) -> u64 {
@@ -678,24 +695,34 @@ fn steps(o: &SynthOptions) -> u64 {
         .sum()
 }
 
-fn run_marks(ctx: &mut Ctx, daemon: &Daemon, o: &SynthOptions) -> Result<SynthResults> {
+fn run_marks(ctx: &mut Ctx, daemon: &mut Option<Daemon>, o: &SynthOptions) -> Result<SynthResults> {
     let prio = priority(ctx);
     let pb = ctx.progress.bar(steps(o), "synth");
     let mut res = SynthResults {
         rate: o.rate,
         quantum: o.quantum,
         adaptive_quantum_available: ADAPTIVE_QUANTUM_AVAILABLE,
+        adaptive_control: ADAPTIVE_CONTROL.into(),
         voice: None,
         latency: None,
         jitter: None,
-        switch: Vec::new(),
+        switch: None,
     };
     for &mark in &o.marks {
         match mark {
             Mark::Voice => {
                 pb.set_message("synth: voice mark");
-                let mut c =
-                    Client::start(daemon, o.quantum, o.max_voices, 1, o.rate, ctx.seed, prio)?;
+                let daemon = null_daemon(ctx, daemon, o)?;
+                let mut c = Client::start(
+                    daemon,
+                    "null-sink",
+                    o.quantum,
+                    o.max_voices,
+                    1,
+                    o.rate,
+                    ctx.seed,
+                    prio,
+                )?;
                 let realtime = c.realtime.clone();
                 let mut points = Vec::new();
                 let mut measure = |c: &mut Client, n: usize| -> Result<f64> {
@@ -752,11 +779,20 @@ fn run_marks(ctx: &mut Ctx, daemon: &Daemon, o: &SynthOptions) -> Result<SynthRe
             Mark::Latency => {
                 let voices = default_voices(o, &res);
                 pb.set_message(format!("synth: latency mark, {voices} voices"));
+                let daemon = null_daemon(ctx, daemon, o)?;
                 let mut points = Vec::new();
                 for &q in &o.quanta {
                     let r = (|| -> Result<Window> {
-                        let mut c =
-                            Client::start(daemon, q, o.max_voices, voices, o.rate, ctx.seed, prio)?;
+                        let mut c = Client::start(
+                            daemon,
+                            "null-sink",
+                            q,
+                            o.max_voices,
+                            voices,
+                            o.rate,
+                            ctx.seed,
+                            prio,
+                        )?;
                         std::thread::sleep(Duration::from_millis(100));
                         let w = c.window(o.latency_seconds)?;
                         c.stop()?;
@@ -792,8 +828,10 @@ fn run_marks(ctx: &mut Ctx, daemon: &Daemon, o: &SynthOptions) -> Result<SynthRe
             Mark::Jitter => {
                 let voices = default_voices(o, &res);
                 pb.set_message(format!("synth: jitter mark, {voices} voices"));
+                let daemon = null_daemon(ctx, daemon, o)?;
                 let mut c = Client::start(
                     daemon,
+                    "null-sink",
                     o.quantum,
                     o.max_voices,
                     voices,
@@ -821,33 +859,9 @@ fn run_marks(ctx: &mut Ctx, daemon: &Daemon, o: &SynthOptions) -> Result<SynthRe
                         .map_or(256, |v| (v.voices * 3 / 2).max(o.switch_low + 1))
                 });
                 let high = high.min(o.max_voices);
-                if !ADAPTIVE_QUANTUM_AVAILABLE {
-                    ctx.note(
-                        "synth switch: quaverd has no adaptive quantum control yet, so the \
-                         'adaptive on' run cannot turn one on: both runs use the fixed quantum \
-                         and are labelled so (their difference is run-to-run variation only)",
-                    );
-                }
-                for adaptive in ["on", "off"] {
-                    pb.set_message(format!("synth: switch, adaptive {adaptive}"));
-                    let label = if adaptive == "on" && !ADAPTIVE_QUANTUM_AVAILABLE {
-                        "adaptive on requested — not available in quaverd; fixed quantum".into()
-                    } else {
-                        "adaptive off — fixed quantum".to_string()
-                    };
-                    let c = Client::start(
-                        daemon,
-                        o.quantum,
-                        o.max_voices,
-                        o.switch_low,
-                        o.rate,
-                        ctx.seed,
-                        prio,
-                    )?;
-                    let run = switch_run(c, o, high, adaptive, label)?;
-                    res.switch.push(run);
-                    pb.inc(1);
-                }
+                pb.set_message("synth: switch, adaptive margin on and off");
+                res.switch = Some(crate::switch::run(ctx, o, high)?);
+                pb.inc(2);
             }
         }
     }
@@ -859,76 +873,6 @@ fn default_voices(o: &SynthOptions, res: &SynthResults) -> usize {
     o.voices
         .unwrap_or_else(|| res.voice.as_ref().map_or(32, |v| (v.voices / 2).max(1)))
         .min(o.max_voices)
-}
-
-fn switch_run(
-    mut c: Client,
-    o: &SynthOptions,
-    high: usize,
-    adaptive: &str,
-    label: String,
-) -> Result<SwitchRun> {
-    let period = Duration::from_millis(o.switch_period_ms.max(10));
-    let t0 = Instant::now();
-    let x0 = c.xruns();
-    let s0 = c.shared.snapshot();
-    let mut quanta_seen = vec![c.server_quantum()?];
-    let (mut glitches_low, mut glitches_high) = (0, 0);
-    let mut timeline = vec![(0.0, 0)];
-    let (mut high_render, mut high_period) = (0u64, 0u64);
-    let mut is_high = false;
-    while t0.elapsed().as_secs_f64() < o.switch_seconds {
-        is_high = !is_high;
-        c.shared
-            .voices
-            .store(if is_high { high } else { o.switch_low }, Ordering::Relaxed);
-        let px = c.xruns();
-        let ps = c.shared.snapshot();
-        let pt = Instant::now();
-        while pt.elapsed() < period {
-            std::thread::sleep(Duration::from_millis(25).min(period));
-            let q = c.server_quantum()?;
-            if quanta_seen.last() != Some(&q) {
-                quanta_seen.push(q);
-            }
-        }
-        let g = c.xruns() - px;
-        if is_high {
-            glitches_high += g;
-            let d = c.shared.snapshot().since(&ps);
-            high_render += d.render_ns;
-            high_period += d.period_ns;
-        } else {
-            glitches_low += g;
-        }
-        timeline.push((t0.elapsed().as_secs_f64(), c.xruns() - x0));
-    }
-    let d = c.shared.snapshot().since(&s0);
-    let final_quantum = c.server_quantum()?;
-    let went_async = c.is_async();
-    let rate = o.rate;
-    c.stop()?;
-    Ok(SwitchRun {
-        adaptive: adaptive.into(),
-        label,
-        low: o.switch_low,
-        high,
-        period_ms: o.switch_period_ms,
-        seconds: t0.elapsed().as_secs_f64(),
-        glitches_low,
-        glitches_high,
-        late: d.late,
-        went_async,
-        final_quantum,
-        final_latency_ms: final_quantum as f64 * 1000.0 / rate as f64,
-        quanta_seen,
-        timeline,
-        high_load: if high_period == 0 {
-            0.0
-        } else {
-            high_render as f64 / high_period as f64
-        },
-    })
 }
 
 // ---------------------------------------------------------------- the report
@@ -1181,77 +1125,8 @@ pub fn render(r: &SynthResults) -> ModeOutput {
             ));
         }
     }
-    if !r.switch.is_empty() {
-        md.push_str("## Switch mark\n\n");
-        if !r.adaptive_quantum_available {
-            md.push_str(
-                "**quaverd has no adaptive quantum control yet.** Both runs below use the \
-                 fixed quantum; the 'on' run is labelled as such, and any difference between \
-                 the two is run-to-run variation, not the effect of a control.\n\n",
-            );
-        }
-        let mut t = Table::new(&[
-            "adaptive",
-            "what ran",
-            "low/high voices",
-            "period",
-            "high-phase load",
-            "glitches low",
-            "glitches high",
-            "late",
-            "async at end",
-            "quanta seen",
-            "final quantum",
-            "final latency",
-        ]);
-        let mut series = Vec::new();
-        for s in &r.switch {
-            summary.row(vec![
-                format!("switch (adaptive {})", s.adaptive),
-                format!("{}↔{} voices / {} ms", s.low, s.high, s.period_ms),
-                format!(
-                    "ends at quantum {} ({:.2} ms)",
-                    s.final_quantum, s.final_latency_ms
-                ),
-                (s.glitches_low + s.glitches_high).to_string(),
-                s.label.clone(),
-            ]);
-            t.row(vec![
-                s.adaptive.clone(),
-                s.label.clone(),
-                format!("{}/{}", s.low, s.high),
-                format!("{} ms", s.period_ms),
-                pct(s.high_load),
-                s.glitches_low.to_string(),
-                s.glitches_high.to_string(),
-                s.late.to_string(),
-                if s.went_async { "yes" } else { "no" }.into(),
-                s.quanta_seen
-                    .iter()
-                    .map(|q| q.to_string())
-                    .collect::<Vec<_>>()
-                    .join("→"),
-                s.final_quantum.to_string(),
-                format!("{:.2} ms", s.final_latency_ms),
-            ]);
-            series.push(Series::new(
-                format!("adaptive {}", s.adaptive),
-                s.timeline.iter().map(|&(t, g)| (t, g as f64)).collect(),
-            ));
-        }
-        md.push_str(&t.markdown());
-        md.push_str("\n{plot:switch}\n\n");
-        plots.push((
-            "switch".to_string(),
-            line_plot(
-                "Switch mark: cumulative glitches",
-                "s",
-                "glitches",
-                &series,
-                false,
-                true,
-            ),
-        ));
+    if let Some(sw) = &r.switch {
+        crate::switch::render(sw, &mut summary, &mut md, &mut plots);
     }
     let results = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
     ModeOutput {

@@ -214,6 +214,8 @@ fn synth_quick_measures_what_it_says() {
         &[
             "synth",
             "--quick",
+            "--marks",
+            "voice,latency,jitter",
             "--max-voices",
             "256",
             "--quanta",
@@ -227,7 +229,7 @@ fn synth_quick_measures_what_it_says() {
         ],
         dir.path(),
     ));
-    assert!(out.contains("voice") && out.contains("switch"), "{out}");
+    assert!(out.contains("voice") && out.contains("jitter"), "{out}");
     let v = record(dir.path(), "synth");
     check_common(&v, "synth", 9);
     let r = &v["results"];
@@ -265,24 +267,146 @@ fn synth_quick_measures_what_it_says() {
         .map(|c| c.as_u64().unwrap())
         .sum();
     assert_eq!(wake, j["stats"]["cycles"].as_u64().unwrap());
-    // Switch: adaptive on and off, honestly labelled while quaverd has no control.
-    let sw = r["switch"].as_array().unwrap();
-    assert_eq!(sw.len(), 2);
-    assert_eq!(sw[0]["adaptive"], "on");
-    assert_eq!(sw[1]["adaptive"], "off");
+    assert!(r["switch"].is_null(), "switch was not asked for");
+}
+
+#[test]
+fn synth_switch_quick_spikes_the_sim_card_with_fixed_and_adaptive_margins() {
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(&bench(
+        &[
+            "synth",
+            "--quick",
+            "--marks",
+            "switch",
+            "--max-voices",
+            "256",
+            "--switch-high",
+            "64",
+            "--seed",
+            "12",
+        ],
+        dir.path(),
+    ));
+    assert!(
+        out.contains("switch (adaptive on)") && out.contains("switch (adaptive off)"),
+        "{out}"
+    );
+    assert!(out.contains("switch: fixed vs adaptive"), "{out}");
+    let v = record(dir.path(), "synth");
+    check_common(&v, "synth", 12);
+    let r = &v["results"];
     assert_eq!(r["adaptive_quantum_available"], false);
-    assert!(sw[0]["label"].as_str().unwrap().contains("not available"));
-    for s in sw {
-        assert_eq!(s["final_quantum"], 128);
-        assert!(s["timeline"].as_array().unwrap().len() >= 3);
+    assert!(r["adaptive_control"].as_str().unwrap().contains("margin"));
+    let sw = &r["switch"];
+    // --quick: a 10 ms spike every second from 1 s on, in a 3 s load phase, at quantum
+    // 128 and 48 kHz (375 cycles a second): cycles 375 and 750.
+    let cycles: Vec<u64> = sw["plan"]["cycles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert_eq!(cycles, vec![375, 750]);
+    assert_eq!(sw["period_frames"], 256);
+    assert_eq!(sw["margin_max_frames"], 544);
+    let runs = sw["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let (on, off) = (&runs[0], &runs[1]);
+    assert_eq!(on["adaptive"], "on");
+    assert_eq!(off["adaptive"], "off");
+    assert!(
+        on["label"]
+            .as_str()
+            .unwrap()
+            .contains("adaptive margin 256…544")
+    );
+    assert!(off["label"].as_str().unwrap().contains("fixed margin 256"));
+    assert!(on["device"].as_str().unwrap().contains("margin_max=544"));
+    assert!(!off["device"].as_str().unwrap().contains("margin_max"));
+    let commands: Vec<&str> = v["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for run in runs {
+        let device = run["device"].as_str().unwrap();
+        // Both runs got the same spikes, at the computed cycles, on the command line.
+        for c in &cycles {
+            assert!(device.contains(&format!("stall={c}:10")), "{device}");
+        }
+        assert!(
+            commands
+                .iter()
+                .any(|c| c.contains(&format!("--device {device}"))),
+            "{commands:?}"
+        );
+        assert_eq!(run["final_quantum"], 128);
+        assert_eq!(run["spikes_injected"], 2, "{run}");
+        let spikes = run["spikes"].as_array().unwrap();
+        assert_eq!(
+            spikes
+                .iter()
+                .map(|h| h["cycle"].as_u64().unwrap())
+                .collect::<Vec<_>>(),
+            cycles
+        );
+        // 10 ms against at most quantum + period = 8 ms queued: certain to underrun at
+        // the minimum margin.
+        assert_eq!(run["spike_exceeds_min_headroom"], true);
+        // The margin series: one sample per poll, the margin within its bounds.
+        let samples = run["samples"].as_array().unwrap();
+        assert!(samples.len() > 10, "{}", samples.len());
+        let (lo, hi) = (
+            run["margin_min_frames"].as_u64().unwrap(),
+            run["margin_max_frames"].as_u64().unwrap(),
+        );
+        let mut last_t = -1.0;
+        for s in samples {
+            let s = s.as_array().unwrap();
+            assert_eq!(s.len(), 5);
+            let t = s[0].as_f64().unwrap();
+            assert!(t > last_t);
+            last_t = t;
+            let m = s[2].as_u64().unwrap();
+            assert!((lo..=hi).contains(&m), "margin {m} outside {lo}..={hi}");
+        }
+        assert!(run["tail_seconds"].as_f64().unwrap() > 0.0);
     }
+    // Fixed margin: every spike exceeds it, so the card's underruns count at least the
+    // spikes, and each spike the polls bracket came with an underrun.
+    assert_eq!(off["margin_max_frames"], 256);
+    assert!(off["underruns_load"].as_u64().unwrap() >= 2, "{off}");
+    for h in off["spikes"].as_array().unwrap() {
+        assert_ne!(h["underrun"], false, "{h}");
+    }
+    assert_eq!(off["margin_peak_frames"], 256);
+    assert_eq!(off["margin_changes"], 0);
+    // Adaptive: an underrun (the first spike at the latest) raised the margin to its
+    // maximum, which the series shows.
+    assert_eq!(on["margin_max_frames"], 544);
+    assert!(on["underruns_load"].as_u64().unwrap() >= 1, "{on}");
+    assert_eq!(on["margin_peak_frames"], 544);
+    assert!(on["margin_changes"].as_u64().unwrap() >= 1);
     let md = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(|e| e.ok())
         .find(|e| e.path().extension().is_some_and(|x| x == "md"))
         .unwrap();
     let md = std::fs::read_to_string(md.path()).unwrap();
-    assert!(md.contains("no adaptive quantum control yet"), "{md}");
+    assert!(md.contains("device safety margin"), "{md}");
+    assert!(!md.contains("not available"), "{md}");
+    for plot in ["switch-margin", "switch-underruns", "switch"] {
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| e
+                .file_name()
+                .to_string_lossy()
+                .ends_with(&format!("-{plot}.svg"))),
+            "no {plot} plot"
+        );
+    }
 }
 
 #[test]

@@ -59,6 +59,8 @@ pub(crate) struct FakeHw {
     pub reopen_error: Option<i32>,
     /// The next reopen negotiates this rate instead of the requested one.
     pub reopen_rate: Option<u32>,
+    /// `rewind` calls that took frames back.
+    pub rewinds: u64,
 }
 
 /// What the fake negotiates for `req`: exactly what was asked (F32 unless a format is
@@ -194,6 +196,7 @@ impl FakePcm {
             reopened_with: Vec::new(),
             reopen_error: None,
             reopen_rate: None,
+            rewinds: 0,
         }));
         (
             FakePcm {
@@ -217,6 +220,32 @@ impl FakePcm {
 }
 
 impl PcmIo for FakePcm {
+    fn rewindable(&mut self) -> Result<usize, i32> {
+        self.with(|hw, _| {
+            hw.io_state()?;
+            Ok(match hw.dir {
+                Direction::Playback => hw.appl.saturating_sub(hw.hw) as usize,
+                Direction::Capture => 0,
+            })
+        })
+    }
+
+    fn rewind(&mut self, frames: usize) -> Result<usize, i32> {
+        self.with(|hw, _| {
+            hw.io_state()?;
+            if hw.dir == Direction::Capture {
+                return Ok(0);
+            }
+            let n = (frames as u64).min(hw.appl.saturating_sub(hw.hw)) as usize;
+            hw.appl -= n as u64;
+            // `played` lists what the hardware will play: the taken-back frames never will.
+            let keep = hw.played.len() - n;
+            hw.played.truncate(keep);
+            hw.rewinds += 1;
+            Ok(n)
+        })
+    }
+
     fn status(&mut self) -> Result<Status, i32> {
         self.with(|hw, now| {
             hw.queries += 1;
@@ -478,7 +507,7 @@ impl Rig {
     /// One engine cycle: wait, read, "process" for `busy`, write a ramp (value = the
     /// index of the frame in the engine's output stream).
     pub(crate) fn cycle(&mut self, q: usize, busy: Duration) -> WaitStatus {
-        let st = self.dev.wait(q).unwrap();
+        let st = self.dev.wait(q, None).unwrap();
         self.statuses.push(st);
         self.dev.read(&mut self.inb.view_mut(q)).unwrap();
         if self.cap.is_some() {
@@ -694,7 +723,7 @@ mod tests {
         rig.play.as_ref().unwrap().lock().unwrap().unplug_at = Some(at);
         let mut err = None;
         for _ in 0..100 {
-            match rig.dev.wait(256) {
+            match rig.dev.wait(256, None) {
                 Ok(_) => {
                     let out = PlanarBuf::new(2, 256);
                     if let Err(e) = rig.dev.write(out.view(256)) {
@@ -750,7 +779,7 @@ mod tests {
         assert_eq!(data.len() as u64, rig.written);
         assert!(data.iter().enumerate().all(|(i, &x)| x == (i + 1) as f32));
         // A quantum the ring cannot hold with the margin is refused.
-        assert!(rig.dev.wait(8192).is_err());
+        assert!(rig.dev.wait(8192, None).is_err());
     }
 
     #[test]
@@ -833,7 +862,7 @@ mod tests {
         // `wait` starts a stopped device, so it reopens (and fails) the same way.
         let mut rig = closed_rig();
         rig.play.as_ref().unwrap().lock().unwrap().reopen_rate = Some(44_100);
-        let e = rig.dev.wait(256).unwrap_err().to_string();
+        let e = rig.dev.wait(256, None).unwrap_err().to_string();
         assert_eq!(
             e,
             "device fake: reopening after the idle close: playback now negotiates \
@@ -853,5 +882,88 @@ mod tests {
         let mut rig = Rig::new(RigConfig::default());
         rig.run(256, 0.1, BUSY);
         assert_eq!(rig.dev.wakeup_lateness_ns(), Some(0));
+    }
+
+    #[test]
+    fn filling_ahead_wakes_once_per_refill_with_one_query_each() {
+        let mut rig = Rig::new(RigConfig {
+            buffer: 96_000,
+            ..RigConfig::default()
+        });
+        let fill = rig.dev.max_fill();
+        assert_eq!(fill, 96_000 - MarginConfig::for_rate(48_000).max_frames);
+        rig.dev.set_fill(fill);
+        rig.run(8192, 2.0, BUSY);
+        let before = rig.dev.counters();
+        rig.run(8192, 20.0, BUSY);
+        let c = rig.dev.counters();
+        let wakeups = c.wakeups - before.wakeups;
+        // One wakeup per refill from the watermark to within a quantum of the fill.
+        let per_refill = (fill - 8192 - 192) as f64 / 48_000.0;
+        assert!(
+            wakeups as f64 <= (20.0 / per_refill).ceil() + 1.0,
+            "{wakeups} wakeups in 20 s"
+        );
+        let queries = c.pointer_queries - before.pointer_queries;
+        assert!(queries <= wakeups, "{queries} queries, {wakeups} wakeups");
+        assert_eq!(xruns(&rig), 0);
+        // Without the fill the same run wakes once per quantum.
+        rig.dev.set_fill(0);
+        let before = rig.dev.counters();
+        rig.run(8192, 20.0, BUSY);
+        let plain = rig.dev.counters().wakeups - before.wakeups;
+        assert!(plain > 5 * wakeups, "{plain} vs {wakeups} wakeups");
+    }
+
+    #[test]
+    fn a_rewind_takes_back_what_is_queued_beyond_the_watermark() {
+        let mut rig = Rig::new(RigConfig {
+            buffer: 96_000,
+            ..RigConfig::default()
+        });
+        let fill = rig.dev.max_fill();
+        rig.dev.set_fill(fill);
+        rig.run(8192, 1.0, BUSY);
+        let hw = rig.play.clone().unwrap();
+        // Finish the refill in progress (on virtual time, time only passes in sleeps,
+        // so `run` stops right after a wakeup), then sleep a little: mid-sleep, well over
+        // a second is queued.
+        for _ in 0..100 {
+            let queued = {
+                let h = hw.lock().unwrap();
+                h.appl - h.hw
+            };
+            if queued + 8192 > fill as u64 {
+                break;
+            }
+            rig.cycle(8192, BUSY);
+        }
+        rig.clock.advance(Duration::from_millis(300));
+        let queued_before = {
+            let h = hw.lock().unwrap();
+            h.appl - h.hw
+        };
+        assert!(queued_before > 48_000, "{queued_before}");
+        let played_before = hw.lock().unwrap().played.len();
+        let n = rig.dev.rewind(0);
+        let (queued, played) = {
+            let h = hw.lock().unwrap();
+            (h.appl - h.hw, h.played.len())
+        };
+        let w = rig.dev.margin.current() as u64;
+        assert!(n > 0);
+        assert_eq!(
+            played,
+            played_before - n,
+            "the taken-back frames never play"
+        );
+        assert!(
+            queued >= w && queued <= w + 64,
+            "{queued} left, watermark {w}"
+        );
+        assert_eq!(rig.dev.counters().rewinds, 1);
+        // The engine writes again at once and nothing underruns.
+        rig.run(8192, 3.0, BUSY);
+        assert_eq!(xruns(&rig), 0);
     }
 }

@@ -53,6 +53,7 @@ use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, WaitStatus
 use dll::Dll;
 use pcm::{AlsaError, Direction, HwRequest, HwSetup, Pcm, PcmFormat, PcmIo, Status};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
+use rustix::fd::BorrowedFd;
 use std::ffi::c_int;
 use std::io;
 
@@ -585,7 +586,23 @@ impl Device for AlsaDevice {
         self.driver.start(quantum)
     }
     fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError> {
-        self.driver.wait(quantum)
+        self.driver.wait(quantum, None)
+    }
+    fn wait_or_wake(
+        &mut self,
+        quantum: usize,
+        wake: BorrowedFd<'_>,
+    ) -> Result<WaitStatus, DeviceError> {
+        self.driver.wait(quantum, Some(wake))
+    }
+    fn max_fill(&self) -> usize {
+        self.driver.max_fill()
+    }
+    fn set_fill(&mut self, frames: usize) {
+        self.driver.set_fill(frames)
+    }
+    fn rewind(&mut self, keep: usize) -> usize {
+        self.driver.rewind(keep)
     }
     fn write(&mut self, buf: Planar<'_>) -> Result<(), DeviceError> {
         self.driver.write(buf)
@@ -718,6 +735,10 @@ pub(crate) struct Driver<P: PcmIo> {
     /// Whether an idle suspend closes the PCMs: not for alsa-lib's `file` plugin,
     /// whose reopen truncates the output file it was writing.
     closes_when_idle: bool,
+    /// Fill level the engine asked for (`Device::set_fill`); 0 = one quantum per wakeup.
+    fill: usize,
+    /// Woken (or rewound) and still topping the ring up to `fill`.
+    refilling: bool,
 }
 
 fn is_gone(err: i32) -> bool {
@@ -759,8 +780,59 @@ impl<P: PcmIo> Driver<P> {
             closed: false,
             linked: false,
             closes_when_idle: true,
+            fill: 0,
+            refilling: false,
             info,
         }
+    }
+
+    /// How much playback the driver can keep queued filling ahead: the ring less its
+    /// largest watermark, for a playback-only PCM that the hardware paces. Capture would
+    /// be read in bursts (not supported), and a PCM paced by our clock has no queue.
+    fn max_fill(&self) -> usize {
+        match (&self.play, &self.cap) {
+            (Some(_), None) if !self.paced_by_clock => self
+                .buffer()
+                .saturating_sub(self.margin.config().max_frames),
+            _ => 0,
+        }
+    }
+
+    fn set_fill(&mut self, frames: usize) {
+        self.fill = frames.min(self.max_fill());
+    }
+
+    /// Takes back queued playback beyond the watermark plus `keep` (`snd_pcm_rewindable`
+    /// then `snd_pcm_rewind`); returns the frames taken back. The rewindable query reads
+    /// the hardware pointer, so it is counted as a pointer query.
+    fn rewind(&mut self, keep: usize) -> usize {
+        if !self.running || self.pending != Pending::None || self.paced_by_clock || self.closed {
+            return 0;
+        }
+        let w = self.margin.current();
+        let Some(side) = self.play.as_mut() else {
+            return 0;
+        };
+        self.counters.pointer_queries += 1;
+        let Ok(rewindable) = side.pcm.rewindable() else {
+            return 0;
+        };
+        let want = rewindable.saturating_sub(w + keep);
+        if want == 0 {
+            return 0;
+        }
+        let Ok(n) = side.pcm.rewind(want) else {
+            return 0;
+        };
+        side.appl = side.appl.saturating_sub(n as u64);
+        if let Some(r) = self.reading.as_mut() {
+            r.play_queued = r.play_queued.saturating_sub(n as u64);
+        }
+        self.play_delay = self.play_delay.saturating_sub(n);
+        self.refilling = true;
+        self.counters.rewinds += 1;
+        self.counters.rewound_frames += n as u64;
+        n
     }
 
     fn info(&self) -> &DeviceInfo {
@@ -1097,7 +1169,11 @@ impl<P: PcmIo> Driver<P> {
         Ok(true)
     }
 
-    fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError> {
+    fn wait(
+        &mut self,
+        quantum: usize,
+        wake_fd: Option<BorrowedFd<'_>>,
+    ) -> Result<WaitStatus, DeviceError> {
         self.check_quantum(quantum)?;
         if !self.running {
             self.start(quantum)?;
@@ -1105,6 +1181,18 @@ impl<P: PcmIo> Driver<P> {
         if self.paced_by_clock {
             return Ok(self.wait_on_clock(quantum));
         }
+        // Refilling: another quantum fits within the fill, by the last reading (kept up
+        // to date by writes; the hardware only moves on, so the real queue is smaller).
+        if self.fill > 0
+            && self.refilling
+            && self.pending == Pending::None
+            && self
+                .reading
+                .is_some_and(|r| r.play_queued + quantum as u64 <= self.fill as u64)
+        {
+            return Ok(WaitStatus::Ready);
+        }
+        self.refilling = false;
         let mut xrun = false;
         let mut deadline = None;
         loop {
@@ -1149,7 +1237,16 @@ impl<P: PcmIo> Driver<P> {
             }
             let ns = (ahead as f64 * self.dll.ns_per_frame() * (1.0 + WAKE_LATE)).ceil() as u64;
             let wake = r.t_ns.saturating_add(ns);
-            self.clock.sleep_until_ns(wake);
+            match wake_fd {
+                // Filling ahead, this sleep may last most of the ring: a control message
+                // (a rewind) must be able to cut it short.
+                Some(fd) if self.fill > 0 && !xrun => {
+                    if self.clock.sleep_until_ns_or_wake(wake, fd) {
+                        return Ok(WaitStatus::Woken);
+                    }
+                }
+                _ => self.clock.sleep_until_ns(wake),
+            }
             deadline = Some(wake);
             // Time has passed: the reading is stale.
             self.reading = None;
@@ -1160,6 +1257,7 @@ impl<P: PcmIo> Driver<P> {
         } else {
             self.last_lateness_ns = 0;
         }
+        self.refilling = true;
         self.counters.wakeups += 1;
         self.counters.margin_frames = self.watermark(quantum) as u64;
         Ok(if xrun {

@@ -272,6 +272,10 @@ pub(crate) trait PcmIo: Send {
     /// Links `other` so both start and stop together (same card); false if the PCMs
     /// cannot be linked (plugins usually cannot). *control*, or *RT* when reopening.
     fn link(&mut self, other: &mut Self) -> bool;
+    /// `snd_pcm_rewindable`: queued playback that could still be taken back.
+    fn rewindable(&mut self) -> Result<usize, i32>;
+    /// `snd_pcm_rewind`: takes back up to `frames` queued frames; returns how many.
+    fn rewind(&mut self, frames: usize) -> Result<usize, i32>;
 }
 
 /// An open alsa-lib PCM.
@@ -856,6 +860,14 @@ fn timespec_ns(ts: &libc::timespec) -> u64 {
 }
 
 impl PcmIo for Pcm {
+    fn rewindable(&mut self) -> Result<usize, i32> {
+        Pcm::rewindable(self)
+    }
+
+    fn rewind(&mut self, frames: usize) -> Result<usize, i32> {
+        Pcm::rewind(self, frames)
+    }
+
     fn status(&mut self) -> Result<Status, i32> {
         self.live()?;
         // SAFETY: open PCM and its preallocated status object.

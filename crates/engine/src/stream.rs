@@ -614,6 +614,7 @@ mod tests {
     }
 
     /// A device model: what was played, and what is queued (and may be taken back).
+    #[derive(Default)]
     struct Dac {
         played: Vec<f32>,
         queued: Vec<f32>,
@@ -683,10 +684,7 @@ mod tests {
     #[test]
     fn rewound_frames_are_played_again_in_order_even_mid_cycle() {
         let (mut a, _) = adapter();
-        let mut dac = Dac {
-            played: vec![],
-            queued: vec![],
-        };
+        let mut dac = Dac::default();
         for _ in 0..10 {
             cycle(&mut a, &mut dac, 64);
         }
@@ -702,10 +700,7 @@ mod tests {
     #[test]
     fn a_rewind_during_a_pause_keeps_the_audio_for_the_resume() {
         let (mut a, paused) = adapter();
-        let mut dac = Dac {
-            played: vec![],
-            queued: vec![],
-        };
+        let mut dac = Dac::default();
         for _ in 0..8 {
             cycle(&mut a, &mut dac, 64);
         }

@@ -96,6 +96,59 @@ fn adapter<S: FrameSource + 'static>(engine: &Engine, src: S) -> Box<PlaybackAda
     Box::new(a)
 }
 
+/// The 2 s card every test uses, with `period` frames of watermark and a DAC probe.
+fn card_config(period: usize) -> SimConfig {
+    SimConfig {
+        rate: RATE,
+        buffer_frames: BUFFER,
+        period_frames: period,
+        loopback: false,
+        ..SimConfig::default()
+    }
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        rt_priority: 0,
+        suspend_timeout: None,
+        ..EngineConfig::default()
+    }
+}
+
+/// Adds the quiet music stream asking for 2 s of latency; returns its pause switch.
+fn add_music(engine: &Engine) -> Arc<AtomicBool> {
+    let paused = Arc::new(AtomicBool::new(false));
+    let mut spec = NodeSpec::new("music", NodeKind::PlaybackStream);
+    spec.outputs = ChannelMap::stereo();
+    spec.latency_frames = Some(BUFFER as u32);
+    let music = adapter(
+        engine,
+        Music {
+            paused: paused.clone(),
+        },
+    );
+    engine
+        .add_node_linked(spec, Some(music), Some("sim-sink"))
+        .unwrap();
+    paused
+}
+
+/// Starts a click stream (no latency request of its own).
+fn start_click(engine: &Engine) {
+    let mut spec = NodeSpec::new("click", NodeKind::PlaybackStream);
+    spec.outputs = ChannelMap::stereo();
+    let click = adapter(
+        engine,
+        Click {
+            left: 4800,
+            first: true,
+        },
+    );
+    engine
+        .add_node_linked(spec, Some(click), Some("sim-sink"))
+        .unwrap();
+}
+
 struct Rig {
     engine: Engine,
     runner: RtRunner,
@@ -108,38 +161,12 @@ struct Rig {
 fn rig() -> Rig {
     let clock = VirtualClock::new();
     let probe = DacProbe::new(0.5);
-    let card = SimCard::with_clock(
-        SimConfig {
-            rate: RATE,
-            buffer_frames: BUFFER,
-            period_frames: PERIOD,
-            loopback: false,
-            ..SimConfig::default()
-        },
-        Box::new(clock.clone()),
-    )
-    .unwrap()
-    .with_dac_probe(probe.clone());
-    let cfg = EngineConfig {
-        rt_priority: 0,
-        suspend_timeout: None,
-        ..EngineConfig::default()
-    };
-    let (engine, runner) = Engine::new_manual(cfg, vec![Box::new(card)]).unwrap();
+    let card = SimCard::with_clock(card_config(PERIOD), Box::new(clock.clone()))
+        .unwrap()
+        .with_dac_probe(probe.clone());
+    let (engine, runner) = Engine::new_manual(engine_config(), vec![Box::new(card)]).unwrap();
     assert_eq!(engine.rewind_capacity(), BUFFER);
-    let paused = Arc::new(AtomicBool::new(false));
-    let mut spec = NodeSpec::new("music", NodeKind::PlaybackStream);
-    spec.outputs = ChannelMap::stereo();
-    spec.latency_frames = Some(BUFFER as u32);
-    let music = adapter(
-        &engine,
-        Music {
-            paused: paused.clone(),
-        },
-    );
-    engine
-        .add_node_linked(spec, Some(music), Some("sim-sink"))
-        .unwrap();
+    let paused = add_music(&engine);
     Rig {
         engine,
         runner,
@@ -219,18 +246,7 @@ impl Rig {
     }
 
     fn start_click(&self) {
-        let mut spec = NodeSpec::new("click", NodeKind::PlaybackStream);
-        spec.outputs = ChannelMap::stereo();
-        let click = adapter(
-            &self.engine,
-            Click {
-                left: 4800,
-                first: true,
-            },
-        );
-        self.engine
-            .add_node_linked(spec, Some(click), Some("sim-sink"))
-            .unwrap();
+        start_click(&self.engine);
     }
 }
 
@@ -330,33 +346,11 @@ fn the_real_time_thread_is_woken_from_a_long_sleep_to_rewind() {
     // The engine's own thread on the real clock: it sleeps up to ~2 s between refills,
     // so a rewind must cut that sleep short. Bounded waits; no timing is asserted.
     let probe = DacProbe::new(0.5);
-    let card = SimCard::new(SimConfig {
-        rate: RATE,
-        buffer_frames: BUFFER,
-        period_frames: 1024,
-        loopback: false,
-        ..SimConfig::default()
-    })
-    .unwrap()
-    .with_dac_probe(probe.clone());
-    let cfg = EngineConfig {
-        rt_priority: 0,
-        suspend_timeout: None,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::start(cfg, vec![Box::new(card)]).unwrap();
-    let mut spec = NodeSpec::new("music", NodeKind::PlaybackStream);
-    spec.outputs = ChannelMap::stereo();
-    spec.latency_frames = Some(BUFFER as u32);
-    let music = adapter(
-        &engine,
-        Music {
-            paused: Arc::new(AtomicBool::new(false)),
-        },
-    );
-    engine
-        .add_node_linked(spec, Some(music), Some("sim-sink"))
-        .unwrap();
+    let card = SimCard::new(card_config(1024))
+        .unwrap()
+        .with_dac_probe(probe.clone());
+    let engine = Engine::start(engine_config(), vec![Box::new(card)]).unwrap();
+    add_music(&engine);
     let stats = engine.stats();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     // Wait for the first big refill: more than a second queued.
@@ -367,19 +361,8 @@ fn the_real_time_thread_is_woken_from_a_long_sleep_to_rewind() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let mut spec = NodeSpec::new("click", NodeKind::PlaybackStream);
-    spec.outputs = ChannelMap::stereo();
-    let click = adapter(
-        &engine,
-        Click {
-            left: 4800,
-            first: true,
-        },
-    );
     let started = quaver_devices::clock::monotonic_ns();
-    engine
-        .add_node_linked(spec, Some(click), Some("sim-sink"))
-        .unwrap();
+    start_click(&engine);
     while probe.first_played_ns().is_none() {
         assert!(
             std::time::Instant::now() < deadline,

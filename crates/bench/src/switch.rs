@@ -241,8 +241,12 @@ pub struct SwitchRun {
     pub latency_load_end_ms: f64,
     /// How often the margin changed (the card's count).
     pub margin_changes: u64,
-    /// Seconds after the load ended until the margin was back at its minimum for good
+    /// Seconds after the load ended until the margin was first back at its minimum
     /// (None: it was not by the end of the tail).
+    pub margin_first_at_min_after_s: Option<f64>,
+    /// Seconds after the load ended from which the margin stayed at its minimum to the
+    /// end of the tail (None: an underrun in the tail raised it again, or it never got
+    /// there).
     pub margin_at_min_after_s: Option<f64>,
     /// Quantum quaverd ended at, frames.
     pub final_quantum: u32,
@@ -462,6 +466,7 @@ fn one_run(
     let tail_t0 = Instant::now();
     let mut at_min_since: Option<Instant> = None;
     let mut at_min_after = None;
+    let mut first_at_min_after = None;
     loop {
         std::thread::sleep(POLL);
         st = poll(&mut c, &mut samples)?;
@@ -470,6 +475,7 @@ fn one_run(
             if at_min_since.is_none() {
                 at_min_since = Some(Instant::now());
                 at_min_after = Some(tail_t0.elapsed().as_secs_f64());
+                first_at_min_after = first_at_min_after.or(at_min_after);
             }
         } else {
             at_min_since = None;
@@ -529,6 +535,7 @@ fn one_run(
         margin_load_end_frames: margin_load_end,
         latency_load_end_ms: ms((q as u64 + margin_load_end) as f64),
         margin_changes: end.as_ref().map_or(0, |d| d.margin_changes),
+        margin_first_at_min_after_s: first_at_min_after,
         margin_at_min_after_s: at_min_after,
         final_quantum,
         final_margin_frames: final_margin,
@@ -542,8 +549,16 @@ fn one_run(
 
 // ---------------------------------------------------------------- the report
 
-fn opt_s(x: Option<f64>) -> String {
-    x.map_or_else(|| "not within the tail".into(), |s| format!("{s:.1} s"))
+/// When the margin came back to its minimum after the load, and whether it stayed.
+fn back_at_min(r: &SwitchRun) -> String {
+    match (r.margin_first_at_min_after_s, r.margin_at_min_after_s) {
+        (Some(a), Some(b)) if a == b => format!("{a:.1} s after the load"),
+        (Some(a), Some(b)) => format!("{a:.1} s after the load, for good from {b:.1} s"),
+        (Some(a), None) => {
+            format!("{a:.1} s after the load, raised again by an underrun in the tail")
+        }
+        _ => "not within the tail".into(),
+    }
 }
 
 /// Card underruns that coincided with a spike, out of the spikes the polls bracket.
@@ -590,9 +605,9 @@ pub fn render(
                 r.glitches_low + r.glitches_high + r.glitches_tail
             ),
             format!(
-                "{} spikes injected; margin at minimum {} after the load",
+                "{} spikes injected; margin back at minimum {}",
                 r.spikes_injected,
-                opt_s(r.margin_at_min_after_s)
+                back_at_min(r)
             ),
         ]);
     }
@@ -713,9 +728,7 @@ pub fn render(
             r.latency_load_end_ms, r.margin_load_end_frames
         )
     });
-    row("margin back at minimum", &|r| {
-        format!("{} after the load", opt_s(r.margin_at_min_after_s))
-    });
+    row("margin back at minimum", &|r| back_at_min(r));
     row("final latency", &|r| {
         format!(
             "{:.2} ms (quantum {} + margin {})",

@@ -470,6 +470,11 @@ impl Engine {
                     notify(&mut ctl, GraphEvent::Suspended(false));
                 }
                 RtEvent::Quantum(q) => tracing::debug!("quantum is now {q} frames"),
+                RtEvent::Margin { device, frames } => tracing::debug!(
+                    "device {}: safety margin now {frames} frames ({:.1} ms)",
+                    self.shared.devices[device].name,
+                    frames as f64 * 1000.0 / self.shared.rate as f64
+                ),
                 RtEvent::DeviceClosed { device } => {
                     tracing::info!("device {} closed (idle)", self.shared.devices[device].name)
                 }

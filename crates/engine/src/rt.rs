@@ -106,6 +106,13 @@ pub enum RtEvent {
     },
     /// The quantum changed.
     Quantum(usize),
+    /// A device's adaptive safety margin changed.
+    Margin {
+        /// Device index.
+        device: usize,
+        /// The margin now, frames.
+        frames: u64,
+    },
 }
 
 /// Per-device counters the RT thread publishes.
@@ -512,6 +519,9 @@ impl RtRunner {
     }
 
     fn publish_device_counters(&mut self) {
+        // Devices whose adaptive margin moved since the last publish (logged by the
+        // service thread at debug level); an array, not a Vec: this runs in the cycle.
+        let mut changed = [None; MAX_DEVICES];
         for (i, d) in self.devices.iter().enumerate() {
             let c = d.counters();
             let s = &self.stats.devices[i];
@@ -528,7 +538,15 @@ impl RtRunner {
             s.idle_closes.store(c.idle_closes, Relaxed);
             s.reopens.store(c.reopens, Relaxed);
             s.margin_frames.store(c.margin_frames, Relaxed);
-            s.margin_changes.store(c.margin_changes, Relaxed);
+            let before = s.margin_changes.swap(c.margin_changes, Relaxed);
+            if before != c.margin_changes {
+                changed[i] = Some(c.margin_frames);
+            }
+        }
+        for (device, frames) in changed.into_iter().enumerate() {
+            if let Some(frames) = frames {
+                self.event(RtEvent::Margin { device, frames });
+            }
         }
     }
 

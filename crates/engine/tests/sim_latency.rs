@@ -234,3 +234,38 @@ fn the_first_sound_after_a_suspend_fades_in_on_the_card() {
         samples.len()
     );
 }
+
+#[test]
+fn a_margin_change_reaches_the_control_side_as_an_event() {
+    use quaver_devices::sim::Fault;
+    // An injected xrun makes the adaptive watermark jump from the period to its maximum;
+    // the service thread logs that from this event (at debug level).
+    let cfg = SimConfig {
+        buffer_frames: 4096,
+        period_frames: 256,
+        margin_max_frames: Some(1024),
+        faults: vec![Fault::Xrun { at_cycle: 20 }],
+        ..SimConfig::default()
+    };
+    let card = SimCard::with_clock(cfg, Box::new(VirtualClock::new())).unwrap();
+    let ecfg = EngineConfig {
+        quantum_default: 256,
+        rt_priority: 0,
+        suspend_timeout: None,
+        ..EngineConfig::default()
+    };
+    let (engine, mut runner) = Engine::new_manual(ecfg, vec![Box::new(card)]).unwrap();
+    let mut events = Vec::new();
+    for _ in 0..100 {
+        assert!(runner.run_cycle());
+        events.extend(engine.collect());
+    }
+    let margins: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            RtEvent::Margin { device: 0, frames } => Some(*frames),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(margins, vec![1024], "{events:?}");
+}

@@ -356,7 +356,7 @@ pub fn run(ctx: &mut Ctx, o: &SynthOptions, high: usize) -> Result<SwitchMark> {
         runs.push(run);
     }
     Ok(SwitchMark {
-        control: "device safety margin (sim card margin_max); the quantum is fixed".into(),
+        control: crate::synth::ADAPTIVE_CONTROL.into(),
         plan,
         period_frames: period,
         margin_max_frames: mmax,

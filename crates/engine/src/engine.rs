@@ -882,6 +882,12 @@ impl Engine {
         self.lock().graph.clone()
     }
 
+    /// Runs `f` on the graph description without copying it (under the control lock:
+    /// keep `f` short, and do not call back into the engine from it).
+    pub fn inspect<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
+        f(&self.lock().graph)
+    }
+
     /// The name of node `id`, if it exists.
     pub fn node_name(&self, id: NodeId) -> Option<String> {
         self.lock().graph.nodes.get(&id).map(|n| n.name.clone())

@@ -1608,11 +1608,13 @@ impl Conn {
     /// latency: PulseAudio reports it as the monitor latency, which libpulse subtracts,
     /// because a monitor hears a sample before the sink plays it. 0 for real sources.
     fn monitor_usec(&self, node: NodeId) -> u64 {
-        let graph = self.srv.engine.graph();
-        let device = record_source_index(&graph, node)
-            .and_then(|src| graph.nodes.get(&src))
-            .filter(|n| n.kind == NodeKind::DeviceSink)
-            .and_then(|n| n.device);
+        // Asked on every latency query: look, do not copy the graph.
+        let device = self.srv.engine.inspect(|graph| {
+            record_source_index(graph, node)
+                .and_then(|src| graph.nodes.get(&src))
+                .filter(|n| n.kind == NodeKind::DeviceSink)
+                .and_then(|n| n.device)
+        });
         device.map_or(0, |i| {
             let frames = self.srv.engine.stats().devices[i]
                 .playback_delay

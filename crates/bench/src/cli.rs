@@ -1,5 +1,6 @@
 //! The command line: `quaver-bench <mode> [--out DIR] [--seed N] [--quick] …`.
 
+use crate::bigbuf::BigbufOptions;
 use crate::clock::Utc;
 use crate::exec::{find_quaverd, quote};
 use crate::jackbench::{JackOptions, JackServer};
@@ -14,7 +15,7 @@ use crate::stress::{StressDevice, StressOptions};
 use crate::stressor::{StressorConfig, StressorKind};
 use crate::synth::{Mark, SynthOptions};
 use crate::{
-    Ctx, daemon, jackbench, jackclient, latency, load, peers, rng, stress, stressor, synth,
+    Ctx, bigbuf, daemon, jackbench, jackclient, latency, load, peers, rng, stress, stressor, synth,
 };
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -274,6 +275,34 @@ pub enum Mode {
         #[command(flatten)]
         common: Common,
     },
+    /// Big buffers: one paplay asking for 2 s on a sim card with a 2 s ring — quaverd's
+    /// wakeups next to PulseAudio's — and how soon an event sound started meanwhile plays.
+    Bigbuf {
+        /// The paplay client's latencies: `default` (no --latency-msec) or ms.
+        #[arg(long, value_delimiter = ',', default_values = ["2000", "default"])]
+        latencies: Vec<PeerLatency>,
+        /// Measurement window per point, s (default 30; 3 with --quick).
+        #[arg(long)]
+        window: Option<f64>,
+        /// From starting paplay to the window, s (default 5; 3 with --quick).
+        #[arg(long)]
+        settle: Option<f64>,
+        /// Repetitions, servers alternating (default 3; 1 with --quick).
+        #[arg(long)]
+        repeat: Option<usize>,
+        /// Event sounds per event run (default 20; 3 with --quick).
+        #[arg(long)]
+        events: Option<usize>,
+        /// Skip the wakeups part.
+        #[arg(long)]
+        no_wakeups: bool,
+        /// Skip the event-latency part.
+        #[arg(long)]
+        no_events: bool,
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
     /// The JACK client of `jack` (started by it through a libjack wrapper; not for
     /// direct use).
     #[command(hide = true)]
@@ -330,6 +359,7 @@ impl Mode {
             Mode::Synth { .. } => "synth",
             Mode::Peers { .. } => "peers",
             Mode::Jack { .. } => "jack",
+            Mode::Bigbuf { .. } => "bigbuf",
             Mode::JackClient { .. } => "jack-client",
             Mode::Stressor { .. } => "stressor",
         }
@@ -342,7 +372,8 @@ impl Mode {
             | Mode::Stress { common, .. }
             | Mode::Synth { common, .. }
             | Mode::Peers { common, .. }
-            | Mode::Jack { common, .. } => Some(common),
+            | Mode::Jack { common, .. }
+            | Mode::Bigbuf { common, .. } => Some(common),
             Mode::Stressor { .. } | Mode::JackClient { .. } => None,
         }
     }
@@ -618,6 +649,34 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
                     .unwrap_or(crate::rt::QUAVERD_DEFAULT_PRIORITY),
             );
             jackbench::render(&jackbench::run(&mut ctx, &o)?)
+        }
+        Mode::Bigbuf {
+            latencies,
+            window,
+            settle,
+            repeat,
+            events,
+            no_wakeups,
+            no_events,
+            ..
+        } => {
+            let mut o = BigbufOptions::new(quick);
+            o.latencies = latencies.clone();
+            if let Some(w) = window {
+                o.window_seconds = *w;
+            }
+            if let Some(s) = settle {
+                o.settle_seconds = *s;
+            }
+            if let Some(r) = repeat {
+                o.repeats = (*r).max(1);
+            }
+            if let Some(n) = events {
+                o.events = *n;
+            }
+            o.wakeups = !*no_wakeups;
+            o.event_part = !*no_events;
+            bigbuf::render(&bigbuf::run(&mut ctx, &o)?)
         }
         Mode::Stressor { .. } | Mode::JackClient { .. } => unreachable!("handled above"),
     };

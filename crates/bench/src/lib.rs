@@ -16,13 +16,16 @@
 //! - [`synth`]: SynthMark-like voice, latency, jitter and switch marks, voices rendered
 //!   in a low-latency callback client;
 //! - [`jackbench`]: one JACK client (libjack loaded at run time) on quaverd, jackd2 and
-//!   PipeWire: xruns under load next to cyclictest, and per-client overhead.
+//!   PipeWire: xruns under load next to cyclictest, and per-client overhead;
+//! - [`bigbuf`]: one stream asking for 2 s on the sim card with a 2 s ring: quaverd's
+//!   wakeups next to PulseAudio's, and how soon an event sound started meanwhile plays.
 //!
 //! Benchmarks measure; the tests of this crate check that the instruments measure
 //! what they claim (e.g. a known injected delay shows up in `latency`), never timing.
 
 #![warn(missing_docs)]
 
+pub mod bigbuf;
 pub mod cli;
 pub mod clock;
 pub mod cyclictest;

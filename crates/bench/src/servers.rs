@@ -41,6 +41,7 @@ enum Process {
     Quaverd(Box<Daemon>),
     Other {
         child: Child,
+        log: Option<PathBuf>,
         _dir: tempfile::TempDir,
     },
     /// Several processes started in order (stopped in reverse); `measured` says which
@@ -104,11 +105,19 @@ pub struct Server {
 impl Server {
     /// Starts quaverd on a null sink (its PulseAudio front-end on, as by default).
     pub fn quaverd(ctx: &mut Ctx) -> Result<Server> {
-        let d = ctx.start_daemon(DaemonSpec {
-            devices: vec!["null:rate=48000,channels=stereo".into()],
-            rate: Some(48_000),
-            ..DaemonSpec::default()
-        })?;
+        Server::quaverd_with(
+            ctx,
+            DaemonSpec {
+                devices: vec!["null:rate=48000,channels=stereo".into()],
+                rate: Some(48_000),
+                ..DaemonSpec::default()
+            },
+        )
+    }
+
+    /// Starts quaverd as `spec` says (e.g. on the sim card), its PulseAudio front-end on.
+    pub fn quaverd_with(ctx: &mut Ctx, spec: DaemonSpec) -> Result<Server> {
+        let d = ctx.start_daemon(spec)?;
         let xdg = d.dir().join("xdg");
         let home = d.dir().join("home");
         std::fs::create_dir_all(&home)?;
@@ -122,8 +131,18 @@ impl Server {
         Ok(s)
     }
 
+    /// The sink module [`Server::pulseaudio`] loads.
+    pub const PULSEAUDIO_NULL_SINK: &'static str =
+        "module-null-sink sink_name=null rate=48000 channels=2";
+
     /// Starts PulseAudio with no configuration files, no autospawn and a null sink.
     pub fn pulseaudio(ctx: &mut Ctx) -> Result<Server> {
+        Server::pulseaudio_with_sink(ctx, Server::PULSEAUDIO_NULL_SINK)
+    }
+
+    /// Starts PulseAudio like [`Server::pulseaudio`], with `sink_module` (a `-L` module
+    /// line, e.g. `module-alsa-sink device=null …`) as its sink.
+    pub fn pulseaudio_with_sink(ctx: &mut Ctx, sink_module: &str) -> Result<Server> {
         if which("pulseaudio").is_none() {
             bail!("pulseaudio is not installed");
         }
@@ -148,7 +167,7 @@ impl Server {
                 "--system=no",
                 "--log-target=stderr",
                 "-L",
-                "module-null-sink sink_name=null rate=48000 channels=2",
+                sink_module,
                 "-L",
                 "module-native-protocol-unix",
             ]);
@@ -163,7 +182,11 @@ impl Server {
             .context("starting pulseaudio")?;
         let mut s = Server {
             kind: ServerKind::Pulseaudio,
-            process: Process::Other { child, _dir: dir },
+            process: Process::Other {
+                child,
+                log: Some(log.clone()),
+                _dir: dir,
+            },
             xdg,
             home,
         };
@@ -348,6 +371,27 @@ impl Server {
             Process::Group { children, .. } => children
                 .iter_mut()
                 .all(|(_, c, _)| matches!(c.try_wait(), Ok(None))),
+        }
+    }
+
+    /// How the server's (main) process ended, if it has: `exit status: 1`, `signal: 9
+    /// (SIGKILL)`; `None` while it runs.
+    pub fn exit_status(&mut self) -> Option<String> {
+        let st = match &mut self.process {
+            Process::Quaverd(d) => return (!d.alive()).then(|| "exited".to_string()),
+            Process::Other { child, .. } => child.try_wait().ok().flatten(),
+            Process::Group { children, .. } => children
+                .iter_mut()
+                .find_map(|(_, c, _)| c.try_wait().ok().flatten()),
+        };
+        st.map(|s| s.to_string())
+    }
+
+    /// The server's own log (stderr), where it has one file for it (PulseAudio).
+    pub fn log_text(&self) -> Option<String> {
+        match &self.process {
+            Process::Other { log: Some(p), .. } => std::fs::read_to_string(p).ok(),
+            _ => None,
         }
     }
 

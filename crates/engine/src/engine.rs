@@ -322,6 +322,7 @@ impl Engine {
             notify: false,
             fallback_deadline: 0,
             rewind_requested: false,
+            discard: vec![false; config.max_nodes],
         };
         let ctl = Control {
             graph: Graph::default(),
@@ -557,11 +558,33 @@ impl Engine {
         self.request_rewind(&mut ctl)
     }
 
+    /// Like [`Engine::rewind`], for a stream whose queued audio was dropped (a flush):
+    /// what the device takes back of `node`'s output is not played again, so a seek is
+    /// heard at once instead of after the device's queue.
+    pub fn rewind_flushed(&self, node: NodeId) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        if self.shared.max_fill == 0 {
+            return Ok(());
+        }
+        let slot = ctl
+            .graph
+            .nodes
+            .get(&node)
+            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?
+            .slot;
+        self.send(
+            &mut ctl,
+            ToRt::Rewind {
+                discard: Some(slot),
+            },
+        )
+    }
+
     fn request_rewind(&self, ctl: &mut Control) -> Result<(), EngineError> {
         if self.shared.max_fill == 0 {
             return Ok(());
         }
-        self.send(ctl, ToRt::Rewind)
+        self.send(ctl, ToRt::Rewind { discard: None })
     }
 
     /// How far the driver fills ahead for `graph` at `quantum`: the smallest latency

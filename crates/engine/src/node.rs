@@ -79,6 +79,21 @@ pub trait Processor: Send {
 
     /// The device took back the last `frames` frames this node produced and had not
     /// played yet: produce them again from the next cycle on (with whatever changed
-    /// since, e.g. a pause), so nothing is lost or repeated. *RT*.
-    fn rewind(&mut self, _frames: usize) {}
+    /// since, e.g. a pause), so nothing is lost or repeated. With `discard` the node's
+    /// own queued audio was dropped (a flush, e.g. a seek): the frames are not played
+    /// again. *RT*.
+    fn rewind(&mut self, _frames: usize, _discard: bool) {}
+
+    /// Misses, underruns or overruns this node has counted so far (0 for nodes that
+    /// count none); read after each cycle for per-node timing. *RT*.
+    fn xruns(&self) -> u64 {
+        0
+    }
+
+    /// Split-phase nodes: the times of the remote work collected by the last `finish`,
+    /// or `None` when no remote work was collected (inactive, skipped or missed). Read
+    /// right after `finish` for per-node timing ([`crate::timing`]). *RT*.
+    fn remote_times(&self) -> Option<crate::timing::RemoteTimes> {
+        None
+    }
 }

@@ -61,8 +61,11 @@ pub(crate) enum ToRt {
         ramp: usize,
     },
     /// Something audible changed: take back the driver's queued playback (when it holds
-    /// more than a normal cycle's worth) and render it again.
-    Rewind,
+    /// more than a normal cycle's worth) and render it again. `discard` names a node
+    /// whose taken-back output is dropped rather than played again (a flushed stream).
+    Rewind {
+        discard: Option<usize>,
+    },
     Shutdown,
 }
 
@@ -243,6 +246,9 @@ pub struct RtRunner {
     pub(crate) fallback_deadline: u64,
     /// A control message asked for a rewind, done before the next wait.
     pub(crate) rewind_requested: bool,
+    /// Per slot: the next rewind drops this node's taken-back output (one entry per
+    /// slot, allocated up front).
+    pub(crate) discard: Vec<bool>,
 }
 
 impl RtRunner {
@@ -292,7 +298,14 @@ impl RtRunner {
                         s.gain.set_target(gain, ramp);
                     }
                 }
-                ToRt::Rewind => self.rewind_requested = true,
+                ToRt::Rewind { discard } => {
+                    self.rewind_requested = true;
+                    if let Some(slot) = discard
+                        && let Some(flag) = self.discard.get_mut(slot)
+                    {
+                        *flag = true;
+                    }
+                }
                 ToRt::Shutdown => {
                     self.shutdown = true;
                     break;
@@ -420,11 +433,12 @@ impl RtRunner {
         if frames == 0 {
             return;
         }
-        for slot in self.slots.iter_mut().flatten() {
-            if slot.rendered
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(slot) = slot
+                && slot.rendered
                 && let Some(p) = slot.processor.as_mut()
             {
-                p.rewind(frames);
+                p.rewind(frames, self.discard[i]);
             }
         }
     }
@@ -470,6 +484,7 @@ impl RtRunner {
         }
         if std::mem::take(&mut self.rewind_requested) {
             self.rewind(q);
+            self.discard.fill(false);
         }
         self.set_driver_fill(q);
         if !self.wait_driver(q) {

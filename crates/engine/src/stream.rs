@@ -175,6 +175,12 @@ impl History {
         self.silent_len += frames;
     }
 
+    /// Drops the taken-back frames: they will not be played (the stream was flushed).
+    fn forget_pending(&mut self) {
+        self.total -= self.pending as u64;
+        self.pending = 0;
+    }
+
     /// The device took back the last `frames` frames this node played.
     fn take_back(&mut self, frames: usize) {
         let mut k = frames as u64;
@@ -457,9 +463,16 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
         self.history.is_some()
     }
 
-    fn rewind(&mut self, frames: usize) {
+    fn xruns(&self) -> u64 {
+        self.xruns as u64
+    }
+
+    fn rewind(&mut self, frames: usize, discard: bool) {
         if let Some(h) = self.history.as_mut() {
             h.take_back(frames);
+            if discard {
+                h.forget_pending();
+            }
         }
     }
 }
@@ -579,6 +592,10 @@ impl<K: FrameSink> Processor for RecordAdapter<K> {
         self.sink
             .report(self.overruns, delay.min(u32::MAX as u64) as u32);
     }
+
+    fn xruns(&self) -> u64 {
+        self.overruns as u64
+    }
 }
 
 #[cfg(test)]
@@ -665,7 +682,7 @@ mod tests {
     fn rewind(a: &mut PlaybackAdapter<Counter>, dac: &mut Dac, n: usize) {
         let keep = dac.queued.len() - n;
         dac.queued.truncate(keep);
-        a.rewind(n);
+        a.rewind(n, false);
     }
 
     fn heard(dac: &Dac) -> Vec<f32> {
@@ -740,5 +757,32 @@ mod tests {
             cycle(&mut a, &mut dac, 64);
         }
         assert_eq!(heard(&dac), counting(3 * 64));
+    }
+
+    #[test]
+    fn a_flush_drops_what_was_taken_back_instead_of_replaying_it() {
+        let (mut a, _) = adapter();
+        let mut dac = Dac::default();
+        for _ in 0..8 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        play(&mut dac, 100);
+        let keep = dac.queued.len() - 300;
+        dac.queued.truncate(keep);
+        a.rewind(300, true);
+        for _ in 0..2 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        // Frames 213..512 were dropped; the stream goes on after them.
+        let mut expect = counting(212);
+        expect.extend((513..=640).map(|v| v as f32));
+        assert_eq!(heard(&dac), expect);
+        // A later rewind takes back only what was played after the flush.
+        rewind(&mut a, &mut dac, 128);
+        cycle(&mut a, &mut dac, 64);
+        cycle(&mut a, &mut dac, 64);
+        expect.truncate(expect.len() - 128);
+        expect.extend((513..=640).map(|v| v as f32));
+        assert_eq!(heard(&dac), expect);
     }
 }

@@ -1452,6 +1452,12 @@ impl Conn {
             Command::FlushPlaybackStream(ch) => {
                 let p = self.playback.get_mut(&ch).ok_or(PulseError::NoEntity)?;
                 p.flush();
+                // What the device already holds of this stream goes too (a seek is heard
+                // at once where the device keeps a long queue).
+                let node = p.node;
+                if let Err(e) = self.srv.engine.rewind_flushed(node) {
+                    tracing::debug!("pulse: rewind after flush: {e}");
+                }
                 self.out().ack(seq);
             }
             Command::FlushRecordStream(ch) => {

@@ -32,6 +32,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show every node's time per cycle, live, like pw-top (Ctrl-C ends it).
+    Top(TopArgs),
     /// List nodes, their ports, and links.
     Ls {
         /// Print the graph as JSON.
@@ -75,6 +77,23 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// Arguments of `quaver top`.
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Seconds between refreshes (each frame covers that interval).
+    #[arg(long, value_name = "S", default_value_t = 1.0)]
+    pub interval: f64,
+    /// Show one frame and exit.
+    #[arg(long, conflicts_with = "iterations")]
+    pub once: bool,
+    /// Show this many frames and exit.
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<u64>,
+    /// One JSON object (the `timing` reply) per line instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `quaver play`.

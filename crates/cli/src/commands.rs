@@ -32,9 +32,49 @@ pub fn status(server: Option<&Path>, as_json: bool) -> Result<()> {
     if as_json {
         return print_out(&(serde_json::to_string_pretty(&st)? + "\n"));
     }
-    // Stream names come from the graph; without them the ids still say enough.
+    // Stream names come from the graph; without them the ids still say enough. An
+    // older server has no per-node timing.
     let graph = conn.graph().ok();
-    print_out(&present::status_text(&st, graph.as_ref()))
+    let timing = conn.timing().ok();
+    print_out(&present::status_text(&st, graph.as_ref(), timing.as_ref()))
+}
+
+/// Clears the terminal and moves the cursor home, so each frame of `top` replaces the
+/// last one.
+const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
+
+/// `quaver top`: the per-node timing every `interval`, redrawn in place on a terminal
+/// (one frame after another otherwise, or one JSON object per line with `json`);
+/// `iterations` frames, or until interrupted.
+pub fn top(
+    server: Option<&Path>,
+    interval: std::time::Duration,
+    iterations: Option<u64>,
+    as_json: bool,
+) -> Result<()> {
+    use std::io::IsTerminal;
+    let mut conn = connect(server)?;
+    // The first reply ends whatever interval an earlier reader left open; every frame
+    // then covers one of ours.
+    conn.timing()?;
+    let redraw = !as_json && iterations != Some(1) && std::io::stdout().is_terminal();
+    let mut shown = 0u64;
+    while iterations.is_none_or(|n| shown < n) {
+        std::thread::sleep(interval);
+        let t = conn.timing()?;
+        let text = if as_json {
+            serde_json::to_string(&t)? + "\n"
+        } else if redraw {
+            format!("{CLEAR_SCREEN}{}", present::top_text(&t))
+        } else if shown > 0 {
+            format!("\n{}", present::top_text(&t))
+        } else {
+            present::top_text(&t)
+        };
+        print_out(&text)?;
+        shown += 1;
+    }
+    Ok(())
 }
 
 /// `quaver ls`.

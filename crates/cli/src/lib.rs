@@ -24,6 +24,7 @@ pub fn run(cli: Cli) -> Result<()> {
     let server = cli.server.as_deref();
     match &cli.command {
         Command::Status { json } => commands::status(server, *json),
+        Command::Top(a) => top(server, a),
         Command::Ls { json } => commands::ls(server, *json),
         Command::Play(a) => play::play(server, cli.verbose, a),
         Command::Record(a) => record::record(server, cli.verbose, a),
@@ -33,6 +34,20 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Graph { json, .. } => commands::graph(server, *json),
         Command::Bench { args } => bench(args),
     }
+}
+
+/// `quaver top` after checking its arguments.
+fn top(server: Option<&std::path::Path>, a: &args::TopArgs) -> Result<()> {
+    if !(a.interval.is_finite() && (0.01..=3600.0).contains(&a.interval)) {
+        anyhow::bail!("--interval must be between 0.01 and 3600 seconds");
+    }
+    let iterations = if a.once { Some(1) } else { a.iterations };
+    commands::top(
+        server,
+        std::time::Duration::from_secs_f64(a.interval),
+        iterations,
+        a.json,
+    )
 }
 
 /// Runs `quaver-bench` from next to this executable (or from PATH) with `args`, and

@@ -1,7 +1,9 @@
 //! Human-readable `quaver status` and `quaver ls` output: short, aligned tables.
 
 use crate::values::format_volume;
-use quaver_protocol::{GraphInfo, NodeInfo, PortDirection, StatusInfo};
+use quaver_protocol::{
+    GraphInfo, NodeInfo, NodeTimingInfo, PortDirection, StatusInfo, TimingStats,
+};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -60,8 +62,96 @@ fn opt_u32(v: Option<u32>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-/// `quaver status` text; `graph`, when available, names the clients' streams.
-pub fn status_text(st: &StatusInfo, graph: Option<&GraphInfo>) -> String {
+/// A duration the way pw-top prints one: µs below a millisecond, else ms.
+fn time_text(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{:.1}us", ns as f64 / 1e3)
+    } else {
+        format!("{:.2}ms", ns as f64 / 1e6)
+    }
+}
+
+/// The per-node table of `quaver status` and `quaver top`, pw-top's columns: state
+/// (`R` ran in the interval, `I` idle, `S` devices suspended), id, quantum, rate, mean
+/// wait and busy time per cycle, both as a share of the quantum's period, xruns, kind
+/// and name.
+pub fn node_table(t: &TimingStats, indent: usize) -> String {
+    let mut table = Table::new(
+        indent,
+        &[
+            "S", "ID", "QUANT", "RATE", "WAIT", "BUSY", "W/Q", "B/Q", "ERR", "KIND", "NAME",
+        ],
+    );
+    for n in &t.nodes {
+        table.row(node_row(n, t.suspended));
+    }
+    let mut s = String::new();
+    table.render(&mut s);
+    s
+}
+
+fn node_row(n: &NodeTimingInfo, suspended: bool) -> Vec<String> {
+    let period_ns = if n.rate > 0 {
+        n.quantum as f64 * 1e9 / n.rate as f64
+    } else {
+        0.0
+    };
+    let share = |ns: u64| {
+        if period_ns > 0.0 {
+            format!("{:.2}", ns as f64 / period_ns)
+        } else {
+            "-".into()
+        }
+    };
+    let state = if suspended {
+        "S"
+    } else if n.cycles > 0 {
+        "R"
+    } else {
+        "I"
+    };
+    vec![
+        state.into(),
+        n.id.to_string(),
+        n.quantum.to_string(),
+        n.rate.to_string(),
+        time_text(n.wait_avg_ns),
+        time_text(n.busy_avg_ns),
+        share(n.wait_avg_ns),
+        share(n.busy_avg_ns),
+        n.xruns.to_string(),
+        n.kind.clone(),
+        n.name.clone(),
+    ]
+}
+
+/// One frame of `quaver top`: a summary line, then the node table.
+pub fn top_text(t: &TimingStats) -> String {
+    let ms = if t.rate > 0 {
+        t.quantum as f64 * 1000.0 / t.rate as f64
+    } else {
+        0.0
+    };
+    let mut s = format!(
+        "quaverd: {} Hz, quantum {} ({ms:.2} ms), cycles {}, xruns {}, cycle busy max {}{}\n",
+        t.rate,
+        t.quantum,
+        t.cycles,
+        t.xruns,
+        time_text(t.busy_max_ns),
+        if t.suspended { ", suspended" } else { "" },
+    );
+    s.push_str(&node_table(t, 0));
+    s
+}
+
+/// `quaver status` text; `graph`, when available, names the clients' streams, and
+/// `timing` adds the per-node table.
+pub fn status_text(
+    st: &StatusInfo,
+    graph: Option<&GraphInfo>,
+    timing: Option<&TimingStats>,
+) -> String {
     let mut s = String::new();
     let ms = if st.rate > 0 {
         st.quantum as f64 * 1000.0 / st.rate as f64
@@ -129,6 +219,16 @@ pub fn status_text(st: &StatusInfo, graph: Option<&GraphInfo>) -> String {
             ]);
         }
         t.render(&mut s);
+    }
+
+    if let Some(t) = timing.filter(|t| !t.nodes.is_empty()) {
+        s.push('\n');
+        let _ = writeln!(
+            s,
+            "nodes (per cycle, over the last {:.1} s):",
+            t.interval_ns as f64 / 1e9
+        );
+        s.push_str(&node_table(t, 2));
     }
 
     s.push('\n');
@@ -404,13 +504,100 @@ clients:
   ID  NAME    PID   STREAMS
   3   quaver  4242  7 music.wav (playback), 8 synth (client, async, 9 xruns)
 ";
-        assert_eq!(status_text(&st, Some(&graph())), want);
+        assert_eq!(status_text(&st, Some(&graph()), None), want);
         let empty = StatusInfo {
             devices: vec![],
             clients: vec![],
             ..st
         };
-        let text = status_text(&empty, None);
+        let text = status_text(&empty, None, None);
         assert!(text.contains("devices:  none\n") && text.contains("clients:  none\n"));
+    }
+
+    fn timing() -> TimingStats {
+        TimingStats {
+            rate: 48000,
+            quantum: 64,
+            cycles: 5000,
+            xruns: 1,
+            lateness_ns_log2: vec![],
+            busy_ns_log2: vec![],
+            lateness_max_ns: 0,
+            busy_max_ns: 250_000,
+            nodes: vec![
+                NodeTimingInfo {
+                    id: 1,
+                    name: "null-sink".into(),
+                    kind: "sink".into(),
+                    quantum: 64,
+                    rate: 48000,
+                    cycles: 750,
+                    busy_avg_ns: 2_500,
+                    ..NodeTimingInfo::default()
+                },
+                NodeTimingInfo {
+                    id: 8,
+                    name: "synth".into(),
+                    kind: "client".into(),
+                    quantum: 64,
+                    quantum_requested: Some(64),
+                    rate: 48000,
+                    cycles: 750,
+                    wait_avg_ns: 40_000,
+                    busy_avg_ns: 1_200_000,
+                    xruns: 3,
+                    ..NodeTimingInfo::default()
+                },
+                NodeTimingInfo {
+                    id: 9,
+                    name: "idle".into(),
+                    kind: "client".into(),
+                    quantum: 64,
+                    rate: 48000,
+                    ..NodeTimingInfo::default()
+                },
+            ],
+            interval_ns: 1_000_000_000,
+            suspended: false,
+        }
+    }
+
+    #[test]
+    fn top() {
+        let want = "\
+quaverd: 48000 Hz, quantum 64 (1.33 ms), cycles 5000, xruns 1, cycle busy max 250.0us
+S  ID  QUANT  RATE   WAIT    BUSY    W/Q   B/Q   ERR  KIND    NAME
+R  1   64     48000  0.0us   2.5us   0.00  0.00  0    sink    null-sink
+R  8   64     48000  40.0us  1.20ms  0.03  0.90  3    client  synth
+I  9   64     48000  0.0us   0.0us   0.00  0.00  0    client  idle
+";
+        assert_eq!(top_text(&timing()), want);
+        let suspended = TimingStats {
+            suspended: true,
+            ..timing()
+        };
+        assert!(top_text(&suspended).contains("\nS  1 "));
+        let st = StatusInfo {
+            server_version: "0.1.0".into(),
+            protocol_version: 1,
+            rate: 48000,
+            quantum: 64,
+            quantum_min: 32,
+            quantum_max: 2048,
+            realtime: true,
+            cycles: 5000,
+            xruns: 1,
+            devices: vec![],
+            clients: vec![],
+        };
+        let text = status_text(&st, None, Some(&timing()));
+        assert!(
+            text.contains("nodes (per cycle, over the last 1.0 s):\n  S  ID  QUANT"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  R  8   64     48000  40.0us  1.20ms"),
+            "{text}"
+        );
     }
 }

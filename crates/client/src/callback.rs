@@ -37,11 +37,12 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use quaver_protocol::callback::{
     CLIENT_ACTIVE, CallbackGeometry, CallbackShm, CycleHeader, EventBell, MODE_ASYNC, SERVER_ERROR,
+    monotonic_ns,
 };
 use quaver_protocol::{CallbackCreated, CallbackPort};
 use rustix::event::{PollFd, PollFlags};
@@ -119,6 +120,10 @@ struct Inner {
     /// A duplicate of the control socket, polled for hangup: the server is gone.
     hangup: OwnedFd,
     stop: AtomicBool,
+    /// When `wait` last returned a cycle, and its seq: stamped into the block when the
+    /// cycle completes, so the server can tell wake-up delay from callback time.
+    awake_ns: AtomicU64,
+    awake_seq: AtomicU64,
 }
 
 /// A callback node of this client: its shared port buffers and wakeups. Create it
@@ -184,6 +189,8 @@ impl CallbackClient {
                 done: EventBell::from_fd(done)?,
                 hangup,
                 stop: AtomicBool::new(false),
+                awake_ns: AtomicU64::new(0),
+                awake_seq: AtomicU64::new(0),
             }),
             info: Arc::new(info),
         })
@@ -258,6 +265,8 @@ impl CallbackClient {
             }
             let c = i.shm.cycle();
             if c.seq != last_seq && c.seq != i.shm.done_seq() {
+                i.awake_ns.store(monotonic_ns(), Ordering::Relaxed);
+                i.awake_seq.store(c.seq, Ordering::Relaxed);
                 return Ok(Wake::Cycle(c));
             }
             let mut fds = [
@@ -299,10 +308,18 @@ impl CallbackClient {
         self.inner.shm.write_output(index, data);
     }
 
-    /// Tells the server cycle `seq` is done (after writing the outputs).
+    /// Tells the server cycle `seq` is done (after writing the outputs), with the times
+    /// the process thread woke for it and finished it (the server's per-node WAIT and
+    /// BUSY).
     pub fn complete(&self, seq: u64) {
-        self.inner.shm.complete(seq);
-        self.inner.done.signal();
+        let i = &*self.inner;
+        if i.awake_seq.load(Ordering::Relaxed) == seq {
+            i.shm
+                .complete_timed(seq, i.awake_ns.load(Ordering::Relaxed), monotonic_ns());
+        } else {
+            i.shm.complete(seq);
+        }
+        i.done.signal();
     }
 
     /// Starts a process thread that calls `handler` once per cycle, promoted to

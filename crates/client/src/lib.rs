@@ -256,7 +256,7 @@ impl Connection {
     /// Timing statistics of the server's real-time thread.
     pub fn timing(&mut self) -> Result<TimingStats> {
         match self.request(Request::Timing)?.0 {
-            Reply::Timing(t) => Ok(t),
+            Reply::Timing(t) => Ok(*t),
             other => Err(unexpected("timing", &other)),
         }
     }

@@ -141,6 +141,8 @@ pub struct EngineSection {
     pub ramp_frames: usize,
     /// Resampler quality: fast, medium or high.
     pub resample_quality: String,
+    /// Time every node per cycle (`quaver top`): one clock read per node boundary.
+    pub node_timing: bool,
 }
 
 impl Default for EngineSection {
@@ -157,6 +159,7 @@ impl Default for EngineSection {
             max_nodes: 1024,
             ramp_frames: 256,
             resample_quality: "medium".into(),
+            node_timing: true,
         }
     }
 }
@@ -279,6 +282,7 @@ impl Config {
                 .then(|| Duration::from_millis(e.suspend_timeout_ms)),
             max_nodes: e.max_nodes,
             ramp_frames: e.ramp_frames.max(1),
+            node_timing: e.node_timing,
         }
     }
 

@@ -202,6 +202,9 @@ impl CallbackTransport for ShmCallback {
     fn report(&mut self, xruns: u64, mode: CallbackMode) {
         self.shm.set_status(xruns, mode as u32);
     }
+    fn client_times(&self) -> Option<(u64, u64)> {
+        self.shm.client_times(self.seq)
+    }
 }
 
 /// Reads a playback stream's frames from its shared-memory ring.
@@ -508,7 +511,7 @@ impl NativeServer {
             ),
             Request::Watch => (Reply::Ok, none),
             Request::Status => (Reply::Status(self.status()), none),
-            Request::Timing => (Reply::Timing(self.timing()), none),
+            Request::Timing => (Reply::Timing(Box::new(self.timing())), none),
             Request::Graph => (Reply::Graph(self.graph_info()), none),
             Request::CreateStream(p) => match self.create_stream(client, &p) {
                 Ok((created, fds)) => (Reply::StreamCreated(created), fds),
@@ -1035,6 +1038,38 @@ impl NativeServer {
             let used = v.iter().rposition(|&c| c > 0).map_or(0, |i| i + 1);
             v[..used].to_vec()
         };
+        let callbacks: std::collections::BTreeSet<NodeId> = {
+            let clients = self.clients.lock().expect("poisoned");
+            clients
+                .values()
+                .flat_map(|c| c.callbacks.keys().copied())
+                .collect()
+        };
+        let timing = self.engine.node_timing();
+        let interval_ns = timing.first().map_or(0, |t| t.interval_ns);
+        let nodes = timing
+            .into_iter()
+            .map(|t| NodeTimingInfo {
+                id: t.id,
+                kind: if callbacks.contains(&t.id) {
+                    "client".into()
+                } else {
+                    t.kind.as_str().into()
+                },
+                name: t.name,
+                quantum: t.quantum as u32,
+                quantum_requested: t.quantum_requested.map(|q| q as u32),
+                rate: t.rate,
+                cycles: t.cycles,
+                wait_avg_ns: t.wait_avg_ns,
+                wait_max_ns: t.wait_max_ns,
+                busy_avg_ns: t.busy_avg_ns,
+                busy_max_ns: t.busy_max_ns,
+                rt_avg_ns: t.rt_avg_ns,
+                rt_max_ns: t.rt_max_ns,
+                xruns: t.xruns,
+            })
+            .collect();
         TimingStats {
             rate: self.engine.rate(),
             quantum: self.engine.quantum() as u32,
@@ -1044,6 +1079,9 @@ impl NativeServer {
             busy_ns_log2: hist(&st.busy_hist),
             lateness_max_ns: st.lateness_max_ns.load(Relaxed),
             busy_max_ns: st.busy_ns_max.load(Relaxed),
+            nodes,
+            interval_ns,
+            suspended: st.suspended.load(Relaxed),
         }
     }
 

@@ -372,3 +372,71 @@ fn a_watching_connection_hears_about_every_change() {
         Err(ClientError::Disconnected) | Err(ClientError::Protocol(_))
     ));
 }
+
+/// Sleeps a fixed time in every callback.
+struct Sleeper(Duration);
+
+impl ProcessHandler for Sleeper {
+    fn process(&mut self, _scope: &mut ProcessScope<'_>) {
+        std::thread::sleep(self.0);
+    }
+}
+
+#[test]
+fn top_shows_every_node_and_a_clients_callback_time() {
+    const SLEEP: Duration = Duration::from_micros(500);
+    let mut d = Daemon::start(&[]);
+    let mut conn = d.connect("top-client");
+    let client = conn.create_callback(params("sleepy", Some(1024))).unwrap();
+    let _active = client.activate(Sleeper(SLEEP), RtPriority::Off).unwrap();
+    conn.link("sleepy:out", "null-sink").unwrap();
+    assert!(
+        wait_until(WAIT, || node_info(&mut conn, "sleepy")
+            .and_then(|n| n.callback)
+            .is_some_and(|c| c.woken > 5)),
+        "the client never ran"
+    );
+    let text = common::ok(&d.run(&["top", "--once", "--interval", "0.5"]));
+    let header = text.lines().nth(1).unwrap_or_default();
+    for col in [
+        "S", "ID", "QUANT", "RATE", "WAIT", "BUSY", "W/Q", "B/Q", "ERR", "NAME",
+    ] {
+        assert!(header.split_whitespace().any(|c| c == col), "{text}");
+    }
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().last() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {text}"))
+            .to_string()
+    };
+    assert!(row("sleepy").starts_with("R "), "{text}");
+    assert!(row("sleepy").contains(" client "), "{text}");
+    assert!(row("null-sink").starts_with("R "), "{text}");
+    // JSON lines, one per iteration; a callback's busy time holds its sleep.
+    let out = common::ok(&d.run(&["top", "--json", "--iterations", "2", "--interval", "0.3"]));
+    let frames: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(frames.len(), 2, "{out}");
+    let sleepy = frames[1]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "sleepy")
+        .unwrap()
+        .clone();
+    assert_eq!(sleepy["kind"], "client");
+    assert!(sleepy["cycles"].as_u64().unwrap() > 0, "{sleepy}");
+    assert!(
+        sleepy["busy_avg_ns"].as_u64().unwrap() >= SLEEP.as_nanos() as u64,
+        "{sleepy}"
+    );
+    // status carries the same table.
+    let status = common::ok(&d.run(&["status"]));
+    assert!(
+        status.contains("nodes (per cycle") && status.contains("sleepy"),
+        "{status}"
+    );
+    d.stop();
+}

@@ -26,6 +26,7 @@
 
 use crate::node::{CycleInfo, Processor};
 use crate::rt::{HIST_BUCKETS, hist_bucket};
+use crate::timing::RemoteTimes;
 use quaver_dsp::{Planar, PlanarMut};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -96,6 +97,12 @@ pub trait CallbackTransport: Send {
     fn read_outputs(&mut self, outputs: &mut PlanarMut<'_>);
     /// Publishes the miss counter and the mode to the client.
     fn report(&mut self, xruns: u64, mode: CallbackMode);
+    /// When the client's process thread woke for the cycle it completed last and when
+    /// it finished it (CLOCK_MONOTONIC ns), if it stamped them; untrusted values, used
+    /// for statistics only.
+    fn client_times(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// Settings of a callback node.
@@ -178,6 +185,10 @@ pub struct CallbackNode<T: CallbackTransport> {
     misses: u32,
     xruns: u64,
     phase: Phase,
+    /// When the client was last signalled (0: not since it was last collected).
+    signal_ns: u64,
+    /// Times of the work collected this cycle, for per-node timing.
+    remote: Option<RemoteTimes>,
 }
 
 impl<T: CallbackTransport> CallbackNode<T> {
@@ -199,6 +210,8 @@ impl<T: CallbackTransport> CallbackNode<T> {
             misses: 0,
             xruns: 0,
             phase: Phase::Inactive,
+            signal_ns: 0,
+            remote: None,
         };
         (node, stats)
     }
@@ -214,6 +227,19 @@ impl<T: CallbackTransport> CallbackNode<T> {
             self.mode = CallbackMode::Async;
             self.stats.mode.store(CallbackMode::Async as u32, Relaxed);
         }
+    }
+
+    /// The times of the cycle the client just completed (signalled at `signal_ns`).
+    fn collected_times(&self) -> Option<RemoteTimes> {
+        if self.signal_ns == 0 {
+            return None;
+        }
+        let (awake_ns, finish_ns) = self.transport.client_times().unwrap_or((0, 0));
+        Some(RemoteTimes {
+            signal_ns: self.signal_ns,
+            awake_ns,
+            finish_ns,
+        })
     }
 
     fn record_wait(&self, ns: u64) {
@@ -235,6 +261,14 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
         true
     }
 
+    fn xruns(&self) -> u64 {
+        self.xruns
+    }
+
+    fn remote_times(&self) -> Option<RemoteTimes> {
+        self.remote
+    }
+
     fn begin(&mut self, cx: &CycleInfo, inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
         let period = cx.period_ns();
         let deadline = cx.time_ns + (period as f64 * self.config.deadline) as u64;
@@ -246,8 +280,10 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             deadline_ns: deadline,
             frames: cx.frames as u32,
         };
+        self.remote = None;
         if !self.transport.active() {
             self.phase = Phase::Inactive;
+            self.signal_ns = 0;
             return;
         }
         if !self.transport.completed() {
@@ -256,16 +292,22 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
         }
         match self.mode {
             CallbackMode::Sync => {
-                if now_ns() >= deadline {
+                // Also the signal time (read before the wake, so a client that wakes at
+                // once never appears to wake before it was signalled).
+                let now = now_ns();
+                if now >= deadline {
                     self.phase = Phase::Skipped;
                     return;
                 }
+                self.signal_ns = now;
                 self.transport.start(&cycle, inputs);
                 self.phase = Phase::Started(deadline);
             }
             CallbackMode::Async => {
                 // What the client made of the previous cycle, then the next cycle.
                 self.transport.read_outputs(outputs);
+                self.remote = self.collected_times();
+                self.signal_ns = now_ns();
                 self.transport.start(&cycle, inputs);
                 self.phase = Phase::AsyncDone;
             }
@@ -290,6 +332,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 self.record_wait(now_ns().saturating_sub(t0));
                 if done {
                     self.transport.read_outputs(outputs);
+                    self.remote = self.collected_times();
                     self.misses = 0;
                 } else if !self.transport.active() {
                     // Deactivated while we waited: not the client's miss.

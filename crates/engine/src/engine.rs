@@ -9,6 +9,7 @@ use crate::node::Processor;
 use crate::plan::{NodeSlot, Plan, compile};
 use crate::rt::{Garbage, MAX_DEVICES, RtEvent, RtRunner, RtStats, ToRt};
 use crate::sched::{RtOutcome, promote};
+use crate::timing::{NodeTimes, NodeTiming, SlotMark};
 use quaver_devices::{Device, DeviceInfo};
 use rustix::event::{EventfdFlags, eventfd};
 use rustix::fd::OwnedFd;
@@ -44,6 +45,9 @@ pub struct EngineConfig {
     pub max_nodes: usize,
     /// Length of link and volume ramps, frames (capped at one quantum for links).
     pub ramp_frames: usize,
+    /// Time every node per cycle ([`crate::timing`]): one clock read per node boundary
+    /// on the real-time thread.
+    pub node_timing: bool,
 }
 
 impl Default for EngineConfig {
@@ -56,6 +60,7 @@ impl Default for EngineConfig {
             suspend_timeout: Some(quaver_devices::DEFAULT_SUSPEND_TIMEOUT),
             max_nodes: 1024,
             ramp_frames: quaver_dsp::volume::DEFAULT_RAMP_FRAMES,
+            node_timing: true,
         }
     }
 }
@@ -153,6 +158,9 @@ type EngineThreads = (JoinHandle<Vec<Box<dyn Device>>>, JoinHandle<()>);
 struct Shared {
     ctl: Mutex<Control>,
     stats: Arc<RtStats>,
+    node_times: Arc<[NodeTimes]>,
+    /// When [`Engine::node_timing`] last read, and what it saw per slot.
+    timing_marks: Mutex<(u64, Vec<SlotMark>)>,
     wake: Arc<OwnedFd>,
     service_bell: Arc<OwnedFd>,
     config: EngineConfig,
@@ -281,6 +289,9 @@ impl Engine {
         let wake = Arc::new(eventfd(0, EventfdFlags::CLOEXEC).map_err(io)?);
         let service_bell = Arc::new(eventfd(0, EventfdFlags::CLOEXEC).map_err(io)?);
         let stats = Arc::new(RtStats::default());
+        let node_times: Arc<[NodeTimes]> = (0..config.max_nodes)
+            .map(|_| NodeTimes::default())
+            .collect();
         let freewheel = infos[0].freewheel;
         let runner = RtRunner {
             slots: (0..config.max_nodes).map(|_| None).collect(),
@@ -299,6 +310,8 @@ impl Engine {
             service_bell: service_bell.clone(),
             wake: wake.clone(),
             stats: stats.clone(),
+            node_times: node_times.clone(),
+            node_timing: config.node_timing,
             rate,
             ramp_frames: config.ramp_frames.max(1),
             // A freewheeling driver has no real time to wait out: suspend at once.
@@ -338,6 +351,11 @@ impl Engine {
             shared: Arc::new(Shared {
                 ctl: Mutex::new(ctl),
                 stats,
+                timing_marks: Mutex::new((
+                    monotonic_ns(),
+                    vec![SlotMark::default(); config.max_nodes],
+                )),
+                node_times,
                 wake,
                 service_bell,
                 config,
@@ -977,6 +995,99 @@ impl Engine {
         }
     }
 
+    /// Every node's timing over the interval since the previous call (by any caller):
+    /// wait, busy and RT-thread time per cycle (means and maxima), xruns. Nodes in
+    /// graph order (by id). Empty figures when node timing is off.
+    pub fn node_timing(&self) -> Vec<NodeTiming> {
+        let (nodes, quantum) = {
+            let ctl = self.lock();
+            let nodes: Vec<_> = ctl
+                .graph
+                .nodes
+                .values()
+                .map(|n| {
+                    (
+                        n.id,
+                        n.name.clone(),
+                        n.kind,
+                        n.device,
+                        n.slot,
+                        n.latency_frames,
+                    )
+                })
+                .collect();
+            (nodes, ctl.quantum)
+        };
+        let s = &self.shared.stats;
+        let quantum = match s.quantum.load(Relaxed) {
+            0 => quantum,
+            q => q as usize,
+        };
+        let now = monotonic_ns();
+        let mut marks = self.shared.timing_marks.lock().expect("poisoned");
+        let interval_ns = now.saturating_sub(marks.0);
+        marks.0 = now;
+        nodes
+            .into_iter()
+            .map(|(id, name, kind, device, slot, latency)| {
+                let t = &self.shared.node_times[slot];
+                let samples = t.samples.load(Relaxed);
+                let wait_total = t.wait_total.load(Relaxed);
+                let busy_total = t.busy_total.load(Relaxed);
+                let rt_total = t.rt_total.load(Relaxed);
+                // A slot taken over by another node, or reset since: start from zero.
+                let prev = match marks.1[slot] {
+                    m if m.node == Some(id) && m.samples <= samples => m,
+                    _ => SlotMark::default(),
+                };
+                marks.1[slot] = SlotMark {
+                    node: Some(id),
+                    samples,
+                    wait_total,
+                    busy_total,
+                    rt_total,
+                };
+                let cycles = samples - prev.samples;
+                let avg = |total: u64, before: u64, last: u64| {
+                    total
+                        .saturating_sub(before)
+                        .checked_div(cycles)
+                        .unwrap_or(last)
+                };
+                let busy_last = t.busy_last.load(Relaxed);
+                let device_xruns = device.map(|d| {
+                    let d = &s.devices[d];
+                    match kind {
+                        NodeKind::DeviceSource => d.overruns.load(Relaxed),
+                        _ => d.underruns.load(Relaxed),
+                    }
+                });
+                NodeTiming {
+                    id,
+                    name,
+                    kind,
+                    device,
+                    quantum,
+                    quantum_requested: latency.map(|l| self.quantum_for_latency(l as usize)),
+                    rate: self.shared.rate,
+                    cycles,
+                    cycles_total: samples,
+                    wait_avg_ns: avg(wait_total, prev.wait_total, t.wait_last.load(Relaxed)),
+                    wait_max_ns: t.wait_max.swap(0, Relaxed),
+                    busy_avg_ns: avg(busy_total, prev.busy_total, busy_last),
+                    busy_max_ns: t.busy_max.swap(0, Relaxed),
+                    rt_avg_ns: rt_total
+                        .saturating_sub(prev.rt_total)
+                        .checked_div(cycles)
+                        .unwrap_or(0),
+                    rt_max_ns: t.rt_max.swap(0, Relaxed),
+                    xruns: device_xruns.unwrap_or_else(|| t.xruns.load(Relaxed)),
+                    interval_ns,
+                }
+            })
+            .collect()
+    }
+
     /// The RT thread's raw counters.
     pub fn stats(&self) -> &RtStats {
         &self.shared.stats
@@ -1012,6 +1123,11 @@ impl Engine {
         self.collect();
         close_all(devices)
     }
+}
+
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 fn close_all(devices: Vec<Box<dyn Device>>) -> Result<(), EngineError> {

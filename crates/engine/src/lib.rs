@@ -6,6 +6,7 @@
 //!   (its module docs state the real-time contract).
 //! - [`engine`]: the control API that protocol front-ends and policy use.
 //! - [`stream`]: adapters that turn a client's interleaved ring into graph ports.
+//! - [`timing`]: per-node wait and busy times per cycle (pw-top's figures).
 //! - [`callback`]: nodes whose processing runs in a client process (JACK-style
 //!   callbacks), with deadlines, xrun accounting and asynchronous fallback.
 //!
@@ -19,6 +20,7 @@ pub mod plan;
 pub mod rt;
 pub mod sched;
 pub mod stream;
+pub mod timing;
 
 pub use callback::{CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport};
 pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent};
@@ -26,6 +28,7 @@ pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
 pub use node::{CycleInfo, Processor};
 pub use rt::{RtEvent, RtRunner};
 pub use sched::RtOutcome;
+pub use timing::{NodeTiming, RemoteTimes};
 
 /// Why an engine operation was refused.
 #[derive(Debug, thiserror::Error)]

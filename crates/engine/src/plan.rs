@@ -80,6 +80,9 @@ pub struct NodeSlot {
     pub(crate) pending: bool,
     /// The processor has produced output (what a rewind would have to take back).
     pub(crate) rendered: bool,
+    /// Split-phase nodes: the RT thread's time in `begin` this cycle, ns (per-node
+    /// timing adds the `finish` part).
+    pub(crate) begin_ns: u64,
 }
 
 impl NodeSlot {
@@ -100,6 +103,7 @@ impl NodeSlot {
             volume_on_inputs: kind.volume_on_inputs(),
             pending: false,
             rendered: false,
+            begin_ns: 0,
         }
     }
 }

@@ -30,6 +30,7 @@
 
 use crate::node::CycleInfo;
 use crate::plan::{DeviceRole, Fade, NodeSlot, Plan};
+use crate::timing::NodeTimes;
 use quaver_devices::{Device, WaitStatus};
 use quaver_dsp::mix::{mix_into, mix_into_ramp};
 use quaver_dsp::volume::GainRamp;
@@ -225,6 +226,10 @@ pub struct RtRunner {
     pub(crate) service_bell: Arc<OwnedFd>,
     pub(crate) wake: Arc<OwnedFd>,
     pub(crate) stats: Arc<RtStats>,
+    /// Per slot: the node's timing ([`crate::timing`]), shared with the control side.
+    pub(crate) node_times: Arc<[NodeTimes]>,
+    /// Whether to time nodes one by one (one clock read per node boundary).
+    pub(crate) node_timing: bool,
     pub(crate) rate: u32,
     pub(crate) ramp_frames: usize,
     pub(crate) suspend_after_frames: Option<u64>,
@@ -278,6 +283,10 @@ impl RtRunner {
             let Ok(msg) = self.from_ctl.pop() else { break };
             match msg {
                 ToRt::AddNode { slot, node } => {
+                    // The slot's figures are the new node's from now on.
+                    if let Some(t) = self.node_times.get(slot) {
+                        t.reset();
+                    }
                     if let Some(old) = self.slots[slot].replace(node) {
                         self.retire(Garbage::Node(old));
                     }
@@ -518,11 +527,13 @@ impl RtRunner {
                 self.devices[0].capture_delay()
             },
         };
-        self.process_graph(&cx);
+        let end = self.process_graph(&cx);
         self.first_cycle_of_plan = false;
         self.cycle += 1;
         self.position += q as u64;
-        let busy = now_ns().saturating_sub(t0);
+        // With per-node timing the last node boundary is the end of the cycle's work.
+        let end = end.unwrap_or_else(now_ns);
+        let busy = end.saturating_sub(t0);
         self.stats.cycles.store(self.cycle, Relaxed);
         self.stats.busy_ns_last.store(busy, Relaxed);
         self.stats.busy_ns_max.fetch_max(busy, Relaxed);
@@ -593,7 +604,13 @@ impl RtRunner {
         }
     }
 
-    fn process_graph(&mut self, cx: &CycleInfo) {
+    /// Runs every step of the plan. With per-node timing, returns the clock reading at
+    /// the last node boundary (the end of the work). *RT*.
+    fn process_graph(&mut self, cx: &CycleInfo) -> Option<u64> {
+        let timing = self.node_timing;
+        // One clock reading per node boundary: the end of one node's work is the
+        // start of the next one's.
+        let mut mark = cx.time_ns;
         let q = cx.frames;
         let first = self.first_cycle_of_plan;
         let ramp = self.ramp_frames.min(q);
@@ -605,6 +622,9 @@ impl RtRunner {
                 let src = self.plan.links[li].src_slot;
                 if self.slots[src].as_ref().is_some_and(|s| s.pending) {
                     Self::finish_slot(self.slots[src].as_deref_mut(), cx);
+                    if timing {
+                        mark = self.time_finish(src, mark);
+                    }
                 }
             }
             let Some(mut cur) = self.slots[step.slot].take() else {
@@ -618,6 +638,7 @@ impl RtRunner {
                 volume_on_inputs,
                 pending,
                 rendered,
+                begin_ns,
             } = &mut *cur;
             for ch in 0..inputs.channels() {
                 inputs.channel_mut(ch)[..q].fill(0.0);
@@ -681,15 +702,48 @@ impl RtRunner {
             } else if !*volume_on_inputs {
                 gain.apply(&mut outputs.view_mut(q));
             }
+            if timing {
+                let now = now_ns();
+                let spent = now.saturating_sub(mark);
+                mark = now;
+                if *pending {
+                    *begin_ns = spent;
+                } else if let Some(t) = self.node_times.get(step.slot) {
+                    t.record(0, spent, spent);
+                    if let Some(p) = processor.as_ref() {
+                        t.xruns.store(p.xruns(), Relaxed);
+                    }
+                }
+            }
             self.slots[step.slot] = Some(cur);
         }
         for i in 0..self.pending.len() {
             let slot = self.pending[i];
             if self.slots[slot].as_ref().is_some_and(|s| s.pending) {
                 Self::finish_slot(self.slots[slot].as_deref_mut(), cx);
+                if timing {
+                    mark = self.time_finish(slot, mark);
+                }
             }
         }
         self.pending.clear();
+        timing.then_some(mark)
+    }
+
+    /// Records a split-phase node's timing right after its `finish`; returns the clock
+    /// reading, the next node boundary. *RT*.
+    fn time_finish(&self, slot: usize, mark: u64) -> u64 {
+        let now = now_ns();
+        if let (Some(n), Some(t)) = (self.slots[slot].as_deref(), self.node_times.get(slot))
+            && let Some(p) = n.processor.as_ref()
+        {
+            t.xruns.store(p.xruns(), Relaxed);
+            if let Some(r) = p.remote_times() {
+                let (wait, busy) = r.wait_busy(now);
+                t.record(wait, busy, n.begin_ns + now.saturating_sub(mark));
+            }
+        }
+        now
     }
 
     /// Finishes a split-phase node begun this cycle and applies its volume. *RT*; may

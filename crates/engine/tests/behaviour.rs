@@ -496,3 +496,95 @@ fn a_device_that_cannot_reopen_after_the_idle_close_is_dropped_not_a_panic() {
     assert!(engine.status().devices[0].gone);
     engine.shutdown_manual(runner).unwrap();
 }
+
+/// Busy-waits (no sleep: its thread stays on the CPU) a fixed time per cycle.
+struct Spin(std::time::Duration);
+
+impl quaver_engine::Processor for Spin {
+    fn process(
+        &mut self,
+        _cx: &quaver_engine::CycleInfo,
+        _inputs: quaver_dsp::Planar<'_>,
+        outputs: &mut quaver_dsp::PlanarMut<'_>,
+    ) {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < self.0 {
+            std::hint::spin_loop();
+        }
+        outputs.fill_silence();
+    }
+}
+
+#[test]
+fn node_timing_shows_at_least_the_time_a_node_spends() {
+    const SPIN: std::time::Duration = std::time::Duration::from_micros(1500);
+    let dev = RecordingDevice::new(RATE, 0);
+    let (engine, mut runner) = Engine::new_manual(config(256), vec![Box::new(dev)]).unwrap();
+    let mut s = NodeSpec::new("slow", NodeKind::Filter);
+    s.outputs = ChannelMap::stereo();
+    engine.add_node(s, Some(Box::new(Spin(SPIN)))).unwrap();
+    source(&engine, "fast", 0.1, None);
+    engine.link("slow", "test-sink").unwrap();
+    engine.link("fast", "test-sink").unwrap();
+    settle(&mut runner, &[]);
+    let _ = engine.node_timing();
+    for _ in 0..20 {
+        runner.run_cycle();
+    }
+    let t = engine.node_timing();
+    let get = |name: &str| t.iter().find(|n| n.name == name).unwrap().clone();
+    let (slow, fast, sink) = (get("slow"), get("fast"), get("test-sink"));
+    let spin = SPIN.as_nanos() as u64;
+    assert_eq!(slow.cycles, 20);
+    assert!(slow.busy_avg_ns >= spin, "{slow:?}");
+    assert!(slow.busy_max_ns >= spin, "{slow:?}");
+    assert!(slow.rt_avg_ns >= spin, "{slow:?}");
+    assert_eq!(
+        (slow.wait_avg_ns, slow.wait_max_ns),
+        (0, 0),
+        "in-process nodes do not wait"
+    );
+    assert!(fast.busy_avg_ns < slow.busy_avg_ns, "{fast:?} vs {slow:?}");
+    assert_eq!((fast.quantum, fast.rate), (256, RATE));
+    assert_eq!(sink.cycles, 20);
+    // The maxima cover the interval since the previous read: nothing ran since.
+    let again = engine.node_timing();
+    let slow2 = again.iter().find(|n| n.name == "slow").unwrap();
+    assert_eq!((slow2.cycles, slow2.busy_max_ns), (0, 0));
+    assert!(
+        slow2.busy_avg_ns >= spin,
+        "an idle interval shows the last value"
+    );
+    // The cycle's busy time holds every node's.
+    assert!(
+        engine
+            .stats()
+            .busy_ns_max
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= spin
+    );
+}
+
+#[test]
+fn node_timing_can_be_turned_off() {
+    let dev = RecordingDevice::new(RATE, 0);
+    let cfg = EngineConfig {
+        node_timing: false,
+        ..config(256)
+    };
+    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
+    source(&engine, "fast", 0.1, None);
+    settle(&mut runner, &[]);
+    for _ in 0..5 {
+        runner.run_cycle();
+    }
+    let t = engine.node_timing();
+    assert!(t.iter().all(|n| n.cycles_total == 0), "{t:?}");
+    assert!(
+        engine
+            .stats()
+            .cycles
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 5
+    );
+}

@@ -311,3 +311,41 @@ fn ports_added_later_carry_audio_and_keep_the_devices_awake() {
     assert!(client.calls() >= 10);
     engine.shutdown_manual(runner).unwrap();
 }
+
+#[test]
+fn node_timing_shows_a_clients_callback_time_as_busy() {
+    const SLOW: Duration = Duration::from_millis(3);
+    let (engine, mut runner, left) = engine(64 * Q);
+    let (_slow, _) = add_client(
+        &engine,
+        "slow",
+        Behaviour::Slow(SLOW),
+        CallbackConfig::default(),
+    );
+    let (_quick, _) = add_client(
+        &engine,
+        "quick",
+        Behaviour::Gain(1.0),
+        CallbackConfig::default(),
+    );
+    engine.link("slow", "test-sink").unwrap();
+    engine.link("quick", "test-sink").unwrap();
+    settle(&mut runner, &left);
+    let _ = engine.node_timing();
+    run(&mut runner, 20);
+    let t = engine.node_timing();
+    let get = |name: &str| t.iter().find(|n| n.name == name).unwrap().clone();
+    let (slow, quick) = (get("slow"), get("quick"));
+    let slow_ns = SLOW.as_nanos() as u64;
+    assert!(slow.cycles >= 1, "{slow:?}");
+    assert!(slow.busy_avg_ns >= slow_ns, "{slow:?}");
+    assert!(slow.busy_max_ns >= slow_ns, "{slow:?}");
+    assert!(slow.wait_max_ns >= slow.wait_avg_ns, "{slow:?}");
+    assert!(quick.cycles >= 1, "{quick:?}");
+    assert!(
+        quick.busy_avg_ns < slow.busy_avg_ns,
+        "{quick:?} vs {slow:?}"
+    );
+    assert_eq!(quick.xruns, 0);
+    engine.shutdown_manual(runner).unwrap();
+}

@@ -81,6 +81,17 @@ struct StatusWords {
     server_flags: AtomicU32,
 }
 
+/// Written by the client when it completes a cycle, before `done_seq`: when its process
+/// thread woke for wake `seq` and when it finished (CLOCK_MONOTONIC ns). Added within
+/// layout version 1: a client that does not write them leaves zeros, which the server
+/// reads as "not reported".
+#[repr(C)]
+struct TimesWords {
+    seq: AtomicU64,
+    awake_ns: AtomicU64,
+    finish_ns: AtomicU64,
+}
+
 #[repr(C)]
 struct Header {
     meta: Line<Meta>,
@@ -88,6 +99,7 @@ struct Header {
     done_seq: Line<AtomicU64>,
     status: Line<StatusWords>,
     client_flags: Line<AtomicU32>,
+    times: Line<TimesWords>,
 }
 
 // The layout is a wire format (docs/protocol.md); pin it.
@@ -113,6 +125,10 @@ const _: () = {
     assert!(offset_of!(StatusWords, mode) == 8);
     assert!(offset_of!(StatusWords, server_flags) == 12);
     assert!(offset_of!(Header, client_flags) == 256);
+    assert!(offset_of!(Header, times) == 320);
+    assert!(offset_of!(TimesWords, seq) == 0);
+    assert!(offset_of!(TimesWords, awake_ns) == 8);
+    assert!(offset_of!(TimesWords, finish_ns) == 16);
     assert!(size_of::<Header>() <= CALLBACK_HEADER_BYTES);
 };
 
@@ -370,6 +386,22 @@ impl CallbackShm {
         self.header().client_flags.0.load(Ordering::Acquire)
     }
 
+    /// Server: when the client woke for wake `seq` and when it finished it, if it
+    /// stamped them (read after seeing `done_seq == seq`). Untrusted: for statistics
+    /// only. *RT*.
+    pub fn client_times(&self, seq: u64) -> Option<(u64, u64)> {
+        let t = &self.header().times.0;
+        if t.seq.load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let times = (
+            t.awake_ns.load(Ordering::Relaxed),
+            t.finish_ns.load(Ordering::Relaxed),
+        );
+        // A client stamping the next wake while we read: the pair may be torn.
+        (t.seq.load(Ordering::Acquire) == seq).then_some(times)
+    }
+
     // ----- client side -----
 
     /// Client: the latest cycle the server woke it for. `frames` is clamped to the
@@ -419,6 +451,20 @@ impl CallbackShm {
     /// Client: publishes that it completed wake `seq` (release: its outputs first).
     pub fn complete(&self, seq: u64) {
         self.header().done_seq.0.store(seq, Ordering::Release);
+    }
+
+    /// Client: like [`CallbackShm::complete`], first stamping when the process thread
+    /// woke for `seq` and when it finished (CLOCK_MONOTONIC ns; pw-top's WAIT and BUSY
+    /// on the server side).
+    pub fn complete_timed(&self, seq: u64, awake_ns: u64, finish_ns: u64) {
+        let t = &self.header().times.0;
+        // Invalidate first so a reader never pairs the old seq with new stamps.
+        t.seq.store(0, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        t.awake_ns.store(awake_ns, Ordering::Relaxed);
+        t.finish_ns.store(finish_ns, Ordering::Relaxed);
+        t.seq.store(seq, Ordering::Release);
+        self.complete(seq);
     }
 
     /// The miss counter the server published.
@@ -587,6 +633,19 @@ mod tests {
         assert_eq!(srv.client_flags(), 0);
         srv.set_server_flags(SERVER_ERROR);
         assert_eq!(cli.server_flags(), SERVER_ERROR);
+    }
+
+    #[test]
+    fn client_times_belong_to_the_wake_they_name() {
+        let (srv, fd) = CallbackShm::create(geo(), 48000).unwrap();
+        let cli = CallbackShm::open(fd, geo()).unwrap();
+        assert_eq!(srv.client_times(1), None, "nothing stamped yet");
+        cli.complete(1);
+        assert_eq!(srv.client_times(1), None, "an untimed completion");
+        cli.complete_timed(2, 5000, 9000);
+        assert_eq!(srv.done_seq(), 2);
+        assert_eq!(srv.client_times(2), Some((5000, 9000)));
+        assert_eq!(srv.client_times(3), None, "stamps of another wake");
     }
 
     #[test]

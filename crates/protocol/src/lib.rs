@@ -22,9 +22,9 @@ pub use callback::{CallbackGeometry, CallbackShm, CycleHeader, EventBell};
 pub use framing::{Frame, FrameError, FramedSocket, MAX_FDS, MAX_MESSAGE_BYTES, ProtocolError};
 pub use message::{
     CallbackCreated, CallbackNodeInfo, CallbackParams, CallbackPort, ClientInfo, DeviceStatus,
-    Direction, ErrorCode, GraphEvent, GraphInfo, LinkInfo, NodeInfo, PROTOCOL_VERSION,
-    PortDirection, PortInfo, PortParams, Reply, ReplyEnvelope, Request, RequestEnvelope,
-    StatusInfo, StreamCreated, StreamParams, TimingStats,
+    Direction, ErrorCode, GraphEvent, GraphInfo, LinkInfo, NodeInfo, NodeTimingInfo,
+    PROTOCOL_VERSION, PortDirection, PortInfo, PortParams, Reply, ReplyEnvelope, Request,
+    RequestEnvelope, StatusInfo, StreamCreated, StreamParams, TimingStats,
 };
 pub use quaver_dsp::{ChannelMap, ChannelPosition};
 pub use shm::{Doorbell, ShmError, ShmRing};

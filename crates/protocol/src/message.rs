@@ -467,6 +467,55 @@ pub struct TimingStats {
     pub lateness_max_ns: u64,
     /// Largest busy time seen, ns.
     pub busy_max_ns: u64,
+    /// Every node's timing over the interval since the previous `timing` request of any
+    /// client (added within v1; absent from older servers).
+    #[serde(default)]
+    pub nodes: Vec<NodeTimingInfo>,
+    /// Length of that interval, ns (added within v1).
+    #[serde(default)]
+    pub interval_ns: u64,
+    /// The devices are suspended (idle), so no node runs (added within v1).
+    #[serde(default)]
+    pub suspended: bool,
+}
+
+/// One node's timing per cycle in [`TimingStats`], in the terms of PipeWire's `pw-top`
+/// (docs/engine.md, "Observability"): averages and maxima over the interval.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeTimingInfo {
+    /// Node id.
+    pub id: u32,
+    /// Node name.
+    pub name: String,
+    /// Kind, as in [`NodeInfo`] (`sink`, `playback`, `client`, …).
+    pub kind: String,
+    /// Frames per cycle the node runs at.
+    pub quantum: u32,
+    /// The quantum the node asks for, if it asks for one.
+    pub quantum_requested: Option<u32>,
+    /// Sample rate, Hz.
+    pub rate: u32,
+    /// Cycles the node ran in the interval (0: idle, e.g. an inactive client).
+    pub cycles: u64,
+    /// Mean wait per cycle, ns: for a callback client the time from the server's signal
+    /// to its process thread waking; 0 for nodes the server runs itself.
+    pub wait_avg_ns: u64,
+    /// Longest wait in the interval, ns.
+    pub wait_max_ns: u64,
+    /// Mean busy time per cycle, ns: the client's callback (wake to completion), or the
+    /// server's processing of the node.
+    pub busy_avg_ns: u64,
+    /// Longest busy time in the interval, ns.
+    pub busy_max_ns: u64,
+    /// Mean time the server's real-time thread spent on the node per cycle (for a
+    /// callback client: waking it, blocking on it, collecting its outputs), ns.
+    pub rt_avg_ns: u64,
+    /// Longest such time in the interval, ns.
+    pub rt_max_ns: u64,
+    /// Xruns counted against the node since it was created (client misses, stream
+    /// underruns and overruns, device underruns and overruns).
+    pub xruns: u64,
 }
 
 /// A reply from server to client.
@@ -482,8 +531,8 @@ pub enum Reply {
     },
     /// Answer to `Status`.
     Status(StatusInfo),
-    /// Answer to `Timing`.
-    Timing(TimingStats),
+    /// Answer to `Timing` (boxed: with its node table it is the largest reply).
+    Timing(Box<TimingStats>),
     /// Answer to `Graph`.
     Graph(GraphInfo),
     /// Answer to `CreateStream`; carries the ring memfd and doorbell eventfd.
@@ -963,6 +1012,50 @@ mod tests {
             serde_json::from_str::<Reply>(r#"{"type":"ok"}"#).unwrap(),
             Reply::Ok
         );
+    }
+
+    #[test]
+    fn timing_with_nodes_roundtrips_and_older_replies_parse() {
+        let t = Reply::Timing(Box::new(TimingStats {
+            rate: 48000,
+            quantum: 64,
+            cycles: 1000,
+            xruns: 1,
+            lateness_ns_log2: vec![0, 3],
+            busy_ns_log2: vec![1],
+            lateness_max_ns: 9000,
+            busy_max_ns: 40000,
+            nodes: vec![NodeTimingInfo {
+                id: 7,
+                name: "synth".into(),
+                kind: "client".into(),
+                quantum: 64,
+                quantum_requested: Some(64),
+                rate: 48000,
+                cycles: 750,
+                wait_avg_ns: 21000,
+                wait_max_ns: 80000,
+                busy_avg_ns: 110000,
+                busy_max_ns: 400000,
+                rt_avg_ns: 130000,
+                rt_max_ns: 500000,
+                xruns: 2,
+            }],
+            interval_ns: 1_000_000_000,
+            suspended: false,
+        }));
+        let s = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), t);
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(v["nodes"][0]["busy_avg_ns"], 110000);
+        assert_eq!(v["nodes"][0]["wait_max_ns"], 80000);
+        // A server from before per-node timing: no nodes, no interval.
+        let old = r#"{"type":"timing","rate":48000,"quantum":256,"cycles":5,"xruns":0,
+                      "lateness_ns_log2":[],"busy_ns_log2":[],"lateness_max_ns":0,"busy_max_ns":0}"#;
+        match serde_json::from_str::<Reply>(old).unwrap() {
+            Reply::Timing(t) => assert!(t.nodes.is_empty() && t.interval_ns == 0 && !t.suspended),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub struct Shared {
     pub mode: AtomicU32,
     pub stop: AtomicBool,
     pub calls: AtomicU64,
+    /// The client's own clock readings for the cycle `times_seq`: woke, finished.
+    pub awake_ns: AtomicU64,
+    pub finish_ns: AtomicU64,
+    pub times_seq: AtomicU64,
 }
 
 pub struct TestTransport {
@@ -115,6 +119,14 @@ impl CallbackTransport for TestTransport {
         self.sh.xruns.store(xruns, Ordering::Relaxed);
         self.sh.mode.store(mode as u32, Ordering::Relaxed);
     }
+    fn client_times(&self) -> Option<(u64, u64)> {
+        (self.sh.times_seq.load(Ordering::Acquire) == self.seq).then(|| {
+            (
+                self.sh.awake_ns.load(Ordering::Relaxed),
+                self.sh.finish_ns.load(Ordering::Relaxed),
+            )
+        })
+    }
 }
 
 /// A client thread plus the transport to hand to a `CallbackNode`.
@@ -138,6 +150,9 @@ impl TestClient {
             mode: AtomicU32::new(0),
             stop: AtomicBool::new(false),
             calls: AtomicU64::new(0),
+            awake_ns: AtomicU64::new(0),
+            finish_ns: AtomicU64::new(0),
+            times_seq: AtomicU64::new(0),
         });
         let wake = Arc::new(eventfd(0, EventfdFlags::CLOEXEC).unwrap());
         let done = Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).unwrap());
@@ -217,6 +232,7 @@ fn client_loop(
             continue;
         }
         handled = seq;
+        let awake = now_ns();
         let calls = sh.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let frames = sh.frames.load(Ordering::Relaxed) as usize;
         let cycle = sh.cycle.load(Ordering::Relaxed);
@@ -250,6 +266,9 @@ fn client_loop(
             }
             _ => {}
         }
+        sh.awake_ns.store(awake, Ordering::Relaxed);
+        sh.finish_ns.store(now_ns(), Ordering::Relaxed);
+        sh.times_seq.store(seq, Ordering::Release);
         sh.done.store(seq, Ordering::Release);
         let _ = rustix::io::write(&*done, &1u64.to_ne_bytes());
     }

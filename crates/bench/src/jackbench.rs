@@ -9,7 +9,8 @@
 //!   jumps, callbacks ending after the next cycle's start), next to cyclictest's count
 //!   of wakeups later than one period under the same load for the same time;
 //! - **per-client overhead**: 1, 8 and 32 clients with a light fixed load; quaverd's
-//!   server-side wait per client (its `graph` reply) and cycle busy time (`timing`),
+//!   per-node WAIT/BUSY per client (its `timing` reply's nodes, pw-top's definitions),
+//!   the time its RT thread blocked on and spent on each client, cycle busy time,
 //!   PipeWire's per-node WAIT/BUSY as `pw-top` computes them (from `pw-top -b`, or,
 //!   where pw-top has no batch mode, from the same profiler data through
 //!   `pw-profiler`), and every server's figures as the client itself measures them.
@@ -25,7 +26,7 @@ use crate::stats::{Log2Hist, fmt_bounds};
 use crate::stressor::{self, StressorConfig, StressorKind};
 use crate::{Ctx, jackclient};
 use anyhow::{Context, Result, anyhow, bail};
-use quaver_client::quaver_protocol::{GraphInfo, StatusInfo, TimingStats};
+use quaver_client::quaver_protocol::{GraphInfo, NodeTimingInfo, StatusInfo, TimingStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -492,6 +493,20 @@ pub struct QuaverSide {
     pub lateness: Option<Log2Hist>,
     /// Whether the RT thread ran SCHED_FIFO.
     pub realtime: bool,
+    /// pw-top's WAIT per cycle as quaverd times it (`timing` nodes: signal → the
+    /// client's process thread awake), mean over the window, mean of the clients, ns.
+    #[serde(default)]
+    pub node_wait_ns: Option<f64>,
+    /// pw-top's BUSY per cycle as quaverd times it (awake → completion), ns.
+    #[serde(default)]
+    pub node_busy_ns: Option<f64>,
+    /// The RT thread's own time per client per cycle (waking it, blocking on it,
+    /// collecting it), ns.
+    #[serde(default)]
+    pub node_rt_ns: Option<f64>,
+    /// Clients the per-node figures cover.
+    #[serde(default)]
+    pub timed_clients: usize,
 }
 
 fn quaver_side(a: &QuaverSnap, b: &QuaverSnap, prefix: &str) -> QuaverSide {
@@ -508,6 +523,21 @@ fn quaver_side(a: &QuaverSnap, b: &QuaverSnap, prefix: &str) -> QuaverSide {
         let l = Log2Hist::from_counts(&t1.lateness_ns_log2)
             .since(&Log2Hist::from_counts(&t0.lateness_ns_log2));
         q.lateness = (l.total() > 0).then_some(l);
+        // The window-start snapshot's `timing` request opened the interval the end
+        // snapshot's node figures cover: exactly the window.
+        let ours: Vec<_> = t1
+            .nodes
+            .iter()
+            .filter(|n| n.name.starts_with(&format!("{prefix}-")) && n.cycles > 0)
+            .collect();
+        let mean = |f: fn(&NodeTimingInfo) -> u64| {
+            (!ours.is_empty())
+                .then(|| ours.iter().map(|n| f(n) as f64).sum::<f64>() / ours.len() as f64)
+        };
+        q.node_wait_ns = mean(|n| n.wait_avg_ns);
+        q.node_busy_ns = mean(|n| n.busy_avg_ns);
+        q.node_rt_ns = mean(|n| n.rt_avg_ns);
+        q.timed_clients = ours.len();
     }
     if let (Some(g0), Some(g1)) = (&a.graph, &b.graph) {
         let mut waits = Vec::new();
@@ -1475,9 +1505,18 @@ pub fn render(r: &JackResults) -> ModeOutput {
             oh.row(vec![
                 n.clone(),
                 name.clone(),
-                "quaverd graph/timing".into(),
+                "quaverd timing WAIT/BUSY (per node)".into(),
+                q.node_wait_ns.map_or("n/a".into(), us),
+                q.node_busy_ns.map_or("n/a".into(), us),
+                format!("{} of {} nodes timed", q.timed_clients, p.clients),
+                String::new(),
+            ]);
+            oh.row(vec![
+                n.clone(),
+                name.clone(),
+                "quaverd RT thread (blocked / per client)".into(),
                 q.wait_per_client_ns.map_or("n/a".into(), us),
-                "n/a (not per node)".into(),
+                q.node_rt_ns.map_or("n/a".into(), us),
                 format!(
                     "p50 {} / p99 {}",
                     fmt_bounds(q.busy.as_ref().and_then(|b| b.percentile(50.0))),
@@ -1534,18 +1573,23 @@ pub fn render(r: &JackResults) -> ModeOutput {
             "\n## Per-client overhead\n\nN JACK clients in one process, each with one output \
              port connected to the server's first playback port and {} voices (a light fixed \
              load), at period {}. Rows per server:\n\n\
-             - *quaverd graph/timing*: the time quaverd's RT thread waited for a client's \
-             completion per wake (mean over the window, mean of the clients — `quaver graph`'s \
-             callback statistics), and the RT thread's whole-cycle busy time (log2 buckets; \
-             quaverd does not time nodes one by one, so there is no per-client busy figure);\n\
+             - *quaverd timing WAIT/BUSY*: quaverd's per-node timing (`timing` reply, `quaver \
+             top`): WAIT = the client's process thread awake − the server's signal, BUSY = its \
+             completion − awake, stamped as pw-top's are; mean over the window per node, mean \
+             of the clients;\n\
+             - *quaverd RT thread*: the time the RT thread blocked on a client's completion per \
+             wake (`quaver graph`'s callback statistics), then the RT thread's whole time on a \
+             client per cycle (waking it, blocking, collecting; `rt_avg_ns`), and the RT \
+             thread's whole-cycle busy time (log2 buckets);\n\
              - *pw-top WAIT/BUSY*: PipeWire's per-node WAIT (awake − signal) and BUSY (finish − \
              awake), median of the samples per node, mean of the nodes — from `pw-top -b`, or, \
              where pw-top has no batch mode (0.3.65), from `pw-profiler`, the same profiler data \
              pw-top reads, every cycle;\n\
              - *client*: what the client measures on every server: wake = callback start − \
              cycle start (`jack_get_cycle_times`, the library's clock), callback = its duration.\n\n\
-             The definitions differ: quaverd's wait includes the client's whole wake-up and \
-             callback as seen from the server; pw-top's WAIT is the scheduling delay alone.\n",
+             quaverd's WAIT/BUSY and pw-top's have the same definition; quaverd's are means, \
+             pw-top's medians of the samples. The RT thread's blocked time includes the \
+             client's whole wake-up and callback whenever it was not done when needed.\n",
             r.overhead_voices, r.overhead_period
         );
         md.push_str(&oh.markdown());
@@ -1753,6 +1797,50 @@ mod tests {
         // (300·20 µs − 100·10 µs) / 200 = 25 µs.
         assert_eq!(q.wait_per_client_ns, Some(25_000.0));
         assert_eq!(quaver_side(&a, &b, "other").wakes, 0);
+        assert_eq!(q.node_busy_ns, None, "no timing, no per-node figures");
+    }
+
+    #[test]
+    fn quaver_side_takes_per_node_figures_from_the_end_snapshot() {
+        let t = |nodes| TimingStats {
+            rate: 48000,
+            quantum: 64,
+            cycles: 0,
+            xruns: 0,
+            lateness_ns_log2: Vec::new(),
+            busy_ns_log2: Vec::new(),
+            lateness_max_ns: 0,
+            busy_max_ns: 0,
+            nodes,
+            interval_ns: 3_000_000_000,
+            suspended: false,
+        };
+        let node = |name: &str, cycles, wait, busy| NodeTimingInfo {
+            name: name.into(),
+            cycles,
+            wait_avg_ns: wait,
+            busy_avg_ns: busy,
+            rt_avg_ns: wait + busy,
+            ..NodeTimingInfo::default()
+        };
+        let a = QuaverSnap {
+            timing: Some(t(Vec::new())),
+            ..QuaverSnap::default()
+        };
+        let b = QuaverSnap {
+            timing: Some(t(vec![
+                node("qb-light-0", 100, 10_000, 30_000),
+                node("qb-light-1", 100, 20_000, 50_000),
+                node("qb-light-2", 0, 0, 0),
+                node("null-sink", 100, 0, 2_000),
+            ])),
+            ..QuaverSnap::default()
+        };
+        let q = quaver_side(&a, &b, "qb-light");
+        assert_eq!(q.timed_clients, 2, "idle and foreign nodes are left out");
+        assert_eq!(q.node_wait_ns, Some(15_000.0));
+        assert_eq!(q.node_busy_ns, Some(40_000.0));
+        assert_eq!(q.node_rt_ns, Some(55_000.0));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! the library crates, so this crate stays thin.
 
 pub mod config;
+pub mod follow;
 pub mod native;
 
 use anyhow::{Context, Result};
@@ -120,6 +121,7 @@ pub fn run(cfg: Config) -> Result<()> {
     }
     let engine = Engine::start(cfg.engine_config(), devices).context("starting the engine")?;
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
+    follow::spawn(engine.clone(), policy.clone()).context("starting the follow thread")?;
     let server = native::NativeServer::with_callback_options(
         engine.clone(),
         policy.clone(),

@@ -491,6 +491,7 @@ impl NativeServer {
                 E::LinksChanged => ("links_changed", None),
                 E::Suspended(true) => ("suspended", None),
                 E::Suspended(false) => ("resumed", None),
+                E::DeviceGone(_) => ("device_gone", None),
             };
             let reply = Reply::Event(GraphEvent {
                 event: event.into(),

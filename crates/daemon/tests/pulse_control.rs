@@ -595,3 +595,45 @@ fn tcp_clients_need_the_cookie_unless_allow_listed() {
     d.stop();
     assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "paplay over TCP");
 }
+
+#[test]
+fn an_unplugged_card_moves_its_streams_to_the_next_sink() {
+    require_tools!("pactl", "paplay");
+    // The sim card is unplugged in its 60th cycle (about 5 s into the 6 s stream, whose
+    // default latency makes 85 ms cycles); a file sink on the same clock is left.
+    let mut d = pulse_util::start(&["--device", "sim:unplug=60", "--device", "file:b.wav"]);
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+    assert_eq!(sinks.lines().count(), 2, "{sinks}");
+    let file_sink = sinks
+        .lines()
+        .find(|l| l.contains("file-sink"))
+        .and_then(|l| l.split('\t').next())
+        .unwrap()
+        .to_string();
+    let input = noise_s16(48000 * 12, 7, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let player = spawn_pa(&d, "paplay", &["in.wav"]);
+    // Bounded: the unplug comes within seconds of the stream starting.
+    let moved = wait_until(std::time::Duration::from_secs(20), || {
+        let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+        let inputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+        !sinks.contains("sim-sink") && inputs.split('\t').nth(1) == Some(file_sink.as_str())
+    });
+    let log = d.log_text();
+    assert!(
+        moved,
+        "the stream never moved off the unplugged card:\n{log}"
+    );
+    assert!(log.contains("moved"), "{log}");
+    // The player never noticed: it finishes normally.
+    pa_ok(&d, &wait_output(player, std::time::Duration::from_secs(30)));
+    let b_path = d.path("b.wav");
+    d.stop();
+    let (_, b) = read_wav_s16(&b_path);
+    let loud = b.iter().filter(|s| s.unsigned_abs() > 1000).count();
+    eprintln!("file sink: {} frames, {loud} loud samples", b.len() / 2);
+    assert!(
+        loud > 48000,
+        "the file sink got {loud} loud samples after the move"
+    );
+}

@@ -135,6 +135,9 @@ pub enum GraphEvent {
     LinksChanged,
     /// Devices suspended (true) or resumed (false).
     Suspended(bool),
+    /// The device with this index failed or went away; its nodes are marked `gone` and streams linked
+    /// to them should move elsewhere (the daemon's policy does that).
+    DeviceGone(usize),
 }
 
 fn notify(ctl: &mut Control, e: GraphEvent) {
@@ -476,10 +479,18 @@ impl Engine {
                 RtEvent::Xrun { device } => {
                     tracing::warn!("xrun on device {}", self.shared.devices[device].name)
                 }
-                RtEvent::DeviceGone { device } => tracing::error!(
-                    "device {} failed and is no longer driven",
-                    self.shared.devices[device].name
-                ),
+                RtEvent::DeviceGone { device } => {
+                    tracing::error!(
+                        "device {} failed and is no longer driven",
+                        self.shared.devices[device].name
+                    );
+                    for n in ctl.graph.nodes.values_mut() {
+                        if n.device == Some(device) {
+                            n.gone = true;
+                        }
+                    }
+                    notify(&mut ctl, GraphEvent::DeviceGone(device));
+                }
                 RtEvent::Suspended => {
                     tracing::debug!("devices suspended (idle)");
                     notify(&mut ctl, GraphEvent::Suspended(true));

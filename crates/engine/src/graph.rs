@@ -184,6 +184,8 @@ pub struct Node {
     pub max_outputs: usize,
     /// Keeps the devices awake while the node exists.
     pub keep_awake: bool,
+    /// A device node whose device failed or went away: policy routes nothing to it.
+    pub gone: bool,
 }
 
 /// A link from an output port to an input port.
@@ -248,6 +250,7 @@ impl Graph {
             max_inputs: spec.input_capacity(),
             max_outputs: spec.output_capacity(),
             keep_awake: spec.keep_awake,
+            gone: false,
         };
         for (dir, map, names) in [
             (Direction::In, &spec.inputs, &spec.input_names),

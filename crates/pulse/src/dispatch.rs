@@ -120,6 +120,9 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                     }
                 }
                 GraphEvent::LinksChanged => links_changed = true,
+                // The daemon moves the device's streams and removes its nodes; those
+                // edits arrive as their own events.
+                GraphEvent::DeviceGone(_) => {}
                 GraphEvent::Suspended(_) => {
                     for (&id, &kind) in &mem.kinds {
                         if !kind.is_stream() {

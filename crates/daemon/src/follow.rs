@@ -1,0 +1,117 @@
+//! Streams follow devices: when a device fails or is unplugged, the streams playing to
+//! it (or recording from it) move to the policy's choice among the devices left, and
+//! the device's nodes leave the graph, so every front-end sees the sink or source go
+//! away and its streams turn up on the new one. The daemon keeps running either way.
+//!
+//! One thread, woken only by graph events (no periodic wakeups).
+
+use quaver_engine::{Engine, Graph, GraphEvent, NodeId, NodeKind};
+use quaver_policy::{NodeView, Policy};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Starts the thread that moves streams off devices that go away.
+pub fn spawn(engine: Engine, policy: Arc<Mutex<Policy>>) -> std::io::Result<JoinHandle<()>> {
+    let events = engine.subscribe();
+    std::thread::Builder::new()
+        .name("quaver-follow".into())
+        .spawn(move || {
+            // Ends when the engine (and with it the sender) is gone.
+            while let Ok(ev) = events.recv() {
+                if let GraphEvent::DeviceGone(device) = ev {
+                    device_gone(&engine, &policy, device);
+                }
+            }
+        })
+}
+
+/// The policy's view of the nodes that are still usable.
+fn live_views(graph: &Graph) -> Vec<NodeView> {
+    graph
+        .nodes
+        .values()
+        .filter(|n| !n.gone)
+        .map(|n| NodeView {
+            name: n.name.clone(),
+            kind: n.kind.as_str().to_string(),
+        })
+        .collect()
+}
+
+/// Non-device nodes linked to `node` (feeding its inputs or fed by its outputs).
+fn peers(graph: &Graph, node: NodeId) -> BTreeSet<NodeId> {
+    let owner = |p| graph.ports.get(p).map(|p| p.node);
+    graph
+        .links
+        .values()
+        .filter_map(|l| {
+            let (out, inp) = (owner(&l.output)?, owner(&l.input)?);
+            if inp == node {
+                Some(out)
+            } else if out == node {
+                Some(inp)
+            } else {
+                None
+            }
+        })
+        .filter(|&n| graph.nodes.get(&n).is_some_and(|n| n.device.is_none()))
+        .collect()
+}
+
+/// Moves every stream of device `device` to the policy's fallback, then removes the
+/// device's nodes. With nowhere to go, the streams stay (silent) and the reason is logged.
+fn device_gone(engine: &Engine, policy: &Mutex<Policy>, device: usize) {
+    let graph = engine.graph();
+    let views = live_views(&graph);
+    let (sink, source) = {
+        let p = policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (p.default_sink(&views), p.default_source(&views))
+    };
+    let gone: Vec<_> = graph
+        .nodes
+        .values()
+        .filter(|n| n.device == Some(device))
+        .map(|n| (n.id, n.name.clone(), n.kind))
+        .collect();
+    let mut stranded = false;
+    for (id, name, kind) in &gone {
+        // A sink's playback streams go to the new sink; whatever records its monitor
+        // goes to the new sink's monitor. A source's record streams go to the new source.
+        let fallback = match kind {
+            NodeKind::DeviceSink => sink.as_deref(),
+            _ => source.as_deref(),
+        };
+        for peer in peers(&graph, *id) {
+            let Some(peer_name) = graph.nodes.get(&peer).map(|n| n.name.clone()) else {
+                continue;
+            };
+            match fallback {
+                Some(to) => match engine.relink(&peer_name, Some(name), to) {
+                    Ok(()) => tracing::warn!("{name} is gone: moved {peer_name} to {to}"),
+                    Err(e) => {
+                        stranded = true;
+                        tracing::error!("{name} is gone: cannot move {peer_name} to {to}: {e}")
+                    }
+                },
+                None => {
+                    stranded = true;
+                    tracing::error!(
+                        "{name} is gone and no other device can take {peer_name}; it stays silent"
+                    );
+                }
+            }
+        }
+    }
+    if stranded {
+        return;
+    }
+    for (id, name, _) in gone {
+        match engine.remove_node(id) {
+            Ok(()) => tracing::info!("removed {name}: its device is gone"),
+            Err(e) => tracing::error!("removing {name}: {e}"),
+        }
+    }
+}

@@ -382,28 +382,14 @@ fn choose_pa_sink(ctx: &mut Ctx) -> PaSink {
     let outcome = (|| -> Result<std::result::Result<(), String>> {
         let mut s = match Server::pulseaudio_with_sink(ctx, PA_ALSA_NULL_SINK) {
             Ok(s) => s,
-            Err(e) => {
-                return Ok(Err(format!(
-                    "did not start: {}",
-                    e.to_string().lines().next().unwrap_or("")
-                )));
-            }
+            Err(e) => return Ok(Err(start_failure(&e))),
         };
         let pid = s.pid();
         let a = procfs::sample(pid);
         std::thread::sleep(ALSA_PROBE);
         let b = procfs::sample(pid);
         let log = s.log_text().unwrap_or_default();
-        let hints: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("timer-based scheduling") || l.contains("rewind"))
-            .map(str::trim)
-            .collect();
-        let hint = if hints.is_empty() {
-            String::new()
-        } else {
-            format!("; its log: \"{}\"", hints.join("\" \""))
-        };
+        let hint = log_hints(&log);
         if let Some(st) = s.exit_status() {
             return Ok(Err(format!(
                 "loaded, but pulseaudio ended ({st}) within {} s — its sink thread spins \
@@ -447,6 +433,31 @@ fn choose_pa_sink(ctx: &mut Ctx) -> PaSink {
             alsa_null: format!("could not be tried: {e:#}"),
         },
     }
+}
+
+/// The lines of PulseAudio's log that explain how its ALSA sink drives the null PCM,
+/// as `; its log: "…"` (empty if none).
+fn log_hints(log: &str) -> String {
+    let hints: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("timer-based scheduling") || l.contains("rewind"))
+        .map(str::trim)
+        .collect();
+    if hints.is_empty() {
+        String::new()
+    } else {
+        format!("; its log: \"{}\"", hints.join("\" \""))
+    }
+}
+
+/// Why PulseAudio on the null PCM did not come up: the innermost error (the start
+/// helper wraps it in the whole log) and the log's telling lines.
+fn start_failure(e: &anyhow::Error) -> String {
+    format!(
+        "did not come up ({}){}",
+        e.root_cause(),
+        log_hints(&format!("{e:#}"))
+    )
 }
 
 /// A fresh server, one paplay, settle, one window.
@@ -1434,6 +1445,21 @@ mod tests {
         let io = s.threads.iter().find(|t| t.name == "io").unwrap();
         assert_eq!((io.threads, io.voluntary_per_s), (1, 5.0));
         assert!(s.threads.iter().all(|t| t.name != "gone"));
+    }
+
+    #[test]
+    fn a_failed_start_names_the_cause_not_the_first_log_line() {
+        let log = "W: [pulseaudio] main.c: This program is not intended to be run as root\n\
+                   N: [pulseaudio] alsa-util.c: Disabling timer-based scheduling because \
+                   running inside a VM.\nI: [pulseaudio] main.c: Daemon startup complete.";
+        let e = anyhow!("pulseaudio did not answer `pactl info` within 15s").context(log);
+        let why = start_failure(&e);
+        assert!(
+            why.starts_with("did not come up (pulseaudio did not answer `pactl info`"),
+            "{why}"
+        );
+        assert!(why.contains("Disabling timer-based scheduling"), "{why}");
+        assert!(!why.contains("not intended to be run as root"), "{why}");
     }
 
     #[test]

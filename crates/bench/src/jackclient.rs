@@ -12,9 +12,11 @@
 //! - **xrun callbacks** (`jack_set_xrun_callback`): what the server reports;
 //! - **frame jumps**: `jack_last_frame_time` advanced by more than one period since the
 //!   previous callback — cycles the client was not run for;
-//! - **overruns**: the callback ended after the next cycle's start
-//!   (`jack_get_cycle_times`'s `next_usecs`, on `jack_get_time`'s clock) — its output
-//!   was not ready in time for any server;
+//! - **overruns**: the callback ended more than one nominal period (`nframes / rate`)
+//!   after its cycle started (`jack_get_cycle_times`'s `current_usecs`, on
+//!   `jack_get_time`'s clock) — its output was not ready in time for any server. The
+//!   nominal period, not `next_usecs`: jackd2's `next_usecs` is a filtered estimate that
+//!   runs early of the real next cycle, which counted nearly every callback as late;
 //! - wake (callback start − cycle start, µs, from the library's own clock) and busy
 //!   (callback duration, ns) as log2 histograms and sums.
 //!
@@ -262,6 +264,8 @@ struct State {
     synth: UnsafeCell<Synth>,
     frames: UnsafeCell<FrameTracker>,
     counters: Counters,
+    /// The server's sample rate (for the nominal period), read once at setup.
+    rate: u32,
 }
 
 unsafe extern "C" fn process(nframes: u32, arg: *mut c_void) -> c_int {
@@ -302,7 +306,8 @@ unsafe extern "C" fn process(nframes: u32, arg: *mut c_void) -> c_int {
     let t1 = synth::now_ns();
     // SAFETY: no arguments.
     let end_us = unsafe { (s.lib.get_time)() };
-    let overran = times_ok && nu > cu && end_us > nu;
+    let period_us = nframes as u64 * 1_000_000 / s.rate.max(1) as u64;
+    let overran = times_ok && cu > 0 && end_us > cu + period_us;
     let wake_ns = if times_ok {
         now_us.saturating_sub(cu) * 1000
     } else {
@@ -475,6 +480,7 @@ pub fn main(o: &ClientOptions) -> Result<()> {
                 shared.clone(),
             )),
             frames: UnsafeCell::new(FrameTracker::default()),
+            rate: rate.max(1),
             counters: Counters::new(),
         });
         let arg = &*s as *const State as *mut c_void;

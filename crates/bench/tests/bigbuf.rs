@@ -5,65 +5,19 @@
 
 mod common;
 
+use common::ok;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
 fn bench(args: &[&str], out: &Path, path_env: Option<&Path>) -> Output {
-    let mut c = Command::new(common::bench_bin());
-    c.args(args)
-        .arg("--out")
-        .arg(out)
-        .arg("--quaverd")
-        .arg(common::quaverd_bin())
-        .arg("--no-progress");
-    if let Some(p) = path_env {
-        c.env("PATH", p);
-    }
-    let mut child = c
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if t0.elapsed() > Duration::from_secs(300) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("quaver-bench {args:?} did not finish within 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    let mut args = args.to_vec();
+    args.push("--no-progress");
+    common::bench_with(&args, out, path_env, Duration::from_secs(300))
 }
 
 fn record(dir: &Path) -> (serde_json::Value, String) {
-    let json = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with("bigbuf-") && n.ends_with(".json")
-        })
-        .expect("a bigbuf record");
-    let md = std::fs::read_to_string(json.with_extension("md")).expect("a Markdown report");
-    (
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap(),
-        md,
-    )
+    common::record(dir, "bigbuf")
 }
 
 fn points<'a>(v: &'a serde_json::Value, server: &str) -> Vec<&'a serde_json::Value> {

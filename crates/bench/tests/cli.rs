@@ -4,61 +4,18 @@
 
 mod common;
 
+use common::ok;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 fn bench(args: &[&str], out: &Path) -> Output {
-    let mut c = Command::new(common::bench_bin());
-    c.args(args)
-        .arg("--out")
-        .arg(out)
-        .arg("--quaverd")
-        .arg(common::quaverd_bin());
-    let child = c
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = std::time::Instant::now();
-    let mut child = child;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if t0.elapsed() > Duration::from_secs(240) {
-            let _ = child.kill();
-            panic!("quaver-bench {args:?} did not finish within 240 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::bench_with(args, out, None, Duration::from_secs(240))
 }
 
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// The one JSON record a run wrote into `dir` for `mode`.
+/// The one JSON record a run wrote into `dir` for `mode` (its Markdown report checked).
 fn record(dir: &Path, mode: &str) -> serde_json::Value {
-    let files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with(&format!("{mode}-")) && n.ends_with(".json")
-        })
-        .collect();
-    assert_eq!(files.len(), 1, "{files:?}");
-    let md = files[0].with_extension("md");
-    assert!(md.exists(), "Markdown report next to the record");
-    serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap()
+    common::record(dir, mode).0
 }
 
 fn check_common(v: &serde_json::Value, mode: &str, seed: u64) {

@@ -592,28 +592,33 @@ impl Engine {
     /// heard at once instead of after the device's queue.
     pub fn rewind_flushed(&self, node: NodeId) -> Result<(), EngineError> {
         let mut ctl = self.lock();
-        if self.shared.max_fill == 0 {
-            return Ok(());
-        }
-        let slot = ctl
-            .graph
-            .nodes
-            .get(&node)
-            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?
-            .slot;
-        self.send(
-            &mut ctl,
-            ToRt::Rewind {
-                discard: Some(slot),
-            },
-        )
+        self.request_rewind_of(&mut ctl, Some(node))
     }
 
     fn request_rewind(&self, ctl: &mut Control) -> Result<(), EngineError> {
+        self.request_rewind_of(ctl, None)
+    }
+
+    /// Sends a rewind request (nothing where the device never fills ahead); `flushed`
+    /// names a node whose taken-back output is dropped instead of played again.
+    fn request_rewind_of(
+        &self,
+        ctl: &mut Control,
+        flushed: Option<NodeId>,
+    ) -> Result<(), EngineError> {
         if self.shared.max_fill == 0 {
             return Ok(());
         }
-        self.send(ctl, ToRt::Rewind { discard: None })
+        let discard = flushed
+            .map(|id| {
+                ctl.graph
+                    .nodes
+                    .get(&id)
+                    .map(|n| n.slot)
+                    .ok_or_else(|| EngineError::NoSuchNode(id.to_string()))
+            })
+            .transpose()?;
+        self.send(ctl, ToRt::Rewind { discard })
     }
 
     /// How far the driver fills ahead for `graph` at `quantum`: the smallest latency

@@ -460,17 +460,13 @@ fn measure(
 /// quaverd's idle suspend timeout with `after_idle`, ms.
 const IDLE_SUSPEND_MS: u64 = 100;
 
-/// Waits (bounded) until every device of the daemon is suspended (or, past that, closed
-/// for idleness: quaverd releases a card's handles right after the idle suspend).
+/// Waits (bounded) until every device of the daemon is idle (suspended, or closed: quaverd
+/// releases a card's handles right after the idle suspend).
 fn wait_suspended(conn: &mut quaver_client::Connection) -> Result<()> {
     let t0 = Instant::now();
     loop {
         let st = conn.status()?;
-        if st
-            .devices
-            .iter()
-            .all(|d| d.state == "suspended" || d.state == "closed")
-        {
+        if st.devices.iter().all(|d| d.is_idle()) {
             return Ok(());
         }
         if t0.elapsed() > Duration::from_secs(10) {

@@ -712,6 +712,13 @@ pub struct DeviceStatus {
     pub margin_changes: u64,
 }
 
+impl DeviceStatus {
+    /// Idle: suspended, or past that with its handles closed (`closed`).
+    pub fn is_idle(&self) -> bool {
+        self.state == "suspended" || self.state == "closed"
+    }
+}
+
 /// One client in [`StatusInfo`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientInfo {
@@ -839,6 +846,24 @@ pub struct ReplyEnvelope {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn suspended_and_closed_devices_are_idle() {
+        let mut d: DeviceStatus = serde_json::from_str(
+            r#"{"name":"sim","description":"","state":"running","rate":48000,
+                "playback_channels":2,"capture_channels":null,"underruns":0,
+                "overruns":0,"wakeups":0}"#,
+        )
+        .unwrap();
+        assert!(!d.is_idle());
+        for state in ["suspended", "closed"] {
+            d.state = state.into();
+            assert!(d.is_idle(), "{state}");
+        }
+        d.state = "gone".into();
+        assert!(!d.is_idle());
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -20,12 +20,21 @@ pub struct CycleInfo {
     pub playback_delay: usize,
     /// Frames of capture delay of the driver device.
     pub capture_delay: usize,
+    /// Frames the driver device still has queued when it wakes a cycle (its safety
+    /// margin): how long the cycle may run before the device runs dry. 0 for a device
+    /// with no buffer to run dry (the timer-paced null and file sinks).
+    pub margin_frames: usize,
 }
 
 impl CycleInfo {
     /// Nominal duration of this cycle in nanoseconds (`frames / rate`).
     pub fn period_ns(&self) -> u64 {
         self.frames as u64 * 1_000_000_000 / self.rate.max(1) as u64
+    }
+
+    /// [`CycleInfo::margin_frames`] in nanoseconds (0: no margin).
+    pub fn margin_ns(&self) -> u64 {
+        self.margin_frames as u64 * 1_000_000_000 / self.rate.max(1) as u64
     }
 }
 

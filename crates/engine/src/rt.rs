@@ -526,6 +526,12 @@ impl RtRunner {
             } else {
                 self.devices[0].capture_delay()
             },
+            // As published after the previous cycle: the margin moves seconds apart.
+            margin_frames: if self.gone[0] {
+                0
+            } else {
+                self.stats.devices[0].margin_frames.load(Relaxed) as usize
+            },
         };
         let end = self.process_graph(&cx);
         self.first_cycle_of_plan = false;

@@ -154,6 +154,53 @@ fn bench_resample(c: &mut Criterion) {
             })
         });
     }
+    let mut fixed =
+        StreamResampler::new_fixed(44100, 48000, CHANNELS, ResampleQuality::Medium, FRAMES)
+            .unwrap();
+    let mut out = PlanarBuf::new(CHANNELS, FRAMES);
+    g.bench_function("pull/medium-fixed", |b| {
+        b.iter(|| {
+            fixed.process_pull(&mut out.view_mut(FRAMES), &mut |s: &mut PlanarMut| {
+                let n = s.frames();
+                for ch in 0..CHANNELS {
+                    s.channel_mut(ch).copy_from_slice(&src[..n]);
+                }
+                n
+            })
+        })
+    });
+    g.finish();
+
+    // What a daemon with many 44.1 kHz streams does each cycle: 32 streams in turn at a
+    // 128-frame quantum, each with its own resampler (the fixed ones share one table).
+    const STREAMS: usize = 32;
+    const Q: usize = 128;
+    let mut g = c.benchmark_group("resample_32_streams_44k1_to_48k_stereo_128");
+    g.throughput(Throughput::Elements((STREAMS * Q) as u64));
+    for (name, fixed) in [("medium-adjustable", false), ("medium-fixed", true)] {
+        let make = if fixed {
+            StreamResampler::new_fixed
+        } else {
+            StreamResampler::new
+        };
+        let mut rs: Vec<StreamResampler> = (0..STREAMS)
+            .map(|_| make(44100, 48000, CHANNELS, ResampleQuality::Medium, 8192).unwrap())
+            .collect();
+        let mut out = PlanarBuf::new(CHANNELS, Q);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                for r in rs.iter_mut() {
+                    r.process_pull(&mut out.view_mut(Q), &mut |s: &mut PlanarMut| {
+                        let n = s.frames();
+                        for ch in 0..CHANNELS {
+                            s.channel_mut(ch).copy_from_slice(&src[..n]);
+                        }
+                        n
+                    })
+                }
+            })
+        });
+    }
     g.finish();
 }
 

@@ -47,9 +47,12 @@ pub struct PlanarMut<'a> {
 
 impl<'a> PlanarMut<'a> {
     /// Wraps `data` laid out as `channels` runs of `stride` samples, of which the first
-    /// `frames` are in use.
+    /// `frames` are in use (the last run may be cut short after them, so a view can
+    /// start part-way into each run of a larger buffer).
     pub fn new(data: &'a mut [f32], channels: usize, frames: usize, stride: usize) -> Self {
-        assert!(frames <= stride && data.len() >= channels * stride);
+        assert!(
+            frames <= stride && (channels == 0 || data.len() >= (channels - 1) * stride + frames)
+        );
         PlanarMut {
             data,
             channels,

@@ -7,6 +7,7 @@ pub mod buffer;
 pub mod channels;
 pub mod format;
 pub mod mix;
+mod polyphase;
 pub mod resample;
 pub mod volume;
 

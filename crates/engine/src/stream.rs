@@ -229,15 +229,19 @@ struct Variable {
 }
 
 impl Variable {
-    /// Builds the resampler even when the rates match now, and grows the client-side
-    /// scratch for up to [`MAX_RATE_CHANGE`] more client frames per cycle.
+    /// Builds an adjustable resampler (even when the rates match now) in place of none
+    /// or a fixed one, and grows the client-side scratch for up to
+    /// [`MAX_RATE_CHANGE`] more client frames per cycle.
     fn prepare(
         &self,
         resampler: &mut Option<StreamResampler>,
         scratch: &mut Vec<f32>,
         quality: ResampleQuality,
     ) -> Result<(), quaver_dsp::resample::ResampleError> {
-        if resampler.is_none() {
+        if !resampler
+            .as_ref()
+            .is_some_and(StreamResampler::is_adjustable)
+        {
             *resampler = Some(StreamResampler::new(
                 self.from,
                 self.to,
@@ -270,8 +274,10 @@ impl<S: FrameSource> PlaybackAdapter<S> {
         quality: ResampleQuality,
     ) -> Result<Self, quaver_dsp::resample::ResampleError> {
         let ch = format.channels.len();
+        // Fixed until `variable_rate` says otherwise: the shared exact filter where it
+        // applies (see quaver_dsp::resample).
         let resampler = if format.rate != engine_rate {
-            Some(StreamResampler::new(
+            Some(StreamResampler::new_fixed(
                 format.rate,
                 engine_rate,
                 ch,
@@ -505,7 +511,7 @@ impl<K: FrameSink> RecordAdapter<K> {
     ) -> Result<Self, quaver_dsp::resample::ResampleError> {
         let ch = format.channels.len();
         let resampler = if format.rate != engine_rate {
-            Some(StreamResampler::new(
+            Some(StreamResampler::new_fixed(
                 engine_rate,
                 format.rate,
                 ch,

@@ -196,17 +196,7 @@ impl StreamResampler {
         quality: ResampleQuality,
         max_frames: usize,
     ) -> Result<Self, ResampleError> {
-        Self::check(from_rate, to_rate, channels, max_frames)?;
-        Ok(StreamResampler {
-            core: Core::Sinc(Box::new(SincCore::new(
-                from_rate, to_rate, channels, quality, max_frames,
-            )?)),
-            from_rate,
-            to_rate,
-            channels,
-            quality,
-            max_frames,
-        })
+        Self::build(from_rate, to_rate, channels, quality, max_frames, false)
     }
 
     /// Builds a converter whose ratio never moves: the shared exact polyphase filter at
@@ -219,21 +209,37 @@ impl StreamResampler {
         quality: ResampleQuality,
         max_frames: usize,
     ) -> Result<Self, ResampleError> {
+        Self::build(from_rate, to_rate, channels, quality, max_frames, true)
+    }
+
+    fn build(
+        from_rate: u32,
+        to_rate: u32,
+        channels: usize,
+        quality: ResampleQuality,
+        max_frames: usize,
+        fixed: bool,
+    ) -> Result<Self, ResampleError> {
         Self::check(from_rate, to_rate, channels, max_frames)?;
-        if quality != ResampleQuality::Medium
-            || from_rate == to_rate
-            || Polyphase::phases(from_rate, to_rate) > MAX_EXACT_PHASES
-        {
-            return Self::new(from_rate, to_rate, channels, quality, max_frames);
-        }
-        Ok(StreamResampler {
-            core: Core::Exact(Box::new(Polyphase::new(
+        let exact = fixed
+            && quality == ResampleQuality::Medium
+            && from_rate != to_rate
+            && Polyphase::phases(from_rate, to_rate) <= MAX_EXACT_PHASES;
+        let core = if exact {
+            Core::Exact(Box::new(Polyphase::new(
                 from_rate,
                 to_rate,
                 channels,
                 MEDIUM_TAPS,
                 max_frames,
-            ))),
+            )))
+        } else {
+            Core::Sinc(Box::new(SincCore::new(
+                from_rate, to_rate, channels, quality, max_frames,
+            )?))
+        };
+        Ok(StreamResampler {
+            core,
             from_rate,
             to_rate,
             channels,

@@ -241,6 +241,11 @@ pub enum Mode {
         /// Window of the xrun part per server and period, s (default 60; 3 with --quick).
         #[arg(long)]
         duration: Option<f64>,
+        /// Windows per server and period in the xrun part, the servers alternating
+        /// (q, j, p, q, j, p, …); the verdict is on their totals (default 3; 1 with
+        /// --quick).
+        #[arg(long)]
+        repeats: Option<usize>,
         /// Voice load of the xrun part, % of a core (calibrated before each period).
         #[arg(long, default_value_t = 50.0)]
         load: f64,
@@ -611,6 +616,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             periods,
             servers,
             duration,
+            repeats,
             load,
             voices,
             stressor,
@@ -628,6 +634,9 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             o.servers = servers.clone();
             if let Some(d) = duration {
                 o.seconds = *d;
+            }
+            if let Some(r) = repeats {
+                o.repeats = (*r).max(1);
             }
             o.load = load / 100.0;
             o.voices = *voices;
@@ -784,6 +793,32 @@ mod tests {
             reproduce(&argv("quaver-bench load --seed 7"), 7),
             "quaver-bench load --seed 7"
         );
+    }
+
+    #[test]
+    fn jack_takes_its_repeats() {
+        let c = Cli::try_parse_from(argv(
+            "quaver-bench jack --quick --repeats 2 --periods 64 --servers quaverd,jackd2",
+        ))
+        .unwrap();
+        match c.mode {
+            Mode::Jack {
+                repeats,
+                periods,
+                servers,
+                ..
+            } => {
+                assert_eq!(repeats, Some(2));
+                assert_eq!(periods, vec![64]);
+                assert_eq!(servers, vec![JackServer::Quaverd, JackServer::Jackd2]);
+            }
+            m => panic!("{m:?}"),
+        }
+        let c = Cli::try_parse_from(argv("quaver-bench jack")).unwrap();
+        assert!(matches!(c.mode, Mode::Jack { repeats: None, .. }));
+        let dummy = PathBuf::from("/x");
+        assert_eq!(JackOptions::new(false, dummy.clone()).repeats, 3);
+        assert_eq!(JackOptions::new(true, dummy).repeats, 1);
     }
 
     #[test]

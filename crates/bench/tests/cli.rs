@@ -453,3 +453,70 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
         assert!(!s[1].as_str().unwrap().is_empty());
     }
 }
+
+#[test]
+fn jack_quick_alternates_the_servers_windows() {
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(&bench(
+        &[
+            "jack",
+            "--quick",
+            "--repeats",
+            "2",
+            "--periods",
+            "64",
+            "--servers",
+            "quaverd,jackd2",
+            "--duration",
+            "1",
+            "--no-overhead",
+            "--seed",
+            "6",
+        ],
+        dir.path(),
+    ));
+    let v = record(dir.path(), "jack");
+    check_common(&v, "jack", 6);
+    let r = &v["results"];
+    // The servers that could run (a missing one is listed with its reason, not run).
+    let missing: Vec<&str> = r["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m[0].as_str().unwrap())
+        .collect();
+    let measured: Vec<&str> = ["quaverd", "jackd2"]
+        .into_iter()
+        .filter(|s| !missing.contains(s))
+        .collect();
+    // Round by round, every server once in the order asked: q, j, q, j.
+    let order: Vec<(u64, &str)> = r["xruns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["repeat"].as_u64().unwrap(), p["server"].as_str().unwrap()))
+        .collect();
+    let expect: Vec<(u64, &str)> = (0..2)
+        .flat_map(|rep| measured.iter().map(move |s| (rep, *s)))
+        .collect();
+    assert_eq!(order, expect);
+    // A totals entry per measured server, over both windows (or naming the failures).
+    let totals = r["xrun_totals"].as_array().unwrap();
+    assert_eq!(totals.len(), measured.len(), "{totals:?}");
+    for t in totals {
+        assert_eq!(
+            t["windows"].as_u64().unwrap() + t["failed"].as_u64().unwrap(),
+            2,
+            "{t}"
+        );
+    }
+    if !measured.is_empty() {
+        assert!(out.contains("total: "), "{out}");
+    }
+    assert_eq!(
+        r["cyclictest"].as_array().unwrap().len(),
+        1,
+        "once per period"
+    );
+}

@@ -1,0 +1,683 @@
+//! Just enough D-Bus to ask RealtimeKit: connect to a bus over a unix socket,
+//! authenticate with EXTERNAL, say Hello, make method calls and read their replies.
+//!
+//! Hand-written rather than zbus: zbus 6 with its default features pulls ~60 crates
+//! into a cold build (an async runtime, serde, zvariant, …) for two method calls that
+//! run once per audio thread; this is a few hundred lines with no dependency beyond
+//! libc (measurement in docs/engine.md). Only the types those calls use are
+//! marshalled: `s o g y u i t x` and reading a variant.
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// Where the system bus listens when `$DBUS_SYSTEM_BUS_ADDRESS` is unset.
+pub const DEFAULT_SYSTEM_BUS: &str = "unix:path=/run/dbus/system_bus_socket";
+
+/// How long any single reply may take (polkit may be asked behind a RealtimeKit call).
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Replies bigger than this are refused (ours are tiny).
+const MAX_MESSAGE: usize = 1 << 20;
+
+/// An argument of a method call.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// `s`
+    Str(&'a str),
+    /// `u`
+    U32(u32),
+    /// `t`
+    U64(u64),
+}
+
+/// A value read from a reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `s`, `o` or `g`.
+    Str(String),
+    /// `y`, `u` or `i`, widened.
+    Int(i64),
+    /// `x` or `t`, as signed.
+    Long(i64),
+    /// A type this client does not decode.
+    Other(String),
+}
+
+/// A D-Bus failure.
+#[derive(Debug, thiserror::Error)]
+pub enum DbusError {
+    /// The socket could not be reached or broke.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// No bus listens at the address.
+    #[error("no bus at {address} ({source})")]
+    Connect {
+        /// The address tried.
+        address: String,
+        /// Why connecting failed.
+        source: io::Error,
+    },
+    /// The bus address is not one this client can use.
+    #[error("unusable bus address {0:?}")]
+    Address(String),
+    /// The bus refused authentication.
+    #[error("authentication refused: {0}")]
+    Auth(String),
+    /// The peer answered with an error.
+    #[error("{name}: {message}")]
+    Remote {
+        /// The D-Bus error name.
+        name: String,
+        /// Its message, if any.
+        message: String,
+    },
+    /// A message did not parse.
+    #[error("malformed message: {0}")]
+    Malformed(&'static str),
+}
+
+/// A connection to one bus.
+pub struct Connection {
+    sock: UnixStream,
+    serial: u32,
+}
+
+impl Connection {
+    /// Connects to the system bus (`$DBUS_SYSTEM_BUS_ADDRESS` or the standard socket).
+    pub fn system() -> Result<Connection, DbusError> {
+        let addr = std::env::var("DBUS_SYSTEM_BUS_ADDRESS")
+            .unwrap_or_else(|_| DEFAULT_SYSTEM_BUS.to_string());
+        Connection::open(&addr)
+    }
+
+    /// Connects to the first `unix:` entry of `address`, authenticates and says Hello.
+    pub fn open(address: &str) -> Result<Connection, DbusError> {
+        let sock = connect(address).map_err(|e| match e {
+            DbusError::Io(source) => DbusError::Connect {
+                address: address.to_string(),
+                source,
+            },
+            e => e,
+        })?;
+        sock.set_read_timeout(Some(TIMEOUT))?;
+        sock.set_write_timeout(Some(TIMEOUT))?;
+        let mut c = Connection { sock, serial: 0 };
+        c.authenticate()?;
+        c.call(
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "Hello",
+            &[],
+        )?;
+        Ok(c)
+    }
+
+    fn authenticate(&mut self) -> Result<(), DbusError> {
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() }.to_string();
+        let hex: String = uid.bytes().map(|b| format!("{b:02x}")).collect();
+        self.sock.write_all(b"\0")?;
+        self.sock
+            .write_all(format!("AUTH EXTERNAL {hex}\r\n").as_bytes())?;
+        let line = self.read_line()?;
+        if !line.starts_with("OK ") {
+            return Err(DbusError::Auth(line));
+        }
+        self.sock.write_all(b"BEGIN\r\n")?;
+        Ok(())
+    }
+
+    fn read_line(&mut self) -> Result<String, DbusError> {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            if line.len() > 4096 {
+                return Err(DbusError::Malformed("authentication line too long"));
+            }
+            self.sock.read_exact(&mut b)?;
+            line.push(b[0]);
+        }
+        line.truncate(line.len() - 2);
+        Ok(String::from_utf8_lossy(&line).into_owned())
+    }
+
+    /// Calls `member` and returns the reply's body values.
+    pub fn call(
+        &mut self,
+        destination: &str,
+        path: &str,
+        interface: &str,
+        member: &str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<Value>, DbusError> {
+        self.serial += 1;
+        let serial = self.serial;
+        let msg = method_call(serial, destination, path, interface, member, args);
+        self.sock.write_all(&msg)?;
+        // Skip signals (NameAcquired) and anything else until our reply comes.
+        loop {
+            let m = read_message(&mut self.sock)?;
+            if m.reply_serial != Some(serial) {
+                continue;
+            }
+            match m.kind {
+                2 => return Ok(m.body),
+                3 => {
+                    let message = match m.body.first() {
+                        Some(Value::Str(s)) => s.clone(),
+                        _ => String::new(),
+                    };
+                    return Err(DbusError::Remote {
+                        name: m.error_name.unwrap_or_default(),
+                        message,
+                    });
+                }
+                _ => continue,
+            }
+        }
+    }
+
+    /// Reads property `name` of `interface` through `org.freedesktop.DBus.Properties.Get`.
+    pub fn get_property(
+        &mut self,
+        destination: &str,
+        path: &str,
+        interface: &str,
+        name: &str,
+    ) -> Result<Value, DbusError> {
+        let mut v = self.call(
+            destination,
+            path,
+            "org.freedesktop.DBus.Properties",
+            "Get",
+            &[Arg::Str(interface), Arg::Str(name)],
+        )?;
+        if v.is_empty() {
+            return Err(DbusError::Malformed("empty property reply"));
+        }
+        Ok(v.swap_remove(0))
+    }
+}
+
+fn connect(address: &str) -> Result<UnixStream, DbusError> {
+    for entry in address.split(';') {
+        let Some(rest) = entry.strip_prefix("unix:") else {
+            continue;
+        };
+        for kv in rest.split(',') {
+            if let Some(p) = kv.strip_prefix("path=") {
+                return Ok(UnixStream::connect(unescape(p))?);
+            }
+            if let Some(name) = kv.strip_prefix("abstract=") {
+                use std::os::linux::net::SocketAddrExt;
+                let a = std::os::unix::net::SocketAddr::from_abstract_name(unescape(name))?;
+                return Ok(UnixStream::connect_addr(&a)?);
+            }
+        }
+    }
+    Err(DbusError::Address(address.to_string()))
+}
+
+/// Undoes the `%XX` escaping of D-Bus address values.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(h) = std::str::from_utf8(&b[i + 1..i + 3])
+            && let Ok(v) = u8::from_str_radix(h, 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn pad(buf: &mut Vec<u8>, align: usize) {
+    while !buf.len().is_multiple_of(align) {
+        buf.push(0);
+    }
+}
+
+fn put_u32(buf: &mut Vec<u8>, v: u32) {
+    pad(buf, 4);
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_str(buf: &mut Vec<u8>, s: &str) {
+    put_u32(buf, s.len() as u32);
+    buf.extend_from_slice(s.as_bytes());
+    buf.push(0);
+}
+
+fn put_sig(buf: &mut Vec<u8>, s: &str) {
+    buf.push(s.len() as u8);
+    buf.extend_from_slice(s.as_bytes());
+    buf.push(0);
+}
+
+/// A header field's value.
+#[derive(Clone, Copy)]
+enum Field<'a> {
+    Path(&'a str),
+    Str(&'a str),
+    Sig(&'a str),
+    #[cfg_attr(not(test), allow(dead_code))]
+    U32(u32),
+}
+
+/// A little-endian message of type `kind` with header `fields` and a body already
+/// marshalled (starting 8-aligned, as every body does) with signature `sig`.
+fn message(kind: u8, serial: u32, fields: &[(u8, Field<'_>)], sig: &str, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![b'l', kind, 0, 1];
+    m.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    m.extend_from_slice(&serial.to_le_bytes());
+    m.extend_from_slice(&[0; 4]); // header fields' length, patched below
+    let sig_field = [(8u8, Field::Sig(sig))];
+    let extra: &[(u8, Field<'_>)] = if sig.is_empty() { &[] } else { &sig_field };
+    for &(code, f) in fields.iter().chain(extra) {
+        pad(&mut m, 8);
+        m.push(code);
+        match f {
+            Field::Path(v) => {
+                put_sig(&mut m, "o");
+                put_str(&mut m, v);
+            }
+            Field::Str(v) => {
+                put_sig(&mut m, "s");
+                put_str(&mut m, v);
+            }
+            Field::Sig(v) => {
+                put_sig(&mut m, "g");
+                put_sig(&mut m, v);
+            }
+            Field::U32(v) => {
+                put_sig(&mut m, "u");
+                put_u32(&mut m, v);
+            }
+        }
+    }
+    let fields_len = (m.len() - 16) as u32;
+    m[12..16].copy_from_slice(&fields_len.to_le_bytes());
+    pad(&mut m, 8);
+    m.extend_from_slice(body);
+    m
+}
+
+/// A little-endian METHOD_CALL message.
+fn method_call(
+    serial: u32,
+    destination: &str,
+    path: &str,
+    interface: &str,
+    member: &str,
+    args: &[Arg<'_>],
+) -> Vec<u8> {
+    // The body is marshalled on its own: it starts 8-aligned in the message, so its
+    // alignment can be computed from its own start.
+    let mut body = Vec::new();
+    let mut sig = String::new();
+    for a in args {
+        match *a {
+            Arg::Str(s) => {
+                sig.push('s');
+                put_str(&mut body, s);
+            }
+            Arg::U32(v) => {
+                sig.push('u');
+                put_u32(&mut body, v);
+            }
+            Arg::U64(v) => {
+                sig.push('t');
+                pad(&mut body, 8);
+                body.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    let fields = [
+        (1, Field::Path(path)),
+        (2, Field::Str(interface)),
+        (3, Field::Str(member)),
+        (6, Field::Str(destination)),
+    ];
+    message(1, serial, &fields, &sig, &body)
+}
+
+/// What this client keeps of a received message.
+struct Message {
+    kind: u8,
+    #[cfg_attr(not(test), allow(dead_code))]
+    serial: u32,
+    #[cfg_attr(not(test), allow(dead_code))]
+    member: Option<String>,
+    reply_serial: Option<u32>,
+    error_name: Option<String>,
+    body: Vec<Value>,
+}
+
+fn read_message(sock: &mut UnixStream) -> Result<Message, DbusError> {
+    let mut fixed = [0u8; 16];
+    sock.read_exact(&mut fixed)?;
+    let big = match fixed[0] {
+        b'l' => false,
+        b'B' => true,
+        _ => return Err(DbusError::Malformed("bad endianness mark")),
+    };
+    let word = |b: &[u8]| {
+        let a = [b[0], b[1], b[2], b[3]];
+        if big {
+            u32::from_be_bytes(a)
+        } else {
+            u32::from_le_bytes(a)
+        }
+    };
+    let body_len = word(&fixed[4..8]) as usize;
+    let fields_len = word(&fixed[12..16]) as usize;
+    let header_len = (16 + fields_len).next_multiple_of(8);
+    let total = header_len + body_len;
+    if total > MAX_MESSAGE {
+        return Err(DbusError::Malformed("message too long"));
+    }
+    let mut m = vec![0u8; total];
+    m[..16].copy_from_slice(&fixed);
+    sock.read_exact(&mut m[16..])?;
+
+    let mut r = Reader {
+        buf: &m[..16 + fields_len],
+        pos: 16,
+        big,
+    };
+    let (mut reply_serial, mut error_name, mut signature) = (None, None, String::new());
+    let mut member = None;
+    while r.pos < r.buf.len() {
+        r.align(8)?;
+        let code = r.u8()?;
+        let sig = r.sig()?;
+        let v = r.value(&sig)?;
+        match (code, v) {
+            (5, Value::Int(s)) => reply_serial = Some(s as u32),
+            (3, Value::Str(s)) => member = Some(s),
+            (4, Value::Str(s)) => error_name = Some(s),
+            (8, Value::Str(s)) => signature = s,
+            _ => {}
+        }
+    }
+    let mut r = Reader {
+        buf: &m[header_len..],
+        pos: 0,
+        big,
+    };
+    let mut body = Vec::new();
+    for c in signature.chars() {
+        match c {
+            's' | 'o' | 'g' | 'y' | 'u' | 'i' | 't' | 'x' | 'v' => {
+                body.push(r.value(&c.to_string())?)
+            }
+            // Containers are not needed for the calls this client makes; stop there.
+            _ => break,
+        }
+    }
+    Ok(Message {
+        kind: m[1],
+        serial: word(&fixed[8..12]),
+        member,
+        reply_serial,
+        error_name,
+        body,
+    })
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    big: bool,
+}
+
+impl Reader<'_> {
+    fn align(&mut self, a: usize) -> Result<(), DbusError> {
+        self.pos = self.pos.next_multiple_of(a);
+        if self.pos > self.buf.len() {
+            return Err(DbusError::Malformed("truncated"));
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8], DbusError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or(DbusError::Malformed("truncated"))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8, DbusError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, DbusError> {
+        self.align(4)?;
+        let b: [u8; 4] = self.take(4)?.try_into().expect("4 bytes");
+        Ok(if self.big {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
+    }
+
+    fn u64(&mut self) -> Result<u64, DbusError> {
+        self.align(8)?;
+        let b: [u8; 8] = self.take(8)?.try_into().expect("8 bytes");
+        Ok(if self.big {
+            u64::from_be_bytes(b)
+        } else {
+            u64::from_le_bytes(b)
+        })
+    }
+
+    fn string(&mut self, len: usize) -> Result<String, DbusError> {
+        let s = String::from_utf8_lossy(self.take(len)?).into_owned();
+        self.take(1)?; // the nul
+        Ok(s)
+    }
+
+    fn sig(&mut self) -> Result<String, DbusError> {
+        let n = self.u8()? as usize;
+        self.string(n)
+    }
+
+    fn value(&mut self, sig: &str) -> Result<Value, DbusError> {
+        Ok(match sig {
+            "s" | "o" => {
+                let n = self.u32()? as usize;
+                Value::Str(self.string(n)?)
+            }
+            "g" => Value::Str(self.sig()?),
+            "y" => Value::Int(self.u8()? as i64),
+            "u" => Value::Int(self.u32()? as i64),
+            "i" => Value::Int(self.u32()? as i32 as i64),
+            "t" | "x" => Value::Long(self.u64()? as i64),
+            "v" => {
+                let inner = self.sig()?;
+                self.value(&inner)?
+            }
+            other => {
+                // Unknown single values cannot be skipped without knowing their size;
+                // the caller stops at the first one.
+                self.pos = self.buf.len();
+                Value::Other(other.to_string())
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_call_layout() {
+        let m = method_call(
+            7,
+            "org.freedesktop.RealtimeKit1",
+            "/org/freedesktop/RealtimeKit1",
+            "org.freedesktop.RealtimeKit1",
+            "MakeThreadRealtime",
+            &[Arg::U64(1234), Arg::U32(20)],
+        );
+        assert_eq!(&m[..4], &[b'l', 1, 0, 1]);
+        assert_eq!(u32::from_le_bytes(m[4..8].try_into().unwrap()), 12);
+        assert_eq!(u32::from_le_bytes(m[8..12].try_into().unwrap()), 7);
+        let fields = u32::from_le_bytes(m[12..16].try_into().unwrap()) as usize;
+        let body = (16 + fields).next_multiple_of(8);
+        assert_eq!(m.len(), body + 12);
+        assert_eq!(
+            u64::from_le_bytes(m[body..body + 8].try_into().unwrap()),
+            1234
+        );
+        assert_eq!(
+            u32::from_le_bytes(m[body + 8..body + 12].try_into().unwrap()),
+            20
+        );
+        assert!(m.windows(2).any(|w| w == b"tu"));
+    }
+
+    #[test]
+    fn calls_and_errors_against_a_fake_bus() {
+        let (addr, server) = fake::serve();
+        let mut c = Connection::open(&addr).unwrap();
+        let v = c
+            .get_property("a.b", "/a/b", "a.b", "MaxRealtimePriority")
+            .unwrap();
+        assert_eq!(v, Value::Int(15));
+        let v = c
+            .get_property("a.b", "/a/b", "a.b", "RTTimeUSecMax")
+            .unwrap();
+        assert_eq!(v, Value::Long(200_000));
+        match c.call("a.b", "/a/b", "a.b", "Nope", &[Arg::Str("x")]) {
+            Err(DbusError::Remote { name, message }) => {
+                assert_eq!(name, "org.example.Error.Unknown");
+                assert_eq!(message, "no such method");
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(c);
+        assert_eq!(server.join().unwrap(), None);
+    }
+
+    #[test]
+    fn missing_bus_names_the_address() {
+        let e = Connection::open("unix:path=/nonexistent/quaver-test-bus")
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("/nonexistent/quaver-test-bus"),
+            "{e}"
+        );
+        assert!(matches!(
+            Connection::open("tcp:host=x"),
+            Err(DbusError::Address(_))
+        ));
+    }
+
+    #[test]
+    fn unescapes_addresses() {
+        assert_eq!(unescape("/tmp/a%20b"), "/tmp/a b");
+        assert_eq!(unescape("/run/x"), "/run/x");
+        assert_eq!(unescape("%4"), "%4");
+    }
+}
+
+/// A stand-in for a bus with RealtimeKit on it, for tests: it authenticates, answers
+/// Hello, the two properties and MakeThreadRealtime (recording its arguments), and
+/// refuses anything else. It changes no scheduling; it only checks the wire format.
+#[cfg(test)]
+pub(crate) mod fake {
+    use super::*;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Serves one connection on a fresh abstract socket; returns its address and the
+    /// thread, whose result is MakeThreadRealtime's (thread id, priority).
+    pub fn serve() -> (String, std::thread::JoinHandle<Option<(u64, u32)>>) {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "quaver-rt-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let l = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(TIMEOUT)).unwrap();
+            let mut got = None;
+            let mut hdr = Vec::new();
+            let mut b = [0u8; 1];
+            while !hdr.ends_with(b"\r\n") {
+                s.read_exact(&mut b).unwrap();
+                hdr.push(b[0]);
+            }
+            assert!(hdr.starts_with(b"\0AUTH EXTERNAL "));
+            s.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
+                .unwrap();
+            let mut begin = [0u8; 7];
+            s.read_exact(&mut begin).unwrap();
+            assert_eq!(&begin, b"BEGIN\r\n");
+            let mut serial = 100;
+            while let Ok(m) = read_message(&mut s) {
+                serial += 1;
+                let reply = [(5u8, Field::U32(m.serial))];
+                let (sig, body): (&str, Vec<u8>) = match m.member.as_deref() {
+                    Some("Hello") => {
+                        // A signal first, as a real bus sends NameAcquired.
+                        let sig_msg = message(4, serial, &[], "", &[]);
+                        s.write_all(&sig_msg).unwrap();
+                        let mut b = Vec::new();
+                        put_str(&mut b, ":1.42");
+                        ("s", b)
+                    }
+                    Some("Get") => {
+                        let mut b = Vec::new();
+                        match m.body.get(1) {
+                            Some(Value::Str(p)) if p == "MaxRealtimePriority" => {
+                                put_sig(&mut b, "i");
+                                put_u32(&mut b, 15);
+                            }
+                            _ => {
+                                put_sig(&mut b, "x");
+                                pad(&mut b, 8);
+                                b.extend_from_slice(&200_000u64.to_le_bytes());
+                            }
+                        }
+                        ("v", b)
+                    }
+                    Some("MakeThreadRealtime") => {
+                        if let [Value::Long(t), Value::Int(p)] = m.body[..] {
+                            got = Some((t as u64, p as u32));
+                        }
+                        ("", Vec::new())
+                    }
+                    _ => {
+                        let mut b = Vec::new();
+                        put_str(&mut b, "no such method");
+                        let f = [reply[0], (4, Field::Str("org.example.Error.Unknown"))];
+                        s.write_all(&message(3, serial, &f, "s", &b)).unwrap();
+                        continue;
+                    }
+                };
+                s.write_all(&message(2, serial, &reply, sig, &body))
+                    .unwrap();
+            }
+            got
+        });
+        (format!("unix:abstract={name},guid=0123"), h)
+    }
+}

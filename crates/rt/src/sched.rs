@@ -1,0 +1,187 @@
+//! The kernel calls: SCHED_FIFO through `sched_setscheduler` and SCHED_DEADLINE through
+//! the raw `sched_setattr` syscall (neither glibc, `libc` nor rustix wraps it).
+//!
+//! Both take a kernel thread id rather than a `pthread_t`, because RealtimeKit and
+//! `sched_setattr` only know thread ids; one kind of handle keeps the three paths alike.
+
+use std::io;
+use std::time::Duration;
+
+/// `SCHED_DEADLINE` from `<linux/sched.h>` (libc does not export it on every target).
+const SCHED_DEADLINE: u32 = 6;
+/// OR'ed into the policy of `sched_setscheduler`: children of a fork start at normal
+/// priority (RealtimeKit insists on it, and a forked helper should not inherit RT).
+const SCHED_RESET_ON_FORK: libc::c_int = 0x4000_0000;
+/// The same for `sched_setattr`'s flags. A SCHED_DEADLINE thread may not fork at all
+/// without it (the kernel answers EAGAIN).
+const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+
+/// A kernel thread id (`gettid()`), the handle every promotion path takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tid(pub libc::pid_t);
+
+impl Tid {
+    /// The calling thread's id.
+    pub fn current() -> Tid {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        Tid(unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t)
+    }
+}
+
+/// SCHED_DEADLINE parameters, in nanoseconds (runtime ≤ deadline ≤ period).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadlineParams {
+    /// CPU time the thread is guaranteed within each period.
+    pub runtime_ns: u64,
+    /// How soon after each activation the runtime must have been given.
+    pub deadline_ns: u64,
+    /// The activation period.
+    pub period_ns: u64,
+}
+
+impl DeadlineParams {
+    /// Shortest period the kernel accepts by default (`sched_deadline_period_min_us`).
+    pub const MIN_PERIOD: Duration = Duration::from_micros(100);
+
+    /// Parameters for a thread that runs once per `period` (one quantum): half of each
+    /// period reserved, due by the end of the period. Half because one cycle of the
+    /// graph uses a few percent of a period on these machines, so a budget of 1/2
+    /// absorbs heavy plugins and page faults while leaving admission room (the kernel
+    /// admits 95 % of each CPU in total) for more deadline threads.
+    pub fn for_period(period: Duration) -> DeadlineParams {
+        let period_ns = period
+            .max(Self::MIN_PERIOD)
+            .as_nanos()
+            .min(u64::MAX as u128) as u64;
+        DeadlineParams {
+            runtime_ns: period_ns / 2,
+            deadline_ns: period_ns,
+            period_ns,
+        }
+    }
+}
+
+impl std::fmt::Display for DeadlineParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        write!(
+            f,
+            "runtime {:.3} ms, deadline {:.3} ms, period {:.3} ms",
+            ms(self.runtime_ns),
+            ms(self.deadline_ns),
+            ms(self.period_ns)
+        )
+    }
+}
+
+/// `struct sched_attr` (SCHED_ATTR_SIZE_VER0, 48 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    sched_policy: u32,
+    sched_flags: u64,
+    sched_nice: i32,
+    sched_priority: u32,
+    sched_runtime: u64,
+    sched_deadline: u64,
+    sched_period: u64,
+}
+
+/// Puts thread `tid` in SCHED_DEADLINE with `p` (reset on fork). Calling it again
+/// re-parametrises the thread, subject to admission control again.
+pub fn set_deadline(tid: Tid, p: DeadlineParams) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        sched_policy: SCHED_DEADLINE,
+        sched_flags: SCHED_FLAG_RESET_ON_FORK,
+        sched_runtime: p.runtime_ns,
+        sched_deadline: p.deadline_ns,
+        sched_period: p.period_ns,
+        ..SchedAttr::default()
+    };
+    // SAFETY: a valid, correctly sized sched_attr; flags argument 0 as required.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            tid.0,
+            &attr as *const SchedAttr,
+            0u32,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Puts thread `tid` in SCHED_FIFO at `priority` (1–99, reset on fork).
+pub fn set_fifo(tid: Tid, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority.clamp(1, 99),
+    };
+    // SAFETY: a valid parameter block; a thread id is a valid pid for this call.
+    let rc =
+        unsafe { libc::sched_setscheduler(tid.0, libc::SCHED_FIFO | SCHED_RESET_ON_FORK, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// SCHED_FIFO at `priority` for a thread known only by its `pthread_t` (the JACK
+/// API's handle): no RealtimeKit possible, since that needs the kernel id.
+pub fn set_fifo_pthread(thread: libc::pthread_t, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority.clamp(1, 99),
+    };
+    // SAFETY: the caller's live thread and a valid parameter block.
+    match unsafe {
+        libc::pthread_setschedparam(thread, libc::SCHED_FIFO | SCHED_RESET_ON_FORK, &param)
+    } {
+        0 => Ok(()),
+        rc => Err(io::Error::from_raw_os_error(rc)),
+    }
+}
+
+/// Returns `pthread_t` `thread` to SCHED_OTHER.
+pub fn set_normal_pthread(thread: libc::pthread_t) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as above.
+    match unsafe { libc::pthread_setschedparam(thread, libc::SCHED_OTHER, &param) } {
+        0 => Ok(()),
+        rc => Err(io::Error::from_raw_os_error(rc)),
+    }
+}
+
+/// Returns thread `tid` to SCHED_OTHER.
+pub fn set_normal(tid: Tid) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as in `set_fifo`.
+    let rc = unsafe { libc::sched_setscheduler(tid.0, libc::SCHED_OTHER, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The scheduling policy thread `tid` runs under now, as the kernel names it.
+pub fn current_policy(tid: Tid) -> io::Result<&'static str> {
+    // SAFETY: plain query.
+    let p = unsafe { libc::sched_getscheduler(tid.0) };
+    if p < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(match (p & !SCHED_RESET_ON_FORK) as u32 {
+        0 => "SCHED_OTHER",
+        1 => "SCHED_FIFO",
+        2 => "SCHED_RR",
+        3 => "SCHED_BATCH",
+        5 => "SCHED_IDLE",
+        SCHED_DEADLINE => "SCHED_DEADLINE",
+        _ => "unknown",
+    })
+}

@@ -804,9 +804,9 @@ fn event_part(
             Ok((run, outcome)) => {
                 if part.realtime.is_empty() {
                     (part.realtime, part.fifo) = match &outcome {
-                        RtOutcome::Fifo(p) => (format!("SCHED_FIFO {p}"), true),
                         RtOutcome::Disabled => ("normal (disabled: priority 0)".into(), false),
                         RtOutcome::Refused(why) => (format!("normal (refused: {why})"), false),
+                        o => (o.to_string(), o.is_realtime()),
                     };
                 }
                 part.runs.push(run);

@@ -174,7 +174,14 @@ pub fn status_text(
                 st.quantum, st.quantum_min, st.quantum_max
             ),
         ),
-        ("realtime", yes_no(st.realtime).to_string()),
+        (
+            "realtime",
+            if st.scheduling.is_empty() {
+                yes_no(st.realtime).to_string()
+            } else {
+                format!("{} ({})", yes_no(st.realtime), st.scheduling)
+            },
+        ),
         ("cycles", st.cycles.to_string()),
         ("xruns", st.xruns.to_string()),
     ];
@@ -466,6 +473,7 @@ links:
             quantum_min: 32,
             quantum_max: 2048,
             realtime: true,
+            scheduling: Box::default(),
             cycles: 1234,
             xruns: 2,
             devices: vec![DeviceStatus {
@@ -585,6 +593,7 @@ I  9   64     48000  0.0us   0.0us   0.00  0.00  0    client  idle
             quantum_min: 32,
             quantum_max: 2048,
             realtime: true,
+            scheduling: Box::default(),
             cycles: 5000,
             xruns: 1,
             devices: vec![],

@@ -133,6 +133,12 @@ pub struct EngineSection {
     pub quantum_default: usize,
     /// SCHED_FIFO priority of the audio thread; 0 keeps normal scheduling.
     pub realtime_priority: i32,
+    /// Real-time class: "fifo", or "deadline" (SCHED_DEADLINE with one quantum as
+    /// period, half of it as runtime; SCHED_FIFO when refused).
+    pub scheduler: String,
+    /// Memory locking: "auto" (mlockall when unlimited, else the RT stack), "all" or
+    /// "off".
+    pub lock_memory: String,
     /// Idle time before devices suspend, ms; 0 never suspends.
     pub suspend_timeout_ms: u64,
     /// Most graph nodes.
@@ -155,6 +161,8 @@ impl Default for EngineSection {
             quantum_max: 8192,
             quantum_default: 1024,
             realtime_priority: 20,
+            scheduler: "fifo".into(),
+            lock_memory: "auto".into(),
             suspend_timeout_ms: 3000,
             max_nodes: 1024,
             ramp_frames: 256,
@@ -227,6 +235,12 @@ impl Config {
                 e.realtime_priority
             );
         }
+        e.scheduler
+            .parse::<quaver_engine::sched::Scheduler>()
+            .map_err(|err| anyhow::anyhow!("engine.scheduler: {err}"))?;
+        e.lock_memory
+            .parse::<quaver_engine::sched::MemoryLock>()
+            .map_err(|err| anyhow::anyhow!("engine.lock_memory: {err}"))?;
         if e.max_nodes == 0 || e.max_nodes > 65536 {
             bail!("engine.max_nodes {} is outside 1..=65536", e.max_nodes);
         }
@@ -278,6 +292,8 @@ impl Config {
             quantum_max: e.quantum_max,
             quantum_default: e.quantum_default,
             rt_priority: e.realtime_priority,
+            scheduler: e.scheduler.parse().unwrap_or_default(),
+            lock_memory: e.lock_memory.parse().unwrap_or_default(),
             suspend_timeout: (e.suspend_timeout_ms > 0)
                 .then(|| Duration::from_millis(e.suspend_timeout_ms)),
             max_nodes: e.max_nodes,

@@ -37,6 +37,9 @@ struct Args {
     /// SCHED_FIFO priority of the audio thread; 0 disables real-time scheduling.
     #[arg(long)]
     realtime_priority: Option<i32>,
+    /// Real-time class of the audio thread: fifo or deadline.
+    #[arg(long)]
+    scheduler: Option<String>,
     /// Idle time before devices suspend, in ms; 0 never suspends.
     #[arg(long)]
     suspend_timeout_ms: Option<u64>,
@@ -72,6 +75,9 @@ fn main() -> Result<()> {
     }
     if let Some(v) = args.realtime_priority {
         cfg.engine.realtime_priority = v;
+    }
+    if let Some(v) = args.scheduler {
+        cfg.engine.scheduler = v;
     }
     if let Some(v) = args.suspend_timeout_ms {
         cfg.engine.suspend_timeout_ms = v;

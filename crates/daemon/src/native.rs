@@ -12,7 +12,7 @@ use quaver_engine::callback::CallbackCycle;
 use quaver_engine::stream::{FrameSink, FrameSource, PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{
     CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport,
-    Direction as PortDir, Engine, EngineError, NodeId, NodeKind, NodeSpec, RtOutcome,
+    Direction as PortDir, Engine, EngineError, NodeId, NodeKind, NodeSpec,
 };
 use quaver_policy::{NodeView, Policy};
 use quaver_protocol::callback::{
@@ -989,7 +989,8 @@ impl NativeServer {
             quantum: s.quantum as u32,
             quantum_min: s.quantum_min as u32,
             quantum_max: s.quantum_max as u32,
-            realtime: matches!(s.realtime, RtOutcome::Fifo(_)),
+            realtime: s.realtime.is_realtime(),
+            scheduling: Box::new(s.realtime.to_string()),
             cycles: s.cycles,
             xruns: s.xruns,
             devices: s

@@ -8,7 +8,7 @@ use crate::graph::{Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
 use crate::node::Processor;
 use crate::plan::{NodeSlot, Plan, compile};
 use crate::rt::{Garbage, MAX_DEVICES, RtEvent, RtRunner, RtStats, ToRt};
-use crate::sched::{RtOutcome, promote};
+use crate::sched::{MemoryLock, RtOutcome, RtThread, Scheduler};
 use crate::timing::{NodeTimes, NodeTiming, SlotMark};
 use quaver_devices::{Device, DeviceInfo};
 use rustix::event::{EventfdFlags, eventfd};
@@ -37,8 +37,12 @@ pub struct EngineConfig {
     pub quantum_max: usize,
     /// Quantum when no stream asks for a latency.
     pub quantum_default: usize,
-    /// SCHED_FIFO priority for the RT thread; 0 disables.
+    /// SCHED_FIFO priority for the RT thread; 0 disables real-time scheduling.
     pub rt_priority: i32,
+    /// SCHED_FIFO, or SCHED_DEADLINE with the quantum as period (FIFO if refused).
+    pub scheduler: Scheduler,
+    /// How much memory to lock against page faults on the RT thread.
+    pub lock_memory: MemoryLock,
     /// Idle time before devices suspend; `None` never suspends.
     pub suspend_timeout: Option<Duration>,
     /// Most nodes at once.
@@ -57,6 +61,8 @@ impl Default for EngineConfig {
             quantum_max: 8192,
             quantum_default: 1024,
             rt_priority: 20,
+            scheduler: Scheduler::Fifo,
+            lock_memory: MemoryLock::Auto,
             suspend_timeout: Some(quaver_devices::DEFAULT_SUSPEND_TIMEOUT),
             max_nodes: 1024,
             ramp_frames: quaver_dsp::volume::DEFAULT_RAMP_FRAMES,
@@ -174,7 +180,7 @@ struct Shared {
     /// Most playback frames the driver can keep queued filling ahead; 0 where it
     /// cannot (or where more than one device shares the clock).
     max_fill: usize,
-    realtime: Mutex<RtOutcome>,
+    realtime: Mutex<RtThread>,
     threads: Mutex<Option<EngineThreads>>,
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -366,7 +372,10 @@ impl Engine {
                 devices: infos.clone(),
                 periods,
                 max_fill,
-                realtime: Mutex::new(RtOutcome::Disabled),
+                realtime: Mutex::new(RtThread {
+                    outcome: RtOutcome::Disabled,
+                    tid: None,
+                }),
                 threads: Mutex::new(None),
                 stopping: false.into(),
             }),
@@ -423,23 +432,28 @@ impl Engine {
         config: EngineConfig,
         devices: Vec<Box<dyn Device>>,
     ) -> Result<Engine, EngineError> {
-        let priority = config.rt_priority;
+        let req = quaver_rt::Request {
+            scheduler: config.scheduler,
+            priority: config.rt_priority,
+            period: None,
+            rtkit: true,
+        };
+        let lock = crate::sched::lock_memory(config.lock_memory);
         let (engine, runner) = Engine::new_manual(config, devices)?;
-        let rt = std::thread::Builder::new()
-            .name("quaver-rt".into())
-            .spawn(move || runner.run())
+        let (rt, tid, stack) = quaver_rt::spawn("quaver-rt".into(), lock, move || runner.run())
             .map_err(EngineError::Io)?;
-        let outcome = promote(&rt, priority);
-        match &outcome {
-            RtOutcome::Fifo(p) => {
-                tracing::info!("real-time thread runs SCHED_FIFO at priority {p}")
-            }
-            RtOutcome::Disabled => tracing::info!("real-time scheduling disabled by configuration"),
-            RtOutcome::Refused(why) => tracing::warn!(
-                "real-time scheduling refused ({why}); the audio thread keeps normal priority and may glitch under load"
-            ),
+        if let Some(why) = stack {
+            tracing::warn!("{why}");
         }
-        *engine.shared.realtime.lock().expect("poisoned") = outcome;
+        let period = crate::sched::period(engine.quantum(), engine.shared.rate);
+        let req = quaver_rt::Request {
+            period: Some(period),
+            ..req
+        };
+        *engine.shared.realtime.lock().expect("poisoned") = RtThread {
+            outcome: crate::sched::promote(tid, &req),
+            tid: Some(tid),
+        };
         let svc = engine.clone();
         let service = std::thread::Builder::new()
             .name("quaver-service".into())
@@ -499,7 +513,11 @@ impl Engine {
                     tracing::debug!("devices resumed");
                     notify(&mut ctl, GraphEvent::Suspended(false));
                 }
-                RtEvent::Quantum(q) => tracing::debug!("quantum is now {q} frames"),
+                RtEvent::Quantum(q) => {
+                    tracing::debug!("quantum is now {q} frames");
+                    let (rate, prio) = (self.shared.rate, self.shared.config.rt_priority);
+                    crate::sched::quantum_changed(&self.shared.realtime, q, rate, prio);
+                }
                 RtEvent::Margin { device, frames } => tracing::debug!(
                     "device {}: safety margin now {frames} frames ({:.1} ms)",
                     self.shared.devices[device].name,
@@ -979,7 +997,13 @@ impl Engine {
             quantum: self.quantum(),
             quantum_min: self.shared.config.quantum_min,
             quantum_max: self.shared.config.quantum_max,
-            realtime: self.shared.realtime.lock().expect("poisoned").clone(),
+            realtime: self
+                .shared
+                .realtime
+                .lock()
+                .expect("poisoned")
+                .outcome
+                .clone(),
             cycles: s.cycles.load(Relaxed),
             xruns: s.xruns.load(Relaxed),
             busy_ns_last: s.busy_ns_last.load(Relaxed),

@@ -671,6 +671,11 @@ pub struct StatusInfo {
     pub quantum_max: u32,
     /// Whether the RT thread runs with a real-time scheduling policy.
     pub realtime: bool,
+    /// The RT thread's scheduling, e.g. "SCHED_FIFO 20 via RealtimeKit" (empty from
+    /// older servers). Boxed: one pointer keeps `Reply`, which the daemon also uses as
+    /// an error type, within clippy's size bound.
+    #[serde(default)]
+    pub scheduling: Box<String>,
     /// Graph cycles run since start.
     pub cycles: u64,
     /// Total xruns since start.
@@ -962,6 +967,7 @@ mod tests {
             quantum_min: 32,
             quantum_max: 2048,
             realtime: false,
+            scheduling: Box::default(),
             cycles: 10,
             xruns: 0,
             devices: vec![DeviceStatus {

@@ -150,6 +150,7 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                     quantum_min: 64,
                     quantum_max: 1024,
                     realtime: false,
+                    scheduling: Box::default(),
                     cycles: 1,
                     xruns: 0,
                     devices: vec![],

@@ -415,9 +415,9 @@ pub struct Client {
 
 fn rt_label(s: &RtStatus) -> String {
     match s {
-        RtStatus::Off => "normal scheduling".into(),
-        RtStatus::Fifo(p) => format!("SCHED_FIFO {p}"),
+        RtStatus::Disabled => "normal scheduling".into(),
         RtStatus::Refused(e) => format!("SCHED_FIFO refused ({e})"),
+        s => s.to_string(),
     }
 }
 

@@ -35,7 +35,6 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::thread::JoinHandleExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -74,43 +73,18 @@ pub enum RtPriority {
     Off,
 }
 
-/// What became of the request for real-time scheduling.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RtStatus {
-    /// Not requested.
-    Off,
-    /// The process thread runs SCHED_FIFO at this priority.
-    Fifo(i32),
-    /// The system refused; the thread runs at normal priority.
-    Refused(String),
-}
+/// What became of the request for real-time scheduling (shared with the server).
+pub type RtStatus = quaver_rt::RtOutcome;
 
-/// Promotes `thread` to SCHED_FIFO from the calling thread, so that the possibly slow
-/// call never runs on the audio thread itself.
-pub fn promote<T>(thread: &JoinHandle<T>, priority: RtPriority) -> RtStatus {
-    let prio = match priority {
-        RtPriority::Off => return RtStatus::Off,
-        RtPriority::Fifo(p) => p,
-        RtPriority::Default => std::env::var("QUAVER_RT_PRIORITY")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_RT_PRIORITY),
+/// Promotes thread `tid` to SCHED_FIFO (directly, else through RealtimeKit) from the
+/// calling thread, so that the possibly slow request never runs on the audio thread.
+pub fn promote(tid: quaver_rt::Tid, priority: RtPriority) -> RtStatus {
+    let req = match priority {
+        RtPriority::Off => return RtStatus::Disabled,
+        RtPriority::Fifo(p) => quaver_rt::Request::fifo(p),
+        RtPriority::Default => quaver_rt::Request::from_env(DEFAULT_RT_PRIORITY),
     };
-    if prio <= 0 {
-        return RtStatus::Off;
-    }
-    let prio = prio.min(99);
-    let param = libc::sched_param {
-        sched_priority: prio,
-    };
-    // SAFETY: the pthread_t comes from a live JoinHandle and `param` is valid.
-    let rc =
-        unsafe { libc::pthread_setschedparam(thread.as_pthread_t(), libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        RtStatus::Fifo(prio)
-    } else {
-        RtStatus::Refused(io::Error::from_raw_os_error(rc).to_string())
-    }
+    quaver_rt::promote(tid, &req).outcome
 }
 
 struct Inner {
@@ -332,11 +306,14 @@ impl CallbackClient {
     ) -> Result<ActiveCallback<H>> {
         self.reset_stop();
         let client = self.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("quaver-cb-{}", self.info.node))
-            .spawn(move || process_loop(client, handler))
+        // The stack is prefaulted and locked (never the whole program: its memory is
+        // the application's business); a refused lock only costs residency.
+        let (thread, tid, _stack_refused) =
+            quaver_rt::spawn(format!("quaver-cb-{}", self.info.node), true, move || {
+                process_loop(client, handler)
+            })
             .map_err(ClientError::Io)?;
-        let realtime = promote(&thread, priority);
+        let realtime = promote(tid, priority);
         self.set_active(true);
         Ok(ActiveCallback {
             client: self,

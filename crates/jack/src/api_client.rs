@@ -505,11 +505,9 @@ pub extern "C" fn jack_acquire_real_time_scheduling(
 /// `jack_drop_real_time_scheduling`.
 #[unsafe(no_mangle)]
 pub extern "C" fn jack_drop_real_time_scheduling(thread: jack_native_thread_t) -> c_int {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: the caller's thread and a valid parameter block.
-    match unsafe { libc::pthread_setschedparam(thread, libc::SCHED_OTHER, &param) } {
-        0 => 0,
-        _ => -1,
+    match quaver_rt::sched::set_normal_pthread(thread) {
+        Ok(()) => 0,
+        Err(_) => -1,
     }
 }
 

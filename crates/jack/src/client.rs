@@ -87,6 +87,9 @@ pub struct Client {
     pub(crate) process_thread: Mutex<Option<libc::pthread_t>>,
     pub(crate) process_thread_id: AtomicU64,
     pub(crate) rt_priority: AtomicI32,
+    /// The process thread's kernel id once it started (0 before): what promotion
+    /// (sched_setscheduler, RealtimeKit) needs.
+    pub(crate) process_tid: AtomicI32,
     pub(crate) notifier: Arc<Notifier>,
     pub(crate) notify_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Process-thread state: last handled wake, the cycle in flight, load.
@@ -204,6 +207,7 @@ impl Client {
             process_thread: Mutex::new(None),
             process_thread_id: AtomicU64::new(0),
             rt_priority: AtomicI32::new(-1),
+            process_tid: AtomicI32::new(0),
             notifier: notifier.clone(),
             notify_thread: Mutex::new(None),
             last_seq: AtomicU64::new(0),

@@ -140,6 +140,11 @@ extern "C" fn trampoline(arg: *mut c_void) -> *mut c_void {
         let c = unsafe { &*c };
         c.process_thread_id
             .store(unsafe { libc::pthread_self() } as u64, Ordering::Relaxed);
+        // Set-up before the first cycle: no stack page faults in later. Only the stack
+        // is locked, never the whole application.
+        let _ = quaver_rt::prepare_rt_stack(true);
+        c.process_tid
+            .store(quaver_rt::Tid::current().0, Ordering::Release);
         run(c)
     });
     std::ptr::null_mut()
@@ -166,22 +171,48 @@ pub(crate) fn create_thread(
     if rc == 0 { Ok(tid) } else { Err(rc) }
 }
 
-/// SCHED_FIFO at `priority` for `thread`; 0 on success, else an errno.
+/// SCHED_FIFO at `priority` for `thread` (a JACK API `pthread_t`, whose kernel id we
+/// cannot learn, so no RealtimeKit); 0 on success, else an errno.
 pub(crate) fn set_fifo(thread: libc::pthread_t, priority: c_int) -> c_int {
-    let param = libc::sched_param {
-        sched_priority: priority.clamp(1, 99),
-    };
-    // SAFETY: a live thread and a valid parameter block.
-    unsafe { libc::pthread_setschedparam(thread, libc::SCHED_FIFO, &param) }
+    // SAFETY: pthread_self is always safe.
+    if unsafe { libc::pthread_equal(thread, libc::pthread_self()) } != 0 {
+        // Our own thread: its kernel id is known, so the full path (RealtimeKit too).
+        let req = quaver_rt::Request::fifo(priority);
+        return match quaver_rt::promote(quaver_rt::Tid::current(), &req).outcome {
+            quaver_rt::RtOutcome::Fifo { .. } => 0,
+            _ => libc::EPERM,
+        };
+    }
+    match quaver_rt::sched::set_fifo_pthread(thread, priority) {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(libc::EPERM),
+    }
 }
 
-/// The priority process threads ask for: `$QUAVER_RT_PRIORITY`, else the library
+/// The request process threads make: `$QUAVER_RT_PRIORITY`, else the library
 /// default; 0 or less disables real-time scheduling.
+pub(crate) fn wanted() -> quaver_rt::Request {
+    quaver_rt::Request::from_env(quaver_client::callback::DEFAULT_RT_PRIORITY)
+}
+
+/// The priority process threads ask for (0 or less: none).
 pub(crate) fn wanted_priority() -> c_int {
-    std::env::var("QUAVER_RT_PRIORITY")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(quaver_client::callback::DEFAULT_RT_PRIORITY)
+    wanted().priority
+}
+
+/// Waits (bounded) for the new process thread to publish its kernel id.
+fn process_tid(c: &Client) -> Option<quaver_rt::Tid> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let t = c.process_tid.load(Ordering::Acquire);
+        if t != 0 {
+            return Some(quaver_rt::Tid(t));
+        }
+        if std::time::Instant::now() > until {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Starts the process thread and asks the server to wake the client.
@@ -195,6 +226,7 @@ pub(crate) fn activate(c: &Client) -> c_int {
     c.process_failed.store(false, Ordering::Release);
     c.cb.reset_stop();
     let arg = ClientPtr(c as *const Client);
+    c.process_tid.store(0, Ordering::Release);
     let tid = match create_thread(trampoline, arg.0.cast_mut().cast()) {
         Ok(t) => t,
         Err(rc) => {
@@ -202,18 +234,26 @@ pub(crate) fn activate(c: &Client) -> c_int {
             return -1;
         }
     };
-    // Promote from here: the possibly slow call stays off the audio thread.
-    let prio = wanted_priority();
-    if prio > 0 {
-        match set_fifo(tid, prio) {
-            0 => c.rt_priority.store(prio, Ordering::Relaxed),
-            rc => {
-                c.rt_priority.store(-1, Ordering::Relaxed);
-                crate::info(&format!(
-                    "real-time scheduling refused ({}); the process thread runs at normal priority",
-                    std::io::Error::from_raw_os_error(rc)
-                ));
+    // Promote from here: the possibly slow request (RealtimeKit) stays off the audio
+    // thread.
+    let req = wanted();
+    if req.priority > 0 {
+        let outcome = match process_tid(c) {
+            Some(t) => quaver_rt::promote(t, &req).outcome,
+            None => quaver_rt::RtOutcome::Refused("the process thread never started".into()),
+        };
+        match outcome {
+            quaver_rt::RtOutcome::Fifo { priority, .. } => {
+                c.rt_priority.store(priority, Ordering::Relaxed);
+                crate::info(&format!("process thread runs {outcome}"));
             }
+            quaver_rt::RtOutcome::Refused(why) => {
+                c.rt_priority.store(-1, Ordering::Relaxed);
+                // Through the error hook (stderr by default), as jackd2's libjack
+                // reports a refused real-time request.
+                crate::error(&quaver_rt::refusal_message("the process thread", &why));
+            }
+            _ => c.rt_priority.store(-1, Ordering::Relaxed),
         }
     }
     *c.process_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(tid);

@@ -1,10 +1,10 @@
 //! Just enough D-Bus to ask RealtimeKit: connect to a bus over a unix socket,
 //! authenticate with EXTERNAL, say Hello, make method calls and read their replies.
 //!
-//! Hand-written rather than zbus: zbus 6 with its default features pulls ~60 crates
-//! into a cold build (an async runtime, serde, zvariant, …) for two method calls that
-//! run once per audio thread; this is a few hundred lines with no dependency beyond
-//! libc (measurement in docs/engine.md). Only the types those calls use are
+//! Hand-written rather than zbus: zbus 6 brings 31 crates, 12 of them new to the
+//! workspace (its own async runtime, proc macros), into every cold build and into
+//! libjack, which is loaded into arbitrary applications — for a few method calls per
+//! audio thread (measurement in docs/engine.md). Only the types those calls use are
 //! marshalled: `s o g y u i t x` and reading a variant.
 
 use std::io::{self, Read, Write};

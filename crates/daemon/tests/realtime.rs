@@ -1,0 +1,98 @@
+//! Real-time scheduling as quaverd reports it, and graceful operation when the system
+//! permits none of it.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use common::{Daemon, WAIT, ok, write_wav_s16};
+
+#[test]
+fn status_names_the_scheduling() {
+    let mut d = Daemon::start(&[]);
+    let st = d.connect("t").status().unwrap();
+    assert!(!st.realtime);
+    assert_eq!(*st.scheduling, "SCHED_OTHER (real-time disabled)");
+    let text = ok(&d.run(&["status"]));
+    assert!(
+        text.contains("realtime: no (SCHED_OTHER (real-time disabled))"),
+        "{text}"
+    );
+    d.stop();
+}
+
+/// As an unprivileged user (RLIMIT_RTPRIO 0, no system bus): one warning saying what
+/// was refused and what to do, and the daemon plays. Needs root to switch users;
+/// skipped otherwise.
+#[test]
+fn unprivileged_daemon_warns_once_and_plays() {
+    // SAFETY: plain query.
+    if unsafe { libc::geteuid() } != 0 || Command::new("setpriv").arg("--help").output().is_err() {
+        eprintln!("skipped: needs root and setpriv to run quaverd as nobody");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let xdg = dir.path().join("xdg");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let runtime = xdg.join("quaver");
+    let log = dir.path().join("quaverd.log");
+    let child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(common::quaverd_bin())
+        .args(["--device", "null", "--log-level", "info"])
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("HOME", dir.path())
+        // No RealtimeKit: a bus address where nothing listens.
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/quaver-test-bus",
+        )
+        .env_remove("QUAVER_SERVER")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawning setpriv quaverd");
+    let mut d = Daemon {
+        child: Some(child),
+        dir,
+        socket: runtime.join("native"),
+        runtime,
+        log,
+    };
+    let t0 = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
+        if let Some(st) = d.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("quaverd exited early ({st}):\n{}", d.log_text());
+        }
+        assert!(
+            t0.elapsed() < WAIT,
+            "quaverd did not start:\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let st = d.connect("t").status().unwrap();
+    assert!(!st.realtime);
+    assert_eq!(*st.scheduling, "SCHED_OTHER (real-time refused)");
+
+    let wav = d.path("tone.wav");
+    write_wav_s16(&wav, 48000, 2, &common::noise_s16(48000 / 5 * 2, 7, 3000));
+    ok(&d.run(&["play", wav.to_str().unwrap()]));
+    assert!(d.connect("t").status().unwrap().cycles > 0);
+
+    let log = d.stop();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    let w = warnings[0];
+    for want in ["SCHED_FIFO 20", "RealtimeKit", "rtkit-daemon", "rtprio"] {
+        assert!(w.contains(want), "{want:?} missing from {w}");
+    }
+}

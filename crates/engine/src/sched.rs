@@ -26,10 +26,14 @@ pub(crate) fn period(quantum: usize, rate: u32) -> Duration {
 /// to do when everything was refused).
 pub(crate) fn promote(tid: Tid, req: &Request) -> RtOutcome {
     let p = quaver_rt::promote(tid, req);
-    match &p.outcome {
-        RtOutcome::Refused(why) => {
-            tracing::warn!("{}", quaver_rt::refusal_message("the audio thread", why))
+    if let Some(why) = p.outcome.refused() {
+        tracing::warn!("{}", quaver_rt::refusal_message("the audio thread", why));
+        if let RtOutcome::Nice { .. } = p.outcome {
+            tracing::info!("real-time thread runs {}", p.outcome);
         }
+        return p.outcome;
+    }
+    match &p.outcome {
         RtOutcome::Disabled => tracing::info!("real-time scheduling disabled by configuration"),
         ok => {
             for r in &p.refusals {

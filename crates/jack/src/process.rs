@@ -247,7 +247,8 @@ pub(crate) fn activate(c: &Client) -> c_int {
                 c.rt_priority.store(priority, Ordering::Relaxed);
                 crate::info(&format!("process thread runs {outcome}"));
             }
-            quaver_rt::RtOutcome::Refused(why) => {
+            quaver_rt::RtOutcome::Refused(why)
+            | quaver_rt::RtOutcome::Nice { refused: why, .. } => {
                 c.rt_priority.store(-1, Ordering::Relaxed);
                 // Through the error hook (stderr by default), as jackd2's libjack
                 // reports a refused real-time request.

@@ -27,6 +27,8 @@ pub enum Arg<'a> {
     Str(&'a str),
     /// `u`
     U32(u32),
+    /// `i`
+    I32(i32),
     /// `t`
     U64(u64),
 }
@@ -334,6 +336,10 @@ fn method_call(
             Arg::U32(v) => {
                 sig.push('u');
                 put_u32(&mut body, v);
+            }
+            Arg::I32(v) => {
+                sig.push('i');
+                put_u32(&mut body, v as u32);
             }
             Arg::U64(v) => {
                 sig.push('t');
@@ -651,6 +657,10 @@ pub(crate) mod fake {
                                 put_sig(&mut b, "i");
                                 put_u32(&mut b, 15);
                             }
+                            Some(Value::Str(p)) if p == "MinNiceLevel" => {
+                                put_sig(&mut b, "i");
+                                put_u32(&mut b, -15i32 as u32);
+                            }
                             _ => {
                                 put_sig(&mut b, "x");
                                 pad(&mut b, 8);
@@ -662,6 +672,12 @@ pub(crate) mod fake {
                     Some("MakeThreadRealtime") => {
                         if let [Value::Long(t), Value::Int(p)] = m.body[..] {
                             got = Some((t as u64, p as u32));
+                        }
+                        ("", Vec::new())
+                    }
+                    Some("MakeThreadHighPriority") => {
+                        if let [Value::Long(t), Value::Int(n)] = m.body[..] {
+                            got = Some((t as u64, n as i32 as u32));
                         }
                         ("", Vec::new())
                     }

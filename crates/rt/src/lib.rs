@@ -9,7 +9,9 @@
 //! 1. SCHED_DEADLINE, when asked and the period is known (needs CAP_SYS_NICE);
 //! 2. SCHED_FIFO directly (root, CAP_SYS_NICE or RLIMIT_RTPRIO);
 //! 3. SCHED_FIFO through RealtimeKit;
-//! 4. otherwise normal scheduling, with every reason collected for one warning.
+//! 4. otherwise SCHED_OTHER, with every reason collected for one warning, at nice
+//!    [`FALLBACK_NICE`] if that is allowed (RLIMIT_NICE, or RealtimeKit's
+//!    `MakeThreadHighPriority`).
 
 pub mod dbus;
 pub mod memory;
@@ -23,6 +25,9 @@ use std::time::Duration;
 
 pub use memory::{LockOutcome, MemoryLock, lock_process, prepare_rt_stack};
 pub use sched::{DeadlineParams, Tid, set_deadline, set_fifo, set_normal};
+
+/// The nice level asked for when real-time scheduling is refused (PipeWire's choice).
+pub const FALLBACK_NICE: i32 = -11;
 
 /// What to tell a user whose system refused every kind of real-time scheduling.
 pub const ADVICE: &str = "to allow it, run rtkit-daemon (RealtimeKit) on the system bus, or \
@@ -115,6 +120,15 @@ pub enum RtOutcome {
     },
     /// SCHED_DEADLINE with these parameters.
     Deadline(DeadlineParams),
+    /// Real-time was refused, but the thread got a raised nice level (SCHED_OTHER).
+    Nice {
+        /// The nice level granted (negative: favoured).
+        nice: i32,
+        /// Who set it.
+        via: Via,
+        /// Why real-time was refused.
+        refused: String,
+    },
     /// Everything was refused; the thread runs at normal priority. Says why.
     Refused(String),
 }
@@ -123,6 +137,14 @@ impl RtOutcome {
     /// Whether the thread runs with a real-time class.
     pub fn is_realtime(&self) -> bool {
         matches!(self, RtOutcome::Fifo { .. } | RtOutcome::Deadline(_))
+    }
+
+    /// Why real-time scheduling was refused, when it was asked for and refused.
+    pub fn refused(&self) -> Option<&str> {
+        match self {
+            RtOutcome::Refused(why) | RtOutcome::Nice { refused: why, .. } => Some(why),
+            _ => None,
+        }
     }
 }
 
@@ -142,6 +164,14 @@ impl std::fmt::Display for RtOutcome {
                 write!(f, "SCHED_{class} {priority} via RealtimeKit")
             }
             RtOutcome::Deadline(p) => write!(f, "SCHED_DEADLINE ({p})"),
+            RtOutcome::Nice { nice, via, .. } => {
+                let by = if matches!(via, Via::Direct) {
+                    ""
+                } else {
+                    " via RealtimeKit"
+                };
+                write!(f, "SCHED_OTHER nice {nice}{by} (real-time refused)")
+            }
             RtOutcome::Refused(_) => write!(f, "SCHED_OTHER (real-time refused)"),
         }
     }
@@ -197,25 +227,44 @@ pub fn promote(tid: Tid, req: &Request) -> Promotion {
         }
         Err(e) => refusals.push(format!("SCHED_FIFO {priority}: {e}")),
     }
+    let mut bus = None;
     if req.rtkit {
-        match rtkit::make_realtime(tid, priority) {
-            Ok(p) => {
-                let round_robin = sched::current_policy(tid).is_ok_and(|c| c == "SCHED_RR");
-                return Promotion {
-                    outcome: RtOutcome::Fifo {
-                        priority: p,
-                        via: Via::RealtimeKit { round_robin },
-                    },
-                    refusals,
-                };
+        match dbus::Connection::system() {
+            Ok(mut c) => {
+                match rtkit::make_realtime_on(&mut c, tid, priority) {
+                    Ok(p) => {
+                        let round_robin = sched::current_policy(tid).is_ok_and(|c| c == "SCHED_RR");
+                        return Promotion {
+                            outcome: RtOutcome::Fifo {
+                                priority: p,
+                                via: Via::RealtimeKit { round_robin },
+                            },
+                            refusals,
+                        };
+                    }
+                    Err(e) => refusals.push(format!("RealtimeKit: {e}")),
+                }
+                bus = Some(c);
             }
             Err(e) => refusals.push(format!("RealtimeKit: {e}")),
         }
     }
-    Promotion {
-        outcome: RtOutcome::Refused(refusals.join("; ")),
-        refusals,
-    }
+    // Second best, as PipeWire does: a raised nice level, directly (RLIMIT_NICE) or
+    // through RealtimeKit. Still reported as a refusal: it is not real-time.
+    let refused = refusals.join("; ");
+    let nice = match sched::set_nice(tid, FALLBACK_NICE) {
+        Ok(()) => Some((FALLBACK_NICE, Via::Direct)),
+        Err(_) => bus.as_mut().and_then(|c| {
+            rtkit::make_high_priority_on(c, tid, FALLBACK_NICE)
+                .ok()
+                .map(|n| (n, Via::RealtimeKit { round_robin: false }))
+        }),
+    };
+    let outcome = match nice {
+        Some((nice, via)) => RtOutcome::Nice { nice, via, refused },
+        None => RtOutcome::Refused(refused),
+    };
+    Promotion { outcome, refusals }
 }
 
 /// Starts thread `name` running `f` after it published its thread id and prefaulted
@@ -249,6 +298,6 @@ where
 /// Logs-ready text for a refused request: what was refused and what to do.
 pub fn refusal_message(what: &str, refusals: &str) -> String {
     format!(
-        "real-time scheduling refused for {what} ({refusals}); it runs at normal priority and may glitch under load; {ADVICE}"
+        "real-time scheduling refused for {what} ({refusals}); it runs without real-time priority and may glitch under load; {ADVICE}"
     )
 }

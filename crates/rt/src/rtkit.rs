@@ -51,6 +51,24 @@ pub fn make_realtime_on(bus: &mut Connection, tid: Tid, priority: i32) -> Result
     Ok(prio)
 }
 
+/// Asks RealtimeKit to raise thread `tid`'s nice level to `nice` (or its
+/// `MinNiceLevel`, if that is higher). Returns the level granted.
+pub fn make_high_priority_on(bus: &mut Connection, tid: Tid, nice: i32) -> Result<i32, RtkitError> {
+    let min = match bus.get_property(NAME, PATH, NAME, "MinNiceLevel")? {
+        Value::Int(v) | Value::Long(v) => v as i32,
+        _ => return Err(DbusError::Malformed("MinNiceLevel is not a number").into()),
+    };
+    let nice = nice.max(min);
+    bus.call(
+        NAME,
+        PATH,
+        NAME,
+        "MakeThreadHighPriority",
+        &[Arg::U64(tid.0 as u64), Arg::I32(nice)],
+    )?;
+    Ok(nice)
+}
+
 /// Lowers RLIMIT_RTTIME (µs of CPU an RT thread may use without blocking) to at most
 /// `usec`; never raises it.
 fn limit_rttime(usec: u64) -> std::io::Result<()> {
@@ -97,5 +115,15 @@ mod tests {
         // SAFETY: valid out-pointer.
         assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_RTTIME, &mut l) }, 0);
         assert!(l.rlim_max <= 200_000);
+    }
+
+    #[test]
+    fn high_priority_is_capped_at_min_nice_level() {
+        let (addr, server) = crate::dbus::fake::serve();
+        let mut bus = Connection::open(&addr).unwrap();
+        let tid = Tid::current();
+        assert_eq!(make_high_priority_on(&mut bus, tid, -20).unwrap(), -15);
+        drop(bus);
+        assert_eq!(server.join().unwrap(), Some((tid.0 as u64, -15i32 as u32)));
     }
 }

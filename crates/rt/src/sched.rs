@@ -156,6 +156,17 @@ pub fn set_normal_pthread(thread: libc::pthread_t) -> io::Result<()> {
     }
 }
 
+/// Sets thread `tid`'s nice level (Linux applies `setpriority` to a thread id alone).
+pub fn set_nice(tid: Tid, nice: i32) -> io::Result<()> {
+    // SAFETY: plain syscall.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid.0 as libc::id_t, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Returns thread `tid` to SCHED_OTHER.
 pub fn set_normal(tid: Tid) -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };

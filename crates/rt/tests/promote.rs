@@ -32,7 +32,7 @@ fn fifo_outcome_matches_the_kernel() {
             assert_eq!(priority, 10);
             assert_eq!(policy, "SCHED_FIFO");
         }
-        RtOutcome::Refused(why) => {
+        RtOutcome::Refused(why) | RtOutcome::Nice { refused: why, .. } => {
             assert!(why.contains("SCHED_FIFO"), "{why}");
             assert_eq!(policy, "SCHED_OTHER");
         }
@@ -67,7 +67,7 @@ fn deadline_or_a_reasoned_fallback() {
             assert_eq!(policy, "SCHED_FIFO");
             assert!(p.refusals[0].starts_with("SCHED_DEADLINE"));
         }
-        RtOutcome::Refused(_) => assert_eq!(policy, "SCHED_OTHER"),
+        RtOutcome::Refused(_) | RtOutcome::Nice { .. } => assert_eq!(policy, "SCHED_OTHER"),
         RtOutcome::Disabled => panic!("not disabled"),
     }
     stop.send(()).unwrap();

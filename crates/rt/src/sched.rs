@@ -44,10 +44,10 @@ impl DeadlineParams {
     pub const MIN_PERIOD: Duration = Duration::from_micros(100);
 
     /// Parameters for a thread that runs once per `period` (one quantum): half of each
-    /// period reserved, due by the end of the period. Half because one cycle of the
-    /// graph uses a few percent of a period on these machines, so a budget of 1/2
-    /// absorbs heavy plugins and page faults while leaving admission room (the kernel
-    /// admits 95 % of each CPU in total) for more deadline threads.
+    /// period reserved, due by the end of the period. Half because a cycle normally
+    /// takes a small fraction of a period, so a budget of 1/2 absorbs heavy graphs and
+    /// page faults while leaving admission room (the kernel admits 95 % of each CPU in
+    /// total) for more deadline threads.
     pub fn for_period(period: Duration) -> DeadlineParams {
         let period_ns = period
             .max(Self::MIN_PERIOD)

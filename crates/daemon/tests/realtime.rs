@@ -33,6 +33,20 @@ fn unprivileged_daemon_warns_once_and_plays() {
         eprintln!("skipped: needs root and setpriv to run quaverd as nobody");
         return;
     }
+    // The binary must be reachable for nobody (a target dir under a private home is not).
+    let reachable = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(common::quaverd_bin())
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !reachable {
+        eprintln!(
+            "skipped: nobody cannot run {}",
+            common::quaverd_bin().display()
+        );
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let xdg = dir.path().join("xdg");

@@ -4,10 +4,9 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::process::Command;
 
-use common::{Daemon, WAIT, ok, write_wav_s16};
+use common::{Daemon, ok, write_wav_s16};
 
 #[test]
 fn status_names_the_scheduling() {
@@ -42,46 +41,17 @@ fn unprivileged_daemon_warns_once_and_plays() {
     let xdg = dir.path().join("xdg");
     std::fs::create_dir(&xdg).unwrap();
     std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let runtime = xdg.join("quaver");
-    let log = dir.path().join("quaverd.log");
-    let child = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(&bin)
         .args(["--device", "null", "--log-level", "info"])
-        .env("XDG_RUNTIME_DIR", &xdg)
-        .env("XDG_CONFIG_HOME", dir.path().join("config"))
         .env("HOME", dir.path())
         // No RealtimeKit: a bus address where nothing listens.
         .env(
             "DBUS_SYSTEM_BUS_ADDRESS",
             "unix:path=/nonexistent/quaver-test-bus",
-        )
-        .env_remove("QUAVER_SERVER")
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawning setpriv quaverd");
-    let mut d = Daemon {
-        child: Some(child),
-        dir,
-        socket: runtime.join("native"),
-        runtime,
-        log,
-    };
-    let t0 = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
-        if let Some(st) = d.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("quaverd exited early ({st}):\n{}", d.log_text());
-        }
-        assert!(
-            t0.elapsed() < WAIT,
-            "quaverd did not start:\n{}",
-            d.log_text()
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut d = Daemon::start_cmd(dir, cmd);
 
     let st = d.connect("t").status().unwrap();
     assert!(!st.realtime);

@@ -47,13 +47,21 @@ impl Daemon {
 
     /// Like [`Daemon::start`] in a given temporary directory.
     pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
+        let mut cmd = Command::new(quaverd_bin());
+        cmd.args(["--realtime-priority", "0", "--log-level", "debug"])
+            .args(args);
+        Self::start_cmd(dir, cmd)
+    }
+
+    /// Runs `cmd` (quaverd and its arguments, perhaps behind a wrapper such as
+    /// `setpriv`) with the private runtime and config dirs of `dir` and its log there,
+    /// and waits until the socket accepts connections.
+    pub fn start_cmd(dir: tempfile::TempDir, mut cmd: Command) -> Daemon {
         let xdg = dir.path().join("xdg");
         std::fs::create_dir_all(&xdg).unwrap();
         let runtime = xdg.join("quaver");
         let log = dir.path().join("quaverd.log");
-        let child = Command::new(quaverd_bin())
-            .args(["--realtime-priority", "0", "--log-level", "debug"])
-            .args(args)
+        let child = cmd
             .env("XDG_RUNTIME_DIR", &xdg)
             .env("XDG_CONFIG_HOME", dir.path().join("config"))
             .env_remove("QUAVER_SERVER")

@@ -244,75 +244,21 @@ pub enum UtilClamp {
     Unavailable(String),
 }
 
-/// `struct sched_attr` (include/uapi/linux/sched/types.h), version 1 (with util clamps).
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-struct SchedAttr {
-    size: u32,
-    sched_policy: u32,
-    sched_flags: u64,
-    sched_nice: i32,
-    sched_priority: u32,
-    sched_runtime: u64,
-    sched_deadline: u64,
-    sched_period: u64,
-    sched_util_min: u32,
-    sched_util_max: u32,
-}
-
-const SCHED_ATTR_SIZE_VER1: u32 = 56;
-const SCHED_FLAG_KEEP_POLICY: u64 = 0x08;
-const SCHED_FLAG_KEEP_PARAMS: u64 = 0x10;
-const SCHED_FLAG_UTIL_CLAMP_MIN: u64 = 0x20;
-
-fn sched_getattr(tid: i32) -> io::Result<SchedAttr> {
-    let mut attr = SchedAttr::default();
-    // SAFETY: the kernel writes at most `size` bytes into `attr`.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            tid,
-            &mut attr as *mut SchedAttr,
-            SCHED_ATTR_SIZE_VER1,
-            0,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(attr)
-}
-
-fn set_util_min(tid: i32, util_min: u32) -> io::Result<()> {
-    let attr = SchedAttr {
-        size: SCHED_ATTR_SIZE_VER1,
-        sched_flags: SCHED_FLAG_KEEP_POLICY | SCHED_FLAG_KEEP_PARAMS | SCHED_FLAG_UTIL_CLAMP_MIN,
-        sched_util_min: util_min.min(UCLAMP_SCALE),
-        ..SchedAttr::default()
-    };
-    // SAFETY: the kernel reads `size` bytes of `attr`.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &attr as *const SchedAttr, 0) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 impl UtilClamp {
     /// Tries it: reads the calling thread's current `util_min` and sets the same value
     /// back (a no-op where it works), and reports why it does not where it fails.
     pub fn probe() -> UtilClamp {
-        let attr = match sched_getattr(0) {
-            Ok(a) => a,
+        let me = quaver_rt::Tid(0);
+        let current = match quaver_rt::sched::util_min(me) {
+            Ok(Some(v)) => v,
+            Ok(None) => {
+                return UtilClamp::Unavailable(
+                    "the kernel's sched_attr has no util-clamp fields (Linux < 5.3)".into(),
+                );
+            }
             Err(e) => return UtilClamp::Unavailable(format!("sched_getattr failed: {e}")),
         };
-        if attr.size < SCHED_ATTR_SIZE_VER1 {
-            return UtilClamp::Unavailable(format!(
-                "the kernel's sched_attr has {} bytes, without util-clamp fields (Linux < 5.3)",
-                attr.size
-            ));
-        }
-        match set_util_min(0, attr.sched_util_min) {
+        match quaver_rt::sched::set_util_min(me, current) {
             Ok(()) => UtilClamp::Available,
             Err(e) => UtilClamp::Unavailable(match e.raw_os_error() {
                 Some(libc::EOPNOTSUPP) => format!(
@@ -331,7 +277,7 @@ impl UtilClamp {
     /// Sets thread `tid`'s `util_min` (0…1024). A control thread calls this for the
     /// real-time thread when the margin changes; it is a syscall, not for RT code.
     pub fn set_min(tid: i32, util_min: u32) -> io::Result<()> {
-        set_util_min(tid, util_min)
+        quaver_rt::sched::set_util_min(quaver_rt::Tid(tid), util_min)
     }
 }
 

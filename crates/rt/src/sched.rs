@@ -74,9 +74,10 @@ impl std::fmt::Display for DeadlineParams {
     }
 }
 
-/// `struct sched_attr` (SCHED_ATTR_SIZE_VER0, 48 bytes).
+/// `struct sched_attr` with the util-clamp fields (SCHED_ATTR_SIZE_VER1, 56 bytes).
+/// Kernels that predate them accept it as long as those fields are zero.
 #[repr(C)]
-#[derive(Default)]
+#[derive(Debug, Default, Clone, Copy)]
 struct SchedAttr {
     size: u32,
     sched_policy: u32,
@@ -86,26 +87,23 @@ struct SchedAttr {
     sched_runtime: u64,
     sched_deadline: u64,
     sched_period: u64,
+    sched_util_min: u32,
+    sched_util_max: u32,
 }
 
-/// Puts thread `tid` in SCHED_DEADLINE with `p` (reset on fork). Calling it again
-/// re-parametrises the thread, subject to admission control again.
-pub fn set_deadline(tid: Tid, p: DeadlineParams) -> io::Result<()> {
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        sched_policy: SCHED_DEADLINE,
-        sched_flags: SCHED_FLAG_RESET_ON_FORK,
-        sched_runtime: p.runtime_ns,
-        sched_deadline: p.deadline_ns,
-        sched_period: p.period_ns,
-        ..SchedAttr::default()
-    };
-    // SAFETY: a valid, correctly sized sched_attr; flags argument 0 as required.
+/// Size of `struct sched_attr` with the util-clamp fields (Linux ≥ 5.3).
+const SCHED_ATTR_SIZE_VER1: u32 = 56;
+const SCHED_FLAG_KEEP_POLICY: u64 = 0x08;
+const SCHED_FLAG_KEEP_PARAMS: u64 = 0x10;
+const SCHED_FLAG_UTIL_CLAMP_MIN: u64 = 0x20;
+
+fn setattr(tid: Tid, attr: &SchedAttr) -> io::Result<()> {
+    // SAFETY: a valid sched_attr whose `size` covers it; flags argument 0 as required.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_sched_setattr,
             tid.0,
-            &attr as *const SchedAttr,
+            attr as *const SchedAttr,
             0u32,
         )
     };
@@ -114,6 +112,57 @@ pub fn set_deadline(tid: Tid, p: DeadlineParams) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Thread `tid`'s utilization floor (`util_min`, 0…1024), or `None` when the kernel's
+/// `sched_attr` has no util-clamp fields (Linux < 5.3). `Tid(0)` is the calling thread.
+pub fn util_min(tid: Tid) -> io::Result<Option<u32>> {
+    let mut attr = SchedAttr::default();
+    // SAFETY: the kernel writes at most `size` bytes into `attr`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            tid.0,
+            &mut attr as *mut SchedAttr,
+            SCHED_ATTR_SIZE_VER1,
+            0u32,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((attr.size >= SCHED_ATTR_SIZE_VER1).then_some(attr.sched_util_min))
+}
+
+/// Sets thread `tid`'s utilization floor (clamped to 1024), keeping its policy and
+/// parameters (`SCHED_FLAG_UTIL_CLAMP_MIN`). A syscall: for control threads.
+pub fn set_util_min(tid: Tid, util_min: u32) -> io::Result<()> {
+    setattr(
+        tid,
+        &SchedAttr {
+            size: SCHED_ATTR_SIZE_VER1,
+            sched_flags: SCHED_FLAG_KEEP_POLICY
+                | SCHED_FLAG_KEEP_PARAMS
+                | SCHED_FLAG_UTIL_CLAMP_MIN,
+            sched_util_min: util_min.min(1024),
+            ..SchedAttr::default()
+        },
+    )
+}
+
+/// Puts thread `tid` in SCHED_DEADLINE with `p` (reset on fork). Calling it again
+/// re-parametrises the thread, subject to admission control again.
+pub fn set_deadline(tid: Tid, p: DeadlineParams) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: SCHED_ATTR_SIZE_VER1,
+        sched_policy: SCHED_DEADLINE,
+        sched_flags: SCHED_FLAG_RESET_ON_FORK,
+        sched_runtime: p.runtime_ns,
+        sched_deadline: p.deadline_ns,
+        sched_period: p.period_ns,
+        ..SchedAttr::default()
+    };
+    setattr(tid, &attr)
 }
 
 /// Puts thread `tid` in SCHED_FIFO at `priority` (1–99, reset on fork).

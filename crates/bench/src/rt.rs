@@ -1,16 +1,10 @@
 //! Real-time scheduling for the benchmark's own audio threads (the clients), so that on
 //! a machine where quaverd runs SCHED_FIFO the client is not the weak link.
 
-/// Puts the calling thread on SCHED_FIFO at `priority`; false if not permitted.
+/// Puts the calling thread on SCHED_FIFO at `priority` (as quaverd's threads: reset on
+/// fork); false if not permitted.
 pub fn set_fifo(priority: i32) -> bool {
-    if priority <= 0 {
-        return false;
-    }
-    let p = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: valid param pointer; pid 0 is the calling thread.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
+    priority > 0 && quaver_rt::set_fifo(quaver_rt::Tid::current(), priority).is_ok()
 }
 
 /// The priority quaverd uses for its real-time thread when not told otherwise.

@@ -73,6 +73,8 @@ pub struct PulseSection {
     pub cookie: Option<PathBuf>,
     /// Let clients send audio as references into their memfd pools.
     pub memfd: bool,
+    /// Offer memfd clients the shared ring-buffer channel (packets through shared memory).
+    pub srbchannel: bool,
 }
 
 impl Default for PulseSection {
@@ -86,6 +88,7 @@ impl Default for PulseSection {
             tcp_allow: Vec::new(),
             cookie: None,
             memfd: true,
+            srbchannel: true,
         }
     }
 }

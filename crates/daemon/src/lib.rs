@@ -151,6 +151,7 @@ pub fn run(cfg: Config) -> Result<()> {
                     max_clients: cfg.pulse.max_clients,
                     max_streams_per_client: cfg.pulse.max_streams_per_client,
                     memfd: cfg.pulse.memfd,
+                    srbchannel: cfg.pulse.srbchannel,
                     resample_quality: cfg
                         .engine
                         .resample_quality

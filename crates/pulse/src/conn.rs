@@ -575,6 +575,15 @@ pub(crate) struct Conn {
     shm_bytes: u64,
     /// The command tag of the packet being handled (for logs).
     last_tag: u32,
+    /// The shared ring-buffer channel, once offered.
+    srb: Option<crate::srb::Srb>,
+    /// Framing of what arrives through the srbchannel (its own byte stream).
+    srb_reader: PacketReader,
+    /// Packets in `out` that carry descriptors: (offset, length, descriptors).
+    out_fds: VecDeque<(usize, usize, Vec<rustix::fd::OwnedFd>)>,
+    /// Socket output queued before the srbchannel took over; it leaves first, so the
+    /// client sees packets in order.
+    sock_tail: Vec<u8>,
 }
 
 impl Conn {
@@ -603,6 +612,14 @@ impl Conn {
             memfds: BTreeMap::new(),
             shm_bytes: 0,
             last_tag: 0,
+            srb: None,
+            srb_reader: {
+                let mut r = PacketReader::new();
+                r.enable_shm();
+                r
+            },
+            out_fds: VecDeque::new(),
+            sock_tail: Vec::new(),
         })
     }
 
@@ -613,7 +630,46 @@ impl Conn {
 
     /// Whether output waits for the socket to take it.
     pub(crate) fn wants_write(&self) -> bool {
-        !self.out.is_empty()
+        !self.sock_tail.is_empty() || (!self.srb_active() && !self.out.is_empty())
+    }
+
+    fn srb_active(&self) -> bool {
+        self.srb.as_ref().is_some_and(|s| s.active)
+    }
+
+    /// The srbchannel's wakeup descriptor, once offered (for the I/O thread's epoll).
+    pub(crate) fn srb_wake_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        self.srb.as_ref().map(|s| s.wake_fd())
+    }
+
+    /// Before the I/O thread sleeps; true when the client already posted a wakeup.
+    pub(crate) fn srb_before_poll(&mut self) -> bool {
+        self.srb.as_mut().is_some_and(|s| s.before_poll())
+    }
+
+    /// After the I/O thread woke: takes the wakeup and handles what the ring holds.
+    /// `Ok(true)` when the connection needs a pump (packets came, or output waits for
+    /// room the client may have made).
+    pub(crate) fn on_srb(&mut self, woken: bool) -> Result<bool, String> {
+        let Some(srb) = self.srb.as_mut() else {
+            return Ok(false);
+        };
+        if woken {
+            srb.drain_wake();
+        }
+        srb.after_poll();
+        let mut bytes = Vec::new();
+        srb.read(&mut bytes)?;
+        let pending = srb.active && !self.out.is_empty();
+        let mut rest = &bytes[..];
+        while !rest.is_empty() && !self.closing {
+            let (used, packet) = self.srb_reader.feed(rest).map_err(|e| e.to_string())?;
+            rest = &rest[used..];
+            if let Some(p) = packet {
+                self.on_packet(p)?;
+            }
+        }
+        Ok(!bytes.is_empty() || pending)
     }
 
     fn out(&mut self) -> Out<'_> {
@@ -678,11 +734,43 @@ impl Conn {
     }
 
     fn flush_out(&mut self) -> Result<(), String> {
+        if self.srb_active() {
+            while !self.sock_tail.is_empty() {
+                match self.sock.write(&self.sock_tail) {
+                    Ok(0) => return Err("socket closed".into()),
+                    Ok(n) => {
+                        self.sock_tail.drain(..n);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(format!("write: {e}")),
+                }
+            }
+            let srb = self.srb.as_mut().expect("active");
+            let n = srb.write(&self.out)?;
+            self.out.drain(..n);
+            return Ok(());
+        }
         while !self.out.is_empty() {
-            match self.sock.write(&self.out) {
+            let r = match self.out_fds.front() {
+                // A packet with descriptors goes alone in one sendmsg, the descriptors
+                // with its first byte, as libpulse's pstream expects.
+                Some((0, len, fds)) => self.sock.send_with_fds(&self.out[..*len], fds),
+                Some((off, ..)) => self.sock.write(&self.out[..*off]),
+                None => self.sock.write(&self.out),
+            };
+            match r {
                 Ok(0) => return Err("socket closed".into()),
                 Ok(n) => {
                     self.out.drain(..n);
+                    // The descriptors left with the first byte; the rest of that
+                    // packet goes as plain bytes.
+                    if let Some((0, ..)) = self.out_fds.front() {
+                        self.out_fds.pop_front();
+                    }
+                    for (off, ..) in self.out_fds.iter_mut() {
+                        *off -= n;
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -696,65 +784,133 @@ impl Conn {
         while !bytes.is_empty() {
             let (used, packet) = self.reader.feed(bytes).map_err(|e| e.to_string())?;
             bytes = &bytes[used..];
-            match packet {
-                Some(Packet::Control(data)) => self.on_control(&data)?,
-                Some(Packet::Memblock {
-                    channel,
-                    offset,
-                    seek,
-                    data,
-                }) => {
-                    if !self.authed {
-                        return Err("audio before AUTH".into());
-                    }
-                    let mut out = Out {
-                        buf: &mut self.out,
-                        version: self.version,
-                    };
-                    match self.playback.get_mut(&channel) {
-                        Some(p) => p.write(seek, offset, &data, &mut out),
-                        None if self.uploads.contains_key(&channel) => {
-                            let u = self.uploads.get_mut(&channel).expect("checked");
-                            let room = u.length - u.data.len();
-                            u.data.extend_from_slice(&data[..data.len().min(room)]);
-                        }
-                        None => tracing::debug!(
-                            "pulse client {}: audio for unknown channel {channel} dropped",
-                            self.client
-                        ),
-                    }
-                }
-                Some(Packet::ShmRef {
-                    channel,
-                    offset,
-                    seek,
-                    block_id,
-                    shm_id,
-                    index,
-                    length,
-                    memfd,
-                }) => {
-                    let data = self.read_shm(shm_id, index, length, memfd);
-                    let mut out = Out {
-                        buf: &mut self.out,
-                        version: self.version,
-                    };
-                    // The bytes are copied out: the block can go back to the client now.
-                    out.shm_release(block_id);
-                    match self.playback.get_mut(&channel) {
-                        Some(p) => p.write(seek, offset, &data, &mut out),
-                        None if self.uploads.contains_key(&channel) => {
-                            let u = self.uploads.get_mut(&channel).expect("checked");
-                            let room = u.length - u.data.len();
-                            u.data.extend_from_slice(&data[..data.len().min(room)]);
-                        }
-                        None => {}
-                    }
-                }
-                Some(Packet::ShmControl) | None => {}
+            if let Some(p) = packet {
+                self.on_packet(p)?;
             }
         }
         Ok(())
+    }
+
+    fn on_packet(&mut self, packet: Packet) -> Result<(), String> {
+        match packet {
+            Packet::Control(data) => self.on_control(&data)?,
+            Packet::Memblock {
+                channel,
+                offset,
+                seek,
+                data,
+            } => {
+                if !self.authed {
+                    return Err("audio before AUTH".into());
+                }
+                let mut out = Out {
+                    buf: &mut self.out,
+                    version: self.version,
+                };
+                match self.playback.get_mut(&channel) {
+                    Some(p) => p.write(seek, offset, &data, &mut out),
+                    None if self.uploads.contains_key(&channel) => {
+                        let u = self.uploads.get_mut(&channel).expect("checked");
+                        let room = u.length - u.data.len();
+                        u.data.extend_from_slice(&data[..data.len().min(room)]);
+                    }
+                    None => tracing::debug!(
+                        "pulse client {}: audio for unknown channel {channel} dropped",
+                        self.client
+                    ),
+                }
+            }
+            Packet::ShmRef {
+                channel,
+                offset,
+                seek,
+                block_id,
+                shm_id,
+                index,
+                length,
+                memfd,
+            } => {
+                let data = self.read_shm(shm_id, index, length, memfd);
+                let mut out = Out {
+                    buf: &mut self.out,
+                    version: self.version,
+                };
+                // The bytes are copied out: the block can go back to the client now.
+                out.shm_release(block_id);
+                match self.playback.get_mut(&channel) {
+                    Some(p) => p.write(seek, offset, &data, &mut out),
+                    None if self.uploads.contains_key(&channel) => {
+                        let u = self.uploads.get_mut(&channel).expect("checked");
+                        let room = u.length - u.data.len();
+                        u.data.extend_from_slice(&data[..data.len().min(room)]);
+                    }
+                    None => {}
+                }
+            }
+            Packet::ShmControl => {}
+        }
+        Ok(())
+    }
+
+    /// Offers the srbchannel: registers its memfd block as a pool of ours, sends
+    /// ENABLE_SRBCHANNEL with the two wakeup descriptors, then a writable reference to
+    /// the block; the client answers ENABLE_SRBCHANNEL with our tag.
+    fn offer_srb(&mut self) {
+        use crate::wire::{
+            CONTROL_CHANNEL, Descriptor, FLAG_SHMDATA, FLAG_SHMDATA_MEMFD_BLOCK, FLAG_SHMWRITABLE,
+        };
+        let mut rnd = [0u8; 8];
+        let _ = rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty());
+        let shm_id = u32::from_ne_bytes([rnd[0], rnd[1], rnd[2], rnd[3]]) | 1;
+        let tag = u32::from_ne_bytes([rnd[4], rnd[5], rnd[6], rnd[7]]) & 0x7fff_ffff;
+        let mut srb = match crate::srb::Srb::new(shm_id, tag) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("pulse client {}: srbchannel not offered: {e}", self.client);
+                return;
+            }
+        };
+        let (Some(memfd), Some((wake_w, wake_r))) = (srb.take_memfd(), srb.take_client_fds())
+        else {
+            return;
+        };
+        let mut queue = |words: &[u32], fds: Vec<rustix::fd::OwnedFd>| {
+            let mut payload = Vec::with_capacity(words.len() * 5);
+            for w in words {
+                payload.push(b'L');
+                payload.extend_from_slice(&w.to_be_bytes());
+            }
+            let d = Descriptor {
+                length: payload.len() as u32,
+                channel: CONTROL_CHANNEL,
+                offset: 0,
+                flags: 0,
+            };
+            let off = self.out.len();
+            self.out.extend_from_slice(&d.encode());
+            self.out.extend_from_slice(&payload);
+            self.out_fds.push_back((off, self.out.len() - off, fds));
+        };
+        queue(
+            &[CommandTag::RegisterMemfdShmid as u32, u32::MAX, shm_id],
+            vec![memfd],
+        );
+        queue(
+            &[CommandTag::EnableSrbchannel as u32, tag],
+            vec![wake_w, wake_r],
+        );
+        let d = Descriptor {
+            length: crate::wire::SHM_INFO_SIZE,
+            channel: 0,
+            offset: 0,
+            flags: FLAG_SHMDATA | FLAG_SHMDATA_MEMFD_BLOCK | FLAG_SHMWRITABLE,
+        };
+        self.out.extend_from_slice(&d.encode());
+        for w in [1u32, shm_id, 0, crate::srb::BLOCK_SIZE as u32] {
+            self.out.extend_from_slice(&w.to_be_bytes());
+        }
+        tracing::debug!("pulse client {}: srbchannel offered", self.client);
+        self.srb = Some(srb);
     }
 
     /// Copies a block out of the client's memfd pool with `pread` (a client that
@@ -953,6 +1109,25 @@ impl Conn {
                 }
                 Ok(())
             }
+            CommandTag::EnableSrbchannel => {
+                // The client's acknowledgement (no reply): from now on our output goes
+                // through the ring, after what the socket still holds.
+                match self.srb.as_mut() {
+                    Some(s) if !s.active && s.tag == seq && self.out_fds.is_empty() => {
+                        s.active = true;
+                        self.sock_tail.append(&mut self.out);
+                        tracing::debug!("pulse client {}: srbchannel enabled", self.client);
+                    }
+                    _ => {
+                        tracing::info!(
+                            "pulse client {}: unexpected ENABLE_SRBCHANNEL (tag {seq}); disconnecting",
+                            self.client
+                        );
+                        self.closing = true;
+                    }
+                }
+                Ok(())
+            }
             CommandTag::Extension => Err(PulseError::NoExtension),
             _ => Err(PulseError::NotSupported),
         }
@@ -1001,8 +1176,11 @@ impl Conn {
                 self.version = p.version.min(SERVER_VERSION);
                 self.authed = true;
                 // Shared memory only as memfd (no POSIX shm segments to open), only on the
-                // unix socket, and only for libraries past the 9.0 memfd bug (v32).
+                // unix socket, and only for libraries past the 9.0 memfd bug (v32). A
+                // client with shm disabled (`enable-shm = no`) still says memfd: as
+                // PulseAudio, memfd needs shm too.
                 let memfd = self.srv.opts.memfd
+                    && p.supports_shm
                     && p.supports_memfd
                     && p.version >= 32
                     && self.sock.is_unix();
@@ -1025,6 +1203,11 @@ impl Conn {
                         use_shm: memfd,
                     },
                 );
+                // As PulseAudio: offered right after the reply, only with shared memory
+                // (the rings live in a memfd block) and only once.
+                if memfd && self.srv.opts.srbchannel && self.version >= 30 && self.srb.is_none() {
+                    self.offer_srb();
+                }
             }
             Command::SetClientName(props) => {
                 self.update_client(PropsUpdateMode::Replace, &props);
@@ -1894,6 +2077,14 @@ impl Conn {
                 "pulse client {}: {} bytes of audio came by memfd",
                 self.client,
                 self.shm_bytes
+            );
+        }
+        if let Some(s) = self.srb.as_ref().filter(|s| s.active) {
+            tracing::debug!(
+                "pulse client {}: srbchannel carried {} bytes in, {} bytes out",
+                self.client,
+                s.bytes_in,
+                s.bytes_out
             );
         }
         if nodes.is_empty() {

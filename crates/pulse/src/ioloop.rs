@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex};
 const READ_CHUNK: usize = 64 * 1024;
 /// epoll token of the bell; connections count up from 1 and are never reused.
 const BELL: u64 = 0;
+/// Set in the epoll token of a connection's srbchannel wakeup descriptor.
+const SRB: u64 = 1 << 63;
 
 /// What the accept threads share with the I/O thread.
 pub struct IoShared {
@@ -60,6 +62,8 @@ impl IoShared {
 struct Entry {
     conn: Conn,
     interest: EventFlags,
+    /// Its srbchannel's wakeup descriptor is in the epoll set.
+    srb: bool,
 }
 
 /// Runs a connection step; a panic costs that client its connection, never the thread.
@@ -80,19 +84,40 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut touched: Vec<u64> = Vec::new();
     let mut dead: Vec<(u64, String)> = Vec::new();
+    // Connections with an srbchannel, and those whose wakeup descriptor fired.
+    let mut srb_keys: Vec<u64> = Vec::new();
+    let mut srb_woken: Vec<u64> = Vec::new();
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     loop {
         events.clear();
-        match epoll::wait(&ep, spare_capacity(&mut events), None) {
+        // pa_fdsem: tell each srbchannel client we are about to sleep, unless it has
+        // posted already (then only look, don't sleep).
+        let mut pending = false;
+        for key in &srb_keys {
+            if let Some(e) = conns.get_mut(key) {
+                pending |= e.conn.srb_before_poll();
+            }
+        }
+        let timeout = pending.then_some(&zero);
+        match epoll::wait(&ep, spare_capacity(&mut events), timeout) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
         let mut all = false;
         touched.clear();
+        srb_woken.clear();
         for ev in events.iter().copied() {
             let (key, flags) = (ev.data.u64(), ev.flags);
             if key == BELL {
                 all = true;
+                continue;
+            }
+            if key & SRB != 0 {
+                srb_woken.push(key & !SRB);
                 continue;
             }
             let Some(e) = conns.get_mut(&key) else {
@@ -103,6 +128,23 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 && let Err(why) = guarded(&mut e.conn, |c| c.on_readable(&mut buf))
             {
                 dead.push((key, why));
+            }
+        }
+        // Every srbchannel is looked at on every wakeup (one atomic load when idle):
+        // that keeps the one-wakeup-per-cycle batching for ring traffic too.
+        for key in &srb_keys {
+            let Some(e) = conns.get_mut(key) else {
+                continue;
+            };
+            if dead.iter().any(|(k, _)| k == key) {
+                continue;
+            }
+            let woken = srb_woken.contains(key);
+            match catch_unwind(AssertUnwindSafe(|| e.conn.on_srb(woken))) {
+                Ok(Ok(true)) => touched.push(*key),
+                Ok(Ok(false)) => {}
+                Ok(Err(why)) => dead.push((*key, why)),
+                Err(_) => dead.push((*key, "panic".into())),
             }
         }
         if all {
@@ -140,12 +182,15 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                     Entry {
                         conn,
                         interest: EventFlags::IN,
+                        srb: false,
                     },
                 );
             }
             touched.clear();
             touched.extend(conns.keys().copied());
         }
+        touched.sort_unstable();
+        touched.dedup();
         for key in &touched {
             if dead.iter().any(|(k, _)| k == key) {
                 continue;
@@ -156,6 +201,17 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
             if let Err(why) = guarded(&mut e.conn, Conn::pump) {
                 dead.push((*key, why));
                 continue;
+            }
+            if !e.srb
+                && let Some(fd) = e.conn.srb_wake_fd()
+            {
+                if let Err(err) = epoll::add(&ep, fd, EventData::new_u64(key | SRB), EventFlags::IN)
+                {
+                    dead.push((*key, format!("epoll: {err}")));
+                    continue;
+                }
+                e.srb = true;
+                srb_keys.push(*key);
             }
             let want = if e.conn.wants_write() {
                 EventFlags::IN | EventFlags::OUT
@@ -172,6 +228,12 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
         for (key, why) in dead.drain(..) {
             if let Some(mut e) = conns.remove(&key) {
                 let _ = epoll::delete(&ep, e.conn.sock());
+                if e.srb {
+                    if let Some(fd) = e.conn.srb_wake_fd() {
+                        let _ = epoll::delete(&ep, fd);
+                    }
+                    srb_keys.retain(|k| *k != key);
+                }
                 if catch_unwind(AssertUnwindSafe(|| e.conn.close(&why))).is_err() {
                     tracing::error!("pulse: cleaning up a connection failed");
                 }

@@ -27,6 +27,7 @@ pub mod listener;
 pub mod modules;
 mod scache;
 mod server;
+pub mod srb;
 pub mod tagcheck;
 pub mod tcp;
 pub mod transport;

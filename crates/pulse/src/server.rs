@@ -31,6 +31,8 @@ pub struct PulseOptions {
     pub resample_quality: ResampleQuality,
     /// Let unix-socket clients that can send audio as memfd references do so.
     pub memfd: bool,
+    /// Offer memfd clients the shared ring-buffer channel (srbchannel).
+    pub srbchannel: bool,
 }
 
 impl Default for PulseOptions {
@@ -40,6 +42,7 @@ impl Default for PulseOptions {
             max_streams_per_client: 64,
             resample_quality: ResampleQuality::High,
             memfd: true,
+            srbchannel: true,
         }
     }
 }

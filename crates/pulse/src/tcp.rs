@@ -169,6 +169,35 @@ impl Sock {
         }
     }
 
+    /// Sends bytes with descriptors attached (SCM_RIGHTS; unix sockets only).
+    pub fn send_with_fds(
+        &mut self,
+        buf: &[u8],
+        fds: &[rustix::fd::OwnedFd],
+    ) -> std::io::Result<usize> {
+        use rustix::fd::AsFd;
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+        match self {
+            Sock::Tcp { .. } => Err(std::io::Error::from(std::io::ErrorKind::Unsupported)),
+            Sock::Unix(s) => {
+                let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+                let mut space =
+                    [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+                let mut anc = SendAncillaryBuffer::new(&mut space);
+                if !anc.push(SendAncillaryMessage::ScmRights(&borrowed)) {
+                    return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+                }
+                sendmsg(
+                    &*s,
+                    &[std::io::IoSlice::new(buf)],
+                    &mut anc,
+                    SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+                )
+                .map_err(std::io::Error::from)
+            }
+        }
+    }
+
     /// True for a unix-socket client.
     pub fn is_unix(&self) -> bool {
         matches!(self, Sock::Unix(_))

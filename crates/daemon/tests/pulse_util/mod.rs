@@ -246,6 +246,11 @@ impl RawClient {
         }
         let mut body = vec![0u8; len];
         self.sock.read_exact(&mut body).expect("packet body");
+        if flags & 0x8000_0000 != 0 {
+            // A shared-memory reference: here only the srbchannel offer's ring block,
+            // which this client never accepts (it reads everything from the socket).
+            return self.next();
+        }
         if channel != u32::MAX {
             return Msg::Memblock(channel, body);
         }
@@ -254,6 +259,9 @@ impl RawClient {
         let tag = ts.read_u32().unwrap();
         let seq = ts.read_u32().unwrap();
         match tag {
+            // The srbchannel offer (REGISTER_MEMFD_SHMID, ENABLE_SRBCHANNEL) to a client
+            // that asked for shared memory: left unanswered, so the socket stays in use.
+            101 | 103 => self.next(),
             0 => Msg::Error(seq, ts.read_u32().unwrap()),
             2 => Msg::Reply(seq, body[10..].to_vec()),
             _ => {

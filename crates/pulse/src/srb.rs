@@ -1,0 +1,376 @@
+//! The shared ring-buffer channel (srbchannel): once a shm-capable client has
+//! acknowledged it, packets in both directions travel through two byte rings in one
+//! shared memfd block instead of the socket, with pa_fdsem-style wakeups (a flag in
+//! shared memory says whether the other side sleeps, so a wakeup costs a syscall only
+//! then).
+//!
+//! The layout is PulseAudio's (`srbchannel.c`, `fdsem.c`): a header of atomics
+//! (fill counts of both rings, the two semaphores' waiting / signalled / in-pipe
+//! counters, capacity and the two ring offsets), then the ring the client writes
+//! ("read" from our side) and the ring we write. Only the fill counts are shared; each
+//! side keeps its own index. Everything the client can touch is validated on every
+//! access: our capacity and offsets are our own copies, and a fill count out of range
+//! is an error that ends that client's connection.
+//!
+//! Wakeups use pipes, not eventfds: an eventfd's blocking flag and counter belong to
+//! the file description the client shares, so a client could make our read or write
+//! block (flip O_NONBLOCK, saturate the counter) and stall the I/O thread for everyone.
+//! With a pipe the client holds the other end only; our end stays non-blocking. The
+//! client's fdsem reads and writes 8-byte counters, which a pipe carries unchanged.
+
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+
+/// Size of the shared block (PulseAudio's pool slot size).
+pub const BLOCK_SIZE: usize = 64 * 1024;
+/// The header, rounded to pointer alignment as PulseAudio's `PA_ALIGN` does.
+const HEADER: usize = 48;
+const READ_COUNT: usize = 0;
+const WRITE_COUNT: usize = 4;
+/// Semaphore the client posts (we wait on it).
+const READ_SEM: usize = 8;
+/// Semaphore we post (the client waits on it).
+const WRITE_SEM: usize = 20;
+const SEM_WAITING: usize = 0;
+const SEM_SIGNALLED: usize = 4;
+const SEM_IN_PIPE: usize = 8;
+const CAPACITY: usize = 32;
+const READBUF_OFFSET: usize = 36;
+const WRITEBUF_OFFSET: usize = 40;
+/// Most bytes taken from the client's ring per call, so one client cannot keep the
+/// I/O thread to itself by refilling its ring.
+const MAX_READ_PER_CALL: usize = 256 * 1024;
+
+/// One connection's srbchannel (server side).
+pub struct Srb {
+    map: *mut u8,
+    /// The shared block; sent to the client with REGISTER_MEMFD_SHMID.
+    memfd: Option<OwnedFd>,
+    capacity: usize,
+    readbuf: usize,
+    writebuf: usize,
+    rd: usize,
+    wr: usize,
+    /// Our (non-blocking) read end of the client's wakeup pipe.
+    wake_in: OwnedFd,
+    /// Our (non-blocking) write end of the client's wakeup pipe.
+    wake_out: OwnedFd,
+    /// The ends handed to the client: (its write end, its read end).
+    client_fds: Option<(OwnedFd, OwnedFd)>,
+    waiting: bool,
+    /// The pool id the block is registered under.
+    pub shm_id: u32,
+    /// The tag of ENABLE_SRBCHANNEL the client must echo.
+    pub tag: u32,
+    /// Set once the client acknowledged: output goes through the ring from then on.
+    pub active: bool,
+    /// Bytes received through the ring.
+    pub bytes_in: u64,
+    /// Bytes sent through the ring.
+    pub bytes_out: u64,
+}
+
+// SAFETY: the mapping is owned by this value and only touched through it.
+unsafe impl Send for Srb {}
+
+impl Drop for Srb {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `new` with this length and never handed out.
+        unsafe {
+            let _ = rustix::mm::munmap(self.map.cast(), BLOCK_SIZE);
+        }
+    }
+}
+
+fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    let fl = fcntl_getfl(fd)?;
+    fcntl_setfl(fd, fl | OFlags::NONBLOCK)?;
+    Ok(())
+}
+
+impl Srb {
+    /// A new channel: a sealed memfd block with an initialised header and two pipes.
+    pub fn new(shm_id: u32, tag: u32) -> std::io::Result<Srb> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let memfd = rustix::fs::memfd_create(
+            "quaver-pulse-srb",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
+        rustix::fs::ftruncate(&memfd, BLOCK_SIZE as u64)?;
+        // The client gets this memfd: sealing its size means it cannot shrink it under
+        // our mapping (a SIGBUS here would take the whole server down).
+        rustix::fs::fcntl_add_seals(
+            &memfd,
+            SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
+        )?;
+        // SAFETY: a fresh shared mapping of a file we just sized; unmapped in Drop.
+        let map = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                BLOCK_SIZE,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &memfd,
+                0,
+            )?
+        }
+        .cast::<u8>();
+        let readbuf = HEADER;
+        let capacity = (BLOCK_SIZE - HEADER) / 2;
+        let writebuf = (readbuf + capacity).next_multiple_of(8);
+        let (a_r, a_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (b_r, b_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        nonblocking(&a_r)?;
+        nonblocking(&b_w)?;
+        let srb = Srb {
+            map,
+            memfd: Some(memfd),
+            capacity,
+            readbuf,
+            writebuf,
+            rd: 0,
+            wr: 0,
+            wake_in: a_r,
+            wake_out: b_w,
+            client_fds: Some((a_w, b_r)),
+            waiting: false,
+            shm_id,
+            tag,
+            active: false,
+            bytes_in: 0,
+            bytes_out: 0,
+        };
+        srb.at(CAPACITY).store(capacity as i32, SeqCst);
+        srb.at(READBUF_OFFSET).store(readbuf as i32, SeqCst);
+        srb.at(WRITEBUF_OFFSET).store(writebuf as i32, SeqCst);
+        Ok(srb)
+    }
+
+    fn at(&self, off: usize) -> &AtomicI32 {
+        debug_assert!(off + 4 <= HEADER && off.is_multiple_of(4));
+        // SAFETY: inside the mapping, 4-aligned (the mapping is page-aligned); the
+        // other process only ever accesses these words atomically too.
+        unsafe { AtomicI32::from_ptr(self.map.add(off).cast()) }
+    }
+
+    /// The memfd to register with the client (taken once).
+    pub fn take_memfd(&mut self) -> Option<OwnedFd> {
+        self.memfd.take()
+    }
+
+    /// The two descriptors ENABLE_SRBCHANNEL carries: the client's write end of our
+    /// wakeup pipe (its "readfd") and its read end of its wakeup pipe ("writefd").
+    pub fn take_client_fds(&mut self) -> Option<(OwnedFd, OwnedFd)> {
+        self.client_fds.take()
+    }
+
+    /// The descriptor that becomes readable when the client posts a wakeup.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake_in.as_fd()
+    }
+
+    /// Before sleeping: announces that we wait. True when the client already posted,
+    /// so the caller must not sleep.
+    pub fn before_poll(&mut self) -> bool {
+        let take = |s: &Srb| {
+            s.at(READ_SEM + SEM_SIGNALLED)
+                .compare_exchange(1, 0, SeqCst, SeqCst)
+                .is_ok()
+        };
+        if take(self) {
+            return true;
+        }
+        if self.waiting {
+            // Still announced from an interrupted wait.
+            return false;
+        }
+        self.at(READ_SEM + SEM_WAITING).fetch_add(1, SeqCst);
+        if take(self) {
+            self.at(READ_SEM + SEM_WAITING).fetch_sub(1, SeqCst);
+            return true;
+        }
+        self.waiting = true;
+        false
+    }
+
+    /// After waking: no longer waiting; consumes a pending post (the caller reads the
+    /// ring next, so a post that comes after this is seen by the next `before_poll`).
+    pub fn after_poll(&mut self) {
+        if self.waiting {
+            self.at(READ_SEM + SEM_WAITING).fetch_sub(1, SeqCst);
+            self.waiting = false;
+        }
+        let _ = self
+            .at(READ_SEM + SEM_SIGNALLED)
+            .compare_exchange(1, 0, SeqCst, SeqCst);
+    }
+
+    /// Empties our wakeup pipe (never blocks: our end is non-blocking and ours alone).
+    pub fn drain_wake(&self) {
+        let mut buf = [0u8; 256];
+        let mut total = 0usize;
+        for _ in 0..16 {
+            match rustix::io::read(&self.wake_in, &mut buf) {
+                Ok(n) if n > 0 => total += n,
+                _ => break,
+            }
+        }
+        // Keep the client's view of outstanding wakeups roughly honest (it never reads
+        // this counter; PulseAudio's reader subtracts what it read).
+        if total >= 8 {
+            self.at(READ_SEM + SEM_IN_PIPE)
+                .fetch_sub((total / 8) as i32, SeqCst);
+        }
+    }
+
+    /// Wakes the client if it sleeps (pa_fdsem_post).
+    fn post(&self) {
+        if self
+            .at(WRITE_SEM + SEM_SIGNALLED)
+            .compare_exchange(0, 1, SeqCst, SeqCst)
+            .is_ok()
+            && self.at(WRITE_SEM + SEM_WAITING).load(SeqCst) != 0
+        {
+            let in_pipe = self.at(WRITE_SEM + SEM_IN_PIPE);
+            in_pipe.fetch_add(1, SeqCst);
+            if rustix::io::write(&self.wake_out, &1u64.to_ne_bytes()) != Ok(8) {
+                // A full pipe: the client stopped reading its wakeups; it will find the
+                // data when it looks at the ring.
+                in_pipe.fetch_sub(1, SeqCst);
+            }
+        }
+    }
+
+    fn count(&self, off: usize) -> Result<usize, String> {
+        let c = self.at(off).load(SeqCst);
+        if c < 0 || c as usize > self.capacity {
+            return Err(format!("srbchannel ring count {c} out of range"));
+        }
+        Ok(c as usize)
+    }
+
+    /// Appends what the client wrote into its ring to `out`; `Err` for a corrupt ring.
+    pub fn read(&mut self, out: &mut Vec<u8>) -> Result<usize, String> {
+        let mut got = 0;
+        while got < MAX_READ_PER_CALL {
+            let c = self.count(READ_COUNT)?;
+            let n = c.min(self.capacity - self.rd);
+            if n == 0 {
+                break;
+            }
+            let start = out.len();
+            out.resize(start + n, 0);
+            // SAFETY: rd < capacity and rd + n <= capacity, all inside the mapping.
+            // The client may scribble concurrently; we copy before looking at it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.map.add(self.readbuf + self.rd),
+                    out[start..].as_mut_ptr(),
+                    n,
+                );
+            }
+            let prev = self.at(READ_COUNT).fetch_sub(n as i32, SeqCst);
+            if prev < n as i32 || prev as usize > self.capacity {
+                return Err(format!("srbchannel ring count {prev} changed under us"));
+            }
+            self.rd = (self.rd + n) % self.capacity;
+            got += n;
+            if prev as usize >= self.capacity {
+                // It was full: the client may be waiting for room.
+                self.post();
+            }
+        }
+        self.bytes_in += got as u64;
+        Ok(got)
+    }
+
+    /// Writes as much of `data` as the ring takes and wakes the client; `Err` for a
+    /// corrupt ring.
+    pub fn write(&mut self, data: &[u8]) -> Result<usize, String> {
+        let mut done = 0;
+        while done < data.len() {
+            let c = self.count(WRITE_COUNT)?;
+            let n = (self.capacity - self.wr)
+                .min(self.capacity - c)
+                .min(data.len() - done);
+            if n == 0 {
+                break;
+            }
+            // SAFETY: wr + n <= capacity, inside the mapping.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    data[done..].as_ptr(),
+                    self.map.add(self.writebuf + self.wr),
+                    n,
+                );
+            }
+            self.at(WRITE_COUNT).fetch_add(n as i32, SeqCst);
+            self.wr = (self.wr + n) % self.capacity;
+            done += n;
+        }
+        if done > 0 {
+            self.bytes_out += done as u64;
+            self.post();
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client's half, as libpulse sees the block (rings swapped).
+    fn client_write(s: &Srb, data: &[u8]) {
+        let cap = s.at(CAPACITY).load(SeqCst) as usize;
+        let off = s.at(READBUF_OFFSET).load(SeqCst) as usize;
+        assert!(data.len() <= cap);
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), s.map.add(off), data.len());
+        }
+        s.at(READ_COUNT).fetch_add(data.len() as i32, SeqCst);
+    }
+
+    #[test]
+    fn bytes_cross_both_rings_and_corrupt_counts_are_refused() {
+        let mut s = Srb::new(7, 9).unwrap();
+        assert_eq!(s.at(WRITEBUF_OFFSET).load(SeqCst) as usize % 8, 0);
+        assert!(s.writebuf + s.capacity <= BLOCK_SIZE);
+        client_write(&s, b"hello");
+        let mut v = Vec::new();
+        assert_eq!(s.read(&mut v).unwrap(), 5);
+        assert_eq!(v, b"hello");
+        assert_eq!(s.at(READ_COUNT).load(SeqCst), 0);
+        // Our ring fills up to capacity and no further.
+        let big = vec![1u8; s.capacity + 10];
+        assert_eq!(s.write(&big).unwrap(), s.capacity);
+        assert_eq!(s.write(b"x").unwrap(), 0);
+        s.at(READ_COUNT).store(-3, SeqCst);
+        assert!(s.read(&mut v).is_err());
+        s.at(READ_COUNT).store(i32::MAX, SeqCst);
+        assert!(s.read(&mut v).is_err());
+    }
+
+    #[test]
+    fn a_post_writes_the_pipe_only_when_the_client_waits() {
+        let mut s = Srb::new(1, 2).unwrap();
+        let (_a_w, b_r) = s.take_client_fds().unwrap();
+        nonblocking(&b_r).unwrap();
+        let mut buf = [0u8; 64];
+        s.write(b"a").unwrap();
+        assert!(rustix::io::read(&b_r, &mut buf).is_err(), "nobody waited");
+        s.at(WRITE_SEM + SEM_SIGNALLED).store(0, SeqCst);
+        s.at(WRITE_SEM + SEM_WAITING).store(1, SeqCst);
+        s.write(b"b").unwrap();
+        assert_eq!(rustix::io::read(&b_r, &mut buf).unwrap(), 8);
+        assert_eq!(s.at(WRITE_SEM + SEM_IN_PIPE).load(SeqCst), 1);
+        // Our side: a pending post means "don't sleep".
+        s.at(READ_SEM + SEM_SIGNALLED).store(1, SeqCst);
+        assert!(s.before_poll());
+        assert!(!s.before_poll());
+        assert_eq!(s.at(READ_SEM + SEM_WAITING).load(SeqCst), 1);
+        s.after_poll();
+        assert_eq!(s.at(READ_SEM + SEM_WAITING).load(SeqCst), 0);
+    }
+}

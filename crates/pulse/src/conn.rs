@@ -192,6 +192,21 @@ fn spec_from_formats(formats: &[FormatInfo], rate: u32) -> Option<(SampleSpec, O
 
 /// A channel map for `channels` when the client sent none (PulseAudio's AIFF defaults
 /// for the common counts).
+/// The login name of `uid` (getpwuid_r), if it has one.
+fn user_name(uid: u32) -> Option<String> {
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 4096];
+    let mut res: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: all pointers are to live, correctly sized locals.
+    let r = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut res) };
+    if r != 0 || res.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded; pw_name points into `buf`, NUL-terminated.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 fn default_pa_map(channels: u8) -> PaMap {
     use pa::ChannelPosition::*;
     match channels {
@@ -584,6 +599,11 @@ pub(crate) struct Conn {
     /// Socket output queued before the srbchannel took over; it leaves first, so the
     /// client sees packets in order.
     sock_tail: Vec<u8>,
+    /// The client's credentials as last received (SCM_CREDENTIALS; with SO_PASSCRED
+    /// every read has some: those the client passed, else the kernel's).
+    creds: Option<rustix::net::UCred>,
+    /// Those that came with AUTH (libpulse passes its own there), as PulseAudio uses.
+    auth_creds: Option<rustix::net::UCred>,
 }
 
 impl Conn {
@@ -594,6 +614,10 @@ impl Conn {
         handle: Arc<ConnHandle>,
     ) -> std::io::Result<Conn> {
         sock.set_nonblocking()?;
+        if let Sock::Unix(s) = &sock {
+            // Receive the credentials libpulse passes with AUTH.
+            rustix::net::sockopt::set_socket_passcred(s, true)?;
+        }
         Ok(Conn {
             client: handle.client,
             srv,
@@ -620,6 +644,8 @@ impl Conn {
             },
             out_fds: VecDeque::new(),
             sock_tail: Vec::new(),
+            creds: None,
+            auth_creds: None,
         })
     }
 
@@ -683,7 +709,7 @@ impl Conn {
     /// with that reason ("closed" when the client hung up cleanly).
     pub(crate) fn on_readable(&mut self, buf: &mut [u8]) -> Result<(), String> {
         loop {
-            match self.sock.read_with_fds(buf, &mut self.fds) {
+            match self.sock.read_with_fds(buf, &mut self.fds, &mut self.creds) {
                 Ok(0) => {
                     return Err(if self.reader.at_boundary() {
                         "closed".into()
@@ -1179,7 +1205,10 @@ impl Conn {
                 // unix socket, and only for libraries past the 9.0 memfd bug (v32). A
                 // client with shm disabled (`enable-shm = no`) still says memfd: as
                 // PulseAudio, memfd needs shm too.
+                self.auth_creds = self.creds;
+                let same_user = self.same_user();
                 let memfd = self.srv.opts.memfd
+                    && same_user
                     && p.supports_shm
                     && p.supports_memfd
                     && p.version >= 32
@@ -1895,10 +1924,55 @@ impl Conn {
         );
     }
 
+    /// Whether the client runs as our user — as PulseAudio, shared memory is only used
+    /// then, so nothing of ours is mapped into another user's process. The uid comes
+    /// from the credentials passed with AUTH, else from the socket's peer credentials
+    /// (both checked by the kernel).
+    fn same_user(&self) -> bool {
+        let uid = match (&self.auth_creds, &self.sock) {
+            (Some(c), _) => Some(c.uid),
+            (None, Sock::Unix(s)) => rustix::net::sockopt::socket_peercred(s).ok().map(|c| c.uid),
+            (None, Sock::Tcp { .. }) => None,
+        };
+        if let Some(c) = &self.auth_creds {
+            tracing::debug!(
+                "pulse client {}: credentials pid {} uid {} gid {}",
+                self.client,
+                c.pid.as_raw_nonzero(),
+                c.uid.as_raw(),
+                c.gid.as_raw()
+            );
+        }
+        let same = uid == Some(rustix::process::geteuid());
+        if !same && uid.is_some() {
+            tracing::info!(
+                "pulse client {}: runs as uid {} (not ours): no shared memory",
+                self.client,
+                uid.map_or(0, |u| u.as_raw())
+            );
+        }
+        same
+    }
+
     fn update_client(&mut self, mode: PropsUpdateMode, props: &Props) {
+        let creds = self.auth_creds;
         let mut st = self.srv.lock();
         if let Some(c) = st.clients.get_mut(&self.client) {
             update_props(&mut c.props, mode, props);
+            // What the kernel vouches for fills what the client left out.
+            if let Some(cr) = creds {
+                if c.props.get(Prop::ApplicationProcessId).is_none() {
+                    c.props.set(
+                        Prop::ApplicationProcessId,
+                        cstr(&cr.pid.as_raw_nonzero().to_string()),
+                    );
+                }
+                if c.props.get(Prop::ApplicationProcessUser).is_none()
+                    && let Some(user) = user_name(cr.uid.as_raw())
+                {
+                    c.props.set(Prop::ApplicationProcessUser, cstr(&user));
+                }
+            }
             if let Some(n) = prop_str(&c.props, Prop::ApplicationName) {
                 c.name = n;
             }

@@ -139,18 +139,20 @@ impl Sock {
     }
 
     /// Reads bytes; file descriptors passed with them (SCM_RIGHTS, unix sockets only)
-    /// are appended to `fds`.
+    /// are appended to `fds`, credentials (SCM_CREDENTIALS, checked by the kernel)
+    /// replace `creds`.
     pub fn read_with_fds(
         &mut self,
         buf: &mut [u8],
         fds: &mut std::collections::VecDeque<rustix::fd::OwnedFd>,
+        creds: &mut Option<rustix::net::UCred>,
     ) -> std::io::Result<usize> {
         use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
         match self {
             Sock::Tcp { stream, .. } => stream.read(buf),
             Sock::Unix(s) => {
-                let mut space =
-                    [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(8))];
+                let mut space = [std::mem::MaybeUninit::<u8>::uninit();
+                    rustix::cmsg_space!(ScmRights(8), ScmCredentials(1))];
                 let mut anc = RecvAncillaryBuffer::new(&mut space);
                 let r = recvmsg(
                     &*s,
@@ -160,8 +162,10 @@ impl Sock {
                 )
                 .map_err(std::io::Error::from)?;
                 for msg in anc.drain() {
-                    if let RecvAncillaryMessage::ScmRights(received) = msg {
-                        fds.extend(received);
+                    match msg {
+                        RecvAncillaryMessage::ScmRights(received) => fds.extend(received),
+                        RecvAncillaryMessage::ScmCredentials(c) => *creds = Some(c),
+                        _ => {}
                     }
                 }
                 Ok(r.bytes)

@@ -348,11 +348,14 @@ fn run_client(
         .tempdir()?;
     let errlog = dir.path().join("stderr");
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&errlog)?)
         .spawn()
         .with_context(|| format!("starting {}", describe(&cmd)))?;
+    // The child keeps its JACK clients (and so quaverd's nodes) until this closes, so
+    // the closing snapshot still finds them and their miss counts.
+    let mut hold = child.stdin.take();
     let out = child.stdout.take().expect("piped");
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -379,6 +382,7 @@ fn run_client(
                 }
                 Ok(ChildLine::Result(r)) if started => {
                     at_end();
+                    hold.take();
                     return Ok(*r);
                 }
                 Ok(_) => {}
@@ -391,6 +395,7 @@ fn run_client(
             }
         }
     })();
+    drop(hold);
     let (status, _) = wait_bounded(&mut child, Duration::from_secs(10))?;
     let _ = reader.join();
     match result {
@@ -485,6 +490,10 @@ pub struct QuaverSide {
     pub client_skips: u64,
     /// Clients in async mode at the end.
     pub async_clients: usize,
+    /// Whether both graph snapshots came back and the end one still held the clients'
+    /// nodes: without it the miss count is unknown, not zero.
+    #[serde(default)]
+    pub counted: bool,
     /// Mean time the server waited for a client per wake, ns (over the window, mean of
     /// the clients).
     pub wait_per_client_ns: Option<f64>,
@@ -551,6 +560,7 @@ fn quaver_side(a: &QuaverSnap, b: &QuaverSnap, prefix: &str) -> QuaverSide {
             if !n.name.starts_with(&format!("{prefix}-")) {
                 continue;
             }
+            q.counted = true;
             let cb0 = g0
                 .nodes
                 .iter()
@@ -1206,7 +1216,13 @@ fn xrun_point(
         match &server {
             Running::Quaverd(_) => {
                 let q = quaver_side(&snaps.0, &snaps.1, prefix);
-                p.server_xruns = Some(q.client_misses + q.device_xruns);
+                p.server_xruns = q.counted.then_some(q.client_misses + q.device_xruns);
+                if !q.counted {
+                    ctx.note(
+                        "quaverd: a window's closing snapshot did not find the client's node, \
+                         so its miss count is unknown (n/a), not zero",
+                    );
+                }
                 p.quaver = Some(q);
             }
             Running::Jackd(j) => {

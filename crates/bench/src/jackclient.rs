@@ -574,6 +574,9 @@ pub fn main(o: &ClientOptions) -> Result<()> {
         clients,
     };
     say(&format!("result {}", serde_json::to_string(&run)?));
+    // Hold the clients until the bench has taken its closing snapshot of the server
+    // (it then closes our stdin; EOF at once when stdin is not a pipe).
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
     for (s, _) in &states {
         // SAFETY: live clients; closed once, then their states are dropped.
         unsafe {

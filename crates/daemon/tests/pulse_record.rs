@@ -13,15 +13,6 @@ fn count_lines(d: &Daemon, what: &str) -> usize {
     pa_ok(d, &out).lines().count()
 }
 
-fn wait_for_file(d: &Daemon, name: &str, bytes: u64) {
-    assert!(
-        wait_until(WAIT, || std::fs::metadata(d.path(name))
-            .is_ok_and(|m| m.len() >= bytes)),
-        "{name} did not reach {bytes} bytes\n{}",
-        d.log_text()
-    );
-}
-
 const REC_ARGS: [&str; 4] = [
     "--format=s16le",
     "--rate=48000",
@@ -34,25 +25,7 @@ fn parec_captures_the_sink_monitor_bit_exact_while_paplay_plays() {
     require_tools!("parec", "paplay", "pactl");
     let d = pulse_util::start(&["--device", "null"]);
     let input = noise_s16(48000 * 2, 17, 20000);
-    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
-    let mut args = vec!["-d", "null-sink.monitor"];
-    args.extend(REC_ARGS);
-    args.push("rec.raw");
-    let rec = spawn_pa(&d, "parec", &args);
-    assert!(
-        wait_until(WAIT, || count_lines(&d, "source-outputs") == 1),
-        "parec's stream did not appear"
-    );
-    pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
-    // Everything played has passed the monitor once the file holds it plus a margin.
-    wait_for_file(&d, "rec.raw", (input.len() * 2 + 48000 * 4 / 5) as u64);
-    let out = interrupt(rec);
-    assert!(
-        out.status.success() || out.status.code().is_none(),
-        "parec: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got = read_raw_s16(&d.path("rec.raw"));
+    let got = record_monitor_while_playing(&d, &input, &REC_ARGS);
     assert_contains_exactly(&got, &input, "parec of the monitor");
 }
 

@@ -28,15 +28,6 @@ fn config(dir: &tempfile::TempDir, toml: &str) {
     std::fs::write(cfg.join("quaver.toml"), toml).unwrap();
 }
 
-fn wait_for_file(d: &Daemon, name: &str, bytes: u64) {
-    assert!(
-        wait_until(WAIT, || std::fs::metadata(d.path(name))
-            .is_ok_and(|m| m.len() >= bytes)),
-        "{name} did not reach {bytes} bytes\n{}",
-        d.log_text()
-    );
-}
-
 const REC_ARGS: &[&str] = &["--format=s16le", "--rate=48000", "--channels=2", "--raw"];
 
 /// Plays through paplay while parec records the monitor; returns the daemon's log.
@@ -44,30 +35,7 @@ fn play_and_record(dir: tempfile::TempDir, client_conf: &str) -> String {
     let mut d = pulse_util::start_in(dir, &["--device", "null"]);
     std::fs::write(d.path("pulse-client.conf"), client_conf).unwrap();
     let input = noise_s16(48000 * 2, 23, 20000);
-    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
-    let mut args = vec!["-d", "null-sink.monitor"];
-    args.extend(REC_ARGS);
-    args.push("rec.raw");
-    let rec = spawn_pa(&d, "parec", &args);
-    assert!(
-        wait_until(WAIT, || pa_ok(
-            &d,
-            &run_pa(&d, "pactl", &["list", "short", "source-outputs"])
-        )
-        .lines()
-        .count()
-            == 1),
-        "parec's stream did not appear"
-    );
-    pa_ok(&d, &run_pa(&d, "paplay", &["in.wav"]));
-    wait_for_file(&d, "rec.raw", (input.len() * 2 + 48000 * 4 / 5) as u64);
-    let out = interrupt(rec);
-    assert!(
-        out.status.success() || out.status.code().is_none(),
-        "parec: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got = read_raw_s16(&d.path("rec.raw"));
+    let got = record_monitor_while_playing(&d, &input, REC_ARGS);
     let log = d.stop();
     assert_contains_exactly(&got, &input, "parec of what paplay played");
     log

@@ -304,3 +304,44 @@ impl RawClient {
         self.send_raw(&p).unwrap();
     }
 }
+
+/// Waits (bounded) until `name` in the daemon's directory holds at least `bytes` bytes.
+pub fn wait_for_file(d: &Daemon, name: &str, bytes: u64) {
+    assert!(
+        wait_until(WAIT, || std::fs::metadata(d.path(name))
+            .is_ok_and(|m| m.len() >= bytes)),
+        "{name} did not reach {bytes} bytes\n{}",
+        d.log_text()
+    );
+}
+
+/// Writes `input` (48 kHz stereo s16) as in.wav, records the null sink's monitor with
+/// `parec` (`rec_args`: its format flags) while `paplay` plays it, and returns what
+/// parec wrote once everything played has passed the monitor.
+pub fn record_monitor_while_playing(d: &Daemon, input: &[i16], rec_args: &[&str]) -> Vec<i16> {
+    write_wav_s16(&d.path("in.wav"), 48000, 2, input);
+    let mut args = vec!["-d", "null-sink.monitor"];
+    args.extend(rec_args);
+    args.push("rec.raw");
+    let rec = spawn_pa(d, "parec", &args);
+    assert!(
+        wait_until(WAIT, || pa_ok(
+            d,
+            &run_pa(d, "pactl", &["list", "short", "source-outputs"])
+        )
+        .lines()
+        .count()
+            == 1),
+        "parec's stream did not appear"
+    );
+    pa_ok(d, &run_pa(d, "paplay", &["in.wav"]));
+    // Everything played has passed the monitor once the file holds it plus a margin.
+    wait_for_file(d, "rec.raw", (input.len() * 2 + 48000 * 4 / 5) as u64);
+    let out = interrupt(rec);
+    assert!(
+        out.status.success() || out.status.code().is_none(),
+        "parec: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    read_raw_s16(&d.path("rec.raw"))
+}

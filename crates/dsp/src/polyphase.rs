@@ -153,7 +153,6 @@ pub(crate) struct Polyphase {
     m: usize,
     /// Output frames per `m` input frames (= sub-phases).
     l: usize,
-    taps: usize,
     channels: usize,
     /// Input history and look-ahead, planar: `channels` runs of `cap` frames.
     buf: Vec<f32>,
@@ -190,7 +189,6 @@ impl Polyphase {
             dot: pick_dot(),
             m,
             l,
-            taps,
             channels,
             buf: vec![0.0; channels * cap],
             cap,
@@ -209,7 +207,7 @@ impl Polyphase {
         self.buf.fill(0.0);
         // taps − 1 frames of silence before the first input frame: the first output
         // frame's window ends exactly on it.
-        self.filled = self.taps - 1;
+        self.filled = self.table.taps - 1;
         self.pos = 0;
         self.frac = 0;
     }
@@ -221,8 +219,8 @@ impl Polyphase {
 
     /// The filter's delay in output frames plus, after pushes, the input not yet used.
     pub(crate) fn delay_frames(&self) -> usize {
-        let waiting = self.filled.saturating_sub(self.pos + self.taps - 1);
-        (((self.taps / 2 + waiting) * self.l) as f64 / self.m as f64).round() as usize
+        let waiting = self.filled.saturating_sub(self.pos + self.table.taps - 1);
+        (((self.table.taps / 2 + waiting) * self.l) as f64 / self.m as f64).round() as usize
     }
 
     /// Window start after `n` more output frames, and the sub-phase there.
@@ -238,7 +236,7 @@ impl Polyphase {
             let row = self.table.row(frac);
             for c in 0..self.channels {
                 let start = c * self.cap + pos;
-                dst[c * stride + i] = (self.dot)(&self.buf[start..start + self.taps], row);
+                dst[c * stride + i] = (self.dot)(&self.buf[start..start + self.table.taps], row);
             }
             frac += self.m;
             pos += frac / self.l;
@@ -267,7 +265,7 @@ impl Polyphase {
     ) {
         let frames = out.frames();
         let (last, _) = self.advance(frames - 1);
-        let need = (last + self.taps).saturating_sub(self.filled);
+        let need = (last + self.table.taps).saturating_sub(self.filled);
         if need > 0 {
             debug_assert!(self.filled + need <= self.cap);
             let got = {
@@ -302,11 +300,11 @@ impl Polyphase {
         }
         self.filled += frames;
         // Outputs whose window ends inside what is buffered.
-        if self.filled < self.pos + self.taps {
+        if self.filled < self.pos + self.table.taps {
             self.compact();
             return;
         }
-        let last_start = self.filled - self.taps;
+        let last_start = self.filled - self.table.taps;
         // Frames n with pos(n) <= last_start: pos(n) = pos + (frac + n·m) / l.
         let n = ((last_start - self.pos) * self.l + self.l - 1 - self.frac) / self.m + 1;
         let n = n.min(self.out_cap);

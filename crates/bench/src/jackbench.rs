@@ -262,6 +262,15 @@ pub fn jackd_xrun_lines(log: &str) -> u64 {
         .count() as u64
 }
 
+/// Of [`jackd_xrun_lines`], those of its timed (dummy) driver waking later than a whole
+/// period (`JackTimedDriver::Process XRun = … usec`): the server's own lateness, not a
+/// client that was not finished.
+pub fn jackd_driver_xrun_lines(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("JackTimedDriver::Process XRun"))
+        .count() as u64
+}
+
 enum Running {
     Quaverd(Box<Daemon>),
     Jackd(Jackd),
@@ -484,8 +493,15 @@ fn quaver_snap(d: &Daemon) -> QuaverSnap {
 pub struct QuaverSide {
     /// Device xruns (status).
     pub device_xruns: u64,
-    /// Misses counted against the clients (graph, callback nodes).
+    /// Cycles missed by the clients (graph, callback nodes).
     pub client_misses: u64,
+    /// Runs of consecutive missed cycles: xrun events, as jackd2 counts them.
+    #[serde(default)]
+    pub client_xrun_events: u64,
+    /// Cycles quaverd ran early (catching up after its own late wakeup) and waited for a
+    /// client still within its deadline.
+    #[serde(default)]
+    pub client_caught_up: u64,
     /// Cycles the clients were not woken because an upstream node was late.
     pub client_skips: u64,
     /// Clients in async mode at the end.
@@ -568,6 +584,8 @@ fn quaver_side(a: &QuaverSnap, b: &QuaverSnap, prefix: &str) -> QuaverSide {
                 .and_then(|m| m.callback.clone())
                 .unwrap_or_default();
             q.client_misses += cb1.xruns.saturating_sub(cb0.xruns);
+            q.client_xrun_events += cb1.xrun_events.saturating_sub(cb0.xrun_events);
+            q.client_caught_up += cb1.caught_up.saturating_sub(cb0.caught_up);
             q.client_skips += cb1.skipped.saturating_sub(cb0.skipped);
             if cb1.mode == "async" {
                 q.async_clients += 1;
@@ -813,9 +831,17 @@ pub struct XrunPoint {
     pub repeat: usize,
     /// The client's figures (None: failed).
     pub client: Option<ClientRun>,
-    /// The server's own xrun count in the window (quaverd: misses + device xruns;
-    /// jackd2: xrun lines in its log; PipeWire: none, see the xrun callbacks).
+    /// The server's own xrun count in the window, as jackd2 counts them (quaverd: xrun
+    /// events — runs of missed cycles — + device xruns; jackd2: xrun lines in its log,
+    /// which it writes for the first failing cycle of a run only; PipeWire: none, see the
+    /// xrun callbacks).
     pub server_xruns: Option<u64>,
+    /// quaverd: cycles the client missed (every cycle of every run).
+    #[serde(default)]
+    pub missed_cycles: Option<u64>,
+    /// jackd2: of `server_xruns`, the lines of its driver waking more than a period late.
+    #[serde(default)]
+    pub driver_xruns: Option<u64>,
     /// quaverd's details.
     pub quaver: Option<QuaverSide>,
     /// The load's command.
@@ -851,6 +877,10 @@ pub struct XrunTotals {
     pub minutes: f64,
     /// Server-counted xruns over the windows that have a count (None: none has).
     pub server_xruns: Option<u64>,
+    /// quaverd: missed cycles over those windows.
+    pub missed_cycles: Option<u64>,
+    /// jackd2: driver-late lines over those windows.
+    pub driver_xruns: Option<u64>,
     /// Minutes of the windows that have a server count.
     pub server_minutes: f64,
     /// The client's xrun callbacks over the windows.
@@ -881,6 +911,8 @@ impl XrunTotals {
             failed: 0,
             minutes: 0.0,
             server_xruns: None,
+            missed_cycles: None,
+            driver_xruns: None,
             server_minutes: 0.0,
             xrun_callbacks: 0,
             late: 0,
@@ -909,6 +941,12 @@ impl XrunTotals {
             t.late_rates.push(rate(c.late, m));
             if let Some(x) = p.server_xruns {
                 t.server_xruns = Some(t.server_xruns.unwrap_or(0) + x);
+                let add = |sum: Option<u64>, v: Option<u64>| match v {
+                    Some(v) => Some(sum.unwrap_or(0) + v),
+                    None => sum,
+                };
+                t.missed_cycles = add(t.missed_cycles, p.missed_cycles);
+                t.driver_xruns = add(t.driver_xruns, p.driver_xruns);
                 t.server_minutes += m;
                 t.server_rates.push(rate(x, m));
             }
@@ -1170,6 +1208,8 @@ fn xrun_point(
         repeat,
         client: None,
         server_xruns: None,
+        missed_cycles: None,
+        driver_xruns: None,
         quaver: None,
         stressor: None,
         error: None,
@@ -1216,7 +1256,8 @@ fn xrun_point(
         match &server {
             Running::Quaverd(_) => {
                 let q = quaver_side(&snaps.0, &snaps.1, prefix);
-                p.server_xruns = q.counted.then_some(q.client_misses + q.device_xruns);
+                p.server_xruns = q.counted.then_some(q.client_xrun_events + q.device_xruns);
+                p.missed_cycles = q.counted.then_some(q.client_misses + q.device_xruns);
                 if !q.counted {
                     ctx.note(
                         "quaverd: a window's closing snapshot did not find the client's node, \
@@ -1230,6 +1271,7 @@ fn xrun_point(
                 let a = (log.0 as usize).min(text.len());
                 let b = (log.1 as usize).clamp(a, text.len());
                 p.server_xruns = text.get(a..b).map(jackd_xrun_lines);
+                p.driver_xruns = text.get(a..b).map(jackd_driver_xrun_lines);
             }
             Running::Pipewire(_) => {}
         }
@@ -1410,6 +1452,17 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// A server-counted xrun figure with what it is made of: quaverd's missed cycles, or
+/// how many of jackd2's lines were its driver's.
+fn server_cell(xruns: Option<u64>, missed: Option<u64>, driver: Option<u64>) -> String {
+    match (xruns, missed, driver) {
+        (None, ..) => "n/a".into(),
+        (Some(x), Some(m), _) => format!("{x} ({m} missed cycles)"),
+        (Some(x), None, Some(d)) => format!("{x} ({d} driver)"),
+        (Some(x), None, None) => x.to_string(),
+    }
+}
+
 /// The acceptance line for one period, on quaverd's and jackd2's totals (None: either
 /// has no server count).
 fn verdict(q: &XrunTotals, j: &XrunTotals) -> Option<String> {
@@ -1461,9 +1514,13 @@ pub fn render(r: &JackResults) -> ModeOutput {
          server: libjack loaded with `dlopen` as `quaver-jack` / jackd2 / `pw-jack` put it \
          on the library path) with one output port connected to the server's first \
          playback port renders SynthMark-like voices calibrated to {:.0} % of a core, \
-         while `{}` runs. *server xruns*: the server's own count in the window (quaverd: \
-         misses counted against the client + device xruns; jackd2: xrun lines in its \
-         log; PipeWire: not available without a profiler — see the xrun callbacks). \
+         while `{}` runs. *server xruns*: the server's own count in the window, as jackd2 \
+         counts them: a run of consecutive cycles the client missed is one xrun (jackd2 \
+         logs one \"was not finished\" for the first failing cycle of a run only; its \
+         driver waking more than a period late is one more line, shown as *driver*); \
+         quaverd: xrun events counted against the client + device xruns, with every \
+         missed cycle in brackets; PipeWire: not available without a profiler — see the \
+         xrun callbacks. \
          *xrun cb*: calls of the client's `jack_set_xrun_callback` (quaver's libjack \
          coalesces misses that arrive together into one call). *client late*: \
          callbacks whose frame time jumped by more than one period or that ended after \
@@ -1555,7 +1612,7 @@ pub fn render(r: &JackResults) -> ModeOutput {
                 });
             let period_ns = c.nframes.max(1) as f64 * 1e9 / r.rate as f64;
             let load = t.mean_busy_ns() / period_ns;
-            let srv = p.server_xruns.map_or("n/a".to_string(), |x| x.to_string());
+            let srv = server_cell(p.server_xruns, p.missed_cycles, p.driver_xruns);
             let srv_rate = p.server_xruns.map(|x| rate(x, p.minutes()));
             let late_rate = rate(t.late, p.minutes());
             let vs = match (p.server, jrates) {
@@ -1617,7 +1674,7 @@ pub fn render(r: &JackResults) -> ModeOutput {
                 window,
                 String::new(),
                 String::new(),
-                t.server_xruns.map_or("n/a".into(), |x| x.to_string()),
+                server_cell(t.server_xruns, t.missed_cycles, t.driver_xruns),
                 t.xrun_callbacks.to_string(),
                 format!("{} ({} jumps, {} overruns)", t.late, t.jumps, t.overruns),
                 format!(
@@ -1721,10 +1778,13 @@ pub fn render(r: &JackResults) -> ModeOutput {
                 if let Some(q) = &p.quaver {
                     let _ = write!(
                         md,
-                        "; quaverd: RT SCHED_FIFO {}, {} misses, {} skips, {} device xruns, {} \
-                         async, cycle busy p50/p99 {} / {}",
+                        "; quaverd: RT SCHED_FIFO {}, {} xrun events of {} missed cycles, {} \
+                         caught up, {} skips, {} device xruns, {} async, cycle busy p50/p99 \
+                         {} / {}",
                         if q.realtime { "yes" } else { "no" },
+                        q.client_xrun_events,
                         q.client_misses,
+                        q.client_caught_up,
                         q.client_skips,
                         q.device_xruns,
                         q.async_clients,
@@ -2015,8 +2075,13 @@ mod tests {
     #[test]
     fn counts_jackd_xrun_lines_and_cyclictest_lateness() {
         let log = "jackdmp 1.9.21\nJackEngine::XRun: client = qb-synth-0 was not finished, state = Triggered\n\
-                   JackAudioDriver::ProcessGraphAsyncMaster: Process error\nsome other line\n";
-        assert_eq!(jackd_xrun_lines(log), 1);
+                   JackAudioDriver::ProcessGraphAsyncMaster: Process error\nsome other line\n\
+                   JackTimedDriver::Process XRun = 2051 usec\n";
+        assert_eq!(jackd_xrun_lines(log), 2);
+        assert_eq!(jackd_driver_xrun_lines(log), 1);
+        assert_eq!(server_cell(Some(3), Some(40), None), "3 (40 missed cycles)");
+        assert_eq!(server_cell(Some(2), None, Some(1)), "2 (1 driver)");
+        assert_eq!(server_cell(None, Some(1), None), "n/a");
         let r = CyclictestResult {
             min_us: 3,
             avg_us: 10,
@@ -2032,7 +2097,7 @@ mod tests {
     #[test]
     fn quaver_side_differences_the_snapshots() {
         use quaver_client::quaver_protocol::{CallbackNodeInfo, NodeInfo};
-        let node = |woken, xruns, wait_avg_ns| NodeInfo {
+        let node = |woken, xruns, xrun_events, wait_avg_ns| NodeInfo {
             id: 7,
             name: "qb-light-0".into(),
             kind: "callback".into(),
@@ -2046,10 +2111,12 @@ mod tests {
                 active: true,
                 woken,
                 xruns,
+                xrun_events,
                 skipped: 0,
                 wait_avg_ns,
                 wait_max_ns: 0,
                 quantum: Some(64),
+                ..CallbackNodeInfo::default()
             }),
         };
         let g = |n| GraphInfo {
@@ -2057,15 +2124,16 @@ mod tests {
             links: Vec::new(),
         };
         let a = QuaverSnap {
-            graph: Some(g(node(100, 1, 10_000))),
+            graph: Some(g(node(100, 1, 1, 10_000))),
             ..QuaverSnap::default()
         };
         let b = QuaverSnap {
-            graph: Some(g(node(300, 4, 20_000))),
+            graph: Some(g(node(300, 4, 2, 20_000))),
             ..QuaverSnap::default()
         };
         let q = quaver_side(&a, &b, "qb-light");
         assert_eq!(q.client_misses, 3);
+        assert_eq!(q.client_xrun_events, 1);
         assert_eq!(q.wakes, 200);
         // (300·20 µs − 100·10 µs) / 200 = 25 µs.
         assert_eq!(q.wait_per_client_ns, Some(25_000.0));
@@ -2151,6 +2219,8 @@ mod tests {
             error: client.is_none().then(|| "it broke".into()),
             client,
             server_xruns: srv,
+            missed_cycles: None,
+            driver_xruns: None,
             quaver: None,
             stressor: Some("stress-ng --cpu 2".into()),
         }

@@ -254,8 +254,12 @@ pub fn status_text(
                 .map(|id| match nodes.get(id) {
                     Some(n) => match &n.callback {
                         Some(cb) => format!(
-                            "{id} {} ({}, {}, {} xruns)",
-                            n.name, n.kind, cb.mode, cb.xruns
+                            "{id} {} ({}, {}, {} xruns, {} missed cycles)",
+                            n.name,
+                            n.kind,
+                            callback_mode(cb),
+                            cb.xrun_events,
+                            cb.xruns
                         ),
                         None => format!("{id} {} ({})", n.name, n.kind),
                     },
@@ -278,12 +282,22 @@ pub fn status_text(
     s
 }
 
+/// `sync`, `async`, or `async (why)`.
+fn callback_mode(cb: &quaver_protocol::CallbackNodeInfo) -> String {
+    if cb.async_cause.is_empty() {
+        cb.mode.clone()
+    } else {
+        format!("{} ({})", cb.mode, cb.async_cause)
+    }
+}
+
 /// One line about how a callback client runs.
 fn callback_line(cb: &quaver_protocol::CallbackNodeInfo) -> String {
     let mut line = format!(
-        "client: {}, {}, {} xruns, {} skipped, wait {:.1}/{:.1} ms avg/max",
-        cb.mode,
+        "client: {}, {}, {} xruns ({} missed cycles), {} skipped, wait {:.1}/{:.1} ms avg/max",
+        callback_mode(cb),
         if cb.active { "active" } else { "inactive" },
+        cb.xrun_events,
         cb.xruns,
         cb.skipped,
         cb.wait_avg_ns as f64 / 1e6,
@@ -427,6 +441,9 @@ mod tests {
                         active: true,
                         woken: 100,
                         xruns: 9,
+                        xrun_events: 2,
+                        caught_up: 0,
+                        async_cause: "hung".into(),
                         skipped: 1,
                         wait_avg_ns: 120_000,
                         wait_max_ns: 1_050_000,
@@ -455,7 +472,7 @@ nodes:
   7   music.wav  playback  50% (-6.0 dB) muted
       out: FL
   8   synth      client    100%
-      client: async, active, 9 xruns, 1 skipped, wait 0.1/1.1 ms avg/max, asks quantum 64
+      client: async (hung), active, 2 xruns (9 missed cycles), 1 skipped, wait 0.1/1.1 ms avg/max, asks quantum 64
 
 links:
   music.wav:FL  ->  null:FL
@@ -510,7 +527,7 @@ devices:
 
 clients:
   ID  NAME    PID   STREAMS
-  3   quaver  4242  7 music.wav (playback), 8 synth (client, async, 9 xruns)
+  3   quaver  4242  7 music.wav (playback), 8 synth (client, async (hung), 2 xruns, 9 missed cycles)
 ";
         assert_eq!(status_text(&st, Some(&graph()), None), want);
         let empty = StatusInfo {

@@ -34,9 +34,12 @@ pub struct CallbackSection {
     /// Fraction of the quantum period, from the cycle start, by which a synchronous
     /// callback client must have answered (0.05..=1.0).
     pub deadline: f64,
-    /// Consecutive missed deadlines after which a client runs asynchronously (one
-    /// quantum later, never waited on); 0: never.
+    /// Consecutive woken cycles answered late after which a client runs
+    /// asynchronously (one quantum later, never waited on); 0: never.
     pub async_after: u32,
+    /// Milliseconds a client may leave every cycle unanswered before it is taken as hung
+    /// and run asynchronously; 0: never.
+    pub hung_ms: u32,
     /// Most ports of one direction a callback client may register (1..=4096).
     pub max_ports: u32,
 }
@@ -47,6 +50,7 @@ impl Default for CallbackSection {
         CallbackSection {
             deadline: c.deadline,
             async_after: c.async_after,
+            hung_ms: c.hung_ms,
             max_ports: c.max_ports,
         }
     }
@@ -257,6 +261,12 @@ impl Config {
                 c.deadline
             );
         }
+        if c.hung_ms > 60_000 {
+            bail!(
+                "callback.hung_ms {} is above 60000 (a minute of silence is not a stall)",
+                c.hung_ms
+            );
+        }
         if !(1..=4096).contains(&c.max_ports) {
             bail!("callback.max_ports {} is outside 1..=4096", c.max_ports);
         }
@@ -349,7 +359,7 @@ mod tests {
     #[test]
     fn callback_section_is_read_and_checked() {
         let cfg = Config::parse(
-            "[callback]\ndeadline = 0.9\nasync_after = 0\nmax_ports = 16\n",
+            "[callback]\ndeadline = 0.9\nasync_after = 0\nhung_ms = 1000\nmax_ports = 16\n",
             Path::new("q.toml"),
         )
         .unwrap();
@@ -358,6 +368,7 @@ mod tests {
             CallbackSection {
                 deadline: 0.9,
                 async_after: 0,
+                hung_ms: 1000,
                 max_ports: 16
             }
         );

@@ -137,6 +137,7 @@ pub fn run(cfg: Config) -> Result<()> {
         native::CallbackOptions {
             deadline: cfg.callback.deadline,
             async_after: cfg.callback.async_after,
+            hung_ms: cfg.callback.hung_ms,
             max_ports: cfg.callback.max_ports,
         },
     );

@@ -46,8 +46,12 @@ pub struct CallbackOptions {
     /// Fraction of the quantum period, from the cycle start, within which a
     /// synchronous client must answer.
     pub deadline: f64,
-    /// Consecutive misses after which a client moves to asynchronous mode (0: never).
+    /// Consecutive woken cycles answered late after which a client moves to
+    /// asynchronous mode (0: never).
     pub async_after: u32,
+    /// Milliseconds of unanswered cycles after which a client is taken as hung and moved
+    /// to asynchronous mode (0: never).
+    pub hung_ms: u32,
     /// Most ports of one direction a callback node may reserve.
     pub max_ports: u32,
 }
@@ -58,6 +62,7 @@ impl Default for CallbackOptions {
         CallbackOptions {
             deadline: c.deadline,
             async_after: c.async_after,
+            hung_ms: c.hung_ms,
             max_ports: 256,
         }
     }
@@ -899,6 +904,7 @@ impl NativeServer {
             CallbackConfig {
                 deadline: opts.deadline,
                 async_after: opts.async_after,
+                hung_ms: opts.hung_ms,
             },
         );
         let id = self
@@ -946,6 +952,7 @@ impl NativeServer {
                 ports,
                 deadline: opts.deadline,
                 async_after: opts.async_after,
+                hung_ms: opts.hung_ms,
             },
             vec![memfd, wake_fd, done_fd],
         ))
@@ -968,6 +975,9 @@ impl NativeServer {
                         active: cb.shm.client_flags() & CLIENT_ACTIVE != 0,
                         woken,
                         xruns: s.xruns.load(Relaxed),
+                        xrun_events: s.xrun_events.load(Relaxed),
+                        caught_up: s.caught_up.load(Relaxed),
+                        async_cause: s.async_cause().as_str().into(),
                         skipped: s.skipped.load(Relaxed),
                         wait_avg_ns: s.wait_ns_total.load(Relaxed) / woken.max(1),
                         wait_max_ns: s.wait_ns_max.load(Relaxed),

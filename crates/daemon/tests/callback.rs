@@ -212,6 +212,12 @@ fn a_hung_client_is_moved_to_async_and_the_others_never_miss() {
     assert_eq!(good_after.skipped, 0);
     let bad_info = node_info(&mut ctl, "bad").unwrap().callback.unwrap();
     assert!(bad_info.xruns >= 8, "{bad_info:?}");
+    assert_eq!(bad_info.async_cause, "hung", "marked as hung: {bad_info:?}");
+    // The hang is one run of missed cycles (earlier misses of a loaded machine add theirs).
+    assert!(
+        bad_info.xrun_events >= 1 && bad_info.xrun_events < bad_info.xruns,
+        "{bad_info:?}"
+    );
     // The hung client's connection goes away: its node goes with it.
     pb.hang.store(false, Ordering::Relaxed);
     drop(bad_active);

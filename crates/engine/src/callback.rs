@@ -14,13 +14,26 @@
 //!   independent clients run in parallel and one client's wait overlaps the others'
 //!   work.
 //! - **Misses.** A client that has not answered by the deadline is skipped: silence on
-//!   its outputs, an xrun counted against it (and published to it). A client still busy
-//!   with an earlier cycle when the next one begins is not woken and not waited for
-//!   (another miss), so a hung client costs one deadline, once.
-//! - **Asynchronous mode.** After `async_after` consecutive misses the node stops
-//!   waiting: at each cycle start it takes the outputs the client produced for the
-//!   previous cycle (one extra quantum of latency) and wakes it for the next. The mode
-//!   is published to the client. It is sticky for the life of the node.
+//!   its outputs, a missed cycle counted against it (and published to it). A client
+//!   still busy with an earlier cycle when the next one begins is not woken and not
+//!   waited for (another missed cycle), so a hung client costs one deadline, once.
+//! - **Xrun events.** A run of consecutive missed cycles is one *xrun event*, as JACK
+//!   counts them (jackd2 signals an xrun "only for the first failing cycle" of a graph
+//!   that has not finished): one stall of the client's CPU is one glitch to a listener
+//!   however many quanta it spans. Both counts are published.
+//! - **Not late yet.** A client still busy with a cycle whose deadline has not passed
+//!   (the server runs cycles back to back to catch up after its own thread was late) is
+//!   waited for until that deadline instead of being counted as a miss: the lateness is
+//!   the server's.
+//! - **Asynchronous mode.** After `async_after` consecutive *woken* cycles answered
+//!   late (a client too slow for the quantum), or after the client has left every
+//!   cycle unanswered for `hung_ms` (a hung client), the node stops waiting: at each
+//!   cycle start it takes the outputs the client produced for the previous cycle (one
+//!   extra quantum of latency) and wakes it for the next. Cycles the client was busy
+//!   for do not count towards `async_after`, so one stall of a few milliseconds (one
+//!   late answer, then busy cycles) does not cost the client a quantum of latency for
+//!   the rest of its life. The mode and its cause are published to the client. It is
+//!   sticky for the life of the node.
 //! - **Upstream lateness is not the client's fault.** If the deadline has already
 //!   passed when the node's turn comes (an upstream client used the budget), the node
 //!   is not woken, outputs silence and counts a *skip*, not an xrun.
@@ -114,8 +127,12 @@ pub struct CallbackConfig {
     /// Fraction of the quantum period, from the cycle start, within which a
     /// synchronous client must answer (0 < x ≤ 1); capped by the device's margin.
     pub deadline: f64,
-    /// Consecutive misses after which the client moves to asynchronous mode (0: never).
+    /// Consecutive woken cycles answered late after which the client moves to
+    /// asynchronous mode (0: never); cycles it was still busy for do not count.
     pub async_after: u32,
+    /// Milliseconds of unanswered cycles after which a client is taken as hung and moved
+    /// to asynchronous mode (0: never).
+    pub hung_ms: u32,
 }
 
 impl Default for CallbackConfig {
@@ -128,6 +145,42 @@ impl Default for CallbackConfig {
             // covers the server's own mixing afterwards.
             deadline: 1.0,
             async_after: 8,
+            // Far above the longest stall measured on the project's VM under load (a
+            // 67 ms wake at 32 frames), well below what a user takes for "hung"; jackd2
+            // gives a client 500 ms (its default --timeout) before it gives up on it.
+            hung_ms: 250,
+        }
+    }
+}
+
+/// Why a callback node runs asynchronously.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum AsyncCause {
+    /// Still synchronous.
+    None = 0,
+    /// `async_after` woken cycles in a row answered late.
+    Late = 1,
+    /// Every cycle unanswered for `hung_ms`.
+    Hung = 2,
+}
+
+impl AsyncCause {
+    /// `""`, `"late"` or `"hung"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AsyncCause::None => "",
+            AsyncCause::Late => "late",
+            AsyncCause::Hung => "hung",
+        }
+    }
+
+    /// From the numeric value in [`CallbackStats::async_cause`].
+    pub fn from_u32(v: u32) -> AsyncCause {
+        match v {
+            1 => AsyncCause::Late,
+            2 => AsyncCause::Hung,
+            _ => AsyncCause::None,
         }
     }
 }
@@ -140,6 +193,13 @@ pub struct CallbackStats {
     pub woken: AtomicU64,
     /// Cycles the client missed (late, busy or hung), counted against it.
     pub xruns: AtomicU64,
+    /// Runs of consecutive missed cycles: xrun events as JACK counts them.
+    pub xrun_events: AtomicU64,
+    /// Cycles a busy client was waited for because its deadline had not passed yet
+    /// (the server catching up), not counted against it.
+    pub caught_up: AtomicU64,
+    /// [`AsyncCause`] as a number.
+    pub async_cause: AtomicU32,
     /// Cycles the client was not woken because the deadline had already passed.
     pub skipped: AtomicU64,
     /// [`CallbackMode`] as a number.
@@ -160,6 +220,11 @@ impl CallbackStats {
     /// The current mode.
     pub fn mode(&self) -> CallbackMode {
         CallbackMode::from_u32(self.mode.load(Relaxed)).unwrap_or(CallbackMode::Sync)
+    }
+
+    /// Why the node went asynchronous, if it did.
+    pub fn async_cause(&self) -> AsyncCause {
+        AsyncCause::from_u32(self.async_cause.load(Relaxed))
     }
 }
 
@@ -203,8 +268,16 @@ pub struct CallbackNode<T: CallbackTransport> {
     config: CallbackConfig,
     stats: Arc<CallbackStats>,
     mode: CallbackMode,
+    /// Consecutive missed cycles.
     misses: u32,
+    /// Consecutive woken cycles answered late (busy cycles leave it alone).
+    late_answers: u32,
+    /// When the current run of missed cycles began (its cycle's start).
+    missing_since_ns: u64,
+    /// The deadline of the cycle the client was last woken for.
+    pending_deadline_ns: u64,
     xruns: u64,
+    xrun_events: u64,
     phase: Phase,
     /// When the client was last signalled (0: not since it was last collected).
     signal_ns: u64,
@@ -229,7 +302,11 @@ impl<T: CallbackTransport> CallbackNode<T> {
             stats: stats.clone(),
             mode: CallbackMode::Sync,
             misses: 0,
+            late_answers: 0,
+            missing_since_ns: 0,
+            pending_deadline_ns: 0,
             xruns: 0,
+            xrun_events: 0,
             phase: Phase::Inactive,
             signal_ns: 0,
             remote: None,
@@ -237,17 +314,42 @@ impl<T: CallbackTransport> CallbackNode<T> {
         (node, stats)
     }
 
-    fn miss(&mut self) {
+    /// Counts a missed cycle that began at `cycle_ns`; `answered_late` when the client
+    /// was woken for it (not merely still busy with an earlier one).
+    fn miss(&mut self, cycle_ns: u64, answered_late: bool) {
         self.xruns += 1;
-        self.misses = self.misses.saturating_add(1);
-        self.stats.xruns.store(self.xruns, Relaxed);
-        if self.mode == CallbackMode::Sync
-            && self.config.async_after > 0
-            && self.misses >= self.config.async_after
-        {
-            self.mode = CallbackMode::Async;
-            self.stats.mode.store(CallbackMode::Async as u32, Relaxed);
+        if self.misses == 0 {
+            self.xrun_events += 1;
+            self.missing_since_ns = cycle_ns;
+            self.stats.xrun_events.store(self.xrun_events, Relaxed);
         }
+        self.misses = self.misses.saturating_add(1);
+        if answered_late {
+            self.late_answers = self.late_answers.saturating_add(1);
+        }
+        self.stats.xruns.store(self.xruns, Relaxed);
+        if self.mode != CallbackMode::Sync {
+            return;
+        }
+        let c = &self.config;
+        let cause = if c.async_after > 0 && self.late_answers >= c.async_after {
+            AsyncCause::Late
+        } else if c.hung_ms > 0
+            && cycle_ns.saturating_sub(self.missing_since_ns) >= c.hung_ms as u64 * 1_000_000
+        {
+            AsyncCause::Hung
+        } else {
+            return;
+        };
+        self.mode = CallbackMode::Async;
+        self.stats.async_cause.store(cause as u32, Relaxed);
+        self.stats.mode.store(CallbackMode::Async as u32, Relaxed);
+    }
+
+    /// The client answered a cycle in time: the run of misses is over.
+    fn answered(&mut self) {
+        self.misses = 0;
+        self.late_answers = 0;
     }
 
     /// The times of the cycle the client just completed (signalled at `signal_ns`).
@@ -308,8 +410,15 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             return;
         }
         if !self.transport.completed() {
-            self.phase = Phase::Busy;
-            return;
+            // Busy with a cycle it still has time for: this cycle came early (the server
+            // catching up after its own late wakeup), so wait as the earlier cycle would
+            // have.
+            let pending = self.pending_deadline_ns;
+            if now_ns() >= pending || !self.transport.wait_completed(pending) {
+                self.phase = Phase::Busy;
+                return;
+            }
+            self.stats.caught_up.fetch_add(1, Relaxed);
         }
         match self.mode {
             CallbackMode::Sync => {
@@ -321,6 +430,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                     return;
                 }
                 self.signal_ns = now;
+                self.pending_deadline_ns = deadline;
                 self.transport.start(&cycle, inputs);
                 self.phase = Phase::Started(deadline);
             }
@@ -329,6 +439,8 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 self.transport.read_outputs(outputs);
                 self.remote = self.collected_times();
                 self.signal_ns = now_ns();
+                // It has the whole period, until the next cycle would take its outputs.
+                self.pending_deadline_ns = cx.time_ns + period;
                 self.transport.start(&cycle, inputs);
                 self.phase = Phase::AsyncDone;
             }
@@ -336,7 +448,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
         self.stats.woken.fetch_add(1, Relaxed);
     }
 
-    fn finish(&mut self, _cx: &CycleInfo, outputs: &mut PlanarMut<'_>) {
+    fn finish(&mut self, cx: &CycleInfo, outputs: &mut PlanarMut<'_>) {
         match self.phase {
             Phase::Inactive => outputs.fill_silence(),
             Phase::Skipped => {
@@ -345,7 +457,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             }
             Phase::Busy => {
                 outputs.fill_silence();
-                self.miss();
+                self.miss(cx.time_ns, false);
             }
             Phase::Started(deadline) => {
                 let t0 = now_ns();
@@ -354,16 +466,16 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 if done {
                     self.transport.read_outputs(outputs);
                     self.remote = self.collected_times();
-                    self.misses = 0;
+                    self.answered();
                 } else if !self.transport.active() {
                     // Deactivated while we waited: not the client's miss.
                     outputs.fill_silence();
                 } else {
                     outputs.fill_silence();
-                    self.miss();
+                    self.miss(cx.time_ns, true);
                 }
             }
-            Phase::AsyncDone => self.misses = 0,
+            Phase::AsyncDone => self.answered(),
         }
         self.stats.consecutive_misses.store(self.misses, Relaxed);
         self.transport.report(self.xruns, self.mode);
@@ -382,6 +494,174 @@ mod tests {
             margin_frames,
             ..CycleInfo::default()
         }
+    }
+
+    /// A client whose answers the test decides: `done` says whether the cycle last
+    /// started is complete, `answer_on_wait` whether waiting for it ends in an answer.
+    #[derive(Default)]
+    struct Scripted {
+        done: bool,
+        answer_on_wait: bool,
+        started: u32,
+        waits: Vec<u64>,
+    }
+
+    impl CallbackTransport for Scripted {
+        fn active(&self) -> bool {
+            true
+        }
+        fn completed(&self) -> bool {
+            self.done
+        }
+        fn start(&mut self, _cycle: &CallbackCycle, _inputs: Planar<'_>) {
+            self.started += 1;
+            self.done = false;
+        }
+        fn wait_completed(&mut self, deadline_ns: u64) -> bool {
+            self.waits.push(deadline_ns);
+            self.done |= self.answer_on_wait;
+            self.done
+        }
+        fn read_outputs(&mut self, outputs: &mut PlanarMut<'_>) {
+            outputs.fill_silence();
+        }
+        fn report(&mut self, _xruns: u64, _mode: CallbackMode) {}
+    }
+
+    const PERIOD: u64 = 1_333_333;
+
+    /// Runs one 64-frame cycle starting `at` ns.
+    fn cycle(node: &mut CallbackNode<Scripted>, n: u64, at: u64) {
+        let cx = CycleInfo {
+            frames: 64,
+            rate: 48_000,
+            cycle: n,
+            time_ns: at,
+            ..CycleInfo::default()
+        };
+        let mut out = [0.0f32; 64];
+        node.process(
+            &cx,
+            Planar::new(&[], 0, 64, 64),
+            &mut PlanarMut::new(&mut out, 1, 64, 64),
+        );
+    }
+
+    fn node() -> (CallbackNode<Scripted>, Arc<CallbackStats>) {
+        CallbackNode::new(
+            Scripted {
+                done: true,
+                ..Scripted::default()
+            },
+            CallbackConfig::default(),
+        )
+    }
+
+    #[test]
+    fn a_stall_is_one_xrun_event_and_keeps_the_client_synchronous() {
+        let (mut n, stats) = node();
+        // Cycle 0 is answered late (the wait times out); the client then stays busy for
+        // 20 more cycles (a 28 ms stall), and answers again from cycle 21 on.
+        let t0 = now_ns();
+        n.transport.answer_on_wait = false;
+        cycle(&mut n, 0, t0);
+        for k in 1..=20 {
+            cycle(&mut n, k, t0 + k * PERIOD);
+        }
+        n.transport.done = true;
+        n.transport.answer_on_wait = true;
+        for k in 21..30 {
+            cycle(&mut n, k, now_ns());
+        }
+        assert_eq!(stats.xruns.load(Relaxed), 21, "every missed cycle");
+        assert_eq!(stats.xrun_events.load(Relaxed), 1, "one run of them");
+        assert_eq!(
+            stats.mode(),
+            CallbackMode::Sync,
+            "busy cycles are not late answers"
+        );
+        assert_eq!(stats.async_cause(), AsyncCause::None);
+        assert_eq!(stats.consecutive_misses.load(Relaxed), 0);
+        // A second stall later is a second event.
+        n.transport.answer_on_wait = false;
+        cycle(&mut n, 30, now_ns());
+        n.transport.done = true;
+        n.transport.answer_on_wait = true;
+        cycle(&mut n, 31, now_ns());
+        assert_eq!(stats.xrun_events.load(Relaxed), 2);
+        assert_eq!(stats.xruns.load(Relaxed), 22);
+    }
+
+    #[test]
+    fn a_client_answering_late_again_and_again_goes_async_for_being_late() {
+        let (mut n, stats) = node();
+        n.transport.answer_on_wait = false;
+        // Every woken cycle times out, and the client finishes before the next one: a
+        // client too slow for the quantum. Its 8th late answer moves it.
+        for k in 0..7 {
+            cycle(&mut n, k, now_ns());
+            n.transport.done = true;
+        }
+        assert_eq!(stats.mode(), CallbackMode::Sync);
+        assert_eq!(stats.xrun_events.load(Relaxed), 1, "one unbroken run");
+        cycle(&mut n, 7, now_ns());
+        assert_eq!(stats.mode(), CallbackMode::Async);
+        assert_eq!(stats.async_cause(), AsyncCause::Late);
+        assert_eq!(stats.xruns.load(Relaxed), 8);
+    }
+
+    #[test]
+    fn a_client_silent_for_hung_ms_goes_async_as_hung() {
+        let (mut n, stats) = node();
+        n.transport.answer_on_wait = false;
+        let t0 = now_ns();
+        cycle(&mut n, 0, t0);
+        // Busy from here on. 250 ms = 187.5 periods: still synchronous at 187.
+        let mut k = 1;
+        while k * PERIOD < 250_000_000 {
+            cycle(&mut n, k, t0 + k * PERIOD);
+            k += 1;
+        }
+        assert_eq!(stats.mode(), CallbackMode::Sync, "{k} cycles");
+        assert_eq!(n.transport.started, 1, "a busy client is not woken again");
+        cycle(&mut n, k, t0 + k * PERIOD);
+        assert_eq!(stats.mode(), CallbackMode::Async);
+        assert_eq!(stats.async_cause(), AsyncCause::Hung);
+        assert_eq!(stats.xrun_events.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_busy_client_still_within_its_deadline_is_waited_for_not_blamed() {
+        let (mut n, stats) = node();
+        n.config.async_after = 1;
+        // One late answer moves it to async mode (where the server never waits in
+        // `finish`), then it answers again.
+        n.transport.answer_on_wait = false;
+        cycle(&mut n, 0, now_ns());
+        assert_eq!(stats.mode(), CallbackMode::Async);
+        n.transport.done = true;
+        let t = now_ns();
+        cycle(&mut n, 1, t);
+        // The server runs the next cycle 20 µs later, catching up: the client is busy
+        // with cycle 1, whose outputs are due a period after it began.
+        n.transport.answer_on_wait = true;
+        n.transport.waits.clear();
+        cycle(&mut n, 2, t + 20_000);
+        assert_eq!(
+            n.transport.waits,
+            vec![t + PERIOD],
+            "waited until cycle 1's due"
+        );
+        assert_eq!(stats.caught_up.load(Relaxed), 1);
+        assert_eq!(stats.xruns.load(Relaxed), 1, "only cycle 0's miss");
+        // Past its deadline a busy client is late: no wait, a miss.
+        n.transport.done = false;
+        n.transport.waits.clear();
+        n.pending_deadline_ns = now_ns() - 1;
+        cycle(&mut n, 3, now_ns());
+        assert!(n.transport.waits.is_empty());
+        assert_eq!(stats.xruns.load(Relaxed), 2);
+        assert_eq!(stats.xrun_events.load(Relaxed), 2);
     }
 
     #[test]

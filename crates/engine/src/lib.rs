@@ -22,7 +22,9 @@ pub mod sched;
 pub mod stream;
 pub mod timing;
 
-pub use callback::{CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport};
+pub use callback::{
+    AsyncCause, CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport,
+};
 pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent};
 pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
 pub use node::{CycleInfo, Processor};

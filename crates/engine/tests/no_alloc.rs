@@ -207,6 +207,8 @@ fn callback_clients_allocate_nothing_in_the_cycle() {
             CallbackConfig {
                 deadline: 0.8,
                 async_after: 4,
+                // The hung client must reach the switch to async inside the guard.
+                hung_ms: 1,
             },
         );
         let mut spec = NodeSpec::new(name, NodeKind::Filter);

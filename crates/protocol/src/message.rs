@@ -649,9 +649,13 @@ pub struct CallbackCreated {
     /// Fraction of the quantum period, from the cycle start, within which the client
     /// must complete a cycle.
     pub deadline: f64,
-    /// Consecutive misses after which the server moves the client to asynchronous mode
-    /// (0: never).
+    /// Consecutive woken cycles answered late after which the server moves the client
+    /// to asynchronous mode (0: never).
     pub async_after: u32,
+    /// Milliseconds of unanswered cycles after which the server takes the client as hung
+    /// and moves it to asynchronous mode (0: never; absent from older servers).
+    #[serde(default)]
+    pub hung_ms: u32,
 }
 
 /// Server-wide state for `quaver status`.
@@ -782,6 +786,12 @@ pub struct CallbackNodeInfo {
     pub woken: u64,
     /// Cycles the client missed (counted against it).
     pub xruns: u64,
+    /// Runs of consecutive missed cycles (xrun events, as JACK counts them).
+    pub xrun_events: u64,
+    /// Cycles the server ran early (catching up) and waited for the busy client.
+    pub caught_up: u64,
+    /// Why the node runs asynchronously: `late`, `hung`, or empty.
+    pub async_cause: String,
     /// Cycles it was not woken because an upstream node used up the deadline.
     pub skipped: u64,
     /// Mean time the server waited for the client per wake, ns.
@@ -1012,6 +1022,9 @@ mod tests {
                     active: true,
                     woken: 9,
                     xruns: 8,
+                    xrun_events: 1,
+                    caught_up: 2,
+                    async_cause: "hung".into(),
                     skipped: 1,
                     wait_avg_ns: 1000,
                     wait_max_ns: 5000,
@@ -1182,6 +1195,7 @@ mod tests {
             }],
             deadline: 0.8,
             async_after: 8,
+            hung_ms: 250,
         });
         let s = serde_json::to_string(&created).unwrap();
         assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), created);

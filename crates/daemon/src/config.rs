@@ -79,6 +79,8 @@ pub struct PulseSection {
     pub memfd: bool,
     /// Offer memfd clients the shared ring-buffer channel (packets through shared memory).
     pub srbchannel: bool,
+    /// Send memfd clients record audio as references into a memfd pool of the server's.
+    pub memfd_record: bool,
 }
 
 impl Default for PulseSection {
@@ -93,6 +95,7 @@ impl Default for PulseSection {
             cookie: None,
             memfd: true,
             srbchannel: true,
+            memfd_record: true,
         }
     }
 }

@@ -153,6 +153,7 @@ pub fn run(cfg: Config) -> Result<()> {
                     max_streams_per_client: cfg.pulse.max_streams_per_client,
                     memfd: cfg.pulse.memfd,
                     srbchannel: cfg.pulse.srbchannel,
+                    memfd_record: cfg.pulse.memfd_record,
                     resample_quality: cfg
                         .engine
                         .resample_quality

@@ -10,6 +10,7 @@ use crate::bufattr::{self, LatencyMode};
 use crate::convert::{
     Codec, check_spec, cvolume_to_linear, frame_size, frames_to_usec, map_from_pa, usec_to_bytes,
 };
+use crate::export::ExportPool;
 use crate::introspect::{cstr, prop_str};
 use crate::server::{
     ConnHandle, ConnMsg, Device, Server, StreamIo, StreamRec, record_source_index, stream_target,
@@ -506,7 +507,29 @@ impl Peak {
 }
 
 impl Record {
-    fn service(&mut self, out: &mut Out) {
+    /// Sends the encoded chunk in `scratch`: as references into the client's pool where
+    /// it has one and the chunk is worth it, split at frame boundaries into slot-sized
+    /// blocks; inline otherwise (and whenever the client holds every slot).
+    fn send_scratch(&self, out: &mut Out, pool: Option<&mut ExportPool>) {
+        let data = &self.scratch[..];
+        let Some(pool) = pool.filter(|_| data.len() >= crate::export::MIN_SHARED) else {
+            out.memblock(self.channel, data);
+            return;
+        };
+        let piece = crate::export::SLOT_SIZE / self.fs * self.fs;
+        for part in data.chunks(piece) {
+            match pool.put(part) {
+                Some((block_id, index)) => out.shm_memblock(
+                    self.channel,
+                    0,
+                    [block_id, pool.shm_id, index, part.len() as u32],
+                ),
+                None => out.memblock(self.channel, part),
+            }
+        }
+    }
+
+    fn service(&mut self, out: &mut Out, mut pool: Option<&mut ExportPool>) {
         if let Some(pk) = self.peak.as_mut() {
             let avail = self.ring.slots() / self.ch;
             if avail >= self.frag_frames && out.buf.len() < RECORD_OUT_LIMIT {
@@ -521,7 +544,7 @@ impl Record {
                     self.scratch.resize(pk.out.len() / self.ch * self.fs, 0);
                     self.codec.encode(&pk.out, &mut self.scratch);
                     pk.out.clear();
-                    out.memblock(self.channel, &self.scratch);
+                    self.send_scratch(out, pool.as_deref_mut());
                 }
             }
         }
@@ -540,7 +563,7 @@ impl Record {
             self.codec.encode(a, &mut self.scratch[..split]);
             self.codec.encode(b, &mut self.scratch[split..]);
             chunk.commit_all();
-            out.memblock(self.channel, &self.scratch);
+            self.send_scratch(out, pool.as_deref_mut());
             self.sent += n as u64;
         }
         self.shared.sent.store(self.sent, Release);
@@ -592,6 +615,8 @@ pub(crate) struct Conn {
     last_tag: u32,
     /// The shared ring-buffer channel, once offered.
     srb: Option<crate::srb::Srb>,
+    /// The memfd pool record audio goes out through (memfd clients).
+    pool: Option<ExportPool>,
     /// Framing of what arrives through the srbchannel (its own byte stream).
     srb_reader: PacketReader,
     /// Packets in `out` that carry descriptors: (offset, length, descriptors).
@@ -637,6 +662,7 @@ impl Conn {
             shm_bytes: 0,
             last_tag: 0,
             srb: None,
+            pool: None,
             srb_reader: {
                 let mut r = PacketReader::new();
                 r.enable_shm();
@@ -873,7 +899,14 @@ impl Conn {
                     None => {}
                 }
             }
-            Packet::ShmControl => {}
+            Packet::ShmRelease(block_id) => {
+                // An id that is not an outstanding block of ours changes nothing.
+                if let Some(pool) = self.pool.as_mut() {
+                    pool.release(block_id);
+                }
+            }
+            // We copy the client's blocks as they arrive: nothing to give back.
+            Packet::ShmRevoke(_) => {}
         }
         Ok(())
     }
@@ -882,13 +915,8 @@ impl Conn {
     /// ENABLE_SRBCHANNEL with the two wakeup descriptors, then a writable reference to
     /// the block; the client answers ENABLE_SRBCHANNEL with our tag.
     fn offer_srb(&mut self) {
-        use crate::wire::{
-            CONTROL_CHANNEL, Descriptor, FLAG_SHMDATA, FLAG_SHMDATA_MEMFD_BLOCK, FLAG_SHMWRITABLE,
-        };
-        let mut rnd = [0u8; 8];
-        let _ = rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty());
-        let shm_id = u32::from_ne_bytes([rnd[0], rnd[1], rnd[2], rnd[3]]) | 1;
-        let tag = u32::from_ne_bytes([rnd[4], rnd[5], rnd[6], rnd[7]]) & 0x7fff_ffff;
+        let shm_id = self.new_shm_id();
+        let tag = random_u32() & 0x7fff_ffff;
         let mut srb = match crate::srb::Srb::new(shm_id, tag) {
             Ok(s) => s,
             Err(e) => {
@@ -900,43 +928,78 @@ impl Conn {
         else {
             return;
         };
-        let mut queue = |words: &[u32], fds: Vec<rustix::fd::OwnedFd>| {
-            let mut payload = Vec::with_capacity(words.len() * 5);
-            for w in words {
-                payload.push(b'L');
-                payload.extend_from_slice(&w.to_be_bytes());
-            }
-            let d = Descriptor {
-                length: payload.len() as u32,
-                channel: CONTROL_CHANNEL,
-                offset: 0,
-                flags: 0,
-            };
-            let off = self.out.len();
-            self.out.extend_from_slice(&d.encode());
-            self.out.extend_from_slice(&payload);
-            self.out_fds.push_back((off, self.out.len() - off, fds));
-        };
-        queue(
+        self.queue_with_fds(
             &[CommandTag::RegisterMemfdShmid as u32, u32::MAX, shm_id],
             vec![memfd],
         );
-        queue(
+        self.queue_with_fds(
             &[CommandTag::EnableSrbchannel as u32, tag],
             vec![wake_w, wake_r],
         );
-        let d = Descriptor {
-            length: crate::wire::SHM_INFO_SIZE,
-            channel: 0,
-            offset: 0,
-            flags: FLAG_SHMDATA | FLAG_SHMDATA_MEMFD_BLOCK | FLAG_SHMWRITABLE,
-        };
-        self.out.extend_from_slice(&d.encode());
-        for w in [1u32, shm_id, 0, crate::srb::BLOCK_SIZE as u32] {
-            self.out.extend_from_slice(&w.to_be_bytes());
-        }
+        self.out().shm_memblock(
+            0,
+            crate::wire::FLAG_SHMWRITABLE,
+            [1, shm_id, 0, crate::srb::BLOCK_SIZE as u32],
+        );
         tracing::debug!("pulse client {}: srbchannel offered", self.client);
         self.srb = Some(srb);
+    }
+
+    /// A packet of 'L' words (a tagstruct of u32s) whose descriptors go with its first
+    /// byte.
+    fn queue_with_fds(&mut self, words: &[u32], fds: Vec<rustix::fd::OwnedFd>) {
+        use crate::wire::{CONTROL_CHANNEL, Descriptor};
+        let mut payload = Vec::with_capacity(words.len() * 5);
+        for w in words {
+            payload.push(b'L');
+            payload.extend_from_slice(&w.to_be_bytes());
+        }
+        let d = Descriptor {
+            length: payload.len() as u32,
+            channel: CONTROL_CHANNEL,
+            offset: 0,
+            flags: 0,
+        };
+        let off = self.out.len();
+        self.out.extend_from_slice(&d.encode());
+        self.out.extend_from_slice(&payload);
+        self.out_fds.push_back((off, self.out.len() - off, fds));
+    }
+
+    /// A random pool id for a memfd we register, distinct from this connection's others.
+    fn new_shm_id(&self) -> u32 {
+        loop {
+            let id = random_u32() | 1;
+            if self.srb.as_ref().is_none_or(|s| s.shm_id != id)
+                && self.pool.as_ref().is_none_or(|p| p.shm_id != id)
+            {
+                return id;
+            }
+        }
+    }
+
+    /// Registers the record pool with the client (its memfd rides along), so record
+    /// audio can go out as references into it.
+    fn offer_pool(&mut self) {
+        let shm_id = self.new_shm_id();
+        let mut pool = match ExportPool::new(shm_id) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(
+                    "pulse client {}: no memfd record pool, record audio goes inline: {e}",
+                    self.client
+                );
+                return;
+            }
+        };
+        let Some(memfd) = pool.take_memfd() else {
+            return;
+        };
+        self.queue_with_fds(
+            &[CommandTag::RegisterMemfdShmid as u32, u32::MAX, shm_id],
+            vec![memfd],
+        );
+        self.pool = Some(pool);
     }
 
     /// Copies a block out of the client's memfd pool with `pread` (a client that
@@ -989,7 +1052,20 @@ impl Conn {
             p.service(&mut out);
         }
         for r in self.record.values_mut() {
-            r.service(&mut out);
+            r.service(&mut out, self.pool.as_mut());
+        }
+        if let Some(pool) = self
+            .pool
+            .as_mut()
+            .filter(|p| p.inline_full > 0 && !p.exhausted)
+        {
+            pool.exhausted = true;
+            tracing::warn!(
+                "pulse client {}: holds all {} blocks of its memfd record pool without \
+                 releasing them; its record audio goes inline while it does",
+                self.client,
+                crate::export::SLOTS
+            );
         }
     }
 
@@ -1232,6 +1308,13 @@ impl Conn {
                         use_shm: memfd,
                     },
                 );
+                // Registered before the srbchannel is offered, as PulseAudio registers
+                // its pool: everything before the offer leaves through the socket
+                // before the ring is used, so the client knows the pool before the
+                // first reference into it can reach it through the ring.
+                if memfd && self.srv.opts.memfd_record && self.pool.is_none() {
+                    self.offer_pool();
+                }
                 // As PulseAudio: offered right after the reply, only with shared memory
                 // (the rings live in a memfd block) and only once.
                 if memfd && self.srv.opts.srbchannel && self.version >= 30 && self.srb.is_none() {
@@ -2153,6 +2236,16 @@ impl Conn {
                 self.shm_bytes
             );
         }
+        if let Some(p) = self.pool.as_ref().filter(|p| p.blocks > 0) {
+            tracing::debug!(
+                "pulse client {}: memfd pool carried {} blocks ({} bytes) of record audio; \
+                 {} went inline while the client held every block",
+                self.client,
+                p.blocks,
+                p.bytes,
+                p.inline_full
+            );
+        }
         if let Some(s) = self.srb.as_ref().filter(|s| s.active) {
             tracing::debug!(
                 "pulse client {}: srbchannel carried {} bytes in, {} bytes out",
@@ -2735,6 +2828,12 @@ impl Conn {
         self.out().reply(seq, &reply);
         Ok(())
     }
+}
+
+fn random_u32() -> u32 {
+    let mut rnd = [0u8; 4];
+    let _ = rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty());
+    u32::from_ne_bytes(rnd)
 }
 
 /// Frames of record data to gather before sending: the fragment size with

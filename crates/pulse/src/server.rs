@@ -33,6 +33,8 @@ pub struct PulseOptions {
     pub memfd: bool,
     /// Offer memfd clients the shared ring-buffer channel (srbchannel).
     pub srbchannel: bool,
+    /// Send memfd clients their record audio as references into a memfd pool of ours.
+    pub memfd_record: bool,
 }
 
 impl Default for PulseOptions {
@@ -43,6 +45,7 @@ impl Default for PulseOptions {
             resample_quality: ResampleQuality::High,
             memfd: true,
             srbchannel: true,
+            memfd_record: true,
         }
     }
 }

@@ -18,6 +18,7 @@
 //! With a pipe the client holds the other end only; our end stays non-blocking. The
 //! client's fdsem reads and writes 8-byte counters, which a pipe carries unchanged.
 
+use crate::shm::SealedMemfd;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 
@@ -43,9 +44,8 @@ const MAX_READ_PER_CALL: usize = 256 * 1024;
 
 /// One connection's srbchannel (server side).
 pub struct Srb {
-    map: *mut u8,
-    /// The shared block; sent to the client with REGISTER_MEMFD_SHMID.
-    memfd: Option<OwnedFd>,
+    /// The shared block; its descriptor is sent to the client with REGISTER_MEMFD_SHMID.
+    mem: SealedMemfd,
     capacity: usize,
     readbuf: usize,
     writebuf: usize,
@@ -70,18 +70,6 @@ pub struct Srb {
     pub bytes_out: u64,
 }
 
-// SAFETY: the mapping is owned by this value and only touched through it.
-unsafe impl Send for Srb {}
-
-impl Drop for Srb {
-    fn drop(&mut self) {
-        // SAFETY: mapped in `new` with this length and never handed out.
-        unsafe {
-            let _ = rustix::mm::munmap(self.map.cast(), BLOCK_SIZE);
-        }
-    }
-}
-
 fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
     use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
     let fl = fcntl_getfl(fd)?;
@@ -92,30 +80,7 @@ fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
 impl Srb {
     /// A new channel: a sealed memfd block with an initialised header and two pipes.
     pub fn new(shm_id: u32, tag: u32) -> std::io::Result<Srb> {
-        use rustix::fs::{MemfdFlags, SealFlags};
-        let memfd = rustix::fs::memfd_create(
-            "quaver-pulse-srb",
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )?;
-        rustix::fs::ftruncate(&memfd, BLOCK_SIZE as u64)?;
-        // The client gets this memfd: sealing its size means it cannot shrink it under
-        // our mapping (a SIGBUS here would take the whole server down).
-        rustix::fs::fcntl_add_seals(
-            &memfd,
-            SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
-        )?;
-        // SAFETY: a fresh shared mapping of a file we just sized; unmapped in Drop.
-        let map = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                BLOCK_SIZE,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                &memfd,
-                0,
-            )?
-        }
-        .cast::<u8>();
+        let mem = SealedMemfd::new("quaver-pulse-srb", BLOCK_SIZE)?;
         let readbuf = HEADER;
         let capacity = (BLOCK_SIZE - HEADER) / 2;
         let writebuf = (readbuf + capacity).next_multiple_of(8);
@@ -124,8 +89,7 @@ impl Srb {
         nonblocking(&a_r)?;
         nonblocking(&b_w)?;
         let srb = Srb {
-            map,
-            memfd: Some(memfd),
+            mem,
             capacity,
             readbuf,
             writebuf,
@@ -151,12 +115,12 @@ impl Srb {
         debug_assert!(off + 4 <= HEADER && off.is_multiple_of(4));
         // SAFETY: inside the mapping, 4-aligned (the mapping is page-aligned); the
         // other process only ever accesses these words atomically too.
-        unsafe { AtomicI32::from_ptr(self.map.add(off).cast()) }
+        unsafe { AtomicI32::from_ptr(self.mem.ptr().add(off).cast()) }
     }
 
     /// The memfd to register with the client (taken once).
     pub fn take_memfd(&mut self) -> Option<OwnedFd> {
-        self.memfd.take()
+        self.mem.take_fd()
     }
 
     /// The two descriptors ENABLE_SRBCHANNEL carries: the client's write end of our
@@ -265,7 +229,7 @@ impl Srb {
             // The client may scribble concurrently; we copy before looking at it.
             unsafe {
                 std::ptr::copy_nonoverlapping(
-                    self.map.add(self.readbuf + self.rd),
+                    self.mem.ptr().add(self.readbuf + self.rd),
                     out[start..].as_mut_ptr(),
                     n,
                 );
@@ -301,7 +265,7 @@ impl Srb {
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     data[done..].as_ptr(),
-                    self.map.add(self.writebuf + self.wr),
+                    self.mem.ptr().add(self.writebuf + self.wr),
                     n,
                 );
             }
@@ -327,7 +291,7 @@ mod tests {
         let off = s.at(READBUF_OFFSET).load(SeqCst) as usize;
         assert!(data.len() <= cap);
         unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), s.map.add(off), data.len());
+            std::ptr::copy_nonoverlapping(data.as_ptr(), s.mem.ptr().add(off), data.len());
         }
         s.at(READ_COUNT).fetch_add(data.len() as i32, SeqCst);
     }

@@ -141,9 +141,10 @@ pub enum Packet {
         /// True for memfd segments (the only kind this server imports).
         memfd: bool,
     },
-    /// The client releases a block we exported (we export none) or revokes one it
-    /// exported (we copy on arrival, so nothing to do).
-    ShmControl,
+    /// The client is done with a block we exported (a record pool block id).
+    ShmRelease(u32),
+    /// The client revokes a block it exported (we copy on arrival: nothing to do).
+    ShmRevoke(u32),
 }
 
 /// Why a connection's byte stream cannot be framed; the connection is closed.
@@ -209,8 +210,17 @@ impl PacketReader {
             let d = Descriptor::parse(&self.header);
             self.header_len = 0;
             if self.shm && (d.flags == FLAG_SHMRELEASE || d.flags == FLAG_SHMREVOKE) {
-                // No payload, whatever the length field says (as in PulseAudio).
-                return Ok((used, Some(Packet::ShmControl)));
+                // No payload, whatever the length field says (as in PulseAudio); the
+                // block id is the offset's high word.
+                let block_id = (d.offset as u64 >> 32) as u32;
+                return Ok((
+                    used,
+                    Some(if d.flags == FLAG_SHMRELEASE {
+                        Packet::ShmRelease(block_id)
+                    } else {
+                        Packet::ShmRevoke(block_id)
+                    }),
+                ));
             }
             self.check(&d)?;
             self.payload = Vec::with_capacity(d.length as usize);
@@ -347,6 +357,26 @@ impl Out<'_> {
         self.buf.extend_from_slice(&d.encode());
     }
 
+    /// A memblock frame referencing `length` bytes at `index` of the memfd pool
+    /// registered as `shm_id`; `extra_flags` may add [`FLAG_SHMWRITABLE`].
+    pub fn shm_memblock(
+        &mut self,
+        channel: u32,
+        extra_flags: u32,
+        [block_id, shm_id, index, length]: [u32; 4],
+    ) {
+        let d = Descriptor {
+            length: SHM_INFO_SIZE,
+            channel,
+            offset: 0,
+            flags: FLAG_SHMDATA | FLAG_SHMDATA_MEMFD_BLOCK | extra_flags,
+        };
+        self.buf.extend_from_slice(&d.encode());
+        for w in [block_id, shm_id, index, length] {
+            self.buf.extend_from_slice(&w.to_be_bytes());
+        }
+    }
+
     /// Audio for a record stream.
     pub fn memblock(&mut self, channel: u32, data: &[u8]) {
         let d = Descriptor {
@@ -448,7 +478,12 @@ mod tests {
         let release = packet(CONTROL_CHANNEL, 5 << 32, FLAG_SHMRELEASE, &[]);
         assert_eq!(
             feed_all(&mut r, &release).unwrap(),
-            vec![Packet::ShmControl]
+            vec![Packet::ShmRelease(5)]
+        );
+        let revoke = packet(CONTROL_CHANNEL, 6 << 32, FLAG_SHMREVOKE, &[]);
+        assert_eq!(
+            feed_all(&mut r, &revoke).unwrap(),
+            vec![Packet::ShmRevoke(6)]
         );
         let short = packet(2, 0, FLAG_SHMDATA, &info[..8]);
         assert!(r.feed(&short).is_err());

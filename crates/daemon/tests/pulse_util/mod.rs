@@ -323,15 +323,15 @@ pub fn record_monitor_while_playing(d: &Daemon, input: &[i16], rec_args: &[&str]
     let mut args = vec!["-d", "null-sink.monitor"];
     args.extend(rec_args);
     args.push("rec.raw");
+    let outputs = || {
+        pa_ok(d, &run_pa(d, "pactl", &["list", "short", "source-outputs"]))
+            .lines()
+            .count()
+    };
+    let before = outputs();
     let rec = spawn_pa(d, "parec", &args);
     assert!(
-        wait_until(WAIT, || pa_ok(
-            d,
-            &run_pa(d, "pactl", &["list", "short", "source-outputs"])
-        )
-        .lines()
-        .count()
-            == 1),
+        wait_until(WAIT, || outputs() == before + 1),
         "parec's stream did not appear"
     );
     pa_ok(d, &run_pa(d, "paplay", &["in.wav"]));
@@ -344,4 +344,169 @@ pub fn record_monitor_while_playing(d: &Daemon, input: &[i16], rec_args: &[&str]
         String::from_utf8_lossy(&out.stderr)
     );
     read_raw_s16(&d.path("rec.raw"))
+}
+
+/// Writes `toml` as the daemon's config file in a directory for [`start_in`].
+pub fn write_config(dir: &tempfile::TempDir, toml: &str) {
+    let cfg = dir.path().join("config/quaver");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("quaver.toml"), toml).unwrap();
+}
+
+/// parec's format flags for the monitor tests: what `noise_s16` makes.
+pub const REC_ARGS: &[&str] = &["--format=s16le", "--rate=48000", "--channels=2", "--raw"];
+
+/// Starts quaverd (null device) in `dir`, has paplay play 1 s of noise while parec
+/// (with `client_conf` as its client.conf) records the monitor, asserts parec got it
+/// bit-exact and returns the daemon's log.
+pub fn play_and_record(dir: tempfile::TempDir, client_conf: &str) -> String {
+    let mut d = start_in(dir, &["--device", "null"]);
+    std::fs::write(d.path("pulse-client.conf"), client_conf).unwrap();
+    let input = noise_s16(48000 * 2, 23, 20000);
+    let got = record_monitor_while_playing(&d, &input, REC_ARGS);
+    let log = d.stop();
+    assert_contains_exactly(&got, &input, "parec of what paplay played");
+    log
+}
+
+/// The (in, out) byte counts of every connection whose srbchannel carried something.
+pub fn srb_counts(log: &str) -> Vec<(u64, u64)> {
+    log.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("srbchannel carried ")? + "srbchannel carried ".len()..];
+            let mut w = rest.split_whitespace();
+            let i = w.next()?.parse().ok()?;
+            let o = w.nth(2)?.parse().ok()?;
+            Some((i, o))
+        })
+        .collect()
+}
+
+/// (blocks, bytes, inline while full) of every connection whose pool carried blocks.
+pub fn pool_counts(log: &str) -> Vec<(u64, u64, u64)> {
+    log.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("memfd pool carried ")? + "memfd pool carried ".len()..];
+            let mut w = rest.split_whitespace();
+            let blocks = w.next()?.parse().ok()?;
+            let bytes = w.nth(1)?.trim_start_matches('(').parse().ok()?;
+            let inline = w.nth(4)?.parse().ok()?;
+            Some((blocks, bytes, inline))
+        })
+        .collect()
+}
+
+/// What parec recorded (1 s of noise and some silence) came through the pool whole.
+pub fn assert_parec_used_the_pool(log: &str) {
+    let counts = pool_counts(log);
+    assert!(
+        counts
+            .iter()
+            .any(|&(blocks, bytes, inline)| blocks > 1 && bytes >= 192_000 && inline == 0),
+        "parec's audio did not come through the memfd pool: {counts:?}\n{log}"
+    );
+}
+
+/// One frame as it arrived: descriptor fields and payload.
+#[derive(Debug)]
+pub struct Frame {
+    pub channel: u32,
+    /// High word of the offset (the block id of a release frame).
+    pub offset_hi: u32,
+    pub flags: u32,
+    pub body: Vec<u8>,
+}
+
+impl Frame {
+    /// Word `i` of a control packet made of 'L' (u32) tags: 0 is the command.
+    pub fn word(&self, i: usize) -> u32 {
+        u32::from_be_bytes(self.body[i * 5 + 1..i * 5 + 5].try_into().unwrap())
+    }
+
+    /// Word `i` of a shared-memory reference (block id, shm id, index, length).
+    pub fn shm(&self, i: usize) -> u32 {
+        u32::from_be_bytes(self.body[i * 4..i * 4 + 4].try_into().unwrap())
+    }
+
+    /// A control packet (a tagstruct).
+    pub fn is_control(&self) -> bool {
+        self.channel == u32::MAX && self.flags == 0
+    }
+}
+
+/// Reads frames with `recvmsg`, keeping the descriptors that ride with them (in order),
+/// for tests that take the server's memfds. Read the client's socket only through this.
+#[derive(Default)]
+pub struct FrameReader {
+    bytes: Vec<u8>,
+    pub fds: Vec<rustix::fd::OwnedFd>,
+}
+
+impl FrameReader {
+    /// The next frame (bounded by the socket's read timeout).
+    pub fn next(&mut self, sock: &std::os::unix::net::UnixStream) -> Frame {
+        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+        loop {
+            if self.bytes.len() >= 20 {
+                let w = |i: usize| u32::from_be_bytes(self.bytes[i..i + 4].try_into().unwrap());
+                let (channel, offset_hi, flags) = (w(4), w(8), w(16));
+                // Release and revoke frames carry no payload whatever their length says.
+                let len = if flags == 0x4000_0000 || flags == 0xC000_0000 {
+                    0
+                } else {
+                    w(0) as usize
+                };
+                if self.bytes.len() >= 20 + len {
+                    let body = self.bytes[20..20 + len].to_vec();
+                    self.bytes.drain(..20 + len);
+                    return Frame {
+                        channel,
+                        offset_hi,
+                        flags,
+                        body,
+                    };
+                }
+            }
+            let mut buf = [0u8; 65536];
+            let mut space =
+                [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(8))];
+            let mut anc = RecvAncillaryBuffer::new(&mut space);
+            let r = recvmsg(
+                sock,
+                &mut [std::io::IoSliceMut::new(&mut buf)],
+                &mut anc,
+                RecvFlags::CMSG_CLOEXEC,
+            )
+            .expect("reading frames (bounded by the socket's read timeout)");
+            assert!(r.bytes > 0, "the server hung up");
+            for m in anc.drain() {
+                if let RecvAncillaryMessage::ScmRights(got) = m {
+                    self.fds.extend(got);
+                }
+            }
+            self.bytes.extend_from_slice(&buf[..r.bytes]);
+        }
+    }
+
+    /// Frames up to the reply to `seq` (its payload after command and tag), handing the
+    /// others to `other`.
+    pub fn reply(
+        &mut self,
+        sock: &std::os::unix::net::UnixStream,
+        seq: u32,
+        mut other: impl FnMut(Frame),
+    ) -> Vec<u8> {
+        loop {
+            let f = self.next(sock);
+            if f.is_control() && f.word(0) == 2 && f.word(1) == seq {
+                return f.body[10..].to_vec();
+            }
+            assert!(
+                !(f.is_control() && f.word(0) == 0 && f.word(1) == seq),
+                "request {seq} failed: error {}",
+                f.word(2)
+            );
+            other(f);
+        }
+    }
 }

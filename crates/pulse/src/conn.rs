@@ -2239,11 +2239,12 @@ impl Conn {
         if let Some(p) = self.pool.as_ref().filter(|p| p.blocks > 0) {
             tracing::debug!(
                 "pulse client {}: memfd pool carried {} blocks ({} bytes) of record audio; \
-                 {} went inline while the client held every block",
+                 {} went inline while the client held every block; at most {} held at once",
                 self.client,
                 p.blocks,
                 p.bytes,
-                p.inline_full
+                p.inline_full,
+                p.peak_held
             );
         }
         if let Some(s) = self.srb.as_ref().filter(|s| s.active) {

@@ -52,6 +52,8 @@ pub(crate) struct ExportPool {
     pub bytes: u64,
     /// Chunks sent inline because the client held every slot.
     pub inline_full: u64,
+    /// Most slots the client held at once.
+    pub peak_held: usize,
 }
 
 impl ExportPool {
@@ -66,6 +68,7 @@ impl ExportPool {
             blocks: 0,
             bytes: 0,
             inline_full: 0,
+            peak_held: 0,
         })
     }
 
@@ -91,6 +94,7 @@ impl ExportPool {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.ptr().add(offset), data.len());
         }
         self.held[slot] = true;
+        self.peak_held = self.peak_held.max(SLOTS - self.free.len());
         self.blocks += 1;
         self.bytes += data.len() as u64;
         Some((FIRST_BLOCK_ID + slot as u32, offset as u32))
@@ -135,6 +139,7 @@ mod tests {
         assert!(p.release(ids[7]));
         assert_eq!(p.put(&[4; 8]).unwrap().0, ids[7]);
         assert_eq!(p.blocks, SLOTS as u64 + 2);
+        assert_eq!(p.peak_held, SLOTS);
     }
 
     #[test]

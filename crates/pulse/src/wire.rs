@@ -487,6 +487,26 @@ mod tests {
         );
         let short = packet(2, 0, FLAG_SHMDATA, &info[..8]);
         assert!(r.feed(&short).is_err());
+        // What we send for the record pool parses back as the same reference.
+        let mut buf = Vec::new();
+        Out {
+            buf: &mut buf,
+            version: 35,
+        }
+        .shm_memblock(4, 0, [16, 3, 65536, 1920]);
+        assert_eq!(
+            feed_all(&mut r, &buf).unwrap(),
+            vec![Packet::ShmRef {
+                channel: 4,
+                offset: 0,
+                seek: SeekMode::Relative,
+                block_id: 16,
+                shm_id: 3,
+                index: 65536,
+                length: 1920,
+                memfd: true
+            }]
+        );
     }
 
     #[test]

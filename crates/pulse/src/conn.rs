@@ -939,7 +939,12 @@ impl Conn {
         self.out().shm_memblock(
             0,
             crate::wire::FLAG_SHMWRITABLE,
-            [1, shm_id, 0, crate::srb::BLOCK_SIZE as u32],
+            [
+                crate::srb::BLOCK_ID,
+                shm_id,
+                0,
+                crate::srb::BLOCK_SIZE as u32,
+            ],
         );
         tracing::debug!("pulse client {}: srbchannel offered", self.client);
         self.srb = Some(srb);

@@ -31,9 +31,10 @@ pub const SLOTS: usize = 64;
 /// Chunks smaller than this go inline: a reference (36 bytes and a release frame back)
 /// costs more than the bytes themselves (pavucontrol's 4-byte peak meters).
 pub const MIN_SHARED: usize = 256;
-/// Block ids start here so they never meet the srbchannel block's id (1): libpulse
-/// keys every block it imports by id alone.
+/// Block ids start here so they never meet the srbchannel block's id: libpulse keys
+/// every block it imports by id alone.
 const FIRST_BLOCK_ID: u32 = 16;
+const _: () = assert!(crate::srb::BLOCK_ID < FIRST_BLOCK_ID);
 
 /// One connection's record pool.
 pub(crate) struct ExportPool {
@@ -127,7 +128,10 @@ mod tests {
         assert_eq!((a, off_a), (FIRST_BLOCK_ID, 0));
         assert!(p.release(a));
         assert!(!p.release(a), "a second release changes nothing");
-        assert!(!p.release(1), "the srbchannel block is not ours");
+        assert!(
+            !p.release(crate::srb::BLOCK_ID),
+            "the srbchannel block is not ours"
+        );
         assert_eq!(p.put(&[2; 100]).unwrap(), (a, off_a), "the warm slot again");
         let mut ids = vec![a];
         while let Some((id, off)) = p.put(&[3; SLOT_SIZE]) {

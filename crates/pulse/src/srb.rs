@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 
 /// Size of the shared block (PulseAudio's pool slot size).
 pub const BLOCK_SIZE: usize = 64 * 1024;
+/// The block id the shared block is referenced by.
+pub const BLOCK_ID: u32 = 1;
 /// The header, rounded to pointer alignment as PulseAudio's `PA_ALIGN` does.
 const HEADER: usize = 48;
 const READ_COUNT: usize = 0;

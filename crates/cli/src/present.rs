@@ -303,6 +303,9 @@ fn callback_line(cb: &quaver_protocol::CallbackNodeInfo) -> String {
         cb.wait_avg_ns as f64 / 1e6,
         cb.wait_max_ns as f64 / 1e6,
     );
+    if cb.resynced > 0 {
+        let _ = write!(line, ", back to sync {}×", cb.resynced);
+    }
     if let Some(q) = cb.quantum {
         let _ = write!(line, ", asks quantum {q}");
     }
@@ -444,6 +447,7 @@ mod tests {
                         xrun_events: 2,
                         caught_up: 0,
                         async_cause: "hung".into(),
+                        resynced: 0,
                         skipped: 1,
                         wait_avg_ns: 120_000,
                         wait_max_ns: 1_050_000,

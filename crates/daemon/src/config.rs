@@ -40,6 +40,9 @@ pub struct CallbackSection {
     /// Milliseconds a client may leave every cycle unanswered before it is taken as hung
     /// and run asynchronously; 0: never.
     pub hung_ms: u32,
+    /// Milliseconds of asynchronous answers all in time after which a client goes back
+    /// to synchronous mode; 0: never.
+    pub recover_ms: u32,
     /// Most ports of one direction a callback client may register (1..=4096).
     pub max_ports: u32,
 }
@@ -51,6 +54,7 @@ impl Default for CallbackSection {
             deadline: c.deadline,
             async_after: c.async_after,
             hung_ms: c.hung_ms,
+            recover_ms: c.recover_ms,
             max_ports: c.max_ports,
         }
     }
@@ -270,6 +274,12 @@ impl Config {
                 c.hung_ms
             );
         }
+        if c.recover_ms > 3_600_000 {
+            bail!(
+                "callback.recover_ms {} is above 3600000 (use 0 to never go back to sync)",
+                c.recover_ms
+            );
+        }
         if !(1..=4096).contains(&c.max_ports) {
             bail!("callback.max_ports {} is outside 1..=4096", c.max_ports);
         }
@@ -362,7 +372,7 @@ mod tests {
     #[test]
     fn callback_section_is_read_and_checked() {
         let cfg = Config::parse(
-            "[callback]\ndeadline = 0.9\nasync_after = 0\nhung_ms = 1000\nmax_ports = 16\n",
+            "[callback]\ndeadline = 0.9\nasync_after = 0\nhung_ms = 1000\nrecover_ms = 0\nmax_ports = 16\n",
             Path::new("q.toml"),
         )
         .unwrap();
@@ -372,6 +382,7 @@ mod tests {
                 deadline: 0.9,
                 async_after: 0,
                 hung_ms: 1000,
+                recover_ms: 0,
                 max_ports: 16
             }
         );

@@ -138,6 +138,7 @@ pub fn run(cfg: Config) -> Result<()> {
             deadline: cfg.callback.deadline,
             async_after: cfg.callback.async_after,
             hung_ms: cfg.callback.hung_ms,
+            recover_ms: cfg.callback.recover_ms,
             max_ports: cfg.callback.max_ports,
         },
     );

@@ -52,6 +52,9 @@ pub struct CallbackOptions {
     /// Milliseconds of unanswered cycles after which a client is taken as hung and moved
     /// to asynchronous mode (0: never).
     pub hung_ms: u32,
+    /// Milliseconds of asynchronous answers all in time after which a client goes back
+    /// to synchronous mode (0: never).
+    pub recover_ms: u32,
     /// Most ports of one direction a callback node may reserve.
     pub max_ports: u32,
 }
@@ -63,6 +66,7 @@ impl Default for CallbackOptions {
             deadline: c.deadline,
             async_after: c.async_after,
             hung_ms: c.hung_ms,
+            recover_ms: c.recover_ms,
             max_ports: 256,
         }
     }
@@ -905,6 +909,7 @@ impl NativeServer {
                 deadline: opts.deadline,
                 async_after: opts.async_after,
                 hung_ms: opts.hung_ms,
+                recover_ms: opts.recover_ms,
             },
         );
         let id = self
@@ -953,6 +958,7 @@ impl NativeServer {
                 deadline: opts.deadline,
                 async_after: opts.async_after,
                 hung_ms: opts.hung_ms,
+                recover_ms: opts.recover_ms,
             },
             vec![memfd, wake_fd, done_fd],
         ))
@@ -978,6 +984,7 @@ impl NativeServer {
                         xrun_events: s.xrun_events.load(Relaxed),
                         caught_up: s.caught_up.load(Relaxed),
                         async_cause: s.async_cause().as_str().into(),
+                        resynced: s.resynced.load(Relaxed),
                         skipped: s.skipped.load(Relaxed),
                         wait_avg_ns: s.wait_ns_total.load(Relaxed) / woken.max(1),
                         wait_max_ns: s.wait_ns_max.load(Relaxed),

@@ -173,7 +173,12 @@ fn the_smallest_quantum_request_wins_and_clients_see_changes() {
 
 #[test]
 fn a_hung_client_is_moved_to_async_and_the_others_never_miss() {
-    let mut d = Daemon::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config/quaver");
+    std::fs::create_dir_all(&cfg).unwrap();
+    // Short, so the end of the test sees the client come back to synchronous mode.
+    std::fs::write(cfg.join("quaver.toml"), "[callback]\nrecover_ms = 400\n").unwrap();
+    let mut d = Daemon::start_in(dir, &[]);
     let mut good_conn = d.connect("good");
     // A large quantum keeps the good client's deadline (17 ms) far from any
     // scheduling noise of a busy test machine.
@@ -218,8 +223,19 @@ fn a_hung_client_is_moved_to_async_and_the_others_never_miss() {
         bad_info.xrun_events >= 1 && bad_info.xrun_events < bad_info.xruns,
         "{bad_info:?}"
     );
-    // The hung client's connection goes away: its node goes with it.
+    // It answers in time again: after `recover_ms` of that it is synchronous again,
+    // and told so.
     pb.hang.store(false, Ordering::Relaxed);
+    assert!(
+        wait_until(WAIT, || {
+            let c = node_info(&mut ctl, "bad").unwrap().callback.unwrap();
+            c.mode == "sync" && c.resynced >= 1
+        }),
+        "the client never went back to sync: {:?}",
+        node_info(&mut ctl, "bad").unwrap().callback
+    );
+    assert!(wait_until(WAIT, || bad_active.client().mode() == Mode::Sync));
+    // The hung client's connection goes away: its node goes with it.
     drop(bad_active);
     drop(bad_conn);
     assert!(wait_until(WAIT, || node_info(&mut ctl, "bad").is_none()));

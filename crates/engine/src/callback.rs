@@ -32,8 +32,12 @@
 //!   extra quantum of latency) and wakes it for the next. Cycles the client was busy
 //!   for do not count towards `async_after`, so one stall of a few milliseconds (one
 //!   late answer, then busy cycles) does not cost the client a quantum of latency for
-//!   the rest of its life. The mode and its cause are published to the client. It is
-//!   sticky for the life of the node.
+//!   the rest of its life. The mode and its cause are published to the client.
+//! - **Back to synchronous.** An asynchronous client whose answers have all come
+//!   within the synchronous budget (by its own stamps) for `recover_ms` goes back to
+//!   synchronous mode: the answer it made to the cycle before is dropped, and its
+//!   latency is one quantum shorter again. A burst of load does not cost it that
+//!   quantum for the rest of its life.
 //! - **Upstream lateness is not the client's fault.** If the deadline has already
 //!   passed when the node's turn comes (an upstream client used the budget), the node
 //!   is not woken, outputs silence and counts a *skip*, not an xrun.
@@ -133,6 +137,9 @@ pub struct CallbackConfig {
     /// Milliseconds of unanswered cycles after which a client is taken as hung and moved
     /// to asynchronous mode (0: never).
     pub hung_ms: u32,
+    /// Milliseconds of asynchronous answers all within the synchronous budget after which
+    /// the client goes back to synchronous mode (0: never).
+    pub recover_ms: u32,
 }
 
 impl Default for CallbackConfig {
@@ -149,6 +156,11 @@ impl Default for CallbackConfig {
             // 67 ms wake at 32 frames), well below what a user takes for "hung"; jackd2
             // gives a client 500 ms (its default --timeout) before it gives up on it.
             hung_ms: 250,
+            // Long against the bursts that sent it async (CPU slowdowns of tens of ms,
+            // seconds of compile or GC load come and go several times a second), short
+            // against a session: a client is not stuck with the extra quantum for good
+            // after a few bad seconds.
+            recover_ms: 5_000,
         }
     }
 }
@@ -200,6 +212,8 @@ pub struct CallbackStats {
     pub caught_up: AtomicU64,
     /// [`AsyncCause`] as a number.
     pub async_cause: AtomicU32,
+    /// Times the node went back from asynchronous to synchronous mode.
+    pub resynced: AtomicU64,
     /// Cycles the client was not woken because the deadline had already passed.
     pub skipped: AtomicU64,
     /// [`CallbackMode`] as a number.
@@ -276,6 +290,8 @@ pub struct CallbackNode<T: CallbackTransport> {
     missing_since_ns: u64,
     /// The deadline of the cycle the client was last woken for.
     pending_deadline_ns: u64,
+    /// Asynchronous: since when every answer came within the synchronous budget (0: not).
+    in_time_since_ns: u64,
     xruns: u64,
     xrun_events: u64,
     phase: Phase,
@@ -305,6 +321,7 @@ impl<T: CallbackTransport> CallbackNode<T> {
             late_answers: 0,
             missing_since_ns: 0,
             pending_deadline_ns: 0,
+            in_time_since_ns: 0,
             xruns: 0,
             xrun_events: 0,
             phase: Phase::Inactive,
@@ -328,6 +345,7 @@ impl<T: CallbackTransport> CallbackNode<T> {
             self.late_answers = self.late_answers.saturating_add(1);
         }
         self.stats.xruns.store(self.xruns, Relaxed);
+        self.in_time_since_ns = 0;
         if self.mode != CallbackMode::Sync {
             return;
         }
@@ -350,6 +368,30 @@ impl<T: CallbackTransport> CallbackNode<T> {
     fn answered(&mut self) {
         self.misses = 0;
         self.late_answers = 0;
+    }
+
+    /// Asynchronous, the client has just completed the cycle it was last woken for:
+    /// whether it has now answered within the synchronous budget for `recover_ms` on
+    /// end (by its own stamps: a client that stamps nothing stays asynchronous).
+    fn recovered(&mut self, cx: &CycleInfo) -> bool {
+        let budget = budget_ns(self.config.deadline, cx);
+        let in_time = self
+            .collected_times()
+            .is_some_and(|r| r.finish_ns >= r.signal_ns && r.finish_ns - r.signal_ns <= budget);
+        if !in_time || self.config.recover_ms == 0 {
+            self.in_time_since_ns = 0;
+            return false;
+        }
+        if self.in_time_since_ns == 0 {
+            self.in_time_since_ns = cx.time_ns.max(1);
+            return false;
+        }
+        let recovered = cx.time_ns.saturating_sub(self.in_time_since_ns)
+            >= self.config.recover_ms as u64 * 1_000_000;
+        if recovered {
+            self.in_time_since_ns = 0;
+        }
+        recovered
     }
 
     /// The times of the cycle the client just completed (signalled at `signal_ns`).
@@ -419,6 +461,17 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 return;
             }
             self.stats.caught_up.fetch_add(1, Relaxed);
+        }
+        if self.mode == CallbackMode::Async && self.recovered(cx) {
+            // Its answer to the previous cycle is dropped: from this cycle on its outputs
+            // are this cycle's again, one quantum earlier.
+            self.mode = CallbackMode::Sync;
+            self.answered();
+            self.stats
+                .async_cause
+                .store(AsyncCause::None as u32, Relaxed);
+            self.stats.mode.store(CallbackMode::Sync as u32, Relaxed);
+            self.stats.resynced.fetch_add(1, Relaxed);
         }
         match self.mode {
             CallbackMode::Sync => {
@@ -504,6 +557,8 @@ mod tests {
         answer_on_wait: bool,
         started: u32,
         waits: Vec<u64>,
+        /// What the client stamped (awake, finish) for the cycle it completed.
+        times: Option<(u64, u64)>,
     }
 
     impl CallbackTransport for Scripted {
@@ -526,6 +581,9 @@ mod tests {
             outputs.fill_silence();
         }
         fn report(&mut self, _xruns: u64, _mode: CallbackMode) {}
+        fn client_times(&self) -> Option<(u64, u64)> {
+            self.times
+        }
     }
 
     const PERIOD: u64 = 1_333_333;
@@ -662,6 +720,46 @@ mod tests {
         assert!(n.transport.waits.is_empty());
         assert_eq!(stats.xruns.load(Relaxed), 2);
         assert_eq!(stats.xrun_events.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn an_async_client_in_time_for_recover_ms_goes_back_to_sync() {
+        let (mut n, stats) = node();
+        n.config.async_after = 1;
+        n.transport.answer_on_wait = false;
+        let t0 = now_ns();
+        cycle(&mut n, 0, t0);
+        assert_eq!(stats.mode(), CallbackMode::Async);
+        // Answers every cycle within `took` of its signal; cycles a period apart.
+        let run = |n: &mut CallbackNode<Scripted>, from: u64, to: u64, took: u64| {
+            for k in from..to {
+                n.transport.done = true;
+                n.transport.times = Some((n.signal_ns + 1, n.signal_ns + took));
+                cycle(n, k, t0 + k * PERIOD);
+            }
+        };
+        // 3 s in time, then one answer slower than the period: the clock restarts.
+        let three_s = 3_000_000_000 / PERIOD;
+        run(&mut n, 1, three_s, 100_000);
+        run(&mut n, three_s, three_s + 1, 2 * PERIOD);
+        let five_s = 5_000_000_000 / PERIOD;
+        run(&mut n, three_s + 1, three_s + five_s, 100_000);
+        assert_eq!(stats.mode(), CallbackMode::Async, "not yet 5 s in time");
+        n.transport.answer_on_wait = true;
+        run(&mut n, three_s + five_s, three_s + five_s + 3, 100_000);
+        assert_eq!(stats.mode(), CallbackMode::Sync);
+        assert_eq!(stats.async_cause(), AsyncCause::None);
+        assert_eq!(stats.resynced.load(Relaxed), 1);
+        // A client that stamps nothing never comes back.
+        let (mut quiet, qstats) = node();
+        quiet.config.async_after = 1;
+        quiet.transport.answer_on_wait = false;
+        cycle(&mut quiet, 0, t0);
+        for k in 1..2 * five_s {
+            quiet.transport.done = true;
+            cycle(&mut quiet, k, t0 + k * PERIOD);
+        }
+        assert_eq!(qstats.mode(), CallbackMode::Async);
     }
 
     #[test]

@@ -209,6 +209,7 @@ fn callback_clients_allocate_nothing_in_the_cycle() {
                 async_after: 4,
                 // The hung client must reach the switch to async inside the guard.
                 hung_ms: 1,
+                ..CallbackConfig::default()
             },
         );
         let mut spec = NodeSpec::new(name, NodeKind::Filter);

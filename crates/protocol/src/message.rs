@@ -656,6 +656,10 @@ pub struct CallbackCreated {
     /// and moves it to asynchronous mode (0: never; absent from older servers).
     #[serde(default)]
     pub hung_ms: u32,
+    /// Milliseconds of asynchronous answers all in time after which the server moves the
+    /// client back to synchronous mode (0: never; absent from older servers).
+    #[serde(default)]
+    pub recover_ms: u32,
 }
 
 /// Server-wide state for `quaver status`.
@@ -792,6 +796,8 @@ pub struct CallbackNodeInfo {
     pub caught_up: u64,
     /// Why the node runs asynchronously: `late`, `hung`, or empty.
     pub async_cause: String,
+    /// Times the node went back from asynchronous to synchronous mode.
+    pub resynced: u64,
     /// Cycles it was not woken because an upstream node used up the deadline.
     pub skipped: u64,
     /// Mean time the server waited for the client per wake, ns.
@@ -1025,6 +1031,7 @@ mod tests {
                     xrun_events: 1,
                     caught_up: 2,
                     async_cause: "hung".into(),
+                    resynced: 1,
                     skipped: 1,
                     wait_avg_ns: 1000,
                     wait_max_ns: 5000,
@@ -1196,6 +1203,7 @@ mod tests {
             deadline: 0.8,
             async_after: 8,
             hung_ms: 250,
+            recover_ms: 5000,
         });
         let s = serde_json::to_string(&created).unwrap();
         assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), created);

@@ -504,6 +504,13 @@ pub struct QuaverSide {
     pub client_caught_up: u64,
     /// Cycles the clients were not woken because an upstream node was late.
     pub client_skips: u64,
+    /// Times the RT thread fell behind: runs of driver cycles already due when it came to
+    /// wait for them (what jackd2's timed driver logs as an xrun).
+    #[serde(default)]
+    pub overdue_runs: u64,
+    /// The driver cycles of those runs.
+    #[serde(default)]
+    pub overdue_cycles: u64,
     /// Clients in async mode at the end.
     pub async_clients: usize,
     /// Whether both graph snapshots came back and the end one still held the clients'
@@ -553,6 +560,8 @@ fn quaver_side(a: &QuaverSnap, b: &QuaverSnap, prefix: &str) -> QuaverSide {
         let l = Log2Hist::from_counts(&t1.lateness_ns_log2)
             .since(&Log2Hist::from_counts(&t0.lateness_ns_log2));
         q.lateness = (l.total() > 0).then_some(l);
+        q.overdue_runs = t1.overdue_runs.saturating_sub(t0.overdue_runs);
+        q.overdue_cycles = t1.overdue_cycles.saturating_sub(t0.overdue_cycles);
         // The window-start snapshot's `timing` request opened the interval the end
         // snapshot's node figures cover: exactly the window.
         let ours: Vec<_> = t1
@@ -832,14 +841,16 @@ pub struct XrunPoint {
     /// The client's figures (None: failed).
     pub client: Option<ClientRun>,
     /// The server's own xrun count in the window, as jackd2 counts them (quaverd: xrun
-    /// events — runs of missed cycles — + device xruns; jackd2: xrun lines in its log,
+    /// events — runs of missed cycles — + device xruns + times its RT thread fell a cycle
+    /// behind; jackd2: xrun lines in its log,
     /// which it writes for the first failing cycle of a run only; PipeWire: none, see the
     /// xrun callbacks).
     pub server_xruns: Option<u64>,
     /// quaverd: cycles the client missed (every cycle of every run).
     #[serde(default)]
     pub missed_cycles: Option<u64>,
-    /// jackd2: of `server_xruns`, the lines of its driver waking more than a period late.
+    /// Of `server_xruns`, the server's own lateness: jackd2's timed-driver lines (a cycle
+    /// ended after the next was due), quaverd's runs of overdue driver cycles.
     #[serde(default)]
     pub driver_xruns: Option<u64>,
     /// quaverd's details.
@@ -1256,8 +1267,11 @@ fn xrun_point(
         match &server {
             Running::Quaverd(_) => {
                 let q = quaver_side(&snaps.0, &snaps.1, prefix);
-                p.server_xruns = q.counted.then_some(q.client_xrun_events + q.device_xruns);
+                p.server_xruns = q
+                    .counted
+                    .then_some(q.client_xrun_events + q.device_xruns + q.overdue_runs);
                 p.missed_cycles = q.counted.then_some(q.client_misses + q.device_xruns);
+                p.driver_xruns = q.counted.then_some(q.overdue_runs);
                 if !q.counted {
                     ctx.note(
                         "quaverd: a window's closing snapshot did not find the client's node, \
@@ -1457,7 +1471,8 @@ fn ratio(a: f64, b: f64) -> String {
 fn server_cell(xruns: Option<u64>, missed: Option<u64>, driver: Option<u64>) -> String {
     match (xruns, missed, driver) {
         (None, ..) => "n/a".into(),
-        (Some(x), Some(m), _) => format!("{x} ({m} missed cycles)"),
+        (Some(x), Some(m), Some(d)) => format!("{x} ({m} missed cycles, {d} driver)"),
+        (Some(x), Some(m), None) => format!("{x} ({m} missed cycles)"),
         (Some(x), None, Some(d)) => format!("{x} ({d} driver)"),
         (Some(x), None, None) => x.to_string(),
     }
@@ -1517,9 +1532,11 @@ pub fn render(r: &JackResults) -> ModeOutput {
          while `{}` runs. *server xruns*: the server's own count in the window, as jackd2 \
          counts them: a run of consecutive cycles the client missed is one xrun (jackd2 \
          logs one \"was not finished\" for the first failing cycle of a run only; its \
-         driver waking more than a period late is one more line, shown as *driver*); \
-         quaverd: xrun events counted against the client + device xruns, with every \
-         missed cycle in brackets; PipeWire: not available without a profiler — see the \
+         timed driver ending a cycle after the next one was due is one more line, shown \
+         as *driver*); quaverd: xrun events counted against the client + device xruns + \
+         times its RT thread found the next cycle already due when it came to wait for \
+         it (a run of such cycles is one, shown as *driver*), with every cycle the \
+         client missed in brackets; PipeWire: not available without a profiler — see the \
          xrun callbacks. \
          *xrun cb*: calls of the client's `jack_set_xrun_callback` (quaver's libjack \
          coalesces misses that arrive together into one call). *client late*: \
@@ -1778,12 +1795,14 @@ pub fn render(r: &JackResults) -> ModeOutput {
                 if let Some(q) = &p.quaver {
                     let _ = write!(
                         md,
-                        "; quaverd: RT SCHED_FIFO {}, {} xrun events of {} missed cycles, {} \
-                         caught up, {} skips, {} device xruns, {} async, cycle busy p50/p99 \
-                         {} / {}",
+                        "; quaverd: RT SCHED_FIFO {}, {} xrun events of {} missed cycles, \
+                         fell behind {}× ({} cycles late), {} caught up, {} skips, {} device \
+                         xruns, {} async, cycle busy p50/p99 {} / {}",
                         if q.realtime { "yes" } else { "no" },
                         q.client_xrun_events,
                         q.client_misses,
+                        q.overdue_runs,
+                        q.overdue_cycles,
                         q.client_caught_up,
                         q.client_skips,
                         q.device_xruns,
@@ -2081,6 +2100,10 @@ mod tests {
         assert_eq!(jackd_driver_xrun_lines(log), 1);
         assert_eq!(server_cell(Some(3), Some(40), None), "3 (40 missed cycles)");
         assert_eq!(server_cell(Some(2), None, Some(1)), "2 (1 driver)");
+        assert_eq!(
+            server_cell(Some(5), Some(40), Some(2)),
+            "5 (40 missed cycles, 2 driver)"
+        );
         assert_eq!(server_cell(None, Some(1), None), "n/a");
         let r = CyclictestResult {
             min_us: 3,
@@ -2155,6 +2178,8 @@ mod tests {
             nodes,
             interval_ns: 3_000_000_000,
             suspended: false,
+            overdue_cycles: 0,
+            overdue_runs: 0,
         };
         let node = |name: &str, cycles, wait, busy| NodeTimingInfo {
             name: name.into(),
@@ -2165,19 +2190,32 @@ mod tests {
             ..NodeTimingInfo::default()
         };
         let a = QuaverSnap {
-            timing: Some(t(Vec::new())),
+            timing: Some(TimingStats {
+                overdue_cycles: 5,
+                overdue_runs: 2,
+                ..t(Vec::new())
+            }),
             ..QuaverSnap::default()
         };
         let b = QuaverSnap {
-            timing: Some(t(vec![
-                node("qb-light-0", 100, 10_000, 30_000),
-                node("qb-light-1", 100, 20_000, 50_000),
-                node("qb-light-2", 0, 0, 0),
-                node("null-sink", 100, 0, 2_000),
-            ])),
+            timing: Some(TimingStats {
+                overdue_cycles: 12,
+                overdue_runs: 3,
+                ..t(vec![
+                    node("qb-light-0", 100, 10_000, 30_000),
+                    node("qb-light-1", 100, 20_000, 50_000),
+                    node("qb-light-2", 0, 0, 0),
+                    node("null-sink", 100, 0, 2_000),
+                ])
+            }),
             ..QuaverSnap::default()
         };
         let q = quaver_side(&a, &b, "qb-light");
+        assert_eq!(
+            (q.overdue_runs, q.overdue_cycles),
+            (1, 7),
+            "the window's own"
+        );
         assert_eq!(q.timed_clients, 2, "idle and foreign nodes are left out");
         assert_eq!(q.node_wait_ns, Some(15_000.0));
         assert_eq!(q.node_busy_ns, Some(40_000.0));

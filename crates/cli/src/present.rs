@@ -133,11 +133,19 @@ pub fn top_text(t: &TimingStats) -> String {
         0.0
     };
     let mut s = format!(
-        "quaverd: {} Hz, quantum {} ({ms:.2} ms), cycles {}, xruns {}, cycle busy max {}{}\n",
+        "quaverd: {} Hz, quantum {} ({ms:.2} ms), cycles {}, xruns {}{}, cycle busy max {}{}\n",
         t.rate,
         t.quantum,
         t.cycles,
         t.xruns,
+        if t.overdue_runs > 0 {
+            format!(
+                ", fell behind {}× ({} cycles late)",
+                t.overdue_runs, t.overdue_cycles
+            )
+        } else {
+            String::new()
+        },
         time_text(t.busy_max_ns),
         if t.suspended { ", suspended" } else { "" },
     );
@@ -588,6 +596,8 @@ clients:
             ],
             interval_ns: 1_000_000_000,
             suspended: false,
+            overdue_cycles: 0,
+            overdue_runs: 0,
         }
     }
 
@@ -606,6 +616,16 @@ I  9   64     48000  0.0us   0.0us   0.00  0.00  0    client  idle
             ..timing()
         };
         assert!(top_text(&suspended).contains("\nS  1 "));
+        let behind = TimingStats {
+            overdue_cycles: 7,
+            overdue_runs: 2,
+            ..timing()
+        };
+        assert!(
+            top_text(&behind).contains("xruns 1, fell behind 2× (7 cycles late), cycle busy"),
+            "{}",
+            top_text(&behind)
+        );
         let st = StatusInfo {
             server_version: "0.1.0".into(),
             protocol_version: 1,

@@ -1101,6 +1101,8 @@ impl NativeServer {
             nodes,
             interval_ns,
             suspended: st.suspended.load(Relaxed),
+            overdue_cycles: st.overdue_cycles.load(Relaxed),
+            overdue_runs: st.overdue_runs.load(Relaxed),
         }
     }
 

@@ -344,6 +344,7 @@ impl Engine {
             notify: false,
             fallback_deadline: 0,
             rewind_requested: false,
+            was_overdue: false,
             discard: vec![false; config.max_nodes],
         };
         let ctl = Control {

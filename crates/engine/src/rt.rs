@@ -179,6 +179,12 @@ pub struct RtStats {
     pub lateness_hist: [AtomicU64; HIST_BUCKETS],
     /// Largest wakeup lateness, ns.
     pub lateness_max_ns: AtomicU64,
+    /// Cycles of the driver that were already due when the thread came to wait for them:
+    /// the cycle before ended after this one should have started (a paced device only).
+    pub overdue_cycles: AtomicU64,
+    /// Runs of consecutive overdue cycles: how often the thread fell behind (jackd2's
+    /// timed driver logs one xrun for each, then restarts its time line).
+    pub overdue_runs: AtomicU64,
     /// Cycle processing time, log2 buckets of ns.
     pub busy_hist: [AtomicU64; HIST_BUCKETS],
 }
@@ -251,6 +257,8 @@ pub struct RtRunner {
     pub(crate) fallback_deadline: u64,
     /// A control message asked for a rewind, done before the next wait.
     pub(crate) rewind_requested: bool,
+    /// The driver's previous cycle was overdue (to count runs of them).
+    pub(crate) was_overdue: bool,
     /// Per slot: the next rewind drops this node's taken-back output (one entry per
     /// slot, allocated up front).
     pub(crate) discard: Vec<bool>,
@@ -506,6 +514,14 @@ impl RtRunner {
             self.stats.lateness_hist[hist_bucket(late)].fetch_add(1, Relaxed);
             self.stats.lateness_max_ns.fetch_max(late, Relaxed);
         }
+        let overdue = !self.gone[0] && self.devices[0].wait_was_overdue();
+        if overdue {
+            self.stats.overdue_cycles.fetch_add(1, Relaxed);
+            if !self.was_overdue {
+                self.stats.overdue_runs.fetch_add(1, Relaxed);
+            }
+        }
+        self.was_overdue = overdue;
         if self.freewheel {
             self.freewheel_wait(q);
         }

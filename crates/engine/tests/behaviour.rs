@@ -588,3 +588,34 @@ fn node_timing_can_be_turned_off() {
             >= 5
     );
 }
+
+#[test]
+fn falling_behind_a_paced_device_counts_one_run_of_overdue_cycles() {
+    use quaver_devices::VirtualClock;
+    use quaver_devices::null::{NullConfig, NullDevice};
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::Duration;
+    let clock = VirtualClock::new();
+    let null = NullDevice::with_clock(NullConfig::default(), Box::new(clock.clone())).unwrap();
+    let (engine, mut runner) = Engine::new_manual(config(64), vec![Box::new(null)]).unwrap();
+    for _ in 0..10 {
+        runner.run_cycle();
+    }
+    let st = engine.stats();
+    assert_eq!(st.overdue_cycles.load(Relaxed), 0, "on time");
+    // 5 ms lost at 1.33 ms per cycle: the next three cycles are due before their wait
+    // begins (caught up back to back), the fourth is not.
+    clock.advance(Duration::from_millis(5));
+    for _ in 0..10 {
+        runner.run_cycle();
+    }
+    assert_eq!(st.overdue_cycles.load(Relaxed), 3);
+    assert_eq!(st.overdue_runs.load(Relaxed), 1, "one fall behind");
+    clock.advance(Duration::from_millis(2));
+    for _ in 0..10 {
+        runner.run_cycle();
+    }
+    assert_eq!(st.overdue_cycles.load(Relaxed), 4);
+    assert_eq!(st.overdue_runs.load(Relaxed), 2);
+    engine.shutdown_manual(runner).unwrap();
+}

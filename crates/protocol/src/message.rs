@@ -477,6 +477,14 @@ pub struct TimingStats {
     /// The devices are suspended (idle), so no node runs (added within v1).
     #[serde(default)]
     pub suspended: bool,
+    /// Driver cycles already due when the real-time thread came to wait for them (paced
+    /// devices; added within v1).
+    #[serde(default)]
+    pub overdue_cycles: u64,
+    /// Runs of consecutive overdue cycles: times the real-time thread fell a cycle behind
+    /// (added within v1).
+    #[serde(default)]
+    pub overdue_runs: u64,
 }
 
 /// One node's timing per cycle in [`TimingStats`], in the terms of PipeWire's `pw-top`
@@ -1094,6 +1102,8 @@ mod tests {
             }],
             interval_ns: 1_000_000_000,
             suspended: false,
+            overdue_cycles: 0,
+            overdue_runs: 0,
         }));
         let s = serde_json::to_string(&t).unwrap();
         assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), t);

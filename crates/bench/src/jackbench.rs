@@ -504,8 +504,8 @@ pub struct QuaverSide {
     pub client_caught_up: u64,
     /// Cycles the clients were not woken because an upstream node was late.
     pub client_skips: u64,
-    /// Times the RT thread fell behind: runs of driver cycles already due when it came to
-    /// wait for them (what jackd2's timed driver logs as an xrun).
+    /// Times the RT thread fell behind: runs of driver wakeups more than a period after
+    /// their deadline (what jackd2's timed driver logs as an xrun).
     #[serde(default)]
     pub overdue_runs: u64,
     /// The driver cycles of those runs.
@@ -1534,8 +1534,8 @@ pub fn render(r: &JackResults) -> ModeOutput {
          logs one \"was not finished\" for the first failing cycle of a run only; its \
          timed driver ending a cycle after the next one was due is one more line, shown \
          as *driver*); quaverd: xrun events counted against the client + device xruns + \
-         times its RT thread found the next cycle already due when it came to wait for \
-         it (a run of such cycles is one, shown as *driver*), with every cycle the \
+         times its RT thread woke more than a period after its deadline (a run of such \
+         cycles is one, shown as *driver*), with every cycle the \
          client missed in brackets; PipeWire: not available without a profiler — see the \
          xrun callbacks. \
          *xrun cb*: calls of the client's `jack_set_xrun_callback` (quaver's libjack \

@@ -333,10 +333,6 @@ impl Device for FileSink {
         (!self.info.freewheel).then_some(self.pacer.last_lateness_ns)
     }
 
-    fn wait_was_overdue(&self) -> bool {
-        !self.info.freewheel && self.pacer.overdue
-    }
-
     /// Writes the final header, flushes and fsyncs. Safe to call more than once; a failed
     /// close still leaves every sample that reached the kernel in the file.
     fn close(&mut self) -> Result<(), DeviceError> {

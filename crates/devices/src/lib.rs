@@ -251,14 +251,6 @@ pub trait Device: Send {
         None
     }
 
-    /// Whether the cycle the last [`Device::wait`] returned for was already due when the
-    /// wait began (the cycle before it ended too late), for devices that pace themselves
-    /// by a computed deadline; a device with a hardware buffer reports an xrun instead.
-    /// *RT*.
-    fn wait_was_overdue(&self) -> bool {
-        false
-    }
-
     /// Flushes and finalizes (e.g. the WAV header) on shutdown. *control*, after the
     /// real-time thread has handed the device back.
     fn close(&mut self) -> Result<(), DeviceError>;

@@ -172,10 +172,6 @@ impl Device for NullDevice {
         Some(self.pacer.last_lateness_ns)
     }
 
-    fn wait_was_overdue(&self) -> bool {
-        self.pacer.overdue
-    }
-
     fn close(&mut self) -> Result<(), DeviceError> {
         self.pacer.stop();
         Ok(())

@@ -18,10 +18,6 @@ pub(crate) struct Pacer {
     running: bool,
     /// How late the last wakeup was after its deadline.
     pub(crate) last_lateness_ns: u64,
-    /// Whether the last cycle was already due when the caller came to wait for it: the
-    /// cycle before ended after this one should have started (jackd2's timed driver
-    /// calls this an xrun).
-    pub(crate) overdue: bool,
 }
 
 impl Pacer {
@@ -33,7 +29,6 @@ impl Pacer {
             frames: 0,
             running: false,
             last_lateness_ns: 0,
-            overdue: false,
         }
     }
 
@@ -57,7 +52,6 @@ impl Pacer {
         }
         self.frames += quantum as u64;
         let deadline = self.t0 + (self.frames as u128 * 1_000_000_000 / self.rate as u128) as u64;
-        self.overdue = self.clock.now_ns() > deadline;
         self.clock.sleep_until_ns(deadline);
         let now = self.clock.now_ns();
         self.last_lateness_ns = now.saturating_sub(deadline);
@@ -106,12 +100,10 @@ mod tests {
         let after = clock.now();
         assert!(!p.wait(480));
         assert_eq!(clock.now(), after + 10_000_000);
-        assert!(!p.overdue, "it slept until its deadline");
         // A little late (below the limit) catches up instead: no sleep, no resync.
         clock.advance(Duration::from_millis(500));
         let t = clock.now();
         assert!(!p.wait(480));
         assert_eq!(clock.now(), t);
-        assert!(p.overdue, "the cycle was due before the wait began");
     }
 }

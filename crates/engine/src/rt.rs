@@ -179,8 +179,8 @@ pub struct RtStats {
     pub lateness_hist: [AtomicU64; HIST_BUCKETS],
     /// Largest wakeup lateness, ns.
     pub lateness_max_ns: AtomicU64,
-    /// Cycles of the driver that were already due when the thread came to wait for them:
-    /// the cycle before ended after this one should have started (a paced device only).
+    /// Driver wakeups more than one period after their deadline (devices that sleep to a
+    /// computed deadline: null, file): the thread had fallen a whole cycle behind.
     pub overdue_cycles: AtomicU64,
     /// Runs of consecutive overdue cycles: how often the thread fell behind (jackd2's
     /// timed driver logs one xrun for each, then restarts its time line).
@@ -508,13 +508,18 @@ impl RtRunner {
             self.ring_service();
             return true;
         }
+        let mut overdue = false;
         if !self.gone[0]
             && let Some(late) = self.devices[0].wakeup_lateness_ns()
         {
             self.stats.lateness_hist[hist_bucket(late)].fetch_add(1, Relaxed);
             self.stats.lateness_max_ns.fetch_max(late, Relaxed);
+            // A whole period late: the next cycle was due before this one began (what
+            // cyclictest counts as a wakeup later than one period). Waiting for a client
+            // up to its deadline ends a cycle near the next one's start, never a period
+            // past it, so a client's miss is not counted here a second time.
+            overdue = late > q as u64 * 1_000_000_000 / self.rate.max(1) as u64;
         }
-        let overdue = !self.gone[0] && self.devices[0].wait_was_overdue();
         if overdue {
             self.stats.overdue_cycles.fetch_add(1, Relaxed);
             if !self.was_overdue {

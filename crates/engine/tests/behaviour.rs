@@ -603,19 +603,25 @@ fn falling_behind_a_paced_device_counts_one_run_of_overdue_cycles() {
     }
     let st = engine.stats();
     assert_eq!(st.overdue_cycles.load(Relaxed), 0, "on time");
-    // 5 ms lost at 1.33 ms per cycle: the next three cycles are due before their wait
-    // begins (caught up back to back), the fourth is not.
+    // 5 ms lost at 1.33 ms per cycle: the next two cycles wake more than a period after
+    // their deadlines (3.67 and 2.33 ms; caught up back to back), the third 1.0 ms late.
     clock.advance(Duration::from_millis(5));
     for _ in 0..10 {
         runner.run_cycle();
     }
-    assert_eq!(st.overdue_cycles.load(Relaxed), 3);
+    assert_eq!(st.overdue_cycles.load(Relaxed), 2);
     assert_eq!(st.overdue_runs.load(Relaxed), 1, "one fall behind");
-    clock.advance(Duration::from_millis(2));
+    // Less than a period late is a late wakeup, not a cycle lost.
+    clock.advance(Duration::from_millis(1));
     for _ in 0..10 {
         runner.run_cycle();
     }
-    assert_eq!(st.overdue_cycles.load(Relaxed), 4);
+    assert_eq!(st.overdue_runs.load(Relaxed), 1);
+    clock.advance(Duration::from_millis(3));
+    for _ in 0..10 {
+        runner.run_cycle();
+    }
+    assert_eq!(st.overdue_cycles.load(Relaxed), 3);
     assert_eq!(st.overdue_runs.load(Relaxed), 2);
     engine.shutdown_manual(runner).unwrap();
 }

@@ -477,8 +477,8 @@ pub struct TimingStats {
     /// The devices are suspended (idle), so no node runs (added within v1).
     #[serde(default)]
     pub suspended: bool,
-    /// Driver cycles already due when the real-time thread came to wait for them (paced
-    /// devices; added within v1).
+    /// Driver wakeups more than one period after their deadline (devices that sleep to a
+    /// computed deadline; added within v1).
     #[serde(default)]
     pub overdue_cycles: u64,
     /// Runs of consecutive overdue cycles: times the real-time thread fell a cycle behind

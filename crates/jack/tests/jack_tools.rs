@@ -1,5 +1,6 @@
 //! Unmodified JACK programs from Debian's jackd2 (jack_lsp, jack_connect,
-//! jack_disconnect, jack_simple_client, jack_metro, jack_thru, jack_bufsize) run
+//! jack_disconnect, jack_simple_client, jack_metro, jack_thru, jack_bufsize,
+//! jack_iodelay) run
 //! through `quaver-jack` against a private quaverd. Each test skips, saying so, when
 //! the program is not installed.
 
@@ -7,6 +8,7 @@ mod common;
 
 use common::*;
 use quaver_client::quaver_protocol::{CallbackNodeInfo, GraphInfo};
+use std::process::Stdio;
 use std::time::Duration;
 
 fn graph(d: &Daemon) -> GraphInfo {
@@ -194,5 +196,80 @@ fn a_stopped_jack_client_goes_async_and_costs_the_others_nothing() {
     std::thread::sleep(Duration::from_millis(100));
     let _ = kill(bad);
     let _ = kill(good);
+    d.stop();
+}
+
+/// The frames of every "total roundtrip latency" report in jack_iodelay's output.
+fn iodelay_reports(out: &str) -> Vec<f64> {
+    out.lines()
+        .filter(|l| l.contains("total roundtrip latency"))
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn jack_iodelay_measures_the_sim_loopback_that_the_latency_bench_predicts() {
+    if !have_tool("jack_iodelay") || !have_tool("stdbuf") {
+        return;
+    }
+    const Q: usize = 64;
+    const P: usize = 256;
+    let mut d = Daemon::start(&[
+        "--device",
+        &format!("sim:rate=48000,period={P},loopback=on"),
+        "--quantum",
+        &Q.to_string(),
+    ]);
+    // jack_iodelay prints a report every half second until stopped; line-buffered so the
+    // reports reach the pipe before it is killed.
+    let mut child = d
+        .jack(&["--quantum", "64", "stdbuf", "-oL", "jack_iodelay"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning jack_iodelay");
+    let stdout = child.stdout.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut s = lines.lock().unwrap();
+                s.push_str(&l);
+                s.push('\n');
+            }
+        })
+    };
+    assert!(
+        wait_until(WAIT, || callback_info(&d, "jack_delay")
+            .is_some_and(|c| c.active)),
+        "jack_iodelay never became active:\n{}",
+        d.log_text()
+    );
+    ok(&d.run(&["jack_connect", "jack_delay:out", "sim-sink:playback_FL"]));
+    ok(&d.run(&["jack_connect", "sim-source:capture_FL", "jack_delay:in"]));
+    let enough = wait_until(WAIT, || iodelay_reports(&lines.lock().unwrap()).len() >= 6);
+    let _ = kill(child);
+    let _ = reader.join();
+    let out = lines.lock().unwrap().clone();
+    assert!(enough, "too few reports from jack_iodelay:\n{out}");
+    // `quaver-bench latency` predicts the sim path's server part (ring to ring) as
+    // S = q + P (crates/bench/src/latency.rs): a JACK client reads its input and writes
+    // its output in the same cycle, with no ring of its own, so it sees exactly S. The
+    // first reports come while jack_iodelay's detector locks on; of the rest, a device
+    // xrun of a stalled VM may disturb one or two (the card restarts with the same lead).
+    let reports = iodelay_reports(&out);
+    eprintln!("jack_iodelay reports: {reports:?}");
+    let settled = &reports[reports.len() / 2..];
+    let agree = settled.iter().filter(|&&f| f == (Q + P) as f64).count();
+    assert!(
+        agree * 3 >= settled.len() * 2,
+        "jack_iodelay measured {settled:?}, the latency bench predicts {}:\n{out}",
+        Q + P
+    );
     d.stop();
 }

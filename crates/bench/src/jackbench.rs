@@ -2128,6 +2128,7 @@ mod tests {
             volume: 1.0,
             mute: false,
             latency_ms: None,
+            playback_lead_frames: None,
             ports: Vec::new(),
             callback: Some(CallbackNodeInfo {
                 mode: "sync".into(),

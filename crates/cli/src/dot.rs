@@ -129,6 +129,7 @@ mod tests {
             volume: 1.0,
             mute: false,
             latency_ms: None,
+            playback_lead_frames: None,
             ports,
             callback: None,
         }

@@ -406,6 +406,7 @@ mod tests {
                     volume: 1.0,
                     mute: false,
                     latency_ms: None,
+                    playback_lead_frames: None,
                     ports: vec![
                         PortInfo {
                             id: 10,
@@ -430,6 +431,7 @@ mod tests {
                     volume: 0.5,
                     mute: true,
                     latency_ms: Some(20.0),
+                    playback_lead_frames: None,
                     ports: vec![PortInfo {
                         id: 30,
                         name: "FL".into(),
@@ -446,6 +448,7 @@ mod tests {
                     volume: 1.0,
                     mute: false,
                     latency_ms: None,
+                    playback_lead_frames: None,
                     ports: vec![],
                     callback: Some(quaver_protocol::CallbackNodeInfo {
                         mode: "async".into(),

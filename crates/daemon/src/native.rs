@@ -1111,6 +1111,13 @@ impl NativeServer {
         let g = self.engine.graph();
         let rate = self.engine.rate() as f64;
         let mut callbacks = self.callback_infos();
+        let margins: Vec<u64> = self
+            .engine
+            .status()
+            .devices
+            .iter()
+            .map(|d| d.margin_frames)
+            .collect();
         GraphInfo {
             nodes: g
                 .nodes
@@ -1128,6 +1135,10 @@ impl NativeServer {
                     volume: n.volume,
                     mute: n.mute,
                     latency_ms: n.latency_frames.map(|f| f as f64 * 1000.0 / rate),
+                    playback_lead_frames: n
+                        .device
+                        .filter(|_| n.kind == NodeKind::DeviceSink)
+                        .and_then(|i| margins.get(i).copied()),
                     ports: n
                         .inputs
                         .iter()

@@ -533,16 +533,43 @@ pub unsafe extern "C" fn jack_port_untie(_port: *mut Port) -> c_int {
     -1
 }
 
-/// Latency of a port that is not ours: physical ports add one quantum in their
-/// direction (like a JACK backend with two periods), others nothing known.
-fn foreign_latency(p: &Port, mode: c_int) -> u32 {
+/// Latency of a port that is not ours. A physical playback port's is the device's
+/// `lead` (what it still holds when the driver wakes: the first sample a cycle writes
+/// waits that long; one quantum when the server does not say), a physical capture
+/// port's one quantum (a cycle's first input sample was captured a quantum before), as
+/// a JACK backend reports them; others nothing known.
+fn foreign_latency(p: &Port, mode: c_int, lead: Option<u32>) -> u32 {
     let q = owner(p).map_or(0, |c| c.buffer_size.load(Ordering::Relaxed));
     let physical = p.flags & JACK_PORT_IS_PHYSICAL != 0;
     let capture_side = p.flags & JACK_PORT_IS_OUTPUT != 0;
     match (physical, mode) {
         (true, JACK_CAPTURE_LATENCY) if capture_side => q,
-        (true, JACK_PLAYBACK_LATENCY) if !capture_side => q,
+        (true, JACK_PLAYBACK_LATENCY) if !capture_side => lead.unwrap_or(q),
         _ => 0,
+    }
+}
+
+/// [`foreign_latency`], asking the server for a physical playback port's lead.
+fn foreign_latency_now(p: &Port, mode: c_int) -> u32 {
+    let playback = p.flags & (JACK_PORT_IS_PHYSICAL | JACK_PORT_IS_INPUT)
+        == JACK_PORT_IS_PHYSICAL | JACK_PORT_IS_INPUT;
+    let lead = if playback && mode == JACK_PLAYBACK_LATENCY {
+        owner(p)
+            .and_then(|c| c.graph())
+            .and_then(|g| g.by_id(p.id).and_then(|v| v.playback_lead))
+    } else {
+        None
+    };
+    foreign_latency(p, mode, lead)
+}
+
+/// The mode the deprecated one-number latency API means: an output port's capture
+/// latency, an input port's playback latency (as jackd2's `JackPort::SetLatency`).
+fn own_direction(p: &Port) -> c_int {
+    if p.flags & JACK_PORT_IS_OUTPUT != 0 {
+        JACK_CAPTURE_LATENCY
+    } else {
+        JACK_PLAYBACK_LATENCY
     }
 }
 
@@ -566,7 +593,7 @@ pub(crate) fn default_latencies(c: &Client) {
                 let own_match = live.iter().find(|o| o.id == v.id);
                 match own_match {
                     Some(o) => o.latency(mode).max,
-                    None => foreign_latency(&probe, mode),
+                    None => foreign_latency(&probe, mode, v.playback_lead),
                 }
             })
             .max()
@@ -629,7 +656,7 @@ pub unsafe extern "C" fn jack_port_get_latency_range(
         let r = if p.mine {
             p.latency(mode)
         } else {
-            let l = foreign_latency(p, mode);
+            let l = foreign_latency_now(p, mode);
             jack_latency_range_t { min: l, max: l }
         };
         // SAFETY: the caller's out-pointer (packed struct: unaligned write).
@@ -664,15 +691,11 @@ pub unsafe extern "C" fn jack_port_get_latency(port_p: *mut Port) -> jack_nframe
         let Some(p) = (unsafe { port(port_p) }) else {
             return 0;
         };
-        let mode = if p.flags & JACK_PORT_IS_OUTPUT != 0 {
-            JACK_PLAYBACK_LATENCY
-        } else {
-            JACK_CAPTURE_LATENCY
-        };
+        let mode = own_direction(p);
         if p.mine {
             p.latency(mode).max
         } else {
-            foreign_latency(p, mode)
+            foreign_latency_now(p, mode)
         }
     })
 }
@@ -695,13 +718,8 @@ pub unsafe extern "C" fn jack_port_set_latency(port_p: *mut Port, frames: jack_n
         if let Some(p) = unsafe { port(port_p) }
             && p.mine
         {
-            let mode = if p.flags & JACK_PORT_IS_OUTPUT != 0 {
-                JACK_PLAYBACK_LATENCY
-            } else {
-                JACK_CAPTURE_LATENCY
-            };
             p.set_latency(
-                mode,
+                own_direction(p),
                 jack_latency_range_t {
                     min: frames,
                     max: frames,

@@ -23,6 +23,8 @@ pub struct PortView {
     pub flags: c_int,
     /// Alternative names (`system:…` for the default device).
     pub aliases: Vec<String>,
+    /// Physical playback ports: the device's lead in frames, when the server says.
+    pub playback_lead: Option<u32>,
 }
 
 /// A snapshot of the graph.
@@ -75,6 +77,12 @@ impl GraphView {
                     short: p.name.clone(),
                     flags,
                     aliases,
+                    playback_lead: if device_port && p.direction == PortDirection::In {
+                        n.playback_lead_frames
+                            .map(|f| u32::try_from(f).unwrap_or(u32::MAX))
+                    } else {
+                        None
+                    },
                 });
             }
             // Only the first sink and the first source get the `system:` names.
@@ -206,6 +214,7 @@ mod tests {
             volume: 1.0,
             mute: false,
             latency_ms: None,
+            playback_lead_frames: None,
             ports: ports
                 .iter()
                 .map(|&(id, n, direction)| PortInfo {
@@ -224,16 +233,19 @@ mod tests {
         use PortDirection::{In, Out};
         let g = GraphInfo {
             nodes: vec![
-                node(
-                    1,
-                    "null-sink",
-                    "sink",
-                    &[
-                        (2, "playback_FL", In),
-                        (3, "playback_FR", In),
-                        (4, "monitor_FL", Out),
-                    ],
-                ),
+                NodeInfo {
+                    playback_lead_frames: Some(256),
+                    ..node(
+                        1,
+                        "null-sink",
+                        "sink",
+                        &[
+                            (2, "playback_FL", In),
+                            (3, "playback_FR", In),
+                            (4, "monitor_FL", Out),
+                        ],
+                    )
+                },
                 node(5, "metro", "client", &[(6, "out", Out)]),
             ],
             links: vec![LinkInfo {
@@ -251,8 +263,10 @@ mod tests {
             p.flags,
             JACK_PORT_IS_INPUT | JACK_PORT_IS_PHYSICAL | JACK_PORT_IS_TERMINAL
         );
+        assert_eq!(p.playback_lead, Some(256), "the device's lead");
         let m = v.find("null-sink:monitor_FL").unwrap();
         assert_eq!(m.flags, JACK_PORT_IS_OUTPUT, "a monitor is not physical");
+        assert_eq!(m.playback_lead, None);
         assert!(m.aliases.is_empty());
         assert_eq!(v.find("metro:out").unwrap().flags, JACK_PORT_IS_OUTPUT);
         assert_eq!(v.connections("metro:out"), vec!["null-sink:playback_FL"]);

@@ -215,6 +215,7 @@ fn record_port(client: &Client, seen: &mut Option<GraphView>, id: u32, on: bool)
             short: p.short_name.to_string_lossy().into_owned(),
             flags: p.flags,
             aliases: Vec::new(),
+            playback_lead: None,
         });
     } else {
         g.ports.retain(|p| p.id != id);

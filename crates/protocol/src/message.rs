@@ -784,6 +784,12 @@ pub struct NodeInfo {
     /// For callback client nodes: how the client is run (added within v1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<CallbackNodeInfo>,
+    /// Device sinks: frames the device still holds for playback when the driver wakes
+    /// (its safety margin), i.e. how long the first sample a cycle writes waits to be
+    /// played: JACK's playback latency of a physical port (added within v1; absent for
+    /// other nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub playback_lead_frames: Option<u64>,
 }
 
 /// How a callback client node runs, in [`NodeInfo`].
@@ -1025,6 +1031,7 @@ mod tests {
                 volume: 1.0,
                 mute: false,
                 latency_ms: Some(5.3),
+                playback_lead_frames: None,
                 ports: vec![PortInfo {
                     id: 10,
                     name: "FL".into(),

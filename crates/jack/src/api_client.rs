@@ -511,8 +511,9 @@ pub extern "C" fn jack_drop_real_time_scheduling(thread: jack_native_thread_t) -
     }
 }
 
-/// `jack_client_create_thread`: a thread (through the installed thread creator),
-/// promoted to SCHED_FIFO when `realtime` is set and the system allows it.
+/// `jack_client_create_thread`: a thread (through the installed thread creator) that,
+/// when `realtime` is set, first asks for SCHED_FIFO at `priority` (directly, else
+/// through RealtimeKit) and runs on at normal priority, saying so, when refused.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jack_client_create_thread(
     _client: *mut Client,
@@ -526,11 +527,13 @@ pub unsafe extern "C" fn jack_client_create_thread(
         let Some(routine) = start_routine else {
             return libc::EINVAL;
         };
-        match crate::process::create_thread(routine, arg) {
+        let made = if realtime != 0 {
+            crate::process::create_rt_thread(routine, arg, priority)
+        } else {
+            crate::process::create_thread(routine, arg)
+        };
+        match made {
             Ok(t) => {
-                if realtime != 0 && crate::process::set_fifo(t, priority) != 0 {
-                    crate::info("real-time scheduling refused for a client thread");
-                }
                 if !thread.is_null() {
                     // SAFETY: the caller's out-pointer.
                     unsafe { *thread = t };

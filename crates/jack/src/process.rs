@@ -171,6 +171,55 @@ pub(crate) fn create_thread(
     if rc == 0 { Ok(tid) } else { Err(rc) }
 }
 
+/// What a real-time thread made by [`create_rt_thread`] starts with.
+struct RtStart {
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+    priority: c_int,
+}
+
+/// Start routine of [`create_rt_thread`]: the new thread promotes itself (its kernel id
+/// is known here, so RealtimeKit can be asked when SCHED_FIFO is refused), then runs
+/// the application's routine.
+extern "C" fn rt_trampoline(p: *mut c_void) -> *mut c_void {
+    // SAFETY: the box `create_rt_thread` leaked for this thread, taken back once.
+    let RtStart {
+        routine,
+        arg,
+        priority,
+    } = *unsafe { Box::from_raw(p.cast::<RtStart>()) };
+    let req = quaver_rt::Request::fifo(priority);
+    let promoted = std::panic::catch_unwind(|| quaver_rt::promote(quaver_rt::Tid::current(), &req));
+    match promoted.map(|p| p.outcome) {
+        Ok(quaver_rt::RtOutcome::Fifo { .. } | quaver_rt::RtOutcome::Disabled) => {}
+        Ok(other) => crate::info(&format!(
+            "real-time scheduling refused for a client thread; it runs {other}"
+        )),
+        Err(_) => crate::error("promoting a client thread failed"),
+    }
+    routine(arg)
+}
+
+/// A thread for `jack_client_create_thread(…, realtime = 1, …)`: made by the installed
+/// thread creator like any other, it asks for SCHED_FIFO at `priority` itself before
+/// running `routine`, by the same path as the process thread (RealtimeKit included),
+/// which a JACK `pthread_t` seen from outside cannot take.
+pub(crate) fn create_rt_thread(
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+    priority: c_int,
+) -> Result<libc::pthread_t, c_int> {
+    let start = Box::into_raw(Box::new(RtStart {
+        routine,
+        arg,
+        priority,
+    }));
+    create_thread(rt_trampoline, start.cast()).inspect_err(|_| {
+        // SAFETY: the thread was not made, so nothing else took the box.
+        drop(unsafe { Box::from_raw(start) });
+    })
+}
+
 /// SCHED_FIFO at `priority` for `thread` (a JACK API `pthread_t`, whose kernel id we
 /// cannot learn, so no RealtimeKit); 0 on success, else an errno.
 pub(crate) fn set_fifo(thread: libc::pthread_t, priority: c_int) -> c_int {

@@ -2,6 +2,8 @@
  * It checks API semantics, then doubles its input into its output until stdin
  * closes. Lines starting with FAIL make the Rust test fail. */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,11 @@
 #include <jack/midiport.h>
 #include <jack/ringbuffer.h>
 #include <jack/session.h>
+#include <jack/thread.h>
+
+#ifndef SCHED_RESET_ON_FORK
+#define SCHED_RESET_ON_FORK 0x40000000 /* linux/sched.h; set by quaver's promotion */
+#endif
 
 static jack_port_t *in_port, *out_port, *midi_in;
 static volatile jack_nframes_t last_frames;
@@ -26,6 +33,19 @@ static int process(jack_nframes_t n, void *arg) {
     if (jack_midi_get_event_count(mb) != 0) o[0] = 100.0f; /* MIDI inputs stay empty */
     last_frames = n;
     return 0;
+}
+
+/* What a thread made by jack_client_create_thread runs with. */
+static volatile int thread_policy = -1, thread_prio = -1;
+static void *sched_probe(void *arg) {
+    (void)arg;
+    struct sched_param sp;
+    int policy;
+    if (pthread_getschedparam(pthread_self(), &policy, &sp) == 0) {
+        thread_policy = policy;
+        thread_prio = sp.sched_priority;
+    }
+    return NULL;
 }
 
 static int bufsize(jack_nframes_t n, void *arg) { (void)arg; (void)n; bufsize_calls++; return 0; }
@@ -105,6 +125,17 @@ int main(void) {
     jack_port_set_latency_range(out_port, JackPlaybackLatency, &r);
     jack_port_get_latency_range(out_port, JackPlaybackLatency, &r);
     CHECK(r.min == 7 && r.max == 9, "latency range");
+
+    jack_native_thread_t th;
+    CHECK(jack_client_create_thread(c, &th, 10, 0, sched_probe, NULL) == 0
+          && jack_client_stop_thread(c, th) == 0 && thread_policy == SCHED_OTHER,
+          "a non-real-time client thread");
+    CHECK(jack_client_create_thread(c, &th, 10, 1, sched_probe, NULL) == 0
+          && jack_client_stop_thread(c, th) == 0, "a real-time client thread");
+    /* Root may use SCHED_FIFO; elsewhere the thread runs on at normal priority. */
+    if (geteuid() == 0)
+        CHECK((thread_policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO && thread_prio == 10,
+              "it runs SCHED_FIFO 10");
 
     jack_ringbuffer_t *rb = jack_ringbuffer_create(100);
     CHECK(jack_ringbuffer_write_space(rb) == 127, "ringbuffer size");

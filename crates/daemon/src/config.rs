@@ -85,6 +85,9 @@ pub struct PulseSection {
     pub srbchannel: bool,
     /// Send memfd clients record audio as references into a memfd pool of the server's.
     pub memfd_record: bool,
+    /// The front-end's I/O thread runs SCHED_FIFO while a playback stream leaves its
+    /// client less than this many ms to answer a request (0: never).
+    pub realtime_io_below_ms: u32,
 }
 
 impl Default for PulseSection {
@@ -100,6 +103,7 @@ impl Default for PulseSection {
             memfd: true,
             srbchannel: true,
             memfd_record: true,
+            realtime_io_below_ms: 8,
         }
     }
 }
@@ -291,6 +295,13 @@ impl Config {
             && s.as_os_str().is_empty()
         {
             bail!("pulse.socket must not be empty");
+        }
+        if p.realtime_io_below_ms > 1000 {
+            bail!(
+                "pulse.realtime_io_below_ms {} is above 1000 (use 0 to keep the I/O thread \
+                 a normal thread)",
+                p.realtime_io_below_ms
+            );
         }
         if let Some(t) = &p.tcp
             && t.parse::<std::net::SocketAddr>().is_err()

@@ -155,6 +155,7 @@ pub fn run(cfg: Config) -> Result<()> {
                     memfd: cfg.pulse.memfd,
                     srbchannel: cfg.pulse.srbchannel,
                     memfd_record: cfg.pulse.memfd_record,
+                    realtime_io_below_usec: cfg.pulse.realtime_io_below_ms as u64 * 1000,
                     resample_quality: cfg
                         .engine
                         .resample_quality

@@ -8,7 +8,8 @@
 
 use crate::bufattr::{self, LatencyMode};
 use crate::convert::{
-    Codec, check_spec, cvolume_to_linear, frame_size, frames_to_usec, map_from_pa, usec_to_bytes,
+    Codec, bytes_to_usec, check_spec, cvolume_to_linear, frame_size, frames_to_usec, map_from_pa,
+    usec_to_bytes,
 };
 use crate::export::ExportPool;
 use crate::introspect::{cstr, prop_str};
@@ -632,6 +633,22 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// The shortest time any of this client's playing streams gives it to answer a
+    /// request (tlength − minreq), µs; `None` without an uncorked playback stream.
+    pub(crate) fn shortest_low_water_usec(&self) -> Option<u64> {
+        self.playback
+            .values()
+            .filter(|p| p.shared.flags.load(Relaxed) & F_CORKED == 0)
+            .map(|p| {
+                let w = p
+                    .attr
+                    .target_length
+                    .saturating_sub(p.attr.minimum_request_length);
+                bytes_to_usec(w as u64, &p.spec)
+            })
+            .min()
+    }
+
     /// A new connection on `sock` (made non-blocking here).
     pub(crate) fn new(
         srv: Arc<Server>,
@@ -2472,9 +2489,9 @@ impl Conn {
             map,
             spec.sample_rate,
             sink.name,
-            crate::convert::bytes_to_usec(attr.target_length as u64, &spec) / 1000,
-            crate::convert::bytes_to_usec(attr.minimum_request_length as u64, &spec) / 1000,
-            crate::convert::bytes_to_usec(attr.pre_buffering as u64, &spec) / 1000,
+            bytes_to_usec(attr.target_length as u64, &spec) / 1000,
+            bytes_to_usec(attr.minimum_request_length as u64, &spec) / 1000,
+            bytes_to_usec(attr.pre_buffering as u64, &spec) / 1000,
             fixed.configured_sink_usec / 1000,
         );
         let requested = attr.target_length;

@@ -35,7 +35,15 @@ pub struct PulseOptions {
     pub srbchannel: bool,
     /// Send memfd clients their record audio as references into a memfd pool of ours.
     pub memfd_record: bool,
+    /// While a playback stream's low-water time (tlength − minreq: how long the client
+    /// has to answer a request) is below this many µs, the I/O thread runs SCHED_FIFO
+    /// ([`IO_RT_PRIORITY`]); 0: never.
+    pub realtime_io_below_usec: u64,
 }
+
+/// SCHED_FIFO priority of the I/O thread while a low-latency stream plays: above every
+/// normal thread (the clients it answers), below the engine's and callback clients'.
+pub const IO_RT_PRIORITY: i32 = 1;
 
 impl Default for PulseOptions {
     fn default() -> Self {
@@ -46,6 +54,7 @@ impl Default for PulseOptions {
             memfd: true,
             srbchannel: true,
             memfd_record: true,
+            realtime_io_below_usec: 8_000,
         }
     }
 }

@@ -82,8 +82,8 @@ fn guarded(conn: &mut Conn, f: impl FnOnce(&mut Conn) -> Result<(), String>) -> 
 /// Why: with `paplay --latency-msec=5` a client has about 2.5 ms to answer each request.
 /// Instrumented runs on this project's 2-vCPU VM showed every underrun of such a stream
 /// came after the I/O thread, a normal thread, had not run for 4–5.5 ms (the client
-/// answered each request within 40 µs); with the thread at SCHED_FIFO 1 they went
-/// (docs/pulse.md, "Threads"). At normal latencies it stays a normal thread for the
+/// answered each request within 40 µs); with the thread at SCHED_FIFO 1 they became
+/// rarer (docs/pulse.md, "Threads"). At normal latencies it stays a normal thread for the
 /// batching described above.
 #[derive(Default)]
 struct IoPriority {

@@ -1111,13 +1111,9 @@ impl NativeServer {
         let g = self.engine.graph();
         let rate = self.engine.rate() as f64;
         let mut callbacks = self.callback_infos();
-        let margins: Vec<u64> = self
-            .engine
-            .status()
-            .devices
-            .iter()
-            .map(|d| d.margin_frames)
-            .collect();
+        // The published atomics, not `Engine::status()`: that copies every device's
+        // description and takes a lock, on every graph request.
+        let stats = self.engine.stats();
         GraphInfo {
             nodes: g
                 .nodes
@@ -1138,7 +1134,8 @@ impl NativeServer {
                     playback_lead_frames: n
                         .device
                         .filter(|_| n.kind == NodeKind::DeviceSink)
-                        .and_then(|i| margins.get(i).copied()),
+                        .and_then(|i| stats.devices.get(i))
+                        .map(|d| d.margin_frames.load(std::sync::atomic::Ordering::Relaxed)),
                     ports: n
                         .inputs
                         .iter()

@@ -359,9 +359,14 @@ impl<T: CallbackTransport> CallbackNode<T> {
         } else {
             return;
         };
-        self.mode = CallbackMode::Async;
+        self.set_mode(CallbackMode::Async, cause);
+    }
+
+    /// Switches mode and publishes it with its cause (None for synchronous).
+    fn set_mode(&mut self, mode: CallbackMode, cause: AsyncCause) {
+        self.mode = mode;
         self.stats.async_cause.store(cause as u32, Relaxed);
-        self.stats.mode.store(CallbackMode::Async as u32, Relaxed);
+        self.stats.mode.store(mode as u32, Relaxed);
     }
 
     /// The client answered a cycle in time: the run of misses is over.
@@ -465,12 +470,8 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
         if self.mode == CallbackMode::Async && self.recovered(cx) {
             // Its answer to the previous cycle is dropped: from this cycle on its outputs
             // are this cycle's again, one quantum earlier.
-            self.mode = CallbackMode::Sync;
+            self.set_mode(CallbackMode::Sync, AsyncCause::None);
             self.answered();
-            self.stats
-                .async_cause
-                .store(AsyncCause::None as u32, Relaxed);
-            self.stats.mode.store(CallbackMode::Sync as u32, Relaxed);
             self.stats.resynced.fetch_add(1, Relaxed);
         }
         match self.mode {

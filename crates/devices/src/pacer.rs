@@ -3,6 +3,13 @@
 //! Each deadline is computed from the total frame count since the time base as integer
 //! nanoseconds (`t0 + frames * 1e9 / rate`), never by adding a period to the previous
 //! wakeup, so rounding and wakeup latency do not accumulate into drift.
+//!
+//! A wakeup more than one period late restarts the time line at the wakeup instead of
+//! running the missed cycles back to back: these devices have no buffer that a burst
+//! would refill, so a burst only squeezes the cycles after a stall of the machine into
+//! less than their period each, and a callback client still recovering from the same
+//! stall misses them (jackd2's timed driver restarts its anchor the same way). The engine
+//! counts such a wakeup as overdue.
 
 use crate::clock::SimClock;
 
@@ -45,7 +52,9 @@ impl Pacer {
     }
 
     /// Sleeps until `quantum` more frames are due. Returns true if the wakeup was so late
-    /// that the time base was resynchronized (the caller reports an xrun).
+    /// (over [`LATE_LIMIT_NS`]: the process or the machine was stopped) that the caller
+    /// reports an xrun; a wakeup more than one period late restarts the time line too,
+    /// silently.
     pub(crate) fn wait(&mut self, quantum: usize) -> bool {
         if !self.running {
             self.start();
@@ -55,12 +64,12 @@ impl Pacer {
         self.clock.sleep_until_ns(deadline);
         let now = self.clock.now_ns();
         self.last_lateness_ns = now.saturating_sub(deadline);
-        if now > deadline + LATE_LIMIT_NS {
+        let period = (quantum as u128 * 1_000_000_000 / self.rate as u128) as u64;
+        if now > deadline + period {
             self.t0 = now;
             self.frames = 0;
-            return true;
         }
-        false
+        now > deadline + LATE_LIMIT_NS
     }
 }
 
@@ -100,10 +109,22 @@ mod tests {
         let after = clock.now();
         assert!(!p.wait(480));
         assert_eq!(clock.now(), after + 10_000_000);
-        // A little late (below the limit) catches up instead: no sleep, no resync.
+        // Less than a period late catches up: the next deadline is the usual one.
+        clock.advance(Duration::from_millis(14));
+        assert!(!p.wait(480));
+        assert_eq!(p.last_lateness_ns, 4_000_000);
+        assert!(!p.wait(480));
+        assert_eq!(clock.now(), after + 30_000_000);
+        // More than a period late (a stall of the machine) restarts the time line at the
+        // wakeup, silently: the cycles after it keep their whole period, none is run
+        // back to back to make up for the stall.
         clock.advance(Duration::from_millis(500));
         let t = clock.now();
         assert!(!p.wait(480));
         assert_eq!(clock.now(), t);
+        assert_eq!(p.last_lateness_ns, 490_000_000);
+        assert!(!p.wait(480));
+        assert_eq!(clock.now(), t + 10_000_000);
+        assert_eq!(p.last_lateness_ns, 0);
     }
 }

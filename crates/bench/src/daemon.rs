@@ -84,6 +84,7 @@ impl Daemon {
         let mut cmd = Command::new(bin);
         cmd.env("XDG_RUNTIME_DIR", &xdg)
             .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
             .arg("--config")
             .arg(&config)
             .args(spec.args());

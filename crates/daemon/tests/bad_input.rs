@@ -21,6 +21,7 @@ fn second_daemon_on_the_same_runtime_dir_is_refused() {
         .args(["--realtime-priority", "0"])
         .env("XDG_RUNTIME_DIR", d.runtime.parent().unwrap())
         .env("XDG_CONFIG_HOME", d.path("config"))
+        .env("XDG_STATE_HOME", d.path("state"))
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -45,6 +46,7 @@ fn config_with_unknown_key_or_bad_value_names_the_line() {
         let out = Command::new(quaverd_bin())
             .env("XDG_RUNTIME_DIR", dir.path())
             .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -64,6 +66,7 @@ fn bad_device_spec_is_a_clear_error() {
         .args(["--device", "warp:9"])
         .env("XDG_RUNTIME_DIR", dir.path())
         .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("XDG_STATE_HOME", dir.path().join("state"))
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -173,6 +176,7 @@ fn missing_alsa_library_falls_back_to_the_null_device() {
         .args(["--realtime-priority", "0", "--device", "alsa:hw:0"])
         .env("XDG_RUNTIME_DIR", &xdg)
         .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("XDG_STATE_HOME", dir.path().join("state"))
         .env("QUAVER_ALSA_LIBRARY", "libasound-missing.so.2")
         .stdin(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())

@@ -261,6 +261,7 @@ fn quaverd_refuses_a_socket_a_pulse_server_answers_on() {
         .args(["--realtime-priority", "0", "--device", "null"])
         .env("XDG_RUNTIME_DIR", dir.path())
         .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("XDG_STATE_HOME", dir.path().join("state"))
         .stdin(Stdio::null())
         .output()
         .unwrap();

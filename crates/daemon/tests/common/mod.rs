@@ -64,6 +64,7 @@ impl Daemon {
         let child = cmd
             .env("XDG_RUNTIME_DIR", &xdg)
             .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
             .env_remove("QUAVER_SERVER")
             .current_dir(dir.path())
             .stdin(Stdio::null())

@@ -77,6 +77,7 @@ impl Daemon {
             .args(args)
             .env("XDG_RUNTIME_DIR", &xdg)
             .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
             .env_remove("QUAVER_SERVER")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -88,6 +88,10 @@ pub struct PulseSection {
     /// The front-end's I/O thread runs SCHED_FIFO while a playback stream leaves its
     /// client less than this many ms to answer a request (0: never).
     pub realtime_io_below_ms: u32,
+    /// Remember stream volumes, mutes and devices by kind of stream (stream restore).
+    pub stream_restore: bool,
+    /// Stream restore's file; default `$XDG_STATE_HOME/quaver/restore.toml`.
+    pub restore_file: Option<PathBuf>,
 }
 
 impl Default for PulseSection {
@@ -104,6 +108,8 @@ impl Default for PulseSection {
             srbchannel: true,
             memfd_record: true,
             realtime_io_below_ms: 8,
+            stream_restore: true,
+            restore_file: None,
         }
     }
 }

@@ -52,6 +52,32 @@ pub fn wait_for_stop_signal() -> i32 {
     sig
 }
 
+/// Where stream restore keeps its entries: the configured file, else the default one,
+/// else (no state or home directory) memory only.
+fn restore_mode(cfg: &Config) -> quaver_pulse::RestoreMode {
+    use quaver_pulse::RestoreMode;
+    if !cfg.pulse.stream_restore {
+        return RestoreMode::Off;
+    }
+    match cfg
+        .pulse
+        .restore_file
+        .clone()
+        .or_else(quaver_pulse::restore::default_path)
+    {
+        Some(path) => {
+            tracing::info!("stream restore: entries kept in {}", path.display());
+            RestoreMode::File(path)
+        }
+        None => {
+            tracing::warn!(
+                "stream restore: neither XDG_STATE_HOME nor HOME is set; entries are kept in memory only"
+            );
+            RestoreMode::Memory
+        }
+    }
+}
+
 /// The PulseAudio TCP settings, with the cookie loaded (or created), if TCP is on.
 fn pulse_tcp(cfg: &Config) -> Result<Option<quaver_pulse::TcpOptions>> {
     let Some(listen) = cfg.pulse.tcp.clone() else {
@@ -156,6 +182,7 @@ pub fn run(cfg: Config) -> Result<()> {
                     srbchannel: cfg.pulse.srbchannel,
                     memfd_record: cfg.pulse.memfd_record,
                     realtime_io_below_usec: cfg.pulse.realtime_io_below_ms as u64 * 1000,
+                    stream_restore: restore_mode(&cfg),
                     resample_quality: cfg
                         .engine
                         .resample_quality

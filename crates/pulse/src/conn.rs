@@ -155,6 +155,24 @@ fn node_name(props: &Props, client: &str, playback: bool) -> String {
     }
 }
 
+/// A new stream's volume: the client's when it set one (uniform if its channel count is
+/// wrong), else stream restore's, else 100 %.
+fn stream_volume(
+    client: Option<ChannelVolume>,
+    restored: Option<&crate::restore::Entry>,
+    map: &PaMap,
+    ch: usize,
+) -> ChannelVolume {
+    match client {
+        Some(v) if v.channels().len() == ch => v,
+        Some(_) => crate::convert::uniform_cvolume(ch, 1.0),
+        None => restored
+            .and_then(|e| crate::restore::volume_for(e, map))
+            .filter(|v| v.channels().len() == ch)
+            .unwrap_or_else(|| crate::convert::uniform_cvolume(ch, 1.0)),
+    }
+}
+
 /// A sample spec from a format list (clients that create streams with
 /// `pa_stream_new_extended` send an invalid spec plus formats).
 fn spec_from_formats(formats: &[FormatInfo], rate: u32) -> Option<(SampleSpec, Option<PaMap>)> {
@@ -1064,6 +1082,14 @@ impl Conn {
                 ConnMsg::Kill => self.closing = true,
                 ConnMsg::KillStream(node) => self.kill_stream(node),
                 ConnMsg::Moved(node) => self.send_moved(node),
+                ConnMsg::RestoreEvent => {
+                    self.out().command_with(CommandTag::Extension as u32, |ts| {
+                        ts.write_u32(crate::modules::RESTORE_MODULE).expect("vec");
+                        ts.write_string(Some(crate::restore::module_cname()))
+                            .expect("vec");
+                        ts.write_u32(crate::restore::sub::EVENT).expect("vec");
+                    })
+                }
             }
         }
         let mut out = Out {
@@ -1162,6 +1188,9 @@ impl Conn {
     }
 
     fn manual(&mut self, seq: u32, tag: CommandTag, payload: &[u8]) -> Reply {
+        if tag == CommandTag::Extension {
+            return self.extension(seq, payload);
+        }
         let mut cur = Cursor::new(payload);
         let mut ts = TagStructReader::new(&mut cur, self.version);
         let keys = |ts: &mut TagStructReader<'_>| -> Result<Vec<std::ffi::CString>, PulseError> {
@@ -1252,9 +1281,71 @@ impl Conn {
                 }
                 Ok(())
             }
-            CommandTag::Extension => Err(PulseError::NoExtension),
             _ => Err(PulseError::NotSupported),
         }
+    }
+
+    /// EXTENSION: stream restore's protocol (the one extension quaver has).
+    fn extension(&mut self, seq: u32, payload: &[u8]) -> Reply {
+        use crate::restore::{self, Request};
+        let bad = |e: restore::RequestError| {
+            tracing::debug!("pulse client {}: extension: {e}", self.client);
+            e.pulse()
+        };
+        let (index, name, at) = restore::split_target(payload).map_err(bad)?;
+        let ours = match (index, name.as_deref()) {
+            (Some(i), None) => i == crate::modules::RESTORE_MODULE,
+            (None, Some(n)) => n == restore::MODULE_NAME,
+            _ => return Err(PulseError::Invalid),
+        };
+        let srv = self.srv.clone();
+        let Some(store) = srv.restore.as_ref().filter(|_| ours) else {
+            return Err(PulseError::NoExtension);
+        };
+        let lock = || {
+            store
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        match Request::parse(&payload[at..]).map_err(bad)? {
+            Request::Test => self
+                .out()
+                .reply_with(seq, |ts| ts.write_u32(restore::VERSION).expect("vec")),
+            Request::Read => {
+                let entries = lock().entries().clone();
+                self.out().reply_with(seq, |ts| {
+                    for (name, e) in &entries {
+                        let (map, vol) =
+                            e.volume.unwrap_or((PaMap::empty(), ChannelVolume::empty()));
+                        ts.write_string(Some(cstr(name))).expect("vec");
+                        ts.write(map).expect("vec");
+                        ts.write(vol).expect("vec");
+                        ts.write_string(e.device.as_deref().map(cstr)).expect("vec");
+                        ts.write_bool(e.mute.unwrap_or(false)).expect("vec");
+                    }
+                });
+            }
+            Request::Write(mode, apply, entries) => {
+                let stored = lock().write(mode, entries)?;
+                if apply {
+                    srv.apply_restore(&stored);
+                }
+                self.out().ack(seq);
+                srv.restore_changed();
+            }
+            Request::Delete(names) => {
+                lock().delete(&names);
+                self.out().ack(seq);
+                srv.restore_changed();
+            }
+            Request::Subscribe(on) => {
+                self.handle
+                    .restore_events
+                    .store(on, std::sync::atomic::Ordering::Relaxed);
+                self.out().ack(seq);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -2141,7 +2232,16 @@ impl Conn {
                 volume.map(|v| cvolume_to_linear(&v)),
                 mute,
             )
-            .map_err(engine_err)
+            .map_err(engine_err)?;
+        self.srv.remember(index, |e, s| {
+            if volume.is_some() {
+                e.volume = Some((s.map, s.cvolume));
+            }
+            if mute.is_some() {
+                e.mute = mute;
+            }
+        });
+        Ok(())
     }
 
     fn move_stream(
@@ -2165,6 +2265,7 @@ impl Conn {
         if let Some(s) = srv.lock().streams.get_mut(&index) {
             s.follows_default = false;
         }
+        srv.remember(index, |e, _| e.device = Some(dev.name.clone()));
         Ok(())
     }
 
@@ -2379,7 +2480,14 @@ impl Conn {
         let (spec, codec, map) =
             self.stream_format(p.sample_spec, p.channel_map, &p.formats, false)?;
         let graph = srv.engine.graph();
+        let props = self.stream_props(&p.props);
+        let restored = srv.restore_for(&props, true);
+        let restored_sink = match (p.sink_index, p.sink_name.as_ref(), &restored) {
+            (None, None, Some(e)) => e.device.as_ref().and_then(|d| srv.sink_by_name(&graph, d)),
+            _ => None,
+        };
         let sink = match (p.sink_index, p.sink_name.as_ref()) {
+            _ if restored_sink.is_some() => restored_sink.clone(),
             (None, None) => srv.default_sink(&graph),
             (i, n) => srv.find_sink(&graph, i, n.and_then(|n| n.to_str().ok())),
         }
@@ -2450,21 +2558,21 @@ impl Conn {
         nspec.description = format!("PulseAudio stream of {client_name}");
         nspec.outputs = node_map;
         nspec.latency_frames = Some(engine_frames(rate, fixed.sink_request_usec));
-        let cvolume = p
-            .cvolume
-            .filter(|v| v.channels().len() == ch)
-            .unwrap_or_else(|| crate::convert::uniform_cvolume(ch, 1.0));
+        let cvolume = stream_volume(p.cvolume, restored.as_ref(), &map, ch);
         nspec.volume = cvolume_to_linear(&cvolume);
         let node = srv
             .engine
             .add_node_linked(nspec, Some(Box::new(adapter)), Some(&sink.name))
             .map_err(engine_err)?;
-        if p.flags.start_muted == Some(true) {
+        if p.flags
+            .start_muted
+            .or_else(|| restored.as_ref().and_then(|e| e.mute))
+            == Some(true)
+        {
             let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
         }
         let channel = self.next_channel;
         self.next_channel += 1;
-        let props = self.stream_props(&p.props);
         srv.lock().streams.insert(
             node,
             StreamRec {
@@ -2474,7 +2582,8 @@ impl Conn {
                 props,
                 cvolume,
                 corked,
-                follows_default: p.sink_index.is_none()
+                follows_default: restored_sink.is_none()
+                    && p.sink_index.is_none()
                     && p.sink_name
                         .as_ref()
                         .is_none_or(|n| n.as_bytes() == b"@DEFAULT_SINK@"),
@@ -2647,7 +2756,13 @@ impl Conn {
         self.srv.broadcast(Fac::SampleCache, ev, idx);
     }
 
-    fn record_target(&self, p: &RecordStreamParams) -> Result<(Target, Device), PulseError> {
+    /// What a record stream taps: the sink input it monitors, else the device it names,
+    /// else the one stream restore remembers (`restored`, if it exists), else the default.
+    fn record_target(
+        &self,
+        p: &RecordStreamParams,
+        restored: Option<&str>,
+    ) -> Result<(Target, Device), PulseError> {
         let srv = &self.srv;
         let graph = srv.engine.graph();
         if let Some(input) = p.direct_on_input_index {
@@ -2671,7 +2786,9 @@ impl Conn {
             ));
         }
         let dev = match (p.source_index, p.source_name.as_ref()) {
-            (None, None) => srv.default_source(&graph),
+            (None, None) => restored
+                .and_then(|d| srv.source_by_name(&graph, d))
+                .or_else(|| srv.default_source(&graph)),
             (i, n) => srv.find_source(&graph, i, n.and_then(|n| n.to_str().ok())),
         }
         .ok_or(PulseError::NoEntity)?;
@@ -2696,7 +2813,21 @@ impl Conn {
             &p.formats,
             p.flags.peak_detect,
         )?;
-        let (target, dev) = self.record_target(&p)?;
+        let props = self.stream_props(&p.props);
+        // Meters (peak detection, one sink input's monitor) are not the user's streams.
+        let restored = if p.direct_on_input_index.is_none() && !p.flags.peak_detect {
+            srv.restore_for(&props, false)
+        } else {
+            None
+        };
+        let (target, dev) =
+            self.record_target(&p, restored.as_ref().and_then(|e| e.device.as_deref()))?;
+        let restored_dev = p.source_index.is_none()
+            && p.source_name.is_none()
+            && restored
+                .as_ref()
+                .and_then(|e| e.device.as_deref())
+                .is_some_and(|d| d == dev.name);
         let graph = srv.engine.graph();
         let tnode = graph.nodes.get(&target.node).ok_or(PulseError::NoEntity)?;
         let node_map = quaver_dsp::ChannelMap(
@@ -2767,21 +2898,21 @@ impl Conn {
         nspec.description = format!("PulseAudio record stream of {client_name}");
         nspec.inputs = node_map;
         nspec.latency_frames = fixed.source_request_usec.map(|u| engine_frames(rate, u));
-        let cvolume = p
-            .cvolume
-            .filter(|v| v.channels().len() == ch)
-            .unwrap_or_else(|| crate::convert::uniform_cvolume(ch, 1.0));
+        let cvolume = stream_volume(p.cvolume, restored.as_ref(), &map, ch);
         nspec.volume = cvolume_to_linear(&cvolume);
         let node = srv
             .engine
             .add_node_linked(nspec, Some(Box::new(adapter)), Some(&target.name))
             .map_err(engine_err)?;
-        if p.flags.start_muted == Some(true) {
+        if p.flags
+            .start_muted
+            .or_else(|| restored.as_ref().and_then(|e| e.mute))
+            == Some(true)
+        {
             let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
         }
         let channel = self.next_channel;
         self.next_channel += 1;
-        let props = self.stream_props(&p.props);
         srv.lock().streams.insert(
             node,
             StreamRec {
@@ -2791,7 +2922,8 @@ impl Conn {
                 props,
                 cvolume,
                 corked,
-                follows_default: p.direct_on_input_index.is_none()
+                follows_default: !restored_dev
+                    && p.direct_on_input_index.is_none()
                     && p.source_index.is_none()
                     && p.source_name.as_ref().is_none_or(|n| {
                         n.as_bytes() == b"@DEFAULT_SOURCE@" || n.as_bytes() == b"@DEFAULT_MONITOR@"

@@ -265,7 +265,8 @@ pub fn position_to_pa(p: ChannelPosition) -> PaPos {
     }
 }
 
-fn num_from_u8(v: u8) -> PaPos {
+/// PulseAudio position number `v` (0–50; beyond: AUX31).
+pub(crate) fn num_from_u8(v: u8) -> PaPos {
     // The crate's enum derives FromPrimitive through `enum_primitive_derive`; map by
     // walking the contiguous range instead of depending on num-traits ourselves.
     const ALL: [PaPos; 51] = {

@@ -471,6 +471,14 @@ impl Server {
                 "The devices quaverd's engine drives ([engine] devices)",
             ),
         ];
+        if self.restore.is_some() {
+            v.push(module(
+                crate::modules::RESTORE_MODULE,
+                crate::restore::MODULE_NAME,
+                None,
+                "Remembers stream volumes, mutes and devices ([pulse] stream_restore)",
+            ));
+        }
         for (&i, m) in &st.modules {
             v.push(module(
                 i,

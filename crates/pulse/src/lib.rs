@@ -26,6 +26,7 @@ mod introspect;
 mod ioloop;
 pub mod listener;
 pub mod modules;
+pub mod restore;
 mod scache;
 mod server;
 mod shm;
@@ -38,7 +39,7 @@ pub mod wire;
 pub use listener::{PulseListener, default_socket_path};
 /// The wire codec, re-exported for tests and tools that speak the protocol directly.
 pub use pulseaudio;
-pub use server::PulseOptions;
+pub use server::{PulseOptions, RestoreMode};
 pub use tcp::TcpOptions;
 
 use anyhow::{Context, Result};
@@ -72,6 +73,11 @@ impl PulseServer {
                 .map(|_| u32::from_ne_bytes(b))
                 .unwrap_or_else(|_| std::process::id())
         };
+        let restore = match &opts.stream_restore {
+            RestoreMode::Off => None,
+            RestoreMode::Memory => Some(Mutex::new(restore::Store::memory())),
+            RestoreMode::File(path) => Some(Mutex::new(restore::Store::open(path))),
+        };
         let server = Arc::new(Server {
             // Subscribe before anything else looks at the graph so no event is missed.
             engine: engine.clone(),
@@ -80,6 +86,7 @@ impl PulseServer {
             state: Mutex::new(State::default()),
             next_client: AtomicU32::new(0),
             cookie,
+            restore,
         });
         let events = engine.subscribe();
         let s = server.clone();
@@ -170,6 +177,13 @@ pub fn decode_stream_for_fuzzing(mut data: &[u8]) {
                 let mut cur = std::io::Cursor::new(&body[..]);
                 let _ = pulseaudio::protocol::Command::read_tag_prefixed(&mut cur, version);
             }
+            // EXTENSION payloads go to stream restore's own parser.
+            if body.len() >= 10
+                && body[1..5] == (pulseaudio::protocol::CommandTag::Extension as u32).to_be_bytes()
+                && let Ok((_, _, at)) = restore::split_target(&body[10..])
+            {
+                let _ = restore::Request::parse(&body[10 + at..]);
+            }
         }
     }
 }
@@ -242,6 +256,7 @@ fn accept(srv: &Arc<Server>, io: &ioloop::IoShared, sock: tcp::Sock) {
     let handle = Arc::new(ConnHandle {
         client: index,
         mask: AtomicU32::new(0),
+        restore_events: std::sync::atomic::AtomicBool::new(false),
         queue: Mutex::new(VecDeque::new()),
         bell: io.bell.clone(),
     });

@@ -24,8 +24,10 @@ use std::collections::BTreeMap;
 pub const PROTOCOL_MODULE: u32 = 0;
 /// Index of the pseudo-module owning the engine's devices.
 pub const DEVICES_MODULE: u32 = 1;
+/// Index of the pseudo-module standing for stream restore ([`crate::restore`]).
+pub const RESTORE_MODULE: u32 = 2;
 /// First index of loaded modules.
-pub const FIRST_LOADED: u32 = 2;
+pub const FIRST_LOADED: u32 = 3;
 
 /// A loaded module.
 #[derive(Debug, Clone)]

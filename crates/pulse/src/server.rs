@@ -17,7 +17,7 @@ use quaver_engine::graph::{Graph, Node};
 use quaver_engine::{Engine, NodeId, NodeKind};
 use quaver_policy::{NodeView, Policy};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Settings of the PulseAudio front-end.
@@ -39,6 +39,19 @@ pub struct PulseOptions {
     /// has to answer a request) is below this many µs, the I/O thread runs SCHED_FIFO
     /// ([`IO_RT_PRIORITY`]); 0: never.
     pub realtime_io_below_usec: u64,
+    /// Where stream restore keeps its entries (see [`crate::restore`]).
+    pub stream_restore: RestoreMode,
+}
+
+/// Whether and where stream restore remembers stream volumes, mutes and devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreMode {
+    /// No stream restore; its extension answers NOEXTENSION.
+    Off,
+    /// Remembered until the server stops.
+    Memory,
+    /// Remembered in this file across restarts.
+    File(std::path::PathBuf),
 }
 
 /// SCHED_FIFO priority of the I/O thread while a low-latency stream plays: above every
@@ -55,6 +68,8 @@ impl Default for PulseOptions {
             srbchannel: true,
             memfd_record: true,
             realtime_io_below_usec: 8_000,
+            // A library default must not write into the user's state directory.
+            stream_restore: RestoreMode::Memory,
         }
     }
 }
@@ -70,6 +85,8 @@ pub enum ConnMsg {
     KillStream(NodeId),
     /// A stream was moved to another device; tell the client.
     Moved(NodeId),
+    /// Stream restore's entries changed (sent only to its subscribers).
+    RestoreEvent,
 }
 
 /// The handle other threads hold on a connection.
@@ -79,6 +96,8 @@ pub struct ConnHandle {
     pub client: u32,
     /// Subscription mask (`SubscriptionMask` bits).
     pub mask: AtomicU32,
+    /// Subscribed to stream restore's events.
+    pub restore_events: AtomicBool,
     /// Messages for the connection thread.
     pub queue: Mutex<VecDeque<ConnMsg>>,
     /// Wakes the I/O thread serving this connection (also rung by its streams' RT side).
@@ -91,6 +110,9 @@ impl ConnHandle {
         if let ConnMsg::Event(e) = &msg
             && self.mask.load(Ordering::Relaxed) & (1 << e.event_facility as u32) == 0
         {
+            return;
+        }
+        if matches!(msg, ConnMsg::RestoreEvent) && !self.restore_events.load(Ordering::Relaxed) {
             return;
         }
         let mut q = self
@@ -186,6 +208,8 @@ pub struct Server {
     pub next_client: AtomicU32,
     /// A per-run random number PulseAudio clients use to detect restarts.
     pub cookie: u32,
+    /// Stream restore's entries; `None` when it is off.
+    pub restore: Option<Mutex<crate::restore::Store>>,
 }
 
 /// A resolved device (sink or source) by PulseAudio's view.

@@ -102,6 +102,7 @@ mod tests {
             pulseaudio::protocol::write_command_message(&mut b, 1, &cmd, 35).unwrap();
             valid.push(b);
         }
+        valid.push(extension_write_packet());
         for i in 0..20_000 {
             let mut p = valid[i % valid.len()].clone();
             // Mostly mutate the payload so the codec, not the framing, sees the damage.
@@ -121,6 +122,33 @@ mod tests {
             }
             crate::decode_stream_for_fuzzing(&p);
         }
+    }
+
+    /// A stream-restore WRITE as libpulse frames it: the one payload the codec leaves to
+    /// our own parser.
+    fn extension_write_packet() -> Vec<u8> {
+        use pulseaudio::protocol::{ChannelMap, ChannelVolume, CommandTag, TagStructWriter};
+        let mut payload = Vec::new();
+        let mut ts = TagStructWriter::new(&mut payload, 35);
+        ts.write_u32(CommandTag::Extension as u32).unwrap();
+        ts.write_u32(1).unwrap();
+        ts.write_u32(u32::MAX).unwrap();
+        ts.write_string(Some(c"module-stream-restore")).unwrap();
+        for v in [2, 2] {
+            ts.write_u32(v).unwrap();
+        }
+        ts.write_bool(true).unwrap();
+        ts.write_string(Some(c"sink-input-by-media-role:event"))
+            .unwrap();
+        ts.write(ChannelMap::stereo()).unwrap();
+        ts.write(ChannelVolume::norm(2)).unwrap();
+        ts.write_string(Some(c"null-sink")).unwrap();
+        ts.write_bool(false).unwrap();
+        let mut p = (payload.len() as u32).to_be_bytes().to_vec();
+        p.extend_from_slice(&u32::MAX.to_be_bytes());
+        p.extend_from_slice(&[0; 12]);
+        p.extend_from_slice(&payload);
+        p
     }
 
     #[test]

@@ -328,12 +328,21 @@ impl Out<'_> {
 
     /// A reply whose payload is written by `f` (for replies the crate has no type for).
     pub fn reply_with(&mut self, seq: u32, f: impl FnOnce(&mut TagStructWriter<'_>)) {
+        self.control_with(pulseaudio::protocol::CommandTag::Reply as u32, seq, f);
+    }
+
+    /// A server-sent command (tag -1) whose payload is written by `f` (for commands the
+    /// crate has no type for, such as extension events).
+    pub fn command_with(&mut self, command: u32, f: impl FnOnce(&mut TagStructWriter<'_>)) {
+        self.control_with(command, u32::MAX, f);
+    }
+
+    fn control_with(&mut self, command: u32, tag: u32, f: impl FnOnce(&mut TagStructWriter<'_>)) {
         let mut payload = Vec::new();
         {
             let mut ts = TagStructWriter::new(&mut payload, self.version);
-            ts.write_u32(pulseaudio::protocol::CommandTag::Reply as u32)
-                .expect("vec");
-            ts.write_u32(seq).expect("vec");
+            ts.write_u32(command).expect("vec");
+            ts.write_u32(tag).expect("vec");
             f(&mut ts);
         }
         let d = Descriptor {

@@ -192,6 +192,23 @@ impl RawClient {
         self.seq
     }
 
+    /// Sends a control packet of command `command` whose payload after the sequence
+    /// number is `rest` (for commands the codec has no type for); returns its sequence.
+    pub fn send_payload(&mut self, command: u32, rest: &[u8]) -> u32 {
+        self.seq += 1;
+        let len = 10 + rest.len() as u32;
+        let mut p = len.to_be_bytes().to_vec();
+        p.extend_from_slice(&u32::MAX.to_be_bytes());
+        p.extend_from_slice(&[0; 12]);
+        p.push(b'L');
+        p.extend_from_slice(&command.to_be_bytes());
+        p.push(b'L');
+        p.extend_from_slice(&self.seq.to_be_bytes());
+        p.extend_from_slice(rest);
+        self.send_raw(&p).unwrap();
+        self.seq
+    }
+
     /// Sends raw bytes.
     pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         use std::io::Write;

@@ -273,3 +273,67 @@ fn with_stream_restore_off_the_extension_is_absent() {
     let seq = extension(&mut c, None, NAME, &body(v, |t| t.write_u32(0).unwrap()));
     assert_eq!(c.reply_to(seq, |_| {}), Err(PulseError::NoExtension as u32));
 }
+
+#[test]
+fn a_stream_returns_to_its_remembered_sink_when_that_sink_comes_back() {
+    require_tools!("pactl", "paplay");
+    let d = pulse_util::start(&["--device", "null"]);
+    let load = || {
+        pa_ok(
+            &d,
+            &run_pa(
+                &d,
+                "pactl",
+                &["load-module", "module-null-sink", "sink_name=headset"],
+            ),
+        )
+        .trim()
+        .to_string()
+    };
+    let sink_index = |name: &str| {
+        let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+        sinks
+            .lines()
+            .find(|l| l.split('\t').nth(1) == Some(name))
+            .and_then(|l| l.split('\t').next())
+            .unwrap_or_else(|| panic!("no sink {name}:\n{sinks}"))
+            .to_string()
+    };
+    let module = load();
+    write_wav_s16(&d.path("long.wav"), 8000, 1, &vec![0; 8000 * 30]);
+    let mut player = spawn_pa(&d, "paplay", &["--property=media.role=music", "long.wav"]);
+    // Another stream whose client named the default sink itself: it stays put.
+    let mut pinned = spawn_pa(
+        &d,
+        "paplay",
+        &[
+            "--property=media.role=music",
+            "--property=media.name=pinned",
+            "--device=null-sink",
+            "long.wav",
+        ],
+    );
+    let block = wait_input(&d, "media.role = \"music\"", "pinned");
+    wait_input(&d, "media.name = \"pinned\"", "");
+    let index = block.lines().next().unwrap().trim().to_string();
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["move-sink-input", &index, "headset"]),
+    );
+    // Unplugged: the stream is rescued to the default sink.
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
+    let null = sink_index("null-sink");
+    let b = wait_input(&d, &format!("Sink: {null}\n"), "pinned");
+    assert!(b.starts_with(&index), "{b}");
+    // Plugged back: it returns by itself; the pinned stream does not move.
+    load();
+    let headset = sink_index("headset");
+    let b = wait_input(&d, &format!("Sink: {headset}\n"), "pinned");
+    assert!(b.starts_with(&index), "{b}");
+    let p = wait_input(&d, "media.name = \"pinned\"", "");
+    assert_eq!(block_field(&p, "Sink:"), null, "{p}");
+    for c in [&mut player, &mut pinned] {
+        c.kill().unwrap();
+        let _ = c.wait();
+    }
+}

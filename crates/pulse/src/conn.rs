@@ -2264,6 +2264,7 @@ impl Conn {
         srv.move_stream(&graph, index, &dev, playback)?;
         if let Some(s) = srv.lock().streams.get_mut(&index) {
             s.follows_default = false;
+            s.pinned = false;
         }
         srv.remember(index, |e, _| e.device = Some(dev.name.clone()));
         Ok(())
@@ -2587,6 +2588,7 @@ impl Conn {
                     && p.sink_name
                         .as_ref()
                         .is_none_or(|n| n.as_bytes() == b"@DEFAULT_SINK@"),
+                pinned: p.sink_index.is_some() || p.sink_name.is_some(),
                 io: StreamIo::Play(shared.clone()),
             },
         );
@@ -2922,6 +2924,9 @@ impl Conn {
                 props,
                 cvolume,
                 corked,
+                pinned: p.direct_on_input_index.is_some()
+                    || p.source_index.is_some()
+                    || p.source_name.is_some(),
                 follows_default: !restored_dev
                     && p.direct_on_input_index.is_none()
                     && p.source_index.is_none()

@@ -85,6 +85,7 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
         }
         let graph = server.engine.graph();
         let mut links_changed = false;
+        let mut appeared = Vec::new();
         for ev in batch {
             match ev {
                 GraphEvent::NodeAdded(id) => {
@@ -99,6 +100,7 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                             server.broadcast(f, T::New, id);
                         }
                         links_changed = true;
+                        appeared.push(id);
                     }
                 }
                 GraphEvent::NodeRemoved(id) => {
@@ -138,6 +140,10 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
             for (f, id) in mem.relinked(&graph) {
                 server.broadcast(f, T::Changed, id);
             }
+        }
+        // After the events above: a stream moved here is announced by its own events.
+        for id in appeared {
+            server.restore_device_appeared(&graph, id);
         }
     }
 }

@@ -21,9 +21,10 @@
 
 use crate::convert::{MAX_CHANNELS, cvolume_to_linear, map_from_pa, map_to_pa};
 use crate::introspect::prop_str;
-use crate::server::{ConnMsg, Server, StreamIo, StreamRec};
+use crate::server::{ConnMsg, Server, StreamIo, StreamRec, record_source_index, stream_target};
 use pulseaudio::protocol::{ChannelMap as PaMap, ChannelVolume, Prop, Props, PulseError, Volume};
-use quaver_engine::NodeId;
+use quaver_engine::graph::Graph;
+use quaver_engine::{NodeId, NodeKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -673,6 +674,56 @@ impl Server {
             .collect();
         for c in conns {
             c.post(ConnMsg::RestoreEvent);
+        }
+    }
+
+    /// Device node `dev_node` appeared (plugged in, module loaded): the streams whose
+    /// kind remembers it move there, except those whose client named another device
+    /// (PulseAudio's `on_hotplug`). A stream that had to leave the device when it went
+    /// away comes back to it.
+    pub fn restore_device_appeared(&self, graph: &Graph, dev_node: NodeId) {
+        let Some(store) = &self.restore else {
+            return;
+        };
+        let Some(n) = graph.nodes.get(&dev_node).filter(|n| !n.gone) else {
+            return;
+        };
+        let (playback, dev) = match n.kind {
+            NodeKind::DeviceSink => (true, self.sink_by_name(graph, &n.name)),
+            NodeKind::DeviceSource => (false, self.source_by_name(graph, &n.name)),
+            _ => return,
+        };
+        let Some(dev) = dev else {
+            return;
+        };
+        let movers: Vec<NodeId> = {
+            let st = self.lock();
+            let store = store.lock().unwrap_or_else(PoisonError::into_inner);
+            st.streams
+                .iter()
+                .filter(|(_, s)| !s.pinned && matches!(s.io, StreamIo::Play(_)) == playback)
+                .filter(|&(&id, s)| {
+                    let here = if playback {
+                        stream_target(graph, id) == Some(dev_node)
+                    } else {
+                        record_source_index(graph, id) == Some(dev.index)
+                    };
+                    !here
+                        && stream_key(&s.props, playback)
+                            .and_then(|k| store.get(&k))
+                            .and_then(|e| e.device.as_deref())
+                            == Some(n.name.as_str())
+                })
+                .map(|(&id, _)| id)
+                .collect()
+        };
+        for id in movers {
+            if self.move_stream(graph, id, &dev, playback).is_ok() {
+                tracing::info!("stream restore: stream {id} back on {}", dev.name);
+                if let Some(s) = self.lock().streams.get_mut(&id) {
+                    s.follows_default = false;
+                }
+            }
         }
     }
 

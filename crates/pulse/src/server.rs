@@ -167,6 +167,9 @@ pub struct StreamRec {
     /// Created without naming a device (or on `@DEFAULT_…@`) and never moved by hand:
     /// it follows the default device when that changes, as in PulseAudio 15+.
     pub follows_default: bool,
+    /// Its client named a device at creation and no one has moved it since: stream
+    /// restore leaves it where it is when a remembered device appears.
+    pub pinned: bool,
     /// Transport state.
     pub io: StreamIo,
 }

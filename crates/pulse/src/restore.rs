@@ -186,14 +186,19 @@ impl<'a> Tags<'a> {
             _ => self.err("expected string"),
         }
     }
-    fn map(&mut self) -> Result<PaMap, RequestError> {
-        if self.tag()? != b'm' {
-            return self.err("expected channel map");
+    /// The channel count after tag `tag` (a map's or a volume's), at most 32.
+    fn channels(&mut self, tag: u8, what: &str) -> Result<u8, RequestError> {
+        if self.tag()? != tag {
+            return self.err(what);
         }
         let n = self.bytes(1)?[0];
         if n > MAX_CHANNELS {
             return self.err("too many channels");
         }
+        Ok(n)
+    }
+    fn map(&mut self) -> Result<PaMap, RequestError> {
+        let n = self.channels(b'm', "expected channel map")?;
         let mut m = PaMap::empty();
         for &p in self.bytes(n as usize)? {
             // 51 positions: mono, the 11 named ones, aux0–31, the 7 top ones.
@@ -205,13 +210,7 @@ impl<'a> Tags<'a> {
         Ok(m)
     }
     fn cvolume(&mut self) -> Result<ChannelVolume, RequestError> {
-        if self.tag()? != b'v' {
-            return self.err("expected volume");
-        }
-        let n = self.bytes(1)?[0];
-        if n > MAX_CHANNELS {
-            return self.err("too many channels");
-        }
+        let n = self.channels(b'v', "expected volume")?;
         let mut v = ChannelVolume::empty();
         for c in self.bytes(4 * n as usize)?.chunks(4) {
             let raw = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
@@ -666,15 +665,7 @@ impl Server {
 
     /// Tells every client subscribed to the extension that the entries changed.
     pub fn restore_changed(&self) {
-        let conns: Vec<_> = self
-            .lock()
-            .clients
-            .values()
-            .map(|c| c.conn.clone())
-            .collect();
-        for c in conns {
-            c.post(ConnMsg::RestoreEvent);
-        }
+        self.post_all(ConnMsg::RestoreEvent);
     }
 
     /// Device node `dev_node` appeared (plugged in, module loaded): the streams whose

@@ -248,6 +248,11 @@ impl Server {
             event_type: kind,
             index: Some(index),
         };
+        self.post_all(ConnMsg::Event(ev));
+    }
+
+    /// Posts `msg` to every connection (each filters what its client asked for).
+    pub fn post_all(&self, msg: ConnMsg) {
         let conns: Vec<Arc<ConnHandle>> = self
             .lock()
             .clients
@@ -255,7 +260,7 @@ impl Server {
             .map(|c| c.conn.clone())
             .collect();
         for c in conns {
-            c.post(ConnMsg::Event(ev));
+            c.post(msg.clone());
         }
     }
 

@@ -282,8 +282,8 @@ fn gstreamer_pulsesrc_records_the_monitor_bit_exact() {
     );
 }
 
-/// pavucontrol under Xvfb: it connects (its stream-restore and device-manager requests
-/// get PulseAudio's "no such extension"), lists the playing stream, and opens its level
+/// pavucontrol under Xvfb: it connects (its stream-restore requests are served, its
+/// device-manager ones get PulseAudio's "no such extension"), lists the playing stream, and opens its level
 /// meters — 25 Hz peak-detecting record streams on the stream, the sink's monitor and
 /// the source, the latter two named by index ("1") as pavucontrol does.
 #[test]

@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{Cursor, ErrorKind, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 /// A client that lets this much output pile up unread is disconnected.
 const MAX_OUT: usize = 32 * 1024 * 1024;
@@ -265,6 +265,14 @@ struct Playback {
     drains: Vec<u32>,
     /// The creation rate of a VARIABLE_RATE stream (`None`: the rate is fixed).
     variable_rate: Option<u32>,
+    /// Bytes requested and not yet received, and when the last request went out and
+    /// the last data came in: logged with each underrun, to tell a late client from a
+    /// late server.
+    asked: i64,
+    last_request: Option<Instant>,
+    last_data: Option<Instant>,
+    /// The `consumed` count the RT side was last asked to ring the bell at.
+    armed_wake: u64,
 }
 
 impl Playback {
@@ -349,6 +357,8 @@ impl Playback {
 
     /// A memblock from the client.
     fn write(&mut self, seek: SeekMode, offset: i64, data: &[u8], out: &mut Out) {
+        self.last_data = Some(Instant::now());
+        self.asked = (self.asked - data.len() as i64).max(0);
         let old = self.write_index;
         let target = match seek {
             SeekMode::Relative | SeekMode::RelativeEnd => old.saturating_add(offset),
@@ -433,6 +443,18 @@ impl Playback {
         let underruns = sh.underruns.load(Acquire);
         if underruns != self.seen_underruns {
             self.seen_underruns = underruns;
+            let ago = |t: Option<Instant>| t.map_or(-1.0, |t| t.elapsed().as_secs_f64() * 1e3);
+            tracing::debug!(
+                "pulse: playback channel {} underran: {} bytes requested and not received, last request {:.2} ms ago, last data {:.2} ms ago, serviced {:.2} ms of audio after the bell was due; bell written {:.2} ms ago, taken {:.2} ms ago",
+                self.channel,
+                self.asked,
+                ago(self.last_request),
+                ago(self.last_data),
+                consumed.saturating_sub(self.armed_wake) as f64 * 1e3
+                    / self.spec.sample_rate as f64,
+                sh.bell.ages_ns().0 as f64 / 1e6,
+                sh.bell.ages_ns().1 as f64 / 1e6,
+            );
             out.command(&Command::Underflow(Underflow {
                 channel: self.channel,
                 offset: (sh.underrun_at.load(Relaxed) * self.fs as u64) as i64,
@@ -462,6 +484,8 @@ impl Playback {
                 channel: self.channel,
                 length: self.missing.min(u32::MAX as i64) as u32,
             }));
+            self.asked += self.missing;
+            self.last_request = Some(Instant::now());
             self.missing = 0;
         }
         let fs = self.fs as i64;
@@ -474,6 +498,7 @@ impl Playback {
             wake = consumed;
         }
         sh.wake_at.store(wake, Release);
+        self.armed_wake = wake;
     }
 }
 
@@ -2631,6 +2656,10 @@ impl Conn {
                 seen_underruns: 0,
                 drains: Vec::new(),
                 variable_rate: p.flags.variable_rate.then_some(spec.sample_rate),
+                asked: requested as i64,
+                last_request: None,
+                last_data: None,
+                armed_wake: 0,
             },
         );
         let reply = CreatePlaybackStreamReply {

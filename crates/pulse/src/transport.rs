@@ -39,6 +39,10 @@ pub const NEVER: u64 = u64::MAX;
 pub struct Bell {
     fd: OwnedFd,
     rung: AtomicBool,
+    /// CLOCK_MONOTONIC ns of the last eventfd write and of the last take (diagnostics:
+    /// an underrun log tells a late wakeup from a missing ring).
+    written_ns: AtomicU64,
+    taken_ns: AtomicU64,
 }
 
 impl Bell {
@@ -48,12 +52,32 @@ impl Bell {
         Ok(Bell {
             fd: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             rung: AtomicBool::new(false),
+            written_ns: AtomicU64::new(0),
+            taken_ns: AtomicU64::new(0),
         })
+    }
+
+    /// Nanoseconds since the bell was last written and last taken (`u64::MAX`: never).
+    pub fn ages_ns(&self) -> (u64, u64) {
+        let now = mono_ns();
+        let age = |t: u64| {
+            if t == 0 {
+                u64::MAX
+            } else {
+                now.saturating_sub(t)
+            }
+        };
+        (
+            age(self.written_ns.load(Relaxed)),
+            age(self.taken_ns.load(Relaxed)),
+        )
     }
 
     /// Wakes the waiter unless a ring is already pending.
     pub fn ring(&self) {
         if !self.rung.swap(true, AcqRel) {
+            // clock_gettime is a vDSO read, no system call: RT-safe.
+            self.written_ns.store(mono_ns(), Relaxed);
             let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
         }
     }
@@ -70,8 +94,14 @@ impl Bell {
         let mut b = [0u8; 8];
         let counted = rustix::io::read(&self.fd, &mut b).is_ok();
         let was = self.rung.swap(false, AcqRel);
+        self.taken_ns.store(mono_ns(), Relaxed);
         was || counted
     }
+}
+
+fn mono_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 impl AsFd for Bell {

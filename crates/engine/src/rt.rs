@@ -311,6 +311,10 @@ impl RtRunner {
                     plan_applied = true;
                 }
                 ToRt::Volume { slot, gain, ramp } => {
+                    // Suspended, nothing plays: a ramp would only play out over the
+                    // first frames after the resume (the start of a stream played just
+                    // after a volume change came out at the old volume), so jump.
+                    let ramp = if self.suspended { 0 } else { ramp };
                     if let Some(s) = self.slots[slot].as_mut() {
                         s.gain.set_target(gain, ramp);
                     }

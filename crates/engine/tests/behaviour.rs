@@ -198,6 +198,48 @@ fn volume_and_mute_ramp_on_a_node() {
     engine.shutdown_manual(runner).unwrap();
 }
 
+/// A volume set while the engine is suspended holds from the first frame after the
+/// resume: no ramp from the old volume over the start of the stream that woke it.
+#[test]
+fn a_volume_set_while_suspended_holds_from_the_first_frame() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let q = 256;
+    let mut dev = RecordingDevice::new(RATE, 16 * q);
+    dev.fade_in = false;
+    let left = dev.left.clone();
+    let mut cfg = config(q);
+    // Volume ramps longer than a new link's fade-in (at most one quantum).
+    cfg.ramp_frames = 4 * q;
+    cfg.suspend_timeout = Some(std::time::Duration::ZERO);
+    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
+    runner.run_cycle();
+    assert!(engine.stats().suspended.load(Relaxed), "idle: suspended");
+    engine.set_volume("test-sink", Some(0.25), None).unwrap();
+    let mut s = NodeSpec::new("dc", NodeKind::PlaybackStream);
+    s.outputs = ChannelMap::stereo();
+    engine
+        .add_node_linked(s, Some(Box::new(Dc(0.5))), Some("test-sink"))
+        .unwrap();
+    left.lock().unwrap().clear();
+    for _ in 0..8 {
+        runner.run_cycle();
+    }
+    let out = left.lock().unwrap().clone();
+    let first = out
+        .iter()
+        .position(|&s| s != 0.0)
+        .expect("the stream played");
+    let wrong: Vec<(usize, f32)> = out[first + q..first + 4 * q]
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| (**s - 0.125).abs() > 1e-6)
+        .map(|(i, s)| (i + q, *s))
+        .take(4)
+        .collect();
+    assert!(wrong.is_empty(), "not at the new volume: {wrong:?}");
+    engine.shutdown_manual(runner).unwrap();
+}
+
 #[test]
 fn bad_edits_are_refused_and_change_nothing() {
     let dev = RecordingDevice::new(RATE, 0);

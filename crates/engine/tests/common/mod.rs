@@ -19,6 +19,8 @@ pub struct RecordingDevice {
     pub right: Arc<Mutex<Vec<f32>>>,
     capture_value: f32,
     counters: DeviceCounters,
+    /// Whether the engine fades playback in after a start (a card's default: yes).
+    pub fade_in: bool,
 }
 
 impl RecordingDevice {
@@ -36,6 +38,7 @@ impl RecordingDevice {
             right: Arc::new(Mutex::new(Vec::with_capacity(capacity))),
             capture_value: 0.25,
             counters: DeviceCounters::default(),
+            fade_in: true,
         }
     }
 }
@@ -70,6 +73,9 @@ impl Device for RecordingDevice {
         Ok(())
     }
     fn suspend(&mut self) {}
+    fn fades_in_on_start(&self) -> bool {
+        self.fade_in
+    }
     fn playback_delay(&self) -> usize {
         0
     }

@@ -270,11 +270,6 @@ fn budget_ns(deadline: f64, cx: &CycleInfo) -> u64 {
     }
 }
 
-fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
 /// A graph node driven by a callback client. Build it on a control thread and hand it
 /// to [`crate::Engine::add_node`] in a spec with `keep_awake` set.
 pub struct CallbackNode<T: CallbackTransport> {
@@ -461,7 +456,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             // catching up after its own late wakeup), so wait as the earlier cycle would
             // have.
             let pending = self.pending_deadline_ns;
-            if now_ns() >= pending || !self.transport.wait_completed(pending) {
+            if quaver_rt::monotonic_ns() >= pending || !self.transport.wait_completed(pending) {
                 self.phase = Phase::Busy;
                 return;
             }
@@ -478,7 +473,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             CallbackMode::Sync => {
                 // Also the signal time (read before the wake, so a client that wakes at
                 // once never appears to wake before it was signalled).
-                let now = now_ns();
+                let now = quaver_rt::monotonic_ns();
                 if now >= deadline {
                     self.phase = Phase::Skipped;
                     return;
@@ -492,7 +487,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 // What the client made of the previous cycle, then the next cycle.
                 self.transport.read_outputs(outputs);
                 self.remote = self.collected_times();
-                self.signal_ns = now_ns();
+                self.signal_ns = quaver_rt::monotonic_ns();
                 // It has the whole period, until the next cycle would take its outputs.
                 self.pending_deadline_ns = cx.time_ns + period;
                 self.transport.start(&cycle, inputs);
@@ -514,9 +509,9 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 self.miss(cx.time_ns, false);
             }
             Phase::Started(deadline) => {
-                let t0 = now_ns();
+                let t0 = quaver_rt::monotonic_ns();
                 let done = self.transport.wait_completed(deadline);
-                self.record_wait(now_ns().saturating_sub(t0));
+                self.record_wait(quaver_rt::monotonic_ns().saturating_sub(t0));
                 if done {
                     self.transport.read_outputs(outputs);
                     self.remote = self.collected_times();
@@ -621,7 +616,7 @@ mod tests {
         let (mut n, stats) = node();
         // Cycle 0 is answered late (the wait times out); the client then stays busy for
         // 20 more cycles (a 28 ms stall), and answers again from cycle 21 on.
-        let t0 = now_ns();
+        let t0 = quaver_rt::monotonic_ns();
         n.transport.answer_on_wait = false;
         cycle(&mut n, 0, t0);
         for k in 1..=20 {
@@ -630,7 +625,7 @@ mod tests {
         n.transport.done = true;
         n.transport.answer_on_wait = true;
         for k in 21..30 {
-            cycle(&mut n, k, now_ns());
+            cycle(&mut n, k, quaver_rt::monotonic_ns());
         }
         assert_eq!(stats.xruns.load(Relaxed), 21, "every missed cycle");
         assert_eq!(stats.xrun_events.load(Relaxed), 1, "one run of them");
@@ -643,10 +638,10 @@ mod tests {
         assert_eq!(stats.consecutive_misses.load(Relaxed), 0);
         // A second stall later is a second event.
         n.transport.answer_on_wait = false;
-        cycle(&mut n, 30, now_ns());
+        cycle(&mut n, 30, quaver_rt::monotonic_ns());
         n.transport.done = true;
         n.transport.answer_on_wait = true;
-        cycle(&mut n, 31, now_ns());
+        cycle(&mut n, 31, quaver_rt::monotonic_ns());
         assert_eq!(stats.xrun_events.load(Relaxed), 2);
         assert_eq!(stats.xruns.load(Relaxed), 22);
     }
@@ -658,12 +653,12 @@ mod tests {
         // Every woken cycle times out, and the client finishes before the next one: a
         // client too slow for the quantum. Its 8th late answer moves it.
         for k in 0..7 {
-            cycle(&mut n, k, now_ns());
+            cycle(&mut n, k, quaver_rt::monotonic_ns());
             n.transport.done = true;
         }
         assert_eq!(stats.mode(), CallbackMode::Sync);
         assert_eq!(stats.xrun_events.load(Relaxed), 1, "one unbroken run");
-        cycle(&mut n, 7, now_ns());
+        cycle(&mut n, 7, quaver_rt::monotonic_ns());
         assert_eq!(stats.mode(), CallbackMode::Async);
         assert_eq!(stats.async_cause(), AsyncCause::Late);
         assert_eq!(stats.xruns.load(Relaxed), 8);
@@ -673,7 +668,7 @@ mod tests {
     fn a_client_silent_for_hung_ms_goes_async_as_hung() {
         let (mut n, stats) = node();
         n.transport.answer_on_wait = false;
-        let t0 = now_ns();
+        let t0 = quaver_rt::monotonic_ns();
         cycle(&mut n, 0, t0);
         // Busy from here on. 250 ms = 187.5 periods: still synchronous at 187.
         let mut k = 1;
@@ -696,10 +691,10 @@ mod tests {
         // One late answer moves it to async mode (where the server never waits in
         // `finish`), then it answers again.
         n.transport.answer_on_wait = false;
-        cycle(&mut n, 0, now_ns());
+        cycle(&mut n, 0, quaver_rt::monotonic_ns());
         assert_eq!(stats.mode(), CallbackMode::Async);
         n.transport.done = true;
-        let t = now_ns();
+        let t = quaver_rt::monotonic_ns();
         cycle(&mut n, 1, t);
         // The server runs the next cycle 20 µs later, catching up: the client is busy
         // with cycle 1, whose outputs are due a period after it began.
@@ -716,8 +711,8 @@ mod tests {
         // Past its deadline a busy client is late: no wait, a miss.
         n.transport.done = false;
         n.transport.waits.clear();
-        n.pending_deadline_ns = now_ns() - 1;
-        cycle(&mut n, 3, now_ns());
+        n.pending_deadline_ns = quaver_rt::monotonic_ns() - 1;
+        cycle(&mut n, 3, quaver_rt::monotonic_ns());
         assert!(n.transport.waits.is_empty());
         assert_eq!(stats.xruns.load(Relaxed), 2);
         assert_eq!(stats.xrun_events.load(Relaxed), 2);
@@ -728,7 +723,7 @@ mod tests {
         let (mut n, stats) = node();
         n.config.async_after = 1;
         n.transport.answer_on_wait = false;
-        let t0 = now_ns();
+        let t0 = quaver_rt::monotonic_ns();
         cycle(&mut n, 0, t0);
         assert_eq!(stats.mode(), CallbackMode::Async);
         // Answers every cycle within `took` of its signal; cycles a period apart.

@@ -199,11 +199,6 @@ pub fn hist_bucket(ns: u64) -> usize {
         .min(HIST_BUCKETS - 1)
 }
 
-fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
 fn sleep_until_ns(t: u64) {
     let ts = rustix::time::Timespec {
         tv_sec: (t / 1_000_000_000) as i64,
@@ -364,7 +359,7 @@ impl RtRunner {
                 self.start_fades[i].set_target(1.0, self.start_fade_frames);
             }
         }
-        self.fallback_deadline = now_ns();
+        self.fallback_deadline = quaver_rt::monotonic_ns();
         self.running = true;
     }
 
@@ -395,7 +390,7 @@ impl RtRunner {
                 }
                 Err(_) => {
                     self.mark_gone(0);
-                    self.fallback_deadline = now_ns();
+                    self.fallback_deadline = quaver_rt::monotonic_ns();
                 }
             }
         }
@@ -466,7 +461,7 @@ impl RtRunner {
 
     /// In freewheel mode, waits (bounded) until every stream can fill a cycle.
     fn freewheel_wait(&mut self, q: usize) {
-        let start = now_ns();
+        let start = quaver_rt::monotonic_ns();
         loop {
             let ready = self.plan.steps.iter().filter(|s| s.stream).all(|s| {
                 self.slots[s.slot]
@@ -474,10 +469,10 @@ impl RtRunner {
                     .and_then(|n| n.processor.as_ref())
                     .is_none_or(|p| p.ready(q))
             });
-            if ready || now_ns() - start > FREEWHEEL_MAX_WAIT_NS || self.shutdown {
+            if ready || quaver_rt::monotonic_ns() - start > FREEWHEEL_MAX_WAIT_NS || self.shutdown {
                 return;
             }
-            sleep_until_ns(now_ns() + FREEWHEEL_POLL_NS);
+            sleep_until_ns(quaver_rt::monotonic_ns() + FREEWHEEL_POLL_NS);
             self.apply_messages();
         }
     }
@@ -534,7 +529,7 @@ impl RtRunner {
         if self.freewheel {
             self.freewheel_wait(q);
         }
-        let t0 = now_ns();
+        let t0 = quaver_rt::monotonic_ns();
         let cx = CycleInfo {
             frames: q,
             rate: self.rate,
@@ -563,7 +558,7 @@ impl RtRunner {
         self.cycle += 1;
         self.position += q as u64;
         // With per-node timing the last node boundary is the end of the cycle's work.
-        let end = end.unwrap_or_else(now_ns);
+        let end = end.unwrap_or_else(quaver_rt::monotonic_ns);
         let busy = end.saturating_sub(t0);
         self.stats.cycles.store(self.cycle, Relaxed);
         self.stats.busy_ns_last.store(busy, Relaxed);
@@ -734,7 +729,7 @@ impl RtRunner {
                 gain.apply(&mut outputs.view_mut(q));
             }
             if timing {
-                let now = now_ns();
+                let now = quaver_rt::monotonic_ns();
                 let spent = now.saturating_sub(mark);
                 mark = now;
                 if *pending {
@@ -764,7 +759,7 @@ impl RtRunner {
     /// Records a split-phase node's timing right after its `finish`; returns the clock
     /// reading, the next node boundary. *RT*.
     fn time_finish(&self, slot: usize, mark: u64) -> u64 {
-        let now = now_ns();
+        let now = quaver_rt::monotonic_ns();
         if let (Some(n), Some(t)) = (self.slots[slot].as_deref(), self.node_times.get(slot))
             && let Some(p) = n.processor.as_ref()
         {

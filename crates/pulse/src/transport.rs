@@ -59,7 +59,7 @@ impl Bell {
 
     /// Nanoseconds since the bell was last written and last taken (`u64::MAX`: never).
     pub fn ages_ns(&self) -> (u64, u64) {
-        let now = mono_ns();
+        let now = quaver_rt::monotonic_ns();
         let age = |t: u64| {
             if t == 0 {
                 u64::MAX
@@ -76,8 +76,7 @@ impl Bell {
     /// Wakes the waiter unless a ring is already pending.
     pub fn ring(&self) {
         if !self.rung.swap(true, AcqRel) {
-            // clock_gettime is a vDSO read, no system call: RT-safe.
-            self.written_ns.store(mono_ns(), Relaxed);
+            self.written_ns.store(quaver_rt::monotonic_ns(), Relaxed);
             let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
         }
     }
@@ -94,14 +93,9 @@ impl Bell {
         let mut b = [0u8; 8];
         let counted = rustix::io::read(&self.fd, &mut b).is_ok();
         let was = self.rung.swap(false, AcqRel);
-        self.taken_ns.store(mono_ns(), Relaxed);
+        self.taken_ns.store(quaver_rt::monotonic_ns(), Relaxed);
         was || counted
     }
-}
-
-fn mono_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 impl AsFd for Bell {

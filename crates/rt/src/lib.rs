@@ -29,6 +29,12 @@ pub use sched::{DeadlineParams, Tid, set_deadline, set_fifo, set_normal};
 /// The nice level asked for when real-time scheduling is refused (PipeWire's choice).
 pub const FALLBACK_NICE: i32 = -11;
 
+/// CLOCK_MONOTONIC in nanoseconds: a vDSO read, no system call, so RT-safe.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// What to tell a user whose system refused every kind of real-time scheduling.
 pub const ADVICE: &str = "to allow it, run rtkit-daemon (RealtimeKit) on the system bus, or \
      raise RLIMIT_RTPRIO (e.g. '@audio - rtprio 95' and '@audio - memlock unlimited' in \

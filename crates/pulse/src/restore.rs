@@ -366,7 +366,7 @@ struct FileFormat {
 #[derive(Debug)]
 pub struct Store {
     entries: BTreeMap<String, Entry>,
-    saver: Option<mpsc::Sender<String>>,
+    saver: Option<mpsc::Sender<BTreeMap<String, Entry>>>,
 }
 
 impl Store {
@@ -482,8 +482,10 @@ impl Store {
     }
 
     fn save(&self) {
+        // Only a copy of the map here, under the caller's locks; the saving thread
+        // renders and writes it.
         if let Some(tx) = &self.saver
-            && tx.send(to_file(&self.entries)).is_err()
+            && tx.send(self.entries.clone()).is_err()
         {
             tracing::warn!("stream restore: the saving thread has stopped; changes are not kept");
         }
@@ -557,18 +559,18 @@ fn to_file(entries: &BTreeMap<String, Entry>) -> String {
     )
 }
 
-/// A thread writing the latest text to `path` (via a temporary file and a rename, so a
-/// crash never leaves half a file); writes that pile up are coalesced.
-fn spawn_saver(path: PathBuf) -> Option<mpsc::Sender<String>> {
-    let (tx, rx) = mpsc::channel::<String>();
+/// A thread writing the latest entries to `path` (via a temporary file and a rename, so
+/// a crash never leaves half a file); saves that pile up are coalesced.
+fn spawn_saver(path: PathBuf) -> Option<mpsc::Sender<BTreeMap<String, Entry>>> {
+    let (tx, rx) = mpsc::channel::<BTreeMap<String, Entry>>();
     let spawned = std::thread::Builder::new()
         .name("quaver-restore-save".into())
         .spawn(move || {
-            while let Ok(mut text) = rx.recv() {
+            while let Ok(mut entries) = rx.recv() {
                 while let Ok(newer) = rx.try_recv() {
-                    text = newer;
+                    entries = newer;
                 }
-                if let Err(e) = write_atomically(&path, &text) {
+                if let Err(e) = write_atomically(&path, &to_file(&entries)) {
                     tracing::warn!("stream restore: cannot save {}: {e}", path.display());
                 }
             }
@@ -788,6 +790,13 @@ mod tests {
         b
     }
 
+    /// The start of a WRITE: subcommand, mode, apply.
+    fn write_head(ts: &mut TagStructWriter<'_>, mode: u32) {
+        ts.write_u32(sub::WRITE).unwrap();
+        ts.write_u32(mode).unwrap();
+        ts.write_bool(false).unwrap();
+    }
+
     fn stereo(v: u32) -> ChannelVolume {
         let mut c = ChannelVolume::empty();
         c.push(Volume::from_u32_clamped(v));
@@ -854,15 +863,11 @@ mod tests {
             }),
             payload(|ts| ts.write_u32(sub::SUBSCRIBE).unwrap()),
             payload(|ts| {
-                ts.write_u32(sub::WRITE).unwrap();
-                ts.write_u32(7).unwrap();
-                ts.write_bool(false).unwrap();
+                write_head(ts, 7);
             }),
             // Volume of 2 channels on a 1-channel map.
             payload(|ts| {
-                ts.write_u32(sub::WRITE).unwrap();
-                ts.write_u32(0).unwrap();
-                ts.write_bool(false).unwrap();
+                write_head(ts, 0);
                 ts.write_string(Some(c"x")).unwrap();
                 ts.write(PaMap::mono()).unwrap();
                 ts.write(stereo(1)).unwrap();
@@ -871,16 +876,12 @@ mod tests {
             }),
             // An entry cut short.
             payload(|ts| {
-                ts.write_u32(sub::WRITE).unwrap();
-                ts.write_u32(0).unwrap();
-                ts.write_bool(false).unwrap();
+                write_head(ts, 0);
                 ts.write_string(Some(c"x")).unwrap();
             }),
             // A nameless entry.
             payload(|ts| {
-                ts.write_u32(sub::WRITE).unwrap();
-                ts.write_u32(0).unwrap();
-                ts.write_bool(false).unwrap();
+                write_head(ts, 0);
                 ts.write_null_string().unwrap();
             }),
             payload(|ts| {

@@ -40,6 +40,17 @@ fn wait_input(d: &Daemon, needle: &str, not: &str) -> String {
     found
 }
 
+/// The index of sink `name` (`pactl list short sinks`).
+fn sink_index(d: &Daemon, name: &str) -> String {
+    let sinks = pa_ok(d, &run_pa(d, "pactl", &["list", "short", "sinks"]));
+    sinks
+        .lines()
+        .find(|l| l.split('\t').nth(1) == Some(name))
+        .and_then(|l| l.split('\t').next())
+        .unwrap_or_else(|| panic!("no sink {name}:\n{sinks}"))
+        .to_string()
+}
+
 fn block_field<'a>(block: &'a str, name: &str) -> &'a str {
     block
         .lines()
@@ -97,13 +108,7 @@ fn a_kinds_volume_mute_and_device_come_back_after_a_restart() {
     write_config(&dir, &conf);
     let mut d = pulse_util::start_in(dir, &devices);
     write_wav_s16(&d.path("long.wav"), 8000, 1, &vec![0; 8000 * 30]);
-    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
-    let second = sinks
-        .lines()
-        .find(|l| l.split('\t').nth(1) == Some(names[1].as_str()))
-        .and_then(|l| l.split('\t').next())
-        .unwrap()
-        .to_string();
+    let second = sink_index(&d, &names[1]);
     let mut music = spawn_pa(&d, "paplay", &["--property=media.role=music", "long.wav"]);
     // Another kind, and the same kind with a volume of its own: neither is restored
     // (the second keeps its own volume, takes the remembered mute and device).
@@ -290,15 +295,6 @@ fn a_stream_returns_to_its_remembered_sink_when_that_sink_comes_back() {
         .trim()
         .to_string()
     };
-    let sink_index = |name: &str| {
-        let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
-        sinks
-            .lines()
-            .find(|l| l.split('\t').nth(1) == Some(name))
-            .and_then(|l| l.split('\t').next())
-            .unwrap_or_else(|| panic!("no sink {name}:\n{sinks}"))
-            .to_string()
-    };
     let module = load();
     write_wav_s16(&d.path("long.wav"), 8000, 1, &vec![0; 8000 * 30]);
     let mut player = spawn_pa(&d, "paplay", &["--property=media.role=music", "long.wav"]);
@@ -322,12 +318,12 @@ fn a_stream_returns_to_its_remembered_sink_when_that_sink_comes_back() {
     );
     // Unplugged: the stream is rescued to the default sink.
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
-    let null = sink_index("null-sink");
+    let null = sink_index(&d, "null-sink");
     let b = wait_input(&d, &format!("Sink: {null}\n"), "pinned");
     assert!(b.starts_with(&index), "{b}");
     // Plugged back: it returns by itself; the pinned stream does not move.
     load();
-    let headset = sink_index("headset");
+    let headset = sink_index(&d, "headset");
     let b = wait_input(&d, &format!("Sink: {headset}\n"), "pinned");
     assert!(b.starts_with(&index), "{b}");
     let p = wait_input(&d, "media.name = \"pinned\"", "");

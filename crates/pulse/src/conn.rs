@@ -444,6 +444,7 @@ impl Playback {
         if underruns != self.seen_underruns {
             self.seen_underruns = underruns;
             let ago = |t: Option<Instant>| t.map_or(-1.0, |t| t.elapsed().as_secs_f64() * 1e3);
+            let (written, taken) = sh.bell.ages_ns();
             tracing::debug!(
                 "pulse: playback channel {} underran: {} bytes requested and not received, last request {:.2} ms ago, last data {:.2} ms ago, serviced {:.2} ms of audio after the bell was due; bell written {:.2} ms ago, taken {:.2} ms ago",
                 self.channel,
@@ -452,8 +453,8 @@ impl Playback {
                 ago(self.last_data),
                 consumed.saturating_sub(self.armed_wake) as f64 * 1e3
                     / self.spec.sample_rate as f64,
-                sh.bell.ages_ns().0 as f64 / 1e6,
-                sh.bell.ages_ns().1 as f64 / 1e6,
+                written as f64 / 1e6,
+                taken as f64 / 1e6,
             );
             out.command(&Command::Underflow(Underflow {
                 channel: self.channel,

@@ -736,6 +736,11 @@ impl Conn {
         })
     }
 
+    /// The client's index (for the I/O thread's diagnostics).
+    pub(crate) fn client(&self) -> u32 {
+        self.client
+    }
+
     /// The client's socket (for the I/O thread's epoll set).
     pub(crate) fn sock(&self) -> &Sock {
         &self.sock

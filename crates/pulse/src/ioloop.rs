@@ -35,6 +35,105 @@ const BELL: u64 = 0;
 /// Set in the epoll token of a connection's srbchannel wakeup descriptor.
 const SRB: u64 = 1 << 63;
 
+/// A pass of the loop that starts this long after the bell was rung, or takes this long,
+/// is logged (debug level) with where its time went.
+const SLOW_PASS_NS: u64 = 2_000_000;
+
+/// Where one pass of the loop spent its time, taken only while debug logging is on.
+///
+/// Why: a stream that leaves its client 2.5 ms to answer underruns when this thread
+/// answers its bell late. The underrun log says *that* it was late; this says whether the
+/// thread slept through the ring (woken late: preempted or the vCPU stolen) or was busy,
+/// and if busy, in which step and whether it blocked (voluntary switches: a lock, a page
+/// fault from disk) or was preempted (involuntary).
+struct PassClock {
+    slept_at: u64,
+    before: Option<quaver_rt::ThreadUsage>,
+    woke: u64,
+    rung_at: u64,
+    marks: [u64; 4],
+    slowest: (u32, u64),
+}
+
+impl PassClock {
+    fn start(bell: &Bell) -> Option<PassClock> {
+        tracing::enabled!(tracing::Level::DEBUG).then(|| PassClock {
+            slept_at: quaver_rt::monotonic_ns(),
+            before: quaver_rt::thread_usage().ok(),
+            woke: 0,
+            rung_at: bell.written_at_ns(),
+            marks: [0; 4],
+            slowest: (0, 0),
+        })
+    }
+
+    fn woke(&mut self, bell: &Bell) {
+        self.woke = quaver_rt::monotonic_ns();
+        self.rung_at = bell.written_at_ns();
+    }
+
+    fn mark(&mut self, step: usize) {
+        self.marks[step] = quaver_rt::monotonic_ns();
+    }
+
+    /// Times one connection's step from `t0`.
+    fn conn_step(&mut self, client: u32, t0: u64) {
+        let d = quaver_rt::monotonic_ns().saturating_sub(t0);
+        if d > self.slowest.1 {
+            self.slowest = (client, d);
+        }
+    }
+
+    fn finish(self, bell_fired: bool) {
+        let end = quaver_rt::monotonic_ns();
+        let late = wake_delay(bell_fired, self.rung_at, self.slept_at, self.woke);
+        let work = end.saturating_sub(self.woke);
+        if late < SLOW_PASS_NS && work < SLOW_PASS_NS {
+            return;
+        }
+        let ms = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e6;
+        let [read, srb, bell, pump] = self.marks;
+        let usage = match (self.before, quaver_rt::thread_usage().ok()) {
+            (Some(a), Some(b)) => {
+                let d = b.since(&a);
+                format!(
+                    "{} blocking and {} preempting switches, {} page faults ({} from disk) \
+                     since it went to sleep",
+                    d.voluntary,
+                    d.involuntary,
+                    d.minor_faults + d.major_faults,
+                    d.major_faults
+                )
+            }
+            _ => "no usage counts".into(),
+        };
+        tracing::debug!(
+            "pulse I/O thread: woke {:.2} ms after the bell; pass took {:.2} ms (sockets \
+             {:.2}, srbchannels {:.2}, bell {:.2}, streams {:.2}; slowest client {} at \
+             {:.2} ms); {usage}",
+            late as f64 / 1e6,
+            work as f64 / 1e6,
+            ms(self.woke, read),
+            ms(read, srb),
+            ms(srb, bell),
+            ms(bell, pump),
+            self.slowest.0,
+            self.slowest.1 as f64 / 1e6,
+        );
+    }
+}
+
+/// How long after the bell rang the thread woke, when the ring is what woke it: only a
+/// ring that came while the thread slept measures the wakeup (one that came during the
+/// previous pass is answered by a pass that starts without sleeping).
+fn wake_delay(bell_fired: bool, rung_at: u64, slept_at: u64, woke: u64) -> u64 {
+    if bell_fired && rung_at > slept_at {
+        woke.saturating_sub(rung_at)
+    } else {
+        0
+    }
+}
+
 /// What the accept threads share with the I/O thread.
 pub struct IoShared {
     /// Rung by streams' RT side, by other threads posting to a connection, and for new
@@ -154,10 +253,14 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
             }
         }
         let timeout = pending.then_some(&zero);
+        let mut clock = PassClock::start(&io.bell);
         match epoll::wait(&ep, spare_capacity(&mut events), timeout) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
+        }
+        if let Some(c) = clock.as_mut() {
+            c.woke(&io.bell);
         }
         let mut all = false;
         touched.clear();
@@ -176,11 +279,18 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 continue;
             };
             touched.push(key);
+            let t0 = clock.as_ref().map(|_| quaver_rt::monotonic_ns());
             if flags.intersects(EventFlags::IN | EventFlags::HUP | EventFlags::ERR)
                 && let Err(why) = guarded(&mut e.conn, |c| c.on_readable(&mut buf))
             {
                 dead.push((key, why));
             }
+            if let (Some(c), Some(t0)) = (clock.as_mut(), t0) {
+                c.conn_step(e.conn.client(), t0);
+            }
+        }
+        if let Some(c) = clock.as_mut() {
+            c.mark(0);
         }
         // Every srbchannel is looked at on every wakeup (one atomic load when idle):
         // that keeps the one-wakeup-per-cycle batching for ring traffic too.
@@ -198,6 +308,9 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 Ok(Err(why)) => dead.push((*key, why)),
                 Err(_) => dead.push((*key, "panic".into())),
             }
+        }
+        if let Some(c) = clock.as_mut() {
+            c.mark(1);
         }
         if all {
             // Re-arm before looking at anything, so a ring that comes while we work
@@ -241,6 +354,9 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
             touched.clear();
             touched.extend(conns.keys().copied());
         }
+        if let Some(c) = clock.as_mut() {
+            c.mark(2);
+        }
         touched.sort_unstable();
         touched.dedup();
         for key in &touched {
@@ -250,7 +366,12 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
             let Some(e) = conns.get_mut(key) else {
                 continue;
             };
-            if let Err(why) = guarded(&mut e.conn, Conn::pump) {
+            let t0 = clock.as_ref().map(|_| quaver_rt::monotonic_ns());
+            let pumped = guarded(&mut e.conn, Conn::pump);
+            if let (Some(c), Some(t0)) = (clock.as_mut(), t0) {
+                c.conn_step(e.conn.client(), t0);
+            }
+            if let Err(why) = pumped {
                 dead.push((*key, why));
                 continue;
             }
@@ -277,6 +398,9 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 }
             }
         }
+        if let Some(c) = clock.as_mut() {
+            c.mark(3);
+        }
         for (key, why) in dead.drain(..) {
             if let Some(mut e) = conns.remove(&key) {
                 let _ = epoll::delete(&ep, e.conn.sock());
@@ -298,5 +422,23 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 .any(|w| w < below);
             priority.follow(urgent);
         }
+        if let Some(c) = clock {
+            c.finish(all);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_ring_during_the_sleep_measures_the_wakeup() {
+        // Slept at 100, rung at 150, woke at 2_150: 2 000 late.
+        assert_eq!(wake_delay(true, 150, 100, 2_150), 2_000);
+        // Rung during the previous pass (before the sleep): the wait returned at once.
+        assert_eq!(wake_delay(true, 90, 100, 2_150), 0);
+        // Woken by a socket, not the bell.
+        assert_eq!(wake_delay(false, 150, 100, 2_150), 0);
     }
 }

@@ -73,6 +73,11 @@ impl Bell {
         )
     }
 
+    /// CLOCK_MONOTONIC ns of the last eventfd write (0: never).
+    pub fn written_at_ns(&self) -> u64 {
+        self.written_ns.load(Relaxed)
+    }
+
     /// Wakes the waiter unless a ring is already pending.
     pub fn ring(&self) {
         if !self.rung.swap(true, AcqRel) {

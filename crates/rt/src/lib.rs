@@ -24,7 +24,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use memory::{LockOutcome, MemoryLock, lock_process, prepare_rt_stack};
-pub use sched::{DeadlineParams, Tid, set_deadline, set_fifo, set_normal};
+pub use sched::{
+    DeadlineParams, ThreadUsage, Tid, set_deadline, set_fifo, set_normal, thread_usage,
+};
 
 /// The nice level asked for when real-time scheduling is refused (PipeWire's choice).
 pub const FALLBACK_NICE: i32 = -11;

@@ -245,3 +245,72 @@ pub fn current_policy(tid: Tid) -> io::Result<&'static str> {
         _ => "unknown",
     })
 }
+
+/// The calling thread's context switches and page faults so far (`getrusage(RUSAGE_THREAD)`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadUsage {
+    /// Switches because the thread blocked (waited for a lock, I/O, sleep).
+    pub voluntary: u64,
+    /// Switches because something else was given the CPU.
+    pub involuntary: u64,
+    /// Page faults served without I/O.
+    pub minor_faults: u64,
+    /// Page faults that needed I/O.
+    pub major_faults: u64,
+}
+
+impl ThreadUsage {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &ThreadUsage) -> ThreadUsage {
+        ThreadUsage {
+            voluntary: self.voluntary.saturating_sub(earlier.voluntary),
+            involuntary: self.involuntary.saturating_sub(earlier.involuntary),
+            minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
+            major_faults: self.major_faults.saturating_sub(earlier.major_faults),
+        }
+    }
+}
+
+/// The calling thread's [`ThreadUsage`] (rustix has no getrusage, hence libc). Tells a
+/// thread that blocked from one that was preempted when a wakeup comes late.
+pub fn thread_usage() -> io::Result<ThreadUsage> {
+    // SAFETY: getrusage only writes the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid `who` and a valid pointer to an rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ThreadUsage {
+        voluntary: ru.ru_nvcsw as u64,
+        involuntary: ru.ru_nivcsw as u64,
+        minor_faults: ru.ru_minflt as u64,
+        major_faults: ru.ru_majflt as u64,
+    })
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn a_sleep_counts_as_a_voluntary_switch_of_this_thread_only() {
+        let before = thread_usage().expect("getrusage");
+        std::thread::sleep(Duration::from_millis(2));
+        let d = thread_usage().expect("getrusage").since(&before);
+        assert!(d.voluntary >= 1, "{d:?}");
+        // Another thread's sleeps are not this thread's.
+        let before = thread_usage().expect("getrusage");
+        std::thread::spawn(|| {
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+        .join()
+        .expect("join");
+        let d = thread_usage().expect("getrusage").since(&before);
+        assert!(
+            d.voluntary < 10,
+            "the child's 20 sleeps are not ours: {d:?}"
+        );
+    }
+}

@@ -729,6 +729,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
         "rec lat",
         "sink lat",
         "underruns",
+        "steal ms",
         "impulses (lost)",
         "tlength/minreq ms",
         "start ms",
@@ -754,7 +755,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
                 if let Some(e) = &s.monitor_error {
                     let mut row = vec![n.to_string(), s.server.name().into()];
                     row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
-                    row.resize(14, String::new());
+                    row.resize(15, String::new());
                     m.row(row);
                 }
                 continue;
@@ -762,7 +763,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
             if let Some(e) = &p.error {
                 let mut row = vec![n.to_string(), s.server.name().into()];
                 row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
-                row.resize(14, String::new());
+                row.resize(15, String::new());
                 m.row(row);
                 continue;
             }
@@ -784,6 +785,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
                 ms(p.record_latency_ms, 2),
                 ms(p.sink_latency_ms, 2),
                 p.underruns.to_string(),
+                ms(p.steal_ms, 0),
                 format!("{} ({})", p.impulses, p.lost),
                 format!("{}/{}", bytes_ms(p.granted[1]), bytes_ms(p.granted[3])),
                 ms(p.start_ms, 0),

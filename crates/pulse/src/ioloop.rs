@@ -51,7 +51,10 @@ struct PassClock {
     before: Option<quaver_rt::ThreadUsage>,
     woke: u64,
     rung_at: u64,
+    /// When each step ended: sockets read, srbchannels looked at, bell handled, streams
+    /// serviced ([`PassClock::mark`]'s index).
     marks: [u64; 4],
+    /// The client whose single step took longest, and how long (ns).
     slowest: (u32, u64),
 }
 

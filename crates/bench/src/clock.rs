@@ -4,17 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// CLOCK_MONOTONIC in ns (the clock quaverd's timing statistics use).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use quaver_rt::monotonic_ns;
 
 /// A calendar date and time of day in UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

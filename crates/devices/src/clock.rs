@@ -4,7 +4,7 @@
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::fd::BorrowedFd;
 use rustix::thread::clock_nanosleep_absolute;
-use rustix::time::{ClockId, Timespec, clock_gettime};
+use rustix::time::{ClockId, Timespec};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -50,10 +50,7 @@ fn readable(fd: BorrowedFd<'_>, timeout: Option<&Timespec>) -> bool {
 pub struct RealClock;
 
 /// Reads `CLOCK_MONOTONIC` in nanoseconds.
-pub fn monotonic_ns() -> u64 {
-    let ts = clock_gettime(ClockId::Monotonic);
-    ts.tv_sec as u64 * NS_PER_S + ts.tv_nsec as u64
-}
+pub use quaver_rt::monotonic_ns;
 
 impl SimClock for RealClock {
     fn now_ns(&mut self) -> u64 {

@@ -11,6 +11,7 @@ use crate::rt::{Garbage, MAX_DEVICES, RtEvent, RtRunner, RtStats, ToRt};
 use crate::sched::{MemoryLock, RtOutcome, RtThread, Scheduler};
 use crate::timing::{NodeTimes, NodeTiming, SlotMark};
 use quaver_devices::{Device, DeviceInfo};
+use quaver_rt::monotonic_ns;
 use rustix::event::{EventfdFlags, eventfd};
 use rustix::fd::OwnedFd;
 use std::collections::HashSet;
@@ -1164,11 +1165,6 @@ impl Engine {
         self.collect();
         close_all(devices)
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 fn close_all(devices: Vec<Box<dyn Device>>) -> Result<(), EngineError> {

@@ -54,10 +54,7 @@ pub struct TestTransport {
     done: Arc<OwnedFd>,
 }
 
-fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
+use quaver_rt::monotonic_ns as now_ns;
 
 impl CallbackTransport for TestTransport {
     fn active(&self) -> bool {

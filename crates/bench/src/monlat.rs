@@ -174,23 +174,6 @@ fn bytes_per_s() -> f64 {
     (RATE as usize * FRAME) as f64
 }
 
-/// The `steal` field of `/proc/stat`'s first line (all CPUs), in USER_HZ ticks.
-fn parse_steal_ticks(stat: &str) -> Option<u64> {
-    let line = stat.lines().next()?;
-    let mut f = line.split_whitespace();
-    if f.next()? != "cpu" {
-        return None;
-    }
-    // user nice system idle iowait irq softirq steal
-    f.nth(7)?.parse().ok()
-}
-
-/// Steal time so far in ms (`/proc/stat` counts in USER_HZ, 100 per second on Linux).
-fn steal_ms_now() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    parse_steal_ticks(&stat).map(|t| t as f64 * 10.0)
-}
-
 /// Measures every N of `o` against `server`.
 pub fn measure_server(server: &Server, o: &MonitorOptions, rng: &mut Rng) -> Vec<MonitorPoint> {
     o.latencies_ms
@@ -236,12 +219,14 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
         .recv_timeout(Duration::from_secs(10))
         .context("the record stream did not start within 10 s")
         .and_then(|r| r);
-    let steal0 = steal_ms_now();
+    let steal0 = crate::procfs::steal_ms();
     let played = match started {
         Ok(()) => play(&socket, cookie.as_deref(), n, o, rng),
         Err(e) => Err(e),
     };
-    let steal = steal0.zip(steal_ms_now()).map(|(a, b)| (b - a).max(0.0));
+    let steal = steal0
+        .zip(crate::procfs::steal_ms())
+        .map(|(a, b)| (b - a).max(0.0));
     stop.store(true, Ordering::Relaxed);
     let rec_result = rec
         .join()
@@ -594,14 +579,6 @@ fn play(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn steal_is_the_eighth_number_of_the_cpu_line() {
-        let stat = "cpu  60709 0 22273 543862 1122 0 109 417 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
-        assert_eq!(parse_steal_ticks(stat), Some(417));
-        assert_eq!(parse_steal_ticks("cpu  1 2 3\n"), None);
-        assert_eq!(parse_steal_ticks("intr 1 2 3 4 5 6 7 8 9\n"), None);
-    }
 
     #[test]
     fn impulses_pair_with_the_first_capture_after_their_write() {

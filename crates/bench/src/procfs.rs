@@ -110,6 +110,24 @@ pub fn clock_ticks_per_second() -> u64 {
     if t > 0 { t as u64 } else { 100 }
 }
 
+/// The `steal` field of `/proc/stat`'s first line (all CPUs), in clock ticks.
+pub fn parse_steal_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().next()?;
+    let mut f = line.split_whitespace();
+    if f.next()? != "cpu" {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal
+    f.nth(7)?.parse().ok()
+}
+
+/// CPU time the hypervisor has given to other guests since boot (`/proc/stat`'s steal,
+/// all CPUs), ms; `None` where it cannot be read.
+pub fn steal_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_steal_ticks(&stat).map(|t| t as f64 * 1000.0 / clock_ticks_per_second() as f64)
+}
+
 /// One thread of a sampled process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadSample {
@@ -244,6 +262,14 @@ impl ProcDelta {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_number_of_the_cpu_line() {
+        let stat = "cpu  60709 0 22273 543862 1122 0 109 417 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        assert_eq!(parse_steal_ticks(stat), Some(417));
+        assert_eq!(parse_steal_ticks("cpu  1 2 3\n"), None);
+        assert_eq!(parse_steal_ticks("intr 1 2 3 4 5 6 7 8 9\n"), None);
+    }
 
     const STAT: &str = "4242 (quaver (rt) d) S 1 4242 4242 0 -1 4194560 1234 0 0 0 \
                         731 265 0 0 -2 0 7 0 987654 123456789 2345 18446744073709551615 \

@@ -59,17 +59,18 @@ struct PassClock {
 }
 
 impl PassClock {
-    fn start(bell: &Bell) -> Option<PassClock> {
+    fn start() -> Option<PassClock> {
         tracing::enabled!(tracing::Level::DEBUG).then(|| PassClock {
             slept_at: quaver_rt::monotonic_ns(),
             before: quaver_rt::thread_usage().ok(),
             woke: 0,
-            rung_at: bell.written_at_ns(),
+            rung_at: 0,
             marks: [0; 4],
             slowest: (0, 0),
         })
     }
 
+    /// The wait returned: the time, and the last ring (the one that woke us, if any).
     fn woke(&mut self, bell: &Bell) {
         self.woke = quaver_rt::monotonic_ns();
         self.rung_at = bell.written_at_ns();
@@ -256,7 +257,7 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
             }
         }
         let timeout = pending.then_some(&zero);
-        let mut clock = PassClock::start(&io.bell);
+        let mut clock = PassClock::start();
         match epoll::wait(&ep, spare_capacity(&mut events), timeout) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,

@@ -6,6 +6,7 @@ use crate::stats::{Log2Hist, Summary};
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Histogram range asked of cyclictest, µs (latencies beyond count as overflows).
@@ -156,39 +157,54 @@ pub fn parse(text: &str) -> Result<CyclictestResult> {
 /// records how late it wakes, ns. Returns the lateness samples and whether it ran
 /// SCHED_FIFO.
 pub fn probe(duration: Duration, interval: Duration, priority: i32) -> (Vec<u64>, bool) {
+    let n = (duration.as_nanos() / interval.as_nanos().max(1)) as usize;
     std::thread::scope(|s| {
-        s.spawn(|| {
-            let rt = crate::rt::set_fifo(priority);
-            let n = (duration.as_nanos() / interval.as_nanos().max(1)) as usize;
-            let mut late = Vec::with_capacity(n);
-            let step = interval.as_nanos() as u64;
-            let mut next = crate::clock::monotonic_ns() + step;
-            for _ in 0..n {
-                let ts = libc::timespec {
-                    tv_sec: (next / 1_000_000_000) as libc::time_t,
-                    tv_nsec: (next % 1_000_000_000) as libc::c_long,
-                };
-                // SAFETY: valid timespec; absolute sleep on CLOCK_MONOTONIC.
-                unsafe {
-                    libc::clock_nanosleep(
-                        libc::CLOCK_MONOTONIC,
-                        libc::TIMER_ABSTIME,
-                        &ts,
-                        std::ptr::null_mut(),
-                    );
-                }
-                let now = crate::clock::monotonic_ns();
-                late.push(now.saturating_sub(next));
-                next += step;
-                if now > next {
-                    next = now + step; // do not run a burst of catch-up wakeups
-                }
-            }
-            (late, rt)
-        })
-        .join()
-        .unwrap_or_default()
+        s.spawn(|| probe_loop(interval, priority, n, |done| done < n))
+            .join()
+            .unwrap_or_default()
     })
+}
+
+/// [`probe`] on the calling thread until `stop` is set (checked at every wakeup), for a
+/// bystander that runs next to a measurement of unknown length.
+pub fn probe_until(stop: &AtomicBool, interval: Duration, priority: i32) -> (Vec<u64>, bool) {
+    probe_loop(interval, priority, 1024, |_| !stop.load(Ordering::Relaxed))
+}
+
+/// The probe's loop: sets the calling thread's priority, then sleeps to deadlines while
+/// `more(wakeups so far)`.
+fn probe_loop(
+    interval: Duration,
+    priority: i32,
+    capacity: usize,
+    mut more: impl FnMut(usize) -> bool,
+) -> (Vec<u64>, bool) {
+    let rt = crate::rt::set_fifo(priority);
+    let mut late = Vec::with_capacity(capacity);
+    let step = interval.as_nanos() as u64;
+    let mut next = crate::clock::monotonic_ns() + step;
+    while more(late.len()) {
+        let ts = libc::timespec {
+            tv_sec: (next / 1_000_000_000) as libc::time_t,
+            tv_nsec: (next % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: valid timespec; absolute sleep on CLOCK_MONOTONIC.
+        unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            );
+        }
+        let now = crate::clock::monotonic_ns();
+        late.push(now.saturating_sub(next));
+        next += step;
+        if now > next {
+            next = now + step; // do not run a burst of catch-up wakeups
+        }
+    }
+    (late, rt)
 }
 
 /// Summary (µs) of the probe's samples.

@@ -127,8 +127,59 @@ pub struct MonitorPoint {
     /// answer through, next to the underruns they cause. `None` where not reported.
     #[serde(default)]
     pub steal_ms: Option<f64>,
+    /// What a bystander real-time thread saw while the point ran. `None` where not
+    /// reported.
+    #[serde(default)]
+    pub bystander: Option<Bystander>,
     /// Why the point failed, if it did.
     pub error: Option<String>,
+}
+
+/// A thread of the bench that does nothing but sleep to a deadline every
+/// [`BYSTANDER_INTERVAL`] at SCHED_FIFO [`BYSTANDER_PRIORITY`] (the class and priority
+/// quaverd's pulse I/O thread takes for low-latency streams) while a point runs: how
+/// often this machine lets such a thread run later than a stream's client has to
+/// answer a request. A server whose request round trip needs a thread to run within
+/// that budget cannot avoid an underrun when even this thread could not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Bystander {
+    /// Wakeups.
+    pub wakeups: u64,
+    /// Wakeups later than the point's answer budget (granted tlength − minreq).
+    pub late: u64,
+    /// The answer budget they were compared with, ms.
+    pub budget_ms: f64,
+    /// The latest wakeup, ms after its deadline.
+    pub max_ms: f64,
+    /// Whether the thread got SCHED_FIFO (false: it ran as a normal thread).
+    pub realtime: bool,
+}
+
+/// How often the bystander wakes.
+pub const BYSTANDER_INTERVAL: Duration = Duration::from_millis(1);
+/// The bystander's SCHED_FIFO priority.
+pub const BYSTANDER_PRIORITY: i32 = 1;
+
+impl Bystander {
+    /// Summarises lateness samples (ns) against a `budget_ms`.
+    pub fn of(late_ns: &[u64], realtime: bool, budget_ms: f64) -> Bystander {
+        let budget_ns = (budget_ms * 1e6) as u64;
+        Bystander {
+            wakeups: late_ns.len() as u64,
+            late: late_ns.iter().filter(|&&l| l > budget_ns).count() as u64,
+            budget_ms,
+            max_ms: late_ns.iter().copied().max().unwrap_or(0) as f64 / 1e6,
+            realtime,
+        }
+    }
+}
+
+/// The time a client has to answer a request, ms: granted tlength − minreq (bytes of
+/// [`FRAME`] at [`RATE`]); `None` when the server granted no sizes.
+fn answer_budget_ms(granted: &[u32; 4]) -> Option<f64> {
+    let (t, m) = (granted[1], granted[3]);
+    (t != 0 && t != u32::MAX && m != u32::MAX && t > m)
+        .then(|| (t - m) as f64 * 1000.0 / (RATE as f64 * FRAME as f64))
 }
 
 struct Capture {
@@ -220,6 +271,13 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
         .context("the record stream did not start within 10 s")
         .and_then(|r| r);
     let steal0 = crate::procfs::steal_ms();
+    let bystander_stop = Arc::new(AtomicBool::new(false));
+    let bystander = {
+        let stop = bystander_stop.clone();
+        std::thread::spawn(move || {
+            crate::cyclictest::probe_until(&stop, BYSTANDER_INTERVAL, BYSTANDER_PRIORITY)
+        })
+    };
     let played = match started {
         Ok(()) => play(&socket, cookie.as_deref(), n, o, rng),
         Err(e) => Err(e),
@@ -227,6 +285,10 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
     let steal = steal0
         .zip(crate::procfs::steal_ms())
         .map(|(a, b)| (b - a).max(0.0));
+    bystander_stop.store(true, Ordering::Relaxed);
+    let (late, realtime) = bystander
+        .join()
+        .map_err(|_| anyhow::anyhow!("bystander thread panicked"))?;
     stop.store(true, Ordering::Relaxed);
     let rec_result = rec
         .join()
@@ -234,9 +296,11 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
     let played = played?;
     rec_result?;
     let sh = shared.lock().expect("record state");
+    let point = evaluate(n, played, &sh);
     Ok(MonitorPoint {
         steal_ms: steal,
-        ..evaluate(n, played, &sh)
+        bystander: answer_budget_ms(&point.granted).map(|b| Bystander::of(&late, realtime, b)),
+        ..point
     })
 }
 
@@ -302,6 +366,7 @@ fn evaluate(n: u32, p: Played, r: &RecordShared) -> MonitorPoint {
         underruns: p.underruns,
         overflows: r.overflows,
         steal_ms: None,
+        bystander: None,
         error: None,
     }
 }
@@ -579,6 +644,39 @@ fn play(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_answer_budget_is_tlength_minus_minreq() {
+        // paplay --latency-msec=5 as quaverd grants it: 3.75 ms queue, 1.25 ms minreq.
+        let b = answer_budget_ms(&[4_194_304, 1440, 1208, 480]).unwrap();
+        assert!((b - 2.5).abs() < 1e-9, "{b}");
+        // No sizes granted (a failed point), or nonsense ones: no budget.
+        assert_eq!(answer_budget_ms(&[0; 4]), None);
+        assert_eq!(answer_budget_ms(&[0, 480, 0, 1440]), None);
+        assert_eq!(answer_budget_ms(&[0, u32::MAX, 0, 480]), None);
+    }
+
+    #[test]
+    fn the_bystander_counts_wakeups_beyond_the_budget() {
+        let late = [20_000, 2_400_000, 2_600_000, 8_000_000, 0];
+        let b = Bystander::of(&late, true, 2.5);
+        assert_eq!((b.wakeups, b.late, b.realtime), (5, 2, true));
+        assert!((b.max_ms - 8.0).abs() < 1e-9 && (b.budget_ms - 2.5).abs() < 1e-9);
+        assert_eq!(Bystander::of(&[], false, 2.5).late, 0);
+    }
+
+    #[test]
+    fn the_bystander_stops_when_told() {
+        let stop = AtomicBool::new(false);
+        let (late, _) = std::thread::scope(|s| {
+            let h = s.spawn(|| crate::cyclictest::probe_until(&stop, Duration::from_millis(1), 0));
+            std::thread::sleep(Duration::from_millis(30));
+            stop.store(true, Ordering::Relaxed);
+            h.join().unwrap()
+        });
+        // Returning at all is the point (a loop that ignored `stop` would hang here).
+        assert!(!late.is_empty());
+    }
 
     #[test]
     fn impulses_pair_with_the_first_capture_after_their_write() {

@@ -730,6 +730,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
         "sink lat",
         "underruns",
         "steal ms",
+        "RT late (max ms)",
         "impulses (lost)",
         "tlength/minreq ms",
         "start ms",
@@ -755,7 +756,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
                 if let Some(e) = &s.monitor_error {
                     let mut row = vec![n.to_string(), s.server.name().into()];
                     row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
-                    row.resize(15, String::new());
+                    row.resize(16, String::new());
                     m.row(row);
                 }
                 continue;
@@ -763,7 +764,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
             if let Some(e) = &p.error {
                 let mut row = vec![n.to_string(), s.server.name().into()];
                 row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
-                row.resize(15, String::new());
+                row.resize(16, String::new());
                 m.row(row);
                 continue;
             }
@@ -786,6 +787,14 @@ pub fn render(r: &PeersResults) -> ModeOutput {
                 ms(p.sink_latency_ms, 2),
                 p.underruns.to_string(),
                 ms(p.steal_ms, 0),
+                p.bystander.map_or("–".into(), |b| {
+                    format!(
+                        "{}{} ({:.1})",
+                        b.late,
+                        if b.realtime { "" } else { "*" },
+                        b.max_ms
+                    )
+                }),
                 format!("{} ({})", p.impulses, p.lost),
                 format!("{}/{}", bytes_ms(p.granted[1]), bytes_ms(p.granted[3])),
                 ms(p.start_ms, 0),
@@ -829,7 +838,13 @@ pub fn render(r: &PeersResults) -> ModeOutput {
              sink latency in those replies; *start*: from creating the stream to the \
              server's first request after the initial fill. *vs pulseaudio*: measured p50 − PulseAudio's \
              (negative: lower than PulseAudio). Underruns are the server's UNDERFLOW \
-             events. Times in ms.{}\n",
+             events. *steal*: CPU time the hypervisor gave to others during the point \
+             (`/proc/stat`). *RT late*: wakeups of a bystander thread of the bench \
+             (SCHED_FIFO 1, sleeping to a deadline every 1 ms through the point, doing \
+             nothing else) later than the client's answer budget (granted tlength − \
+             minreq), with its latest wakeup: when even it could not run in time, a \
+             request round trip through the server's threads could not either (* : it \
+             did not get SCHED_FIFO). Times in ms.{}\n",
             r.monitor_fragsize_ms,
             r.monitor_seconds,
             if r.monitor_inject_delay_ms > 0 {

@@ -315,9 +315,10 @@ fn set_buffer_attr_moves_the_quantum() {
     );
 }
 
-/// UPDATE_PLAYBACK_STREAM_SAMPLE_RATE: a VARIABLE_RATE stream may move within the
-/// resampler's range and introspection shows the new rate; a fixed-rate stream gets
-/// BADSTATE, a rate out of range NOTSUPPORTED, a zero rate INVALID.
+/// UPDATE_PLAYBACK_STREAM_SAMPLE_RATE: a VARIABLE_RATE stream may move to any rate the
+/// engine can convert (within the resampler's range by itself, beyond it with a new
+/// converter) and introspection shows the new rate; a fixed-rate stream gets BADSTATE,
+/// a rate the engine cannot convert NOTSUPPORTED, a zero or too high rate INVALID.
 #[test]
 fn variable_rate_streams_change_rate() {
     let d = pulse_util::start(&["--device", "null"]);
@@ -355,14 +356,6 @@ fn variable_rate_streams_change_rate() {
         update(&mut c, fixed, 46000).err(),
         Some(pa::PulseError::BadState as u32)
     );
-    assert_eq!(
-        update(&mut c, var, 22050).err(),
-        Some(pa::PulseError::NotSupported as u32)
-    );
-    assert_eq!(
-        update(&mut c, var, 0).err(),
-        Some(pa::PulseError::Invalid as u32)
-    );
     if have(&["pactl"]) {
         let text = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
         assert!(
@@ -370,6 +363,97 @@ fn variable_rate_streams_change_rate() {
             "introspection shows the new rate: {text}"
         );
     }
+    // Far beyond the converter's own range (and back): a new converter each time.
+    assert!(update(&mut c, var, 8000).is_ok(), "to 8 kHz");
+    assert!(update(&mut c, var, 96000).is_ok(), "to 96 kHz");
+    // Beyond what the engine converts at all (a factor 16 from 48 kHz).
+    assert_eq!(
+        update(&mut c, var, 1000).err(),
+        Some(pa::PulseError::NotSupported as u32)
+    );
+    assert_eq!(
+        update(&mut c, var, 0).err(),
+        Some(pa::PulseError::Invalid as u32)
+    );
+    assert_eq!(
+        update(&mut c, var, 400_000).err(),
+        Some(pa::PulseError::Invalid as u32)
+    );
+    if have(&["pactl"]) {
+        let text = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+        assert!(
+            text.contains("96000Hz"),
+            "the refused rates left the last good one: {text}"
+        );
+    }
+}
+
+/// A VARIABLE_RATE stream created at 44.1 kHz and moved to 11.025 kHz (far beyond the
+/// converter's own range) plays at the new rate: one second of audio written at
+/// 11.025 kHz lasts one second in the 48 kHz file, not the quarter second it would at
+/// the creation rate.
+#[test]
+fn a_stream_moved_far_from_its_creation_rate_plays_at_the_new_rate() {
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
+    let mut c = RawClient::ready(&d, "retune");
+    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
+        sample_spec: SampleSpec {
+            format: SampleFormat::S16Le,
+            channels: 2,
+            sample_rate: 44100,
+        },
+        channel_map: ChannelMap::stereo(),
+        cvolume: Some(ChannelVolume::norm(2)),
+        flags: pa::stream::StreamFlags {
+            variable_rate: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    }));
+    let p = c.reply_to(seq, |_| {}).expect("stream created");
+    let reply: pa::CreatePlaybackStreamReply = c.decode(&p);
+    let ch = reply.channel;
+    let seq = c.send(&Command::UpdatePlaybackStreamSampleRate(
+        pa::UpdateSampleRateParams {
+            index: ch,
+            sample_rate: 11025,
+        },
+    ));
+    c.reply_to(seq, |_| {}).expect("rate changed");
+    // 441 Hz (25 samples a period at 11.025 kHz), never exactly zero.
+    let tone: Vec<u8> = (0..11025)
+        .flat_map(|i| {
+            let v = (8000.0 * (std::f64::consts::TAU * (i as f64 + 0.5) / 25.0).sin()) as i16;
+            [v, v]
+        })
+        .flat_map(|s| s.to_le_bytes())
+        .collect();
+    for chunk in tone.chunks(4410) {
+        c.write_audio(ch, chunk);
+    }
+    let seq = c.send(&Command::DrainPlaybackStream(ch));
+    c.reply_to(seq, |_| {}).expect("drained");
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    let frames: Vec<i16> = out.chunks(2).map(|f| f[0]).collect();
+    let first = frames
+        .iter()
+        .position(|&v| v.abs() > 200)
+        .expect("audio arrived");
+    let last = frames.iter().rposition(|&v| v.abs() > 200).unwrap();
+    let span = last - first;
+    assert!(
+        (47_000..=49_000).contains(&span),
+        "one second at 48 kHz expected, got {span} frames (from {first})\n{}",
+        d.log_text()
+    );
+    // And the pitch: 441 Hz has 882 sign changes a second.
+    let crossings = frames[first..last]
+        .windows(2)
+        .filter(|w| (w[0] < 0) != (w[1] < 0))
+        .count();
+    assert!((860..=900).contains(&crossings), "{crossings} sign changes");
 }
 
 /// A record stream on a sink's monitor reports the sink's latency as its monitor

@@ -792,6 +792,27 @@ impl Engine {
         Ok(())
     }
 
+    /// Hands a stream node the rate converter its client's new rate needs (built on the
+    /// calling thread: [`crate::stream::Retune`]); the node swaps it in at its next
+    /// cycle and the old one is freed here later. For rate moves beyond what the
+    /// node's converter can follow by itself ([`crate::stream::MAX_RATE_CHANGE`]).
+    pub fn retune(&self, node: NodeId, r: crate::stream::Retune) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        let slot = ctl
+            .graph
+            .nodes
+            .get(&node)
+            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?
+            .slot;
+        self.send(
+            &mut ctl,
+            ToRt::Retune {
+                slot,
+                retune: Box::new(r),
+            },
+        )
+    }
+
     /// Adds a port to a node created with room for it (`NodeSpec::max_inputs` /
     /// `max_outputs`); returns its id. Its buffer index is the lowest free one.
     pub fn add_port(

@@ -105,4 +105,9 @@ pub trait Processor: Send {
     fn remote_times(&self) -> Option<crate::timing::RemoteTimes> {
         None
     }
+
+    /// Takes the rate converter of a [`crate::stream::Retune`] built on the control
+    /// thread and leaves the one it replaces in `r`, to be freed off the RT thread
+    /// ([`crate::Engine::retune`]). Nodes that convert no rate leave `r` as it is. *RT*.
+    fn retune(&mut self, _r: &mut crate::stream::Retune) {}
 }

@@ -67,6 +67,11 @@ pub(crate) enum ToRt {
     Rewind {
         discard: Option<usize>,
     },
+    /// A stream node's new rate converter ([`crate::Engine::retune`]).
+    Retune {
+        slot: usize,
+        retune: Box<crate::stream::Retune>,
+    },
     Shutdown,
 }
 
@@ -74,6 +79,8 @@ pub(crate) enum ToRt {
 pub(crate) enum Garbage {
     Plan(#[allow(dead_code)] Box<Plan>),
     Node(#[allow(dead_code)] Box<NodeSlot>),
+    /// The rate converter a retune replaced.
+    Retune(#[allow(dead_code)] Box<crate::stream::Retune>),
     /// Why a device failed: logged (and freed) by the control side.
     DeviceError {
         device: usize,
@@ -314,6 +321,12 @@ impl RtRunner {
                         s.gain.set_target(gain, ramp);
                     }
                 }
+                ToRt::Retune { slot, mut retune } => {
+                    if let Some(p) = self.slots[slot].as_mut().and_then(|s| s.processor.as_mut()) {
+                        p.retune(&mut retune);
+                    }
+                    self.retire(Garbage::Retune(retune));
+                }
                 ToRt::Rewind { discard } => {
                     self.rewind_requested = true;
                     if let Some(slot) = discard
@@ -477,6 +490,24 @@ impl RtRunner {
         }
     }
 
+    /// Applies the retunes at the head of the queue (anything else waits for the next
+    /// cycle's [`RtRunner::apply_messages`], in order). *RT*.
+    fn apply_retunes(&mut self) {
+        while matches!(self.from_ctl.peek(), Ok(ToRt::Retune { .. })) {
+            if let Ok(ToRt::Retune { slot, retune }) = self.from_ctl.pop() {
+                self.retune(slot, retune);
+            }
+        }
+    }
+
+    /// Swaps a stream node's rate converter and retires the old one. *RT*.
+    fn retune(&mut self, slot: usize, mut r: Box<crate::stream::Retune>) {
+        if let Some(p) = self.slots[slot].as_mut().and_then(|s| s.processor.as_mut()) {
+            p.retune(&mut r);
+        }
+        self.retire(Garbage::Retune(r));
+    }
+
     /// Control messages not yet applied (plans apply one per cycle). For tests.
     pub fn pending(&self) -> usize {
         self.from_ctl.slots()
@@ -507,6 +538,9 @@ impl RtRunner {
             self.ring_service();
             return true;
         }
+        // A client's rate change may have arrived during the wait, with audio at the
+        // new rate right behind it: apply it now, not a whole cycle of audio later.
+        self.apply_retunes();
         let mut overdue = false;
         if !self.gone[0]
             && let Some(late) = self.devices[0].wakeup_lateness_ns()

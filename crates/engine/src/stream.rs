@@ -250,13 +250,116 @@ impl Variable {
                 self.max_quantum,
             )?);
         }
-        let need = (self.max_quantum as f64 * MAX_RATE_CHANGE * self.client_rate as f64
-            / self.engine_rate as f64) as usize
-            + 1024;
+        let need = scratch_frames(self.client_rate, self.engine_rate, self.max_quantum);
         if scratch.len() < need * self.channels {
             *scratch = vec![0.0; need * self.channels];
         }
         Ok(())
+    }
+}
+
+/// Client-side frames one cycle of at most `max_quantum` engine frames may need when
+/// the client's rate moves up to [`MAX_RATE_CHANGE`] from `client_rate`, with slack for
+/// the resampler's chunking.
+fn scratch_frames(client_rate: u32, engine_rate: u32, max_quantum: usize) -> usize {
+    let moved = (max_quantum as f64 * MAX_RATE_CHANGE * client_rate as f64
+        / engine_rate.max(1) as f64) as usize;
+    let whole = max_quantum * (client_rate as usize).div_ceil(engine_rate.max(1) as usize);
+    moved.max(whole).max(max_quantum) + 1024
+}
+
+/// A variable-rate stream's rate converter for a client rate beyond
+/// [`MAX_RATE_CHANGE`] of the one its converter was built for (PulseAudio's
+/// UPDATE_*_SAMPLE_RATE allows any rate): built on the control thread (it allocates),
+/// swapped into the node on the RT thread by [`crate::Engine::retune`], and the old
+/// converter travels back in it to be freed.
+pub struct Retune {
+    /// The client rate the converter is built for (after the swap: the replaced one's).
+    rate: u32,
+    resampler: Option<StreamResampler>,
+    scratch: Vec<f32>,
+}
+
+impl Retune {
+    /// For a [`PlaybackAdapter`] (client rate → engine rate). Control thread.
+    pub fn playback(
+        client_rate: u32,
+        channels: usize,
+        engine_rate: u32,
+        max_quantum: usize,
+        quality: ResampleQuality,
+    ) -> Result<Retune, quaver_dsp::resample::ResampleError> {
+        Retune::build(
+            client_rate,
+            engine_rate,
+            client_rate,
+            engine_rate,
+            channels,
+            max_quantum,
+            quality,
+        )
+    }
+
+    /// For a [`RecordAdapter`] (engine rate → client rate). Control thread.
+    pub fn record(
+        client_rate: u32,
+        channels: usize,
+        engine_rate: u32,
+        max_quantum: usize,
+        quality: ResampleQuality,
+    ) -> Result<Retune, quaver_dsp::resample::ResampleError> {
+        Retune::build(
+            engine_rate,
+            client_rate,
+            client_rate,
+            engine_rate,
+            channels,
+            max_quantum,
+            quality,
+        )
+    }
+
+    fn build(
+        from: u32,
+        to: u32,
+        client_rate: u32,
+        engine_rate: u32,
+        channels: usize,
+        max_quantum: usize,
+        quality: ResampleQuality,
+    ) -> Result<Retune, quaver_dsp::resample::ResampleError> {
+        let v = Variable {
+            from,
+            to,
+            client_rate,
+            engine_rate,
+            channels,
+            max_quantum,
+        };
+        let (mut resampler, mut scratch) = (None, Vec::new());
+        v.prepare(&mut resampler, &mut scratch, quality)?;
+        Ok(Retune {
+            rate: client_rate,
+            resampler,
+            scratch,
+        })
+    }
+
+    /// The client rate of the converter it holds.
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
+    /// Swaps converter, scratch and base rate with an adapter's. *RT*.
+    fn swap(
+        &mut self,
+        resampler: &mut Option<StreamResampler>,
+        scratch: &mut Vec<f32>,
+        base: &mut u32,
+    ) {
+        std::mem::swap(&mut self.resampler, resampler);
+        std::mem::swap(&mut self.scratch, scratch);
+        std::mem::swap(&mut self.rate, base);
     }
 }
 
@@ -421,6 +524,18 @@ impl<S: FrameSource> PlaybackAdapter<S> {
 }
 
 impl<S: FrameSource> Processor for PlaybackAdapter<S> {
+    fn retune(&mut self, r: &mut Retune) {
+        // Only a variable-rate adapter follows its client's rate.
+        if self
+            .resampler
+            .as_ref()
+            .is_some_and(StreamResampler::is_adjustable)
+        {
+            r.swap(&mut self.resampler, &mut self.scratch, &mut self.base_rate);
+            self.in_rate = self.base_rate;
+        }
+    }
+
     fn process(&mut self, cx: &CycleInfo, _inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
         let q = cx.frames;
         self.follow_rate();
@@ -569,6 +684,17 @@ fn write_interleaved<K: FrameSink>(
 }
 
 impl<K: FrameSink> Processor for RecordAdapter<K> {
+    fn retune(&mut self, r: &mut Retune) {
+        if self
+            .resampler
+            .as_ref()
+            .is_some_and(StreamResampler::is_adjustable)
+        {
+            r.swap(&mut self.resampler, &mut self.scratch, &mut self.base_rate);
+            self.out_rate = self.base_rate;
+        }
+    }
+
     fn process(&mut self, cx: &CycleInfo, inputs: Planar<'_>, _outputs: &mut PlanarMut<'_>) {
         let q = cx.frames;
         if let Some(rate) = self.sink.rate()
@@ -702,6 +828,93 @@ mod tests {
 
     fn counting(n: usize) -> Vec<f32> {
         (1..=n).map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn a_retune_moves_a_variable_rate_stream_beyond_the_ratio_range() {
+        let (a, _) = adapter();
+        let mut a = a.variable_rate(ResampleQuality::Medium).unwrap();
+        let mut dac = Dac::default();
+        for _ in 0..50 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        let before = a.source.next;
+        // 48 kHz → 8 kHz: far beyond MAX_RATE_CHANGE, only a new converter gets there.
+        let mut r = Retune::playback(8_000, 1, 48_000, 64, ResampleQuality::Medium).unwrap();
+        Processor::retune(&mut a, &mut r);
+        assert_eq!(
+            r.rate(),
+            48_000,
+            "the replaced converter comes back to be freed"
+        );
+        for _ in 0..300 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        // 300 cycles of 64 engine frames are 3200 client frames at 8 kHz, plus what
+        // the new converter's filter reads ahead.
+        let read = a.source.next - before;
+        assert!((3200.0..3400.0).contains(&read), "{read}");
+    }
+
+    #[test]
+    fn a_fixed_rate_stream_ignores_a_retune() {
+        let (mut a, _) = adapter();
+        let mut dac = Dac::default();
+        let mut r = Retune::playback(8_000, 1, 48_000, 64, ResampleQuality::Medium).unwrap();
+        Processor::retune(&mut a, &mut r);
+        assert_eq!(r.rate(), 8_000, "nothing was swapped");
+        for _ in 0..10 {
+            cycle(&mut a, &mut dac, 64);
+        }
+        assert_eq!(heard(&dac), counting(640));
+    }
+
+    /// Counts the frames a record stream delivers.
+    struct Tally(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl FrameSink for Tally {
+        fn write(&mut self, frames: &[f32]) -> usize {
+            self.0.fetch_add(frames.len(), Ordering::Relaxed);
+            frames.len()
+        }
+        fn report(&mut self, _: u32, _: u32) {}
+    }
+
+    #[test]
+    fn a_retune_moves_a_variable_rate_record_stream_too() {
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let fmt = StreamFormat {
+            rate: 48_000,
+            channels: ChannelMap::mono(),
+        };
+        let mut a = RecordAdapter::new(
+            Tally(n.clone()),
+            &fmt,
+            &ChannelMap::mono(),
+            48_000,
+            64,
+            ResampleQuality::Medium,
+        )
+        .unwrap()
+        .variable_rate(ResampleQuality::Medium)
+        .unwrap();
+        let input = PlanarBuf::new(1, 64);
+        let mut none = PlanarBuf::new(0, 64);
+        let cx = CycleInfo {
+            frames: 64,
+            rate: 48_000,
+            ..CycleInfo::default()
+        };
+        let mut r = Retune::record(96_000, 1, 48_000, 64, ResampleQuality::Medium).unwrap();
+        Processor::retune(&mut a, &mut r);
+        assert_eq!(r.rate(), 48_000);
+        for _ in 0..100 {
+            a.process(&cx, input.view(64), &mut none.view_mut(64));
+        }
+        // 6400 engine frames are 12800 client frames at 96 kHz, less what the new
+        // converter's filter still holds.
+        let wrote = n.load(Ordering::Relaxed);
+        assert!((12_500..=12_800).contains(&wrote), "{wrote}");
     }
 
     #[test]

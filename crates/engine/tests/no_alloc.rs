@@ -1,5 +1,6 @@
 //! The real-time cycle never allocates: 10,000+ cycles with link changes, volume ramps,
-//! node additions/removals and a resampling stream, under an allocation guard.
+//! node additions/removals and a resampling stream whose rate converter is replaced
+//! (retuned) as it plays, under an allocation guard.
 
 mod common;
 
@@ -7,7 +8,7 @@ use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, vio
 use common::{RecordingDevice, Sine};
 use quaver_dsp::ChannelMap;
 use quaver_dsp::resample::ResampleQuality;
-use quaver_engine::stream::{FrameSource, PlaybackAdapter, StreamFormat};
+use quaver_engine::stream::{FrameSource, PlaybackAdapter, Retune, StreamFormat};
 use quaver_engine::{Engine, EngineConfig, NodeKind, NodeSpec};
 
 #[global_allocator]
@@ -73,10 +74,12 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
         0,
         ResampleQuality::High,
     )
+    .unwrap()
+    .variable_rate(ResampleQuality::High)
     .unwrap();
     let mut p = NodeSpec::new("tone", NodeKind::PlaybackStream);
     p.outputs = ChannelMap::stereo();
-    engine.add_node(p, Some(Box::new(adapter))).unwrap();
+    let tone = engine.add_node(p, Some(Box::new(adapter))).unwrap();
     engine.link("tone", "test-sink").unwrap();
 
     reset_violation_count();
@@ -87,7 +90,14 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
         // inside it.
         match round % 4 {
             0 => drop(engine.link("sine", "test-sink").unwrap()),
-            1 => drop(engine.unlink("sine", "test-sink").unwrap()),
+            1 => {
+                engine.unlink("sine", "test-sink").unwrap();
+                // Rates far beyond what the converter could follow by itself: each
+                // retune swaps in a new one, and the old one is freed out here.
+                let rate = [22_050, 96_000, 8_000, 44_100][(round / 4) % 4];
+                let r = Retune::playback(rate, 2, 48000, 1024, ResampleQuality::High).unwrap();
+                engine.retune(tone, r).unwrap();
+            }
             2 => {
                 let mut t = NodeSpec::new("temp", NodeKind::PlaybackStream);
                 t.outputs = ChannelMap::stereo();

@@ -33,7 +33,7 @@ use pulseaudio::protocol::{
     SetClientNameReply, SetPlaybackStreamBufferAttrReply, SetRecordStreamBufferAttrReply, StatInfo,
     SubscriptionEventFacility as Fac, SubscriptionEventType as Ev, TagStructReader, Underflow,
 };
-use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
+use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, Retune, StreamFormat};
 use quaver_engine::{EngineError, NodeId, NodeKind, NodeSpec};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Cursor, ErrorKind, Write};
@@ -52,6 +52,11 @@ const REQUEST_RESERVE_USEC: u64 = 8_000;
 const TRADITIONAL_RECORD_USEC: u64 = 100_000;
 /// Largest ratio between a stream's rate and the engine's that the adapter resamples.
 const MAX_RATE_RATIO: u32 = 16;
+
+/// Whether `rate` is further from `engine_rate` than the adapter resamples.
+fn too_far_to_resample(rate: u32, engine_rate: u32) -> bool {
+    rate.max(engine_rate) / rate.min(engine_rate).max(1) > MAX_RATE_RATIO
+}
 /// The protocol version this server speaks.
 const SERVER_VERSION: u16 = pa::MAX_VERSION;
 
@@ -69,27 +74,60 @@ fn engine_err(e: EngineError) -> PulseError {
     }
 }
 
-/// UPDATE_*_SAMPLE_RATE on a stream created at `variable` (None: fixed rate, BADSTATE):
-/// the stream's spec takes the new rate and its RT side is told through `cell`. It may
-/// move as far as the engine's resampler ratio range allows; PulseAudio rebuilds its
-/// resampler for any rate, so further moves are refused as not supported rather than
-/// as invalid.
+/// UPDATE_*_SAMPLE_RATE on a stream whose converter was built for `variable` (None: a
+/// fixed-rate stream, BADSTATE): the stream's spec takes the new rate and its RT side
+/// is told through `cell`. Within the converter's ratio range the RT side follows the
+/// cell by itself; beyond it, as PulseAudio (which rebuilds its resampler for any
+/// rate), `retune` hands the node a converter built for the new rate, which becomes
+/// the new base. A rate the engine cannot convert at all is NOTSUPPORTED.
 fn change_rate(
-    variable: Option<u32>,
+    variable: &mut Option<u32>,
     spec: &mut SampleSpec,
     cell: &std::sync::atomic::AtomicU32,
     rate: u32,
+    retune: impl FnOnce(u32) -> Result<(), PulseError>,
 ) -> Reply {
     let base = variable.ok_or(PulseError::BadState)?;
     if rate == 0 || rate > crate::convert::MAX_RATE {
         return Err(PulseError::Invalid);
     }
     if !quaver_engine::stream::rate_change_ok(base, rate) {
-        return Err(PulseError::NotSupported);
+        retune(rate)?;
+        *variable = Some(rate);
     }
     spec.sample_rate = rate;
     cell.store(rate, Relaxed);
     Ok(())
+}
+
+/// Builds a stream's converter for `rate` and hands it to its node
+/// ([`quaver_engine::Engine::retune`]).
+fn retune_stream(
+    srv: &Server,
+    node: NodeId,
+    channels: usize,
+    rate: u32,
+    playback: bool,
+) -> Result<(), PulseError> {
+    let engine_rate = srv.engine.rate();
+    if too_far_to_resample(rate, engine_rate) {
+        tracing::info!(
+            "pulse: stream {node} cannot change to {rate} Hz: too far from the engine's {engine_rate} Hz to resample"
+        );
+        return Err(PulseError::NotSupported);
+    }
+    let quantum_max = srv.engine.config().quantum_max;
+    let quality = srv.opts.resample_quality;
+    let built = if playback {
+        Retune::playback(rate, channels, engine_rate, quantum_max, quality)
+    } else {
+        Retune::record(rate, channels, engine_rate, quantum_max, quality)
+    };
+    let r = built.map_err(|e| {
+        tracing::info!("pulse: stream {node} cannot change to {rate} Hz: {e}");
+        PulseError::NotSupported
+    })?;
+    srv.engine.retune(node, r).map_err(engine_err)
 }
 
 /// A latency in µs as a node's latency request: frames at the engine `rate`, at least 1.
@@ -263,7 +301,8 @@ struct Playback {
     seen_starts: u32,
     seen_underruns: u32,
     drains: Vec<u32>,
-    /// The creation rate of a VARIABLE_RATE stream (`None`: the rate is fixed).
+    /// The rate a VARIABLE_RATE stream's converter was built for (the creation rate,
+    /// or the last rate it was retuned to; `None`: the rate is fixed).
     variable_rate: Option<u32>,
     /// Bytes requested and not yet received, and when the last request went out and
     /// the last data came in: logged with each underrun, to tell a late client from a
@@ -522,7 +561,8 @@ struct Record {
     /// level meters): the ring carries engine-rate frames, each output frame is the
     /// per-channel peak of `decim` of them, as PulseAudio's "peaks" resampler does.
     peak: Option<Peak>,
-    /// The creation rate of a VARIABLE_RATE stream (`None`: the rate is fixed).
+    /// The rate a VARIABLE_RATE stream's converter was built for (the creation rate,
+    /// or the last rate it was retuned to; `None`: the rate is fixed).
     variable_rate: Option<u32>,
 }
 
@@ -2031,15 +2071,33 @@ impl Conn {
                     .playback
                     .get_mut(&q.index)
                     .ok_or(PulseError::NoEntity)?;
-                change_rate(p.variable_rate, &mut p.spec, &p.shared.rate, q.sample_rate)?;
-                let node = p.node;
+                let (node, ch) = (p.node, p.ch);
+                let srv = &self.srv;
+                change_rate(
+                    &mut p.variable_rate,
+                    &mut p.spec,
+                    &p.shared.rate,
+                    q.sample_rate,
+                    |rate| retune_stream(srv, node, ch, rate, true),
+                )?;
                 self.rate_changed(node, q.sample_rate, true);
                 self.out().ack(seq);
             }
             Command::UpdateRecordStreamSampleRate(q) => {
                 let r = self.record.get_mut(&q.index).ok_or(PulseError::NoEntity)?;
-                change_rate(r.variable_rate, &mut r.spec, &r.shared.rate, q.sample_rate)?;
-                let node = r.node;
+                if r.peak.is_some() {
+                    // Its ring carries engine-rate frames for the peak detector.
+                    return Err(PulseError::NotSupported);
+                }
+                let (node, ch) = (r.node, r.ch);
+                let srv = &self.srv;
+                change_rate(
+                    &mut r.variable_rate,
+                    &mut r.spec,
+                    &r.shared.rate,
+                    q.sample_rate,
+                    |rate| retune_stream(srv, node, ch, rate, false),
+                )?;
                 self.rate_changed(node, q.sample_rate, false);
                 self.out().ack(seq);
             }
@@ -2469,9 +2527,7 @@ impl Conn {
             map
         };
         let rate = self.srv.engine.rate();
-        if spec.sample_rate.max(rate) / spec.sample_rate.min(rate) > MAX_RATE_RATIO
-            && !(peak && spec.sample_rate < rate)
-        {
+        if too_far_to_resample(spec.sample_rate, rate) && !(peak && spec.sample_rate < rate) {
             tracing::info!(
                 "pulse client {}: {} Hz is too far from the engine's {rate} Hz to resample",
                 self.client,

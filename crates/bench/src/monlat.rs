@@ -135,12 +135,13 @@ pub struct MonitorPoint {
     pub error: Option<String>,
 }
 
-/// A thread of the bench that does nothing but sleep to a deadline every
-/// [`BYSTANDER_INTERVAL`] at SCHED_FIFO [`BYSTANDER_PRIORITY`] (the class and priority
-/// quaverd's pulse I/O thread takes for low-latency streams) while a point runs: how
-/// often this machine lets such a thread run later than a stream's client has to
-/// answer a request. A server whose request round trip needs a thread to run within
-/// that budget cannot avoid an underrun when even this thread could not.
+/// Threads of the bench, one pinned to each CPU, that do nothing but sleep to a
+/// deadline every [`BYSTANDER_INTERVAL`] at SCHED_FIFO [`BYSTANDER_PRIORITY`] (the class
+/// and priority quaverd's pulse I/O thread takes for low-latency streams) while a point
+/// runs: how often this machine lets such a thread run later than a stream's client
+/// has to answer a request, on any CPU (a stalled vCPU is only seen by a thread on it).
+/// A server whose request round trip needs a thread to run within that budget cannot
+/// avoid an underrun when even these threads could not.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Bystander {
     /// Wakeups.
@@ -151,8 +152,11 @@ pub struct Bystander {
     pub budget_ms: f64,
     /// The latest wakeup, ms after its deadline.
     pub max_ms: f64,
-    /// Whether the thread got SCHED_FIFO (false: it ran as a normal thread).
+    /// Whether every thread got SCHED_FIFO (false: some ran as normal threads).
     pub realtime: bool,
+    /// Threads, one per CPU (0 in reports from before they were pinned: one unpinned).
+    #[serde(default)]
+    pub cpus: usize,
 }
 
 /// How often the bystander wakes.
@@ -161,15 +165,17 @@ pub const BYSTANDER_INTERVAL: Duration = Duration::from_millis(1);
 pub const BYSTANDER_PRIORITY: i32 = 1;
 
 impl Bystander {
-    /// Summarises lateness samples (ns) against a `budget_ms`.
-    pub fn of(late_ns: &[u64], realtime: bool, budget_ms: f64) -> Bystander {
+    /// Summarises the lateness samples (ns) of each thread against a `budget_ms`.
+    pub fn of(threads: &[(Vec<u64>, bool)], budget_ms: f64) -> Bystander {
         let budget_ns = (budget_ms * 1e6) as u64;
+        let all = || threads.iter().flat_map(|t| t.0.iter().copied());
         Bystander {
-            wakeups: late_ns.len() as u64,
-            late: late_ns.iter().filter(|&&l| l > budget_ns).count() as u64,
+            wakeups: all().count() as u64,
+            late: all().filter(|&l| l > budget_ns).count() as u64,
             budget_ms,
-            max_ms: late_ns.iter().copied().max().unwrap_or(0) as f64 / 1e6,
-            realtime,
+            max_ms: all().max().unwrap_or(0) as f64 / 1e6,
+            realtime: !threads.is_empty() && threads.iter().all(|t| t.1),
+            cpus: threads.len(),
         }
     }
 }
@@ -272,12 +278,18 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
         .and_then(|r| r);
     let steal0 = crate::procfs::steal_ms();
     let bystander_stop = Arc::new(AtomicBool::new(false));
-    let bystander = {
-        let stop = bystander_stop.clone();
-        std::thread::spawn(move || {
-            crate::cyclictest::probe_until(&stop, BYSTANDER_INTERVAL, BYSTANDER_PRIORITY)
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bystanders: Vec<_> = (0..cpus)
+        .map(|cpu| {
+            let stop = bystander_stop.clone();
+            std::thread::spawn(move || {
+                if !crate::rt::pin_to_cpu(cpu) {
+                    return (Vec::new(), false);
+                }
+                crate::cyclictest::probe_until(&stop, BYSTANDER_INTERVAL, BYSTANDER_PRIORITY)
+            })
         })
-    };
+        .collect();
     let played = match started {
         Ok(()) => play(&socket, cookie.as_deref(), n, o, rng),
         Err(e) => Err(e),
@@ -286,8 +298,10 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
         .zip(crate::procfs::steal_ms())
         .map(|(a, b)| (b - a).max(0.0));
     bystander_stop.store(true, Ordering::Relaxed);
-    let (late, realtime) = bystander
-        .join()
+    let bystanders = bystanders
+        .into_iter()
+        .map(|b| b.join())
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|_| anyhow::anyhow!("bystander thread panicked"))?;
     stop.store(true, Ordering::Relaxed);
     let rec_result = rec
@@ -299,7 +313,7 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
     let point = evaluate(n, played, &sh);
     Ok(MonitorPoint {
         steal_ms: steal,
-        bystander: answer_budget_ms(&point.granted).map(|b| Bystander::of(&late, realtime, b)),
+        bystander: answer_budget_ms(&point.granted).map(|b| Bystander::of(&bystanders, b)),
         ..point
     })
 }
@@ -658,11 +672,14 @@ mod tests {
 
     #[test]
     fn the_bystander_counts_wakeups_beyond_the_budget() {
-        let late = [20_000, 2_400_000, 2_600_000, 8_000_000, 0];
-        let b = Bystander::of(&late, true, 2.5);
-        assert_eq!((b.wakeups, b.late, b.realtime), (5, 2, true));
+        let cpu0 = vec![20_000, 2_400_000, 2_600_000];
+        let cpu1 = vec![8_000_000, 0];
+        let b = Bystander::of(&[(cpu0.clone(), true), (cpu1, true)], 2.5);
+        assert_eq!((b.wakeups, b.late, b.realtime, b.cpus), (5, 2, true, 2));
         assert!((b.max_ms - 8.0).abs() < 1e-9 && (b.budget_ms - 2.5).abs() < 1e-9);
-        assert_eq!(Bystander::of(&[], false, 2.5).late, 0);
+        // One thread without SCHED_FIFO makes the whole count suspect.
+        assert!(!Bystander::of(&[(cpu0, true), (vec![], false)], 2.5).realtime);
+        assert_eq!(Bystander::of(&[], 2.5).late, 0);
     }
 
     #[test]

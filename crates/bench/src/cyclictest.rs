@@ -159,31 +159,55 @@ pub fn parse(text: &str) -> Result<CyclictestResult> {
 pub fn probe(duration: Duration, interval: Duration, priority: i32) -> (Vec<u64>, bool) {
     let n = (duration.as_nanos() / interval.as_nanos().max(1)) as usize;
     std::thread::scope(|s| {
-        s.spawn(|| probe_loop(interval, priority, n, |done| done < n))
+        s.spawn(|| probe_loop(interval, priority, n, |done, _, _| done < n))
             .join()
             .unwrap_or_default()
     })
 }
 
+/// What [`probe_until`] saw.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    /// How late each wakeup was, ns.
+    pub late: Vec<u64>,
+    /// The wakeups at least `stall_ns` late: (deadline, lateness), CLOCK_MONOTONIC ns.
+    pub stalls: Vec<(u64, u64)>,
+    /// Whether the thread ran SCHED_FIFO.
+    pub realtime: bool,
+}
+
 /// [`probe`] on the calling thread until `stop` is set (checked at every wakeup), for a
-/// bystander that runs next to a measurement of unknown length.
-pub fn probe_until(stop: &AtomicBool, interval: Duration, priority: i32) -> (Vec<u64>, bool) {
-    probe_loop(interval, priority, 1024, |_| !stop.load(Ordering::Relaxed))
+/// bystander that runs next to a measurement of unknown length; wakeups at least
+/// `stall_ns` late are also kept with their deadlines.
+pub fn probe_until(stop: &AtomicBool, interval: Duration, priority: i32, stall_ns: u64) -> Probe {
+    let mut stalls = Vec::new();
+    let (late, realtime) = probe_loop(interval, priority, 1024, |done, deadline, late| {
+        if done > 0 && late >= stall_ns {
+            stalls.push((deadline, late));
+        }
+        !stop.load(Ordering::Relaxed)
+    });
+    Probe {
+        late,
+        stalls,
+        realtime,
+    }
 }
 
 /// The probe's loop: sets the calling thread's priority, then sleeps to deadlines while
-/// `more(wakeups so far)`.
+/// `more(wakeups so far, the last deadline, its lateness)`.
 fn probe_loop(
     interval: Duration,
     priority: i32,
     capacity: usize,
-    mut more: impl FnMut(usize) -> bool,
+    mut more: impl FnMut(usize, u64, u64) -> bool,
 ) -> (Vec<u64>, bool) {
     let rt = crate::rt::set_fifo(priority);
     let mut late = Vec::with_capacity(capacity);
     let step = interval.as_nanos() as u64;
     let mut next = crate::clock::monotonic_ns() + step;
-    while more(late.len()) {
+    let mut last = (0, 0);
+    while more(late.len(), last.0, last.1) {
         let ts = libc::timespec {
             tv_sec: (next / 1_000_000_000) as libc::time_t,
             tv_nsec: (next % 1_000_000_000) as libc::c_long,
@@ -198,7 +222,9 @@ fn probe_loop(
             );
         }
         let now = crate::clock::monotonic_ns();
-        late.push(now.saturating_sub(next));
+        let l = now.saturating_sub(next);
+        late.push(l);
+        last = (next, l);
         next += step;
         if now > next {
             next = now + step; // do not run a burst of catch-up wakeups

@@ -26,6 +26,7 @@
 //! the sample to the monitor's account of when the sink played it, which is what
 //! `pa_stream_get_latency` claims to predict. The raw `arrival − write` is kept too.
 
+use crate::cyclictest::Probe;
 use crate::paclient::{Conn, Packet, Timing};
 use crate::rng::Rng;
 use crate::servers::Server;
@@ -157,7 +158,20 @@ pub struct Bystander {
     /// Threads, one per CPU (0 in reports from before they were pinned: one unpinned).
     #[serde(default)]
     pub cpus: usize,
+    /// Underruns of the point with a bystander wakeup at least [`STALL`] late, on any
+    /// CPU, in the [`STALL_WINDOW`] before the client got the UNDERFLOW: the machine
+    /// stalled just before them. `None` in reports from before this was kept.
+    #[serde(default)]
+    pub stalled_underruns: Option<u64>,
 }
+
+/// A bystander wakeup at least this late is a stall (normal wakeups here take tens of
+/// µs).
+pub const STALL: Duration = Duration::from_millis(1);
+/// How far before an UNDERFLOW reached the client a stall counts as its cause: more
+/// than the largest queue at the points it matters for (5 and 10 ms) plus the time the
+/// notice takes to arrive.
+pub const STALL_WINDOW: Duration = Duration::from_millis(20);
 
 /// How often the bystander wakes.
 pub const BYSTANDER_INTERVAL: Duration = Duration::from_millis(1);
@@ -165,17 +179,31 @@ pub const BYSTANDER_INTERVAL: Duration = Duration::from_millis(1);
 pub const BYSTANDER_PRIORITY: i32 = 1;
 
 impl Bystander {
-    /// Summarises the lateness samples (ns) of each thread against a `budget_ms`.
-    pub fn of(threads: &[(Vec<u64>, bool)], budget_ms: f64) -> Bystander {
+    /// Summarises what each thread saw against a `budget_ms`, and which of the
+    /// underruns (when the client got them, CLOCK_MONOTONIC ns) followed a stall.
+    pub fn of(threads: &[Probe], budget_ms: f64, underrun_ns: &[u64]) -> Bystander {
         let budget_ns = (budget_ms * 1e6) as u64;
-        let all = || threads.iter().flat_map(|t| t.0.iter().copied());
+        let all = || threads.iter().flat_map(|t| t.late.iter().copied());
+        let window = STALL_WINDOW.as_nanos() as u64;
+        let stalled = underrun_ns
+            .iter()
+            .filter(|&&u| {
+                threads
+                    .iter()
+                    .flat_map(|t| &t.stalls)
+                    .any(|&(deadline, late)| {
+                        deadline <= u && deadline + late >= u.saturating_sub(window)
+                    })
+            })
+            .count() as u64;
         Bystander {
             wakeups: all().count() as u64,
             late: all().filter(|&l| l > budget_ns).count() as u64,
             budget_ms,
             max_ms: all().max().unwrap_or(0) as f64 / 1e6,
-            realtime: !threads.is_empty() && threads.iter().all(|t| t.1),
+            realtime: !threads.is_empty() && threads.iter().all(|t| t.realtime),
             cpus: threads.len(),
+            stalled_underruns: Some(stalled),
         }
     }
 }
@@ -284,9 +312,14 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
             let stop = bystander_stop.clone();
             std::thread::spawn(move || {
                 if !crate::rt::pin_to_cpu(cpu) {
-                    return (Vec::new(), false);
+                    return Probe::default();
                 }
-                crate::cyclictest::probe_until(&stop, BYSTANDER_INTERVAL, BYSTANDER_PRIORITY)
+                crate::cyclictest::probe_until(
+                    &stop,
+                    BYSTANDER_INTERVAL,
+                    BYSTANDER_PRIORITY,
+                    STALL.as_nanos() as u64,
+                )
             })
         })
         .collect();
@@ -310,10 +343,12 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
     let played = played?;
     rec_result?;
     let sh = shared.lock().expect("record state");
+    let underrun_ns = played.underrun_ns.clone();
     let point = evaluate(n, played, &sh);
     Ok(MonitorPoint {
         steal_ms: steal,
-        bystander: answer_budget_ms(&point.granted).map(|b| Bystander::of(&bystanders, b)),
+        bystander: answer_budget_ms(&point.granted)
+            .map(|b| Bystander::of(&bystanders, b, &underrun_ns)),
         ..point
     })
 }
@@ -325,7 +360,8 @@ struct Played {
     /// Per impulse: declared write time and the reported latency, µs.
     impulses: Vec<(Instant, f64)>,
     sink_usec: Vec<f64>,
-    underruns: usize,
+    /// When each UNDERFLOW reached the client, CLOCK_MONOTONIC ns.
+    underrun_ns: Vec<u64>,
 }
 
 fn evaluate(n: u32, p: Played, r: &RecordShared) -> MonitorPoint {
@@ -377,7 +413,7 @@ fn evaluate(n: u32, p: Played, r: &RecordShared) -> MonitorPoint {
             (Some(m), Some(r)) => Some(m.p50 - r.p50),
             _ => None,
         },
-        underruns: p.underruns,
+        underruns: p.underrun_ns.len(),
         overflows: r.overflows,
         steal_ms: None,
         bystander: None,
@@ -533,7 +569,7 @@ fn play(
         b.minimum_request_length,
     ];
     let mut requested = reply.requested_bytes as usize;
-    let mut underruns = 0;
+    let mut underruns: Vec<u64> = Vec::new();
     let inject = (o.inject_delay_ms as u64 * RATE as u64) / 1000;
     let spacing = |rng: &mut Rng| (RATE as u64 / 4) + rng.below(RATE as u64 / 10);
     // Impulse positions in stream frames: where the bookkeeping says (declared) and
@@ -558,11 +594,13 @@ fn play(
     let mut started: Option<Duration> = None;
     let mut last_request = Instant::now();
     let mut chunk: Vec<u8> = Vec::new();
-    let on_packet = |p: Packet, requested: &mut usize, underruns: &mut usize| {
+    let on_packet = |p: Packet, requested: &mut usize, underruns: &mut Vec<u64>| {
         if let Packet::Command { cmd, .. } = p {
             match *cmd {
                 Command::Request(r) if r.channel == channel => *requested += r.length as usize,
-                Command::Underflow(u) if u.channel == channel => *underruns += 1,
+                Command::Underflow(u) if u.channel == channel => {
+                    underruns.push(crate::clock::monotonic_ns())
+                }
                 _ => {}
             }
         }
@@ -611,13 +649,13 @@ fn play(
                     now: SystemTime::now(),
                 }))?;
                 let mut more = 0;
-                let mut under = 0;
+                let mut under = Vec::new();
                 let r: protocol::PlaybackLatency =
                     c.wait_reply(seq, &mut |p| on_packet(p, &mut more, &mut under))?;
                 let t = Timing::playback(&r, SystemTime::now());
                 timing = Some((t, Instant::now()));
                 requested += more;
-                underruns += under;
+                underruns.append(&mut under);
                 sink_usec.push(t.sink_usec as f64);
             }
             let at = Instant::now();
@@ -651,7 +689,7 @@ fn play(
         start_ms: started.map(|d| d.as_secs_f64() * 1e3),
         impulses,
         sink_usec,
-        underruns,
+        underrun_ns: underruns,
     })
 }
 
@@ -672,27 +710,50 @@ mod tests {
 
     #[test]
     fn the_bystander_counts_wakeups_beyond_the_budget() {
-        let cpu0 = vec![20_000, 2_400_000, 2_600_000];
-        let cpu1 = vec![8_000_000, 0];
-        let b = Bystander::of(&[(cpu0.clone(), true), (cpu1, true)], 2.5);
+        let ms = |m: u64| m * 1_000_000;
+        let cpu0 = Probe {
+            late: vec![20_000, 2_400_000, 2_600_000],
+            // A 2.6 ms stall due at 100 ms.
+            stalls: vec![(ms(100), 2_600_000)],
+            realtime: true,
+        };
+        let cpu1 = Probe {
+            late: vec![8_000_000, 0],
+            // An 8 ms stall due at 500 ms.
+            stalls: vec![(ms(500), ms(8))],
+            realtime: true,
+        };
+        // Underruns at 110 ms (10 ms after the first stall began), 300 ms (no stall
+        // in the 20 ms before), 525 ms (the second stall ended 17 ms before) and 530 ms
+        // (22 ms after it ended).
+        let underruns = [ms(110), ms(300), ms(525), ms(530)];
+        let b = Bystander::of(&[cpu0.clone(), cpu1], 2.5, &underruns);
         assert_eq!((b.wakeups, b.late, b.realtime, b.cpus), (5, 2, true, 2));
         assert!((b.max_ms - 8.0).abs() < 1e-9 && (b.budget_ms - 2.5).abs() < 1e-9);
+        assert_eq!(b.stalled_underruns, Some(2));
+        // An underrun before the stall it would be matched with is not its effect.
+        assert_eq!(
+            Bystander::of(std::slice::from_ref(&cpu0), 2.5, &[ms(99)]).stalled_underruns,
+            Some(0)
+        );
         // One thread without SCHED_FIFO makes the whole count suspect.
-        assert!(!Bystander::of(&[(cpu0, true), (vec![], false)], 2.5).realtime);
-        assert_eq!(Bystander::of(&[], 2.5).late, 0);
+        assert!(!Bystander::of(&[cpu0, Probe::default()], 2.5, &[]).realtime);
+        assert_eq!(Bystander::of(&[], 2.5, &[]).late, 0);
     }
 
     #[test]
     fn the_bystander_stops_when_told() {
         let stop = AtomicBool::new(false);
-        let (late, _) = std::thread::scope(|s| {
-            let h = s.spawn(|| crate::cyclictest::probe_until(&stop, Duration::from_millis(1), 0));
+        let p = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                crate::cyclictest::probe_until(&stop, Duration::from_millis(1), 0, u64::MAX)
+            });
             std::thread::sleep(Duration::from_millis(30));
             stop.store(true, Ordering::Relaxed);
             h.join().unwrap()
         });
         // Returning at all is the point (a loop that ignored `stop` would hang here).
-        assert!(!late.is_empty());
+        assert!(!p.late.is_empty() && p.stalls.is_empty());
     }
 
     #[test]
@@ -709,7 +770,7 @@ mod tests {
                 (ms(700), 20_000.0),
             ],
             sink_usec: vec![5_000.0],
-            underruns: 2,
+            underrun_ns: vec![1, 2],
         };
         let rec = RecordShared {
             // A stray capture before the first write, then 15 and 17 ms after the
@@ -749,7 +810,7 @@ mod tests {
             start_ms: None,
             impulses: (0..4).map(|i| (ms(100 + 300 * i), 10_000.0)).collect(),
             sink_usec: Vec::new(),
-            underruns: 1,
+            underrun_ns: vec![1],
         };
         // Impulse 1 never comes back; 0, 2 and 3 do, 12 ms after their writes.
         let rec = RecordShared {

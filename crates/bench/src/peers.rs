@@ -729,6 +729,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
         "rec lat",
         "sink lat",
         "underruns",
+        "after a stall",
         "steal ms",
         "RT late (max ms)",
         "impulses (lost)",
@@ -756,7 +757,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
                 if let Some(e) = &s.monitor_error {
                     let mut row = vec![n.to_string(), s.server.name().into()];
                     row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
-                    row.resize(16, String::new());
+                    row.resize(17, String::new());
                     m.row(row);
                 }
                 continue;
@@ -764,7 +765,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
             if let Some(e) = &p.error {
                 let mut row = vec![n.to_string(), s.server.name().into()];
                 row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
-                row.resize(16, String::new());
+                row.resize(17, String::new());
                 m.row(row);
                 continue;
             }
@@ -786,6 +787,9 @@ pub fn render(r: &PeersResults) -> ModeOutput {
                 ms(p.record_latency_ms, 2),
                 ms(p.sink_latency_ms, 2),
                 p.underruns.to_string(),
+                p.bystander
+                    .and_then(|b| b.stalled_underruns)
+                    .map_or("–".into(), |n| n.to_string()),
                 ms(p.steal_ms, 0),
                 p.bystander.map_or("–".into(), |b| {
                     format!(
@@ -839,12 +843,15 @@ pub fn render(r: &PeersResults) -> ModeOutput {
              server's first request after the initial fill. *vs pulseaudio*: measured p50 − PulseAudio's \
              (negative: lower than PulseAudio). Underruns are the server's UNDERFLOW \
              events. *steal*: CPU time the hypervisor gave to others during the point \
-             (`/proc/stat`). *RT late*: wakeups of a bystander thread of the bench \
-             (SCHED_FIFO 1, sleeping to a deadline every 1 ms through the point, doing \
-             nothing else) later than the client's answer budget (granted tlength − \
-             minreq), with its latest wakeup: when even it could not run in time, a \
-             request round trip through the server's threads could not either (* : it \
-             did not get SCHED_FIFO). Times in ms.{}\n",
+             (`/proc/stat`). *RT late*: wakeups of the bench's bystander threads \
+             (one pinned to each CPU, SCHED_FIFO 1, sleeping to a deadline every 1 ms \
+             through the point, doing nothing else) later than the client's answer \
+             budget (granted tlength − minreq), with the latest wakeup: when even they \
+             could not run in time, a request round trip through the server's threads \
+             could not either (*: a thread did not get SCHED_FIFO or its CPU). *after a \
+             stall*: underruns with a bystander wakeup at least 1 ms late, on any CPU, \
+             in the 20 ms before the client got the \
+             UNDERFLOW. Times in ms.{}\n",
             r.monitor_fragsize_ms,
             r.monitor_seconds,
             if r.monitor_inject_delay_ms > 0 {

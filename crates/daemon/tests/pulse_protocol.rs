@@ -315,6 +315,29 @@ fn set_buffer_attr_moves_the_quantum() {
     );
 }
 
+/// Creates a 44.1 kHz s16 stereo playback stream with PulseAudio's default buffer
+/// attributes; returns its channel.
+fn create_44k1_s16_stereo(c: &mut RawClient, corked: bool, variable_rate: bool) -> u32 {
+    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
+        sample_spec: SampleSpec {
+            format: SampleFormat::S16Le,
+            channels: 2,
+            sample_rate: 44100,
+        },
+        channel_map: ChannelMap::stereo(),
+        cvolume: Some(ChannelVolume::norm(2)),
+        flags: pa::stream::StreamFlags {
+            start_corked: corked,
+            variable_rate,
+            ..Default::default()
+        },
+        ..Default::default()
+    }));
+    let p = c.reply_to(seq, |_| {}).expect("stream created");
+    let reply: pa::CreatePlaybackStreamReply = c.decode(&p);
+    reply.channel
+}
+
 /// UPDATE_PLAYBACK_STREAM_SAMPLE_RATE: a VARIABLE_RATE stream may move to any rate the
 /// engine can convert (within the resampler's range by itself, beyond it with a new
 /// converter) and introspection shows the new rate; a fixed-rate stream gets BADSTATE,
@@ -323,28 +346,8 @@ fn set_buffer_attr_moves_the_quantum() {
 fn variable_rate_streams_change_rate() {
     let d = pulse_util::start(&["--device", "null"]);
     let mut c = RawClient::ready(&d, "rate");
-    let create = |c: &mut RawClient, variable: bool| -> u32 {
-        let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
-            sample_spec: SampleSpec {
-                format: SampleFormat::S16Le,
-                channels: 2,
-                sample_rate: 44100,
-            },
-            channel_map: ChannelMap::stereo(),
-            cvolume: Some(ChannelVolume::norm(2)),
-            flags: pa::stream::StreamFlags {
-                start_corked: true,
-                variable_rate: variable,
-                ..Default::default()
-            },
-            ..Default::default()
-        }));
-        let p = c.reply_to(seq, |_| {}).expect("stream created");
-        let reply: pa::CreatePlaybackStreamReply = c.decode(&p);
-        reply.channel
-    };
-    let var = create(&mut c, true);
-    let fixed = create(&mut c, false);
+    let var = create_44k1_s16_stereo(&mut c, true, true);
+    let fixed = create_44k1_s16_stereo(&mut c, true, false);
     let update = |c: &mut RawClient, index: u32, sample_rate: u32| {
         let seq = c.send(&Command::UpdatePlaybackStreamSampleRate(
             pa::UpdateSampleRateParams { index, sample_rate },
@@ -396,23 +399,7 @@ fn variable_rate_streams_change_rate() {
 fn a_stream_moved_far_from_its_creation_rate_plays_at_the_new_rate() {
     let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let mut c = RawClient::ready(&d, "retune");
-    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
-        sample_spec: SampleSpec {
-            format: SampleFormat::S16Le,
-            channels: 2,
-            sample_rate: 44100,
-        },
-        channel_map: ChannelMap::stereo(),
-        cvolume: Some(ChannelVolume::norm(2)),
-        flags: pa::stream::StreamFlags {
-            variable_rate: true,
-            ..Default::default()
-        },
-        ..Default::default()
-    }));
-    let p = c.reply_to(seq, |_| {}).expect("stream created");
-    let reply: pa::CreatePlaybackStreamReply = c.decode(&p);
-    let ch = reply.channel;
+    let ch = create_44k1_s16_stereo(&mut c, false, true);
     let seq = c.send(&Command::UpdatePlaybackStreamSampleRate(
         pa::UpdateSampleRateParams {
             index: ch,

@@ -350,16 +350,25 @@ impl Retune {
         self.rate
     }
 
-    /// Swaps converter, scratch and base rate with an adapter's. *RT*.
+    /// Swaps converter, scratch and base rate with an adapter's, if the adapter is a
+    /// variable-rate one (its converter adjustable; a fixed-rate stream keeps its
+    /// own). Returns whether it swapped. *RT*.
     fn swap(
         &mut self,
         resampler: &mut Option<StreamResampler>,
         scratch: &mut Vec<f32>,
         base: &mut u32,
-    ) {
+    ) -> bool {
+        if !resampler
+            .as_ref()
+            .is_some_and(StreamResampler::is_adjustable)
+        {
+            return false;
+        }
         std::mem::swap(&mut self.resampler, resampler);
         std::mem::swap(&mut self.scratch, scratch);
         std::mem::swap(&mut self.rate, base);
+        true
     }
 }
 
@@ -525,13 +534,7 @@ impl<S: FrameSource> PlaybackAdapter<S> {
 
 impl<S: FrameSource> Processor for PlaybackAdapter<S> {
     fn retune(&mut self, r: &mut Retune) {
-        // Only a variable-rate adapter follows its client's rate.
-        if self
-            .resampler
-            .as_ref()
-            .is_some_and(StreamResampler::is_adjustable)
-        {
-            r.swap(&mut self.resampler, &mut self.scratch, &mut self.base_rate);
+        if r.swap(&mut self.resampler, &mut self.scratch, &mut self.base_rate) {
             self.in_rate = self.base_rate;
         }
     }
@@ -685,12 +688,7 @@ fn write_interleaved<K: FrameSink>(
 
 impl<K: FrameSink> Processor for RecordAdapter<K> {
     fn retune(&mut self, r: &mut Retune) {
-        if self
-            .resampler
-            .as_ref()
-            .is_some_and(StreamResampler::is_adjustable)
-        {
-            r.swap(&mut self.resampler, &mut self.scratch, &mut self.base_rate);
+        if r.swap(&mut self.resampler, &mut self.scratch, &mut self.base_rate) {
             self.out_rate = self.base_rate;
         }
     }

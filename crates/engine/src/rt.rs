@@ -321,12 +321,7 @@ impl RtRunner {
                         s.gain.set_target(gain, ramp);
                     }
                 }
-                ToRt::Retune { slot, mut retune } => {
-                    if let Some(p) = self.slots[slot].as_mut().and_then(|s| s.processor.as_mut()) {
-                        p.retune(&mut retune);
-                    }
-                    self.retire(Garbage::Retune(retune));
-                }
+                ToRt::Retune { slot, retune } => self.retune(slot, retune),
                 ToRt::Rewind { discard } => {
                     self.rewind_requested = true;
                     if let Some(slot) = discard

@@ -52,15 +52,15 @@ const REQUEST_RESERVE_USEC: u64 = 8_000;
 const TRADITIONAL_RECORD_USEC: u64 = 100_000;
 /// Largest ratio between a stream's rate and the engine's that the adapter resamples.
 const MAX_RATE_RATIO: u32 = 16;
+/// The protocol version this server speaks.
+const SERVER_VERSION: u16 = pa::MAX_VERSION;
+
+type Reply = Result<(), PulseError>;
 
 /// Whether `rate` is further from `engine_rate` than the adapter resamples.
 fn too_far_to_resample(rate: u32, engine_rate: u32) -> bool {
     rate.max(engine_rate) / rate.min(engine_rate).max(1) > MAX_RATE_RATIO
 }
-/// The protocol version this server speaks.
-const SERVER_VERSION: u16 = pa::MAX_VERSION;
-
-type Reply = Result<(), PulseError>;
 
 fn engine_err(e: EngineError) -> PulseError {
     match e {

@@ -160,9 +160,9 @@ pub struct Bystander {
     pub cpus: usize,
     /// Underruns of the point with a bystander wakeup at least [`STALL`] late, on any
     /// CPU, in the [`STALL_WINDOW`] before the client got the UNDERFLOW: the machine
-    /// stalled just before them. `None` in reports from before this was kept.
+    /// stalled just before them.
     #[serde(default)]
-    pub stalled_underruns: Option<u64>,
+    pub stalled_underruns: u64,
 }
 
 /// A bystander wakeup at least this late is a stall (normal wakeups here take tens of
@@ -203,7 +203,7 @@ impl Bystander {
             max_ms: all().max().unwrap_or(0) as f64 / 1e6,
             realtime: !threads.is_empty() && threads.iter().all(|t| t.realtime),
             cpus: threads.len(),
-            stalled_underruns: Some(stalled),
+            stalled_underruns: stalled,
         }
     }
 }
@@ -343,13 +343,12 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
     let played = played?;
     rec_result?;
     let sh = shared.lock().expect("record state");
-    let underrun_ns = played.underrun_ns.clone();
-    let point = evaluate(n, played, &sh);
+    let bystander = answer_budget_ms(&played.granted)
+        .map(|b| Bystander::of(&bystanders, b, &played.underrun_ns));
     Ok(MonitorPoint {
         steal_ms: steal,
-        bystander: answer_budget_ms(&point.granted)
-            .map(|b| Bystander::of(&bystanders, b, &underrun_ns)),
-        ..point
+        bystander,
+        ..evaluate(n, played, &sh)
     })
 }
 
@@ -730,11 +729,11 @@ mod tests {
         let b = Bystander::of(&[cpu0.clone(), cpu1], 2.5, &underruns);
         assert_eq!((b.wakeups, b.late, b.realtime, b.cpus), (5, 2, true, 2));
         assert!((b.max_ms - 8.0).abs() < 1e-9 && (b.budget_ms - 2.5).abs() < 1e-9);
-        assert_eq!(b.stalled_underruns, Some(2));
+        assert_eq!(b.stalled_underruns, 2);
         // An underrun before the stall it would be matched with is not its effect.
         assert_eq!(
             Bystander::of(std::slice::from_ref(&cpu0), 2.5, &[ms(99)]).stalled_underruns,
-            Some(0)
+            0
         );
         // One thread without SCHED_FIFO makes the whole count suspect.
         assert!(!Bystander::of(&[cpu0, Probe::default()], 2.5, &[]).realtime);

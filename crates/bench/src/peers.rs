@@ -788,8 +788,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
                 ms(p.sink_latency_ms, 2),
                 p.underruns.to_string(),
                 p.bystander
-                    .and_then(|b| b.stalled_underruns)
-                    .map_or("–".into(), |n| n.to_string()),
+                    .map_or("–".into(), |b| b.stalled_underruns.to_string()),
                 ms(p.steal_ms, 0),
                 p.bystander.map_or("–".into(), |b| {
                     format!(

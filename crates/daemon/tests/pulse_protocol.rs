@@ -443,6 +443,166 @@ fn a_stream_moved_far_from_its_creation_rate_plays_at_the_new_rate() {
     assert!((860..=900).contains(&crossings), "{crossings} sign changes");
 }
 
+/// A VARIABLE_RATE stream created at 8 kHz with a small buffer and moved to 96 kHz
+/// still gets a whole cycle's input at the largest quantum: its ring was sized for the
+/// rates it may move to, so one second of a tone plays as one second, with no gaps.
+#[test]
+fn a_small_buffer_moved_to_a_high_rate_plays_without_gaps() {
+    let mut d = pulse_util::start(&[
+        "--device",
+        "file:out.wav",
+        "--quantum-min",
+        "8192",
+        "--quantum",
+        "8192",
+    ]);
+    let mut c = RawClient::ready(&d, "retune-up");
+    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
+        sample_spec: SampleSpec {
+            format: SampleFormat::S16Le,
+            channels: 2,
+            sample_rate: 8000,
+        },
+        channel_map: ChannelMap::stereo(),
+        buffer_attr: BufferAttr {
+            target_length: 4000, // 125 ms at 8 kHz, 10 ms at 96 kHz
+            ..BufferAttr::default()
+        },
+        cvolume: Some(ChannelVolume::norm(2)),
+        flags: pa::stream::StreamFlags {
+            variable_rate: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    }));
+    let p = c.reply_to(seq, |_| {}).expect("stream created");
+    let ch = c.decode::<pa::CreatePlaybackStreamReply>(&p).channel;
+    let seq = c.send(&Command::UpdatePlaybackStreamSampleRate(
+        pa::UpdateSampleRateParams {
+            index: ch,
+            sample_rate: 96000,
+        },
+    ));
+    c.reply_to(seq, |_| {}).expect("rate changed");
+    // 960 Hz (100 samples a period at 96 kHz), never exactly zero.
+    let tone: Vec<u8> = (0..96000)
+        .flat_map(|i| {
+            let v = (8000.0 * (std::f64::consts::TAU * (i as f64 + 0.5) / 100.0).sin()) as i16;
+            [v, v]
+        })
+        .flat_map(|s| s.to_le_bytes())
+        .collect();
+    for chunk in tone.chunks(38400) {
+        c.write_audio(ch, chunk);
+    }
+    let seq = c.send(&Command::DrainPlaybackStream(ch));
+    c.reply_to(seq, |_| {}).expect("drained");
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    let frames: Vec<i16> = out.chunks(2).map(|f| f[0]).collect();
+    let loud = |v: &i16| v.abs() > 200;
+    let first = frames.iter().position(loud).expect("audio arrived");
+    let last = frames.iter().rposition(loud).unwrap();
+    let span = last - first;
+    assert!(
+        (47_000..=49_000).contains(&span),
+        "one second at 48 kHz expected, got {span} frames (from {first})\n{}",
+        d.log_text()
+    );
+    // A 960 Hz tone at 48 kHz is loud again within 25 frames; a gap is longer.
+    let longest_quiet = frames[first..last]
+        .split(loud)
+        .map(<[i16]>::len)
+        .max()
+        .unwrap_or(0);
+    assert!(longest_quiet < 25, "a gap of {longest_quiet} frames");
+}
+
+/// The record side of the same: a VARIABLE_RATE record stream created at 8 kHz with
+/// small fragments and moved to 96 kHz takes a whole cycle at the largest quantum, so a
+/// one-second tone played into the sink is recorded whole from its monitor.
+#[test]
+fn a_record_stream_moved_to_a_high_rate_loses_nothing() {
+    require_tools!("paplay");
+    let d = pulse_util::start(&[
+        "--device",
+        "null",
+        "--quantum-min",
+        "8192",
+        "--quantum",
+        "8192",
+    ]);
+    let mut c = RawClient::ready(&d, "retune-rec");
+    let seq = c.send(&Command::CreateRecordStream(pa::RecordStreamParams {
+        sample_spec: SampleSpec {
+            format: SampleFormat::S16Le,
+            channels: 2,
+            sample_rate: 8000,
+        },
+        channel_map: ChannelMap::stereo(),
+        source_name: Some(c"null-sink.monitor".into()),
+        buffer_attr: BufferAttr {
+            fragment_size: 1600, // 50 ms at 8 kHz, 4 ms at 96 kHz
+            ..BufferAttr::default()
+        },
+        flags: pa::stream::StreamFlags {
+            variable_rate: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    }));
+    let p = c.reply_to(seq, |_| {}).expect("record stream created");
+    let ch = c.decode::<pa::CreateRecordStreamReply>(&p).channel;
+    let seq = c.send(&Command::UpdateRecordStreamSampleRate(
+        pa::UpdateSampleRateParams {
+            index: ch,
+            sample_rate: 96000,
+        },
+    ));
+    c.reply_to(seq, |_| {}).expect("rate changed");
+    // One second of 480 Hz (100 samples a period at 48 kHz), never exactly zero.
+    let tone: Vec<i16> = (0..48000)
+        .flat_map(|i| {
+            let v = (8000.0 * (std::f64::consts::TAU * (i as f64 + 0.5) / 100.0).sin()) as i16;
+            [v, v]
+        })
+        .collect();
+    write_wav_s16(&d.path("tone.wav"), 48000, 2, &tone);
+    let player = spawn_pa(&d, "paplay", &["tone.wav"]);
+    // Record until the tone has come and gone (2.5 s at 96 kHz), bounded by the
+    // socket's read timeout on each packet.
+    let mut rec = Vec::new();
+    while rec.len() < 2_500 * 96 * 4 {
+        if let Msg::Memblock(got, data) = c.next() {
+            assert_eq!(got, ch);
+            rec.extend_from_slice(&data);
+        }
+    }
+    let out = wait_output(player, WAIT);
+    assert!(out.status.success(), "paplay failed");
+    let frames: Vec<i16> = rec
+        .chunks(4)
+        .map(|f| i16::from_le_bytes([f[0], f[1]]))
+        .collect();
+    let loud = |v: &i16| v.abs() > 200;
+    let first = frames.iter().position(loud).expect("the tone arrived");
+    let last = frames.iter().rposition(loud).unwrap();
+    let span = last - first;
+    assert!(
+        (94_000..=98_000).contains(&span),
+        "one second at 96 kHz expected, got {span} frames (from {first})\n{}",
+        d.log_text()
+    );
+    // 480 Hz at 96 kHz is loud again within 50 frames; a gap is longer.
+    let longest_quiet = frames[first..last]
+        .split(loud)
+        .map(<[i16]>::len)
+        .max()
+        .unwrap_or(0);
+    assert!(longest_quiet < 50, "a gap of {longest_quiet} frames");
+}
+
 /// A record stream on a sink's monitor reports the sink's latency as its monitor
 /// latency (libpulse subtracts it: a monitor hears a sample before the sink plays it);
 /// one on a real source reports none.

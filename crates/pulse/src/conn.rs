@@ -62,6 +62,18 @@ fn too_far_to_resample(rate: u32, engine_rate: u32) -> bool {
     rate.max(engine_rate) / rate.min(engine_rate).max(1) > MAX_RATE_RATIO
 }
 
+/// The highest rate a stream created at `rate` may run at: a VARIABLE_RATE stream may
+/// move to any rate the adapter converts (see `too_far_to_resample`). Its ring is built
+/// on the control side and cannot grow once the RT thread holds the other end, so it is
+/// sized for this rate.
+fn highest_rate(variable_rate: bool, rate: u32, engine_rate: u32) -> u32 {
+    if variable_rate {
+        crate::convert::MAX_RATE.min(engine_rate.saturating_mul(MAX_RATE_RATIO + 1))
+    } else {
+        rate
+    }
+}
+
 fn engine_err(e: EngineError) -> PulseError {
     match e {
         EngineError::NoSuchNode(_) | EngineError::NoSuchPort(_) | EngineError::NoSuchLink(_) => {
@@ -2600,8 +2612,11 @@ impl Conn {
         let cfg = srv.engine.config().clone();
         let tlength_frames = attr.target_length as usize / fs;
         let minreq_frames = attr.minimum_request_length as usize / fs;
+        // A cycle at the largest quantum must fit in the ring, at any rate the stream
+        // may move to.
+        let top_rate = highest_rate(p.flags.variable_rate, spec.sample_rate, rate);
         let quantum_frames =
-            (cfg.quantum_max as u64 * spec.sample_rate as u64).div_ceil(rate as u64) as usize;
+            (cfg.quantum_max as u64 * top_rate as u64).div_ceil(rate as u64) as usize;
         let ring_frames = (tlength_frames + minreq_frames + quantum_frames)
             .max(1024)
             .next_power_of_two();
@@ -2950,8 +2965,15 @@ impl Conn {
             1
         };
         let ring_rate = if decim > 1 { rate } else { spec.sample_rate };
+        // A cycle at the largest quantum must fit in the ring, at any rate the stream
+        // may move to (a peak-detecting one never moves).
+        let top_rate = highest_rate(
+            p.flags.variable_rate && !p.flags.peak_detect,
+            ring_rate,
+            rate,
+        );
         let quantum_frames =
-            (cfg.quantum_max as u64 * ring_rate as u64).div_ceil(rate as u64) as usize;
+            (cfg.quantum_max as u64 * top_rate as u64).div_ceil(rate as u64) as usize;
         let frag = (fixed.attr.fragment_size as usize / fs).max(1) * decim;
         let ring_frames = (2 * frag.min(ring_rate as usize * 4) + 2 * quantum_frames)
             .max(4096)

@@ -1410,6 +1410,7 @@ mod tests {
             tid,
             name: name.into(),
             cpu_ticks: c,
+            run_ns: None,
             ctx: CtxSwitches {
                 voluntary: v,
                 nonvoluntary: i,

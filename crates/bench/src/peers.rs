@@ -119,6 +119,10 @@ impl PeersOptions {
 pub struct Sample {
     /// CPU seconds per second (of wall time; the servers play in real time).
     pub cpu_per_s: f64,
+    /// Whether that CPU time is to the nanosecond (every process's threads' schedstat)
+    /// rather than in clock ticks; see [`ProcDelta::between`].
+    #[serde(default)]
+    pub cpu_exact: bool,
     /// Voluntary context switches per second, all threads.
     pub wakeups_per_s: f64,
     /// Involuntary context switches per second.
@@ -518,6 +522,7 @@ fn sample_window(pids: &[u32], seconds: f64) -> Result<Sample> {
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let mut s = Sample {
         cpu_per_s: 0.0,
+        cpu_exact: true,
         wakeups_per_s: 0.0,
         preemptions_per_s: 0.0,
         rss_kb: 0,
@@ -531,6 +536,7 @@ fn sample_window(pids: &[u32], seconds: f64) -> Result<Sample> {
         let d = ProcDelta::between(a, &b, procfs::clock_ticks_per_second());
         let w = d.wall_s.max(1e-9);
         s.cpu_per_s += d.cpu_s / w;
+        s.cpu_exact &= d.cpu_exact;
         s.wakeups_per_s += d.voluntary as f64 / w;
         s.preemptions_per_s += d.nonvoluntary as f64 / w;
         s.rss_kb += mem.rss_kb;
@@ -871,6 +877,20 @@ pub fn render(r: &PeersResults) -> ModeOutput {
         if let Some(e) = &s.error {
             let _ = writeln!(md, "  - not measured: {e}");
         } else {
+            let samples: Vec<&Sample> = s
+                .idle
+                .iter()
+                .chain(s.load.values().flat_map(|by_n| by_n.values().flatten()))
+                .collect();
+            let ticks = samples.iter().filter(|x| !x.cpu_exact).count();
+            if ticks > 0 {
+                let _ = writeln!(
+                    md,
+                    "  - CPU time in clock ticks in {ticks} of {} samples (a thread \
+                     came or went in the window), to the nanosecond in the others",
+                    samples.len()
+                );
+            }
             for f in &s.failures {
                 let _ = writeln!(
                     md,
@@ -931,6 +951,7 @@ mod tests {
     fn medians_over_repetitions() {
         let s = |c: f64| Sample {
             cpu_per_s: c,
+            cpu_exact: true,
             wakeups_per_s: 1.0,
             preemptions_per_s: 0.0,
             rss_kb: 1,

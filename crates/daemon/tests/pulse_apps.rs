@@ -182,9 +182,23 @@ fn record_monitor(
     seed: u64,
     stop: impl FnOnce(std::process::Child) -> std::process::Output,
 ) -> (Vec<i16>, Vec<i16>) {
-    let d = pulse_util::start(&["--device", "null"]);
     let input = test_input(seed);
-    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let got = record_monitor_of(prog, args, env, &input, (48000, 2), stop);
+    (got, input)
+}
+
+/// [`record_monitor`] of a given 48 kHz stereo `input`, for a recorder that writes
+/// rec.wav at `(rate, channels)`.
+fn record_monitor_of(
+    prog: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &[i16],
+    (rate, channels): (u32, u16),
+    stop: impl FnOnce(std::process::Child) -> std::process::Output,
+) -> Vec<i16> {
+    let d = pulse_util::start(&["--device", "null"]);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, input);
     let rec = pa(&d, prog)
         .args(args)
         .envs(env.iter().copied())
@@ -210,8 +224,133 @@ fn record_monitor(
         d.log_text()
     );
     let (spec, got) = read_wav_s16(&d.path("rec.wav"));
+    assert_eq!((spec.sample_rate, spec.channels), (rate, channels));
+    got
+}
+
+/// A sine of `period` samples (never exactly zero), `frames` long, at amplitude 8000.
+fn sine(frames: usize, period: f64) -> impl Iterator<Item = i16> {
+    (0..frames)
+        .map(move |i| (8000.0 * (std::f64::consts::TAU * (i as f64 + 0.5) / period).sin()) as i16)
+}
+
+/// What one channel of interleaved audio holds: the frames from its first to its last
+/// loud sample, the sign changes between them, and the longest quiet run inside.
+fn tone_of(samples: &[i16], channels: usize, ch: usize) -> (usize, usize, usize) {
+    let x: Vec<i16> = samples.iter().skip(ch).step_by(channels).copied().collect();
+    let loud = |v: &i16| v.abs() > 300;
+    let Some(first) = x.iter().position(loud) else {
+        return (0, 0, 0);
+    };
+    let last = x.iter().rposition(loud).unwrap();
+    let x = &x[first..=last];
+    let crossings = x.windows(2).filter(|w| (w[0] < 0) != (w[1] < 0)).count();
+    let quiet = x.split(loud).map(<[i16]>::len).max().unwrap_or(0);
+    (last - first, crossings, quiet)
+}
+
+/// Asserts `got` is `seconds` of a tone of `hz` at `rate`: its length within 2 %, its
+/// sign changes (two a period) within 2 %, and no gap.
+fn assert_tone(got: (usize, usize, usize), seconds: f64, hz: f64, rate: f64, what: &str) {
+    let (span, crossings, quiet) = got;
+    let want_span = seconds * rate;
+    let want_crossings = 2.0 * hz * seconds;
+    assert!(
+        (span as f64 - want_span).abs() < 0.02 * want_span,
+        "{what}: {span} frames, {want_span} expected"
+    );
+    assert!(
+        (crossings as f64 - want_crossings).abs() < 0.02 * want_crossings,
+        "{what}: {crossings} sign changes, {want_crossings} expected"
+    );
+    assert!(
+        quiet < (rate / hz / 4.0) as usize,
+        "{what}: a gap of {quiet} frames"
+    );
+}
+
+/// mpv sends a 44.1 kHz 5.1 file as it is (`--audio-channels=5.1`): quaverd resamples
+/// it to the 48 kHz sink and maps it down to stereo; a tone only in front-left and
+/// another only in front-right come out on their own sides, at their pitch and length.
+#[test]
+fn mpv_plays_a_44k1_5_1_file_into_the_48k_stereo_sink() {
+    require_app!("mpv", "mpv");
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
+    let frames = 2 * 44100;
+    let mut file = vec![0i16; frames * 6];
+    for (i, v) in sine(frames, 100.0).enumerate() {
+        file[i * 6] = v; // 441 Hz, front left
+    }
+    for (i, v) in sine(frames, 40.0).enumerate() {
+        file[i * 6 + 1] = v; // 1102.5 Hz, front right
+    }
+    write_wav_s16(&d.path("in.wav"), 44100, 6, &file);
+    run_app(
+        &d,
+        "mpv",
+        &[
+            "--ao=pulse",
+            "--no-video",
+            "--no-config",
+            "--really-quiet",
+            "--audio-format=s16",
+            "--audio-channels=5.1",
+            "in.wav",
+        ],
+    );
+    let out_path = d.path("out.wav");
+    let log = d.stop();
+    assert!(
+        log.lines()
+            .any(|l| l.contains(" 6 ch ") && l.contains(" 44100 Hz → ")),
+        "mpv did not send 44.1 kHz 5.1\n{log}"
+    );
+    let (spec, out) = read_wav_s16(&out_path);
     assert_eq!((spec.sample_rate, spec.channels), (48000, 2));
-    (got, input)
+    assert_tone(tone_of(&out, 2, 0), 2.0, 441.0, 48000.0, "left");
+    assert_tone(tone_of(&out, 2, 1), 2.0, 1102.5, 48000.0, "right");
+}
+
+/// ffmpeg records the monitor at 44.1 kHz mono while a 48 kHz stereo tone plays: quaverd
+/// mixes the two channels down and resamples; the tone arrives at its pitch and length.
+#[test]
+fn ffmpeg_records_the_monitor_at_44k1_mono() {
+    require_app!("ffmpeg", "ffmpeg");
+    require_tools!("paplay", "pactl");
+    // 1 kHz (48 samples a period) on both channels for two seconds.
+    let input: Vec<i16> = sine(2 * 48000, 48.0).flat_map(|v| [v, v]).collect();
+    let got = record_monitor_of(
+        "ffmpeg",
+        &[
+            "-nostdin",
+            "-loglevel",
+            "error",
+            "-f",
+            "pulse",
+            "-sample_rate",
+            "44100",
+            "-channels",
+            "1",
+            "-i",
+            "null-sink.monitor",
+            "-t",
+            "6",
+            "-c:a",
+            "pcm_s16le",
+            "rec.wav",
+        ],
+        &[],
+        &input,
+        (44100, 1),
+        |c| wait_output(c, WAIT),
+    );
+    assert_tone(
+        tone_of(&got, 1, 0),
+        2.0,
+        1000.0,
+        44100.0,
+        "ffmpeg 44.1 kHz mono",
+    );
 }
 
 #[test]

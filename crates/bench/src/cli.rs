@@ -217,6 +217,10 @@ pub enum Mode {
         /// Monitor latency: seconds of impulses per point (default 10; 1.5 with --quick).
         #[arg(long)]
         monitor_seconds: Option<f64>,
+        /// Monitor latency: rounds each point is split into, alternating between the
+        /// servers (default 5; 1 with --quick).
+        #[arg(long)]
+        monitor_rounds: Option<usize>,
         /// Monitor latency: the record stream's fragsize, ms.
         #[arg(long, default_value_t = 2.0)]
         monitor_fragsize_ms: f64,
@@ -537,6 +541,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             monitor_latencies,
             no_monitor_latency,
             monitor_seconds,
+            monitor_rounds,
             monitor_fragsize_ms,
             inject_delay_ms,
             ..
@@ -557,6 +562,9 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
                 m.latencies_ms = monitor_latencies.clone();
                 if let Some(s) = monitor_seconds {
                     m.seconds = *s;
+                }
+                if let Some(r) = monitor_rounds {
+                    m.rounds = (*r).max(1);
                 }
                 m.fragsize_ms = *monitor_fragsize_ms;
                 m.inject_delay_ms = *inject_delay_ms;

@@ -71,6 +71,9 @@ pub struct MonitorOptions {
     pub latencies_ms: Vec<u32>,
     /// Seconds of impulses per point.
     pub seconds: f64,
+    /// Rounds a point is measured in, each of `seconds / rounds` (the caller alternates
+    /// servers between rounds, so a noisy minute falls on all of them alike).
+    pub rounds: usize,
     /// The record stream's fragsize, ms.
     pub fragsize_ms: f64,
     /// Write each impulse this many ms later in the stream than the bookkeeping says
@@ -79,11 +82,12 @@ pub struct MonitorOptions {
 }
 
 impl MonitorOptions {
-    /// Defaults: 5, 10, 20 and 50 ms, 10 s each (quick: 1.5 s).
+    /// Defaults: 5, 10, 20 and 50 ms, 10 s each in 5 rounds (quick: 1.5 s, 1 round).
     pub fn new(quick: bool) -> MonitorOptions {
         MonitorOptions {
             latencies_ms: vec![5, 10, 20, 50],
             seconds: if quick { 1.5 } else { 10.0 },
+            rounds: if quick { 1 } else { 5 },
             fragsize_ms: 2.0,
             inject_delay_ms: 0,
         }
@@ -163,6 +167,23 @@ pub struct Bystander {
     /// stalled just before them.
     #[serde(default)]
     pub stalled_underruns: u64,
+}
+
+/// Each CPU's probes of several rounds as one probe per CPU.
+fn merge_probes(rounds: impl IntoIterator<Item = Vec<Probe>>) -> Vec<Probe> {
+    let mut out: Vec<Probe> = Vec::new();
+    for probes in rounds {
+        for (i, p) in probes.into_iter().enumerate() {
+            if let Some(m) = out.get_mut(i) {
+                m.late.extend(p.late);
+                m.stalls.extend(p.stalls);
+                m.realtime &= p.realtime;
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 /// A bystander wakeup at least this late is a stall (normal wakeups here take tens of
@@ -259,23 +280,18 @@ fn bytes_per_s() -> f64 {
     (RATE as usize * FRAME) as f64
 }
 
-/// Measures every N of `o` against `server`.
-pub fn measure_server(server: &Server, o: &MonitorOptions, rng: &mut Rng) -> Vec<MonitorPoint> {
-    o.latencies_ms
-        .iter()
-        .map(|&n| {
-            let mut r = rng.fork();
-            measure(server, n, o, &mut r).unwrap_or_else(|e| MonitorPoint {
-                latency_ms: n,
-                error: Some(format!("{e:#}")),
-                ..MonitorPoint::default()
-            })
-        })
-        .collect()
+/// One round of a point: what the playback and record sides saw, and the machine
+/// meanwhile.
+pub struct Round {
+    played: Played,
+    rec: RecordShared,
+    steal_ms: Option<f64>,
+    probes: Vec<Probe>,
 }
 
-/// One point: `paplay --latency-msec=n` with impulses, captured through the monitor.
-pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Result<MonitorPoint> {
+/// One round of a point against `server`: `paplay --latency-msec=n` with
+/// `o.seconds / o.rounds` of impulses, captured through the monitor.
+pub fn measure_round(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Result<Round> {
     let socket = server.pulse_socket();
     let cookie = server.cookie();
     let shared = Arc::new(Mutex::new(RecordShared::default()));
@@ -323,15 +339,23 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
             })
         })
         .collect();
+    let seconds = o.seconds / o.rounds.max(1) as f64;
     let played = match started {
-        Ok(()) => play(&socket, cookie.as_deref(), n, o, rng),
+        Ok(()) => play(
+            &socket,
+            cookie.as_deref(),
+            n,
+            seconds,
+            o.inject_delay_ms,
+            rng,
+        ),
         Err(e) => Err(e),
     };
-    let steal = steal0
+    let steal_ms = steal0
         .zip(crate::procfs::steal_ms())
         .map(|(a, b)| (b - a).max(0.0));
     bystander_stop.store(true, Ordering::Relaxed);
-    let bystanders = bystanders
+    let probes = bystanders
         .into_iter()
         .map(|b| b.join())
         .collect::<Result<Vec<_>, _>>()
@@ -342,14 +366,36 @@ pub fn measure(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng) -> Re
         .map_err(|_| anyhow::anyhow!("record thread panicked"))?;
     let played = played?;
     rec_result?;
-    let sh = shared.lock().expect("record state");
-    let bystander = answer_budget_ms(&played.granted)
-        .map(|b| Bystander::of(&bystanders, b, &played.underrun_ns));
-    Ok(MonitorPoint {
-        steal_ms: steal,
-        bystander,
-        ..evaluate(n, played, &sh)
+    let rec = std::mem::take(&mut *shared.lock().expect("record state"));
+    Ok(Round {
+        played,
+        rec,
+        steal_ms,
+        probes,
     })
+}
+
+/// The point at `n` from its rounds (at least one).
+pub fn point(n: u32, rounds: Vec<Round>) -> MonitorPoint {
+    let steal_ms = rounds.iter().map(|r| r.steal_ms).sum::<Option<f64>>();
+    let underrun_ns: Vec<u64> = rounds
+        .iter()
+        .flat_map(|r| r.played.underrun_ns.iter().copied())
+        .collect();
+    let granted = rounds.first().map_or([0; 4], |r| r.played.granted);
+    let mut sides = Vec::with_capacity(rounds.len());
+    let mut probes = Vec::with_capacity(rounds.len());
+    for r in rounds {
+        sides.push((r.played, r.rec));
+        probes.push(r.probes);
+    }
+    let bystander =
+        answer_budget_ms(&granted).map(|b| Bystander::of(&merge_probes(probes), b, &underrun_ns));
+    MonitorPoint {
+        steal_ms,
+        bystander,
+        ..evaluate(n, &sides)
+    }
 }
 
 /// What the playback side saw.
@@ -363,10 +409,10 @@ struct Played {
     underrun_ns: Vec<u64>,
 }
 
-fn evaluate(n: u32, p: Played, r: &RecordShared) -> MonitorPoint {
-    let rec_lat = Summary::of(&r.latencies_usec).map(|s| s.p50);
-    let mut arrival = Vec::new();
-    let mut reported = Vec::new();
+/// Pairs each impulse of a round with its capture: (arrival ms, reported ms) of those
+/// that came back, and how many did not.
+fn pair(p: &Played, r: &RecordShared) -> (Vec<(f64, f64)>, usize) {
+    let mut found_pairs = Vec::new();
     let mut lost = 0;
     let mut next = 0;
     for (i, &(w, rep)) in p.impulses.iter().enumerate() {
@@ -383,37 +429,59 @@ fn evaluate(n: u32, p: Played, r: &RecordShared) -> MonitorPoint {
         match found {
             Some(k) => {
                 let c = &r.captures[next + k];
-                arrival.push(c.at.duration_since(w).as_secs_f64() * 1e3);
-                reported.push(rep / 1e3);
+                found_pairs.push((c.at.duration_since(w).as_secs_f64() * 1e3, rep / 1e3));
                 next += k + 1;
             }
             None => lost += 1,
         }
     }
-    let measured: Vec<f64> = match rec_lat {
-        Some(l) => arrival.iter().map(|a| a - l / 1e3).collect(),
-        None => Vec::new(),
+    (found_pairs, lost)
+}
+
+/// The point at `n` from each round's playback and record sides; each round's arrivals
+/// are corrected by its own record stream's latency.
+fn evaluate(n: u32, rounds: &[(Played, RecordShared)]) -> MonitorPoint {
+    let mut arrival = Vec::new();
+    let mut reported = Vec::new();
+    let mut measured = Vec::new();
+    let mut lost = 0;
+    for (p, r) in rounds {
+        let (pairs, l) = pair(p, r);
+        lost += l;
+        let rec_lat = Summary::of(&r.latencies_usec).map(|s| s.p50);
+        for (a, rep) in pairs {
+            arrival.push(a);
+            reported.push(rep);
+            if let Some(l) = rec_lat {
+                measured.push(a - l / 1e3);
+            }
+        }
+    }
+    let all = |f: fn(&(Played, RecordShared)) -> &[f64]| -> Vec<f64> {
+        rounds.iter().flat_map(|x| f(x).iter().copied()).collect()
     };
+    let rec_lat = Summary::of(&all(|x| &x.1.latencies_usec)).map(|s| s.p50);
+    let starts: Vec<f64> = rounds.iter().filter_map(|x| x.0.start_ms).collect();
     let m = Summary::of(&measured);
     let rep = Summary::of(&reported);
     MonitorPoint {
         latency_ms: n,
-        granted: p.granted,
-        start_ms: p.start_ms,
-        fragsize: r.fragsize,
-        impulses: p.impulses.len(),
+        granted: rounds.first().map_or([0; 4], |x| x.0.granted),
+        start_ms: Summary::of(&starts).map(|s| s.p50),
+        fragsize: rounds.first().map_or(0, |x| x.1.fragsize),
+        impulses: rounds.iter().map(|x| x.0.impulses.len()).sum(),
         lost,
         measured_ms: m,
         arrival_ms: Summary::of(&arrival),
         reported_ms: rep,
         record_latency_ms: rec_lat.map(|l| l / 1e3),
-        sink_latency_ms: Summary::of(&p.sink_usec).map(|s| s.p50 / 1e3),
+        sink_latency_ms: Summary::of(&all(|x| &x.0.sink_usec)).map(|s| s.p50 / 1e3),
         difference_ms: match (m, rep) {
             (Some(m), Some(r)) => Some(m.p50 - r.p50),
             _ => None,
         },
-        underruns: p.underrun_ns.len(),
-        overflows: r.overflows,
+        underruns: rounds.iter().map(|x| x.0.underrun_ns.len()).sum(),
+        overflows: rounds.iter().map(|x| x.1.overflows).sum(),
         steal_ms: None,
         bystander: None,
         error: None,
@@ -532,7 +600,8 @@ fn play(
     socket: &std::path::Path,
     cookie: Option<&std::path::Path>,
     n: u32,
-    o: &MonitorOptions,
+    seconds: f64,
+    inject_delay_ms: u32,
     rng: &mut Rng,
 ) -> Result<Played> {
     let mut c = Conn::connect(socket, cookie, "quaver-bench paplay")?;
@@ -569,7 +638,7 @@ fn play(
     ];
     let mut requested = reply.requested_bytes as usize;
     let mut underruns: Vec<u64> = Vec::new();
-    let inject = (o.inject_delay_ms as u64 * RATE as u64) / 1000;
+    let inject = (inject_delay_ms as u64 * RATE as u64) / 1000;
     let spacing = |rng: &mut Rng| (RATE as u64 / 4) + rng.below(RATE as u64 / 10);
     // Impulse positions in stream frames: where the bookkeeping says (declared) and
     // where the sample really is (declared + inject).
@@ -586,9 +655,9 @@ fn play(
     // many impulses as the others. Wall time is only a bound.
     let t0 = Instant::now();
     let frames_of = |d: Duration| (d.as_secs_f64() * RATE as f64) as u64;
-    let impulses_until = frames_of(WARMUP + Duration::from_secs_f64(o.seconds));
+    let impulses_until = frames_of(WARMUP + Duration::from_secs_f64(seconds));
     let end_frames = impulses_until + frames_of(DRAIN);
-    let deadline = t0 + Duration::from_secs_f64(o.seconds) + WARMUP + DRAIN + START_TIMEOUT;
+    let deadline = t0 + Duration::from_secs_f64(seconds) + WARMUP + DRAIN + START_TIMEOUT;
     let initial = requested / FRAME * FRAME;
     let mut started: Option<Duration> = None;
     let mut last_request = Instant::now();
@@ -783,7 +852,7 @@ mod tests {
             overflows: 0,
             fragsize: 768,
         };
-        let p = evaluate(20, played, &rec);
+        let p = evaluate(20, &[(played, rec)]);
         assert_eq!((p.impulses, p.lost, p.underruns), (3, 1, 2));
         let a = p.arrival_ms.unwrap();
         assert!(
@@ -824,11 +893,70 @@ mod tests {
             overflows: 0,
             fragsize: 768,
         };
-        let p = evaluate(20, played, &rec);
+        let p = evaluate(20, &[(played, rec)]);
         assert_eq!(p.lost, 1);
         let a = p.arrival_ms.unwrap();
         assert_eq!(a.n, 3);
         assert!((a.max - 12.0).abs() < 1e-6, "{a:?}");
+    }
+
+    #[test]
+    fn rounds_add_up_and_each_is_corrected_by_its_own_record_latency() {
+        let t = Instant::now();
+        let ms = |m: u64| t + Duration::from_millis(m);
+        let round = |at: u64, rec_lat_ms: f64, underruns: Vec<u64>| {
+            let played = Played {
+                granted: [0, 1440, 0, 480],
+                start_ms: Some(at as f64 / 100.0),
+                impulses: vec![(ms(at), 3_000.0)],
+                sink_usec: vec![700.0],
+                underrun_ns: underruns,
+            };
+            let rec = RecordShared {
+                captures: vec![Capture {
+                    at: ms(at + 10),
+                    id: 0,
+                }],
+                latencies_usec: vec![rec_lat_ms * 1e3],
+                overflows: 1,
+                fragsize: 768,
+            };
+            (played, rec)
+        };
+        // Both impulses arrive 10 ms after their writes; the first round's record
+        // stream reports −2 ms, the second's −6 ms.
+        let p = evaluate(
+            20,
+            &[round(100, -2.0, vec![1]), round(5_000, -6.0, vec![2, 3])],
+        );
+        assert_eq!((p.impulses, p.lost, p.underruns, p.overflows), (2, 0, 3, 2));
+        let m = p.measured_ms.unwrap();
+        assert!(
+            (m.min - 12.0).abs() < 1e-6 && (m.max - 16.0).abs() < 1e-6,
+            "{m:?}"
+        );
+        // The rounds' median start (nearest rank: the lower of two).
+        assert_eq!(p.start_ms, Some(1.0));
+        assert_eq!(p.granted, [0, 1440, 0, 480]);
+    }
+
+    #[test]
+    fn probes_of_rounds_merge_per_cpu() {
+        let probe = |late: u64, realtime: bool| Probe {
+            late: vec![late],
+            stalls: vec![(late, late)],
+            realtime,
+        };
+        let merged = merge_probes([
+            vec![probe(1, true), probe(2, true)],
+            vec![probe(3, true), probe(4, false)],
+        ]);
+        assert_eq!(merged.len(), 2, "one per CPU");
+        assert_eq!(
+            (merged[0].late.clone(), merged[0].realtime),
+            (vec![1, 3], true)
+        );
+        assert_eq!((merged[1].stalls.len(), merged[1].realtime), (2, false));
     }
 
     #[test]

@@ -163,6 +163,10 @@ pub struct ServerResult {
     pub failures: Vec<String>,
 }
 
+fn one() -> usize {
+    1
+}
+
 /// Everything a `peers` run produced.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PeersResults {
@@ -180,6 +184,10 @@ pub struct PeersResults {
     pub monitor_fragsize_ms: f64,
     /// Its seconds of impulses per point.
     pub monitor_seconds: f64,
+    /// The rounds each point was measured in, alternating between the servers (1 in
+    /// reports from before rounds: each server's points in one go).
+    #[serde(default = "one")]
+    pub monitor_rounds: usize,
     /// Its injected delay, ms (instrument check; 0 in real runs).
     pub monitor_inject_delay_ms: u32,
     /// Measured servers (quaverd first).
@@ -285,16 +293,13 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
         }
     }
     if let Some(m) = &o.monitor {
-        let mut rng = Rng::new(ctx.seed ^ 0x006d_6f6e_6974_6f72);
-        for r in results.iter_mut() {
-            pb.set_message(format!("peers: {} monitor latency", r.server.name()));
-            let rng = rng.fork();
-            match run_with_progress(&pb, step, |_| monitor_server(ctx, r.server, m, rng)) {
+        let rng = Rng::new(ctx.seed ^ 0x006d_6f6e_6974_6f72);
+        let measured = monitor_servers(ctx, &kinds, m, rng, &pb, &mut step);
+        for (r, got) in results.iter_mut().zip(measured) {
+            match got {
                 Ok(points) => r.monitor = points,
                 Err(e) => r.monitor_error = Some(format!("{e:#}")),
             }
-            step += m.latencies_ms.len() as u64;
-            pb.set_position(step);
         }
     }
     pb.finish_and_clear();
@@ -311,33 +316,98 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
         monitor_latencies_ms: m.as_ref().map_or(Vec::new(), |m| m.latencies_ms.clone()),
         monitor_fragsize_ms: m.as_ref().map_or(0.0, |m| m.fragsize_ms),
         monitor_seconds: m.as_ref().map_or(0.0, |m| m.seconds),
+        monitor_rounds: m.as_ref().map_or(1, |m| m.rounds.max(1)),
         monitor_inject_delay_ms: m.as_ref().map_or(0, |m| m.inject_delay_ms),
         servers: results,
         skipped,
     })
 }
 
-/// The monitor-latency part against a fresh server.
-fn monitor_server(
+/// The monitor-latency part: every server started fresh and left running (idle but for
+/// the one measured), then for each N its rounds alternating between the servers, so
+/// the machine's noisy minutes fall on all of them alike. One result per kind.
+fn monitor_servers(
     ctx: &mut Ctx,
-    kind: ServerKind,
+    kinds: &[ServerKind],
     m: &MonitorOptions,
     mut rng: Rng,
-) -> Result<Vec<MonitorPoint>> {
-    let mut server = start(ctx, kind)?;
-    ctx.record_command(format!(
-        "# monitor latency against {}: built-in PulseAudio-protocol clients on {} \
-         (playback float32le 48 kHz stereo, tlength = N ms, ADJUST_LATENCY, for N in {:?}; \
-         record on the default sink's monitor, fragsize {} ms)",
-        kind.name(),
-        server.pulse_socket().display(),
-        m.latencies_ms,
-        m.fragsize_ms
-    ));
-    let points = monlat::measure_server(&server, m, &mut rng);
-    server.check_alive()?;
-    server.stop();
-    Ok(points)
+    pb: &indicatif::ProgressBar,
+    step: &mut u64,
+) -> Vec<Result<Vec<MonitorPoint>>> {
+    let mut servers: Vec<Result<Server>> = Vec::new();
+    let mut rngs = Vec::new();
+    for &kind in kinds {
+        pb.set_message(format!(
+            "peers: starting {} for monitor latency",
+            kind.name()
+        ));
+        let server = run_with_progress(pb, *step, |_| start(ctx, kind));
+        if let Ok(server) = &server {
+            ctx.record_command(format!(
+                "# monitor latency against {}: built-in PulseAudio-protocol clients on {} \
+                 (playback float32le 48 kHz stereo, tlength = N ms, ADJUST_LATENCY, for N in \
+                 {:?}; record on the default sink's monitor, fragsize {} ms; {} rounds per \
+                 N, alternating between servers)",
+                kind.name(),
+                server.pulse_socket().display(),
+                m.latencies_ms,
+                m.fragsize_ms,
+                m.rounds.max(1)
+            ));
+        }
+        servers.push(server);
+        rngs.push(rng.fork());
+    }
+    let rounds = m.rounds.max(1);
+    let n_points = m.latencies_ms.len();
+    // Per server and N: the rounds measured, or why one failed (the rest are skipped).
+    let mut got: Vec<Vec<Result<Vec<monlat::Round>, String>>> = kinds
+        .iter()
+        .map(|_| (0..n_points).map(|_| Ok(Vec::new())).collect())
+        .collect();
+    for (i, &n) in m.latencies_ms.iter().enumerate() {
+        for round in 0..rounds {
+            for (k, server) in servers.iter().enumerate() {
+                let Ok(server) = server else { continue };
+                let Ok(done) = &mut got[k][i] else { continue };
+                pb.set_message(format!(
+                    "peers: monitor latency {n} ms, round {} of {rounds}, {}",
+                    round + 1,
+                    kinds[k].name()
+                ));
+                let mut r = rngs[k].fork();
+                match run_with_progress(pb, *step, |_| monlat::measure_round(server, n, m, &mut r))
+                {
+                    Ok(x) => done.push(x),
+                    Err(e) => got[k][i] = Err(format!("round {}: {e:#}", round + 1)),
+                }
+            }
+        }
+        *step += kinds.len() as u64;
+        pb.set_position(*step);
+    }
+    servers
+        .into_iter()
+        .zip(got)
+        .map(|(server, points)| {
+            let mut server = server?;
+            let alive = server.check_alive();
+            server.stop();
+            alive?;
+            Ok(m.latencies_ms
+                .iter()
+                .zip(points)
+                .map(|(&n, p)| match p {
+                    Ok(rounds) => monlat::point(n, rounds),
+                    Err(e) => MonitorPoint {
+                        latency_ms: n,
+                        error: Some(e),
+                        ..MonitorPoint::default()
+                    },
+                })
+                .collect())
+        })
+        .collect()
 }
 
 fn start(ctx: &mut Ctx, kind: ServerKind) -> Result<Server> {
@@ -837,7 +907,10 @@ pub fn render(r: &PeersResults) -> ModeOutput {
              playback client asks what `paplay --latency-msec=N` asks (tlength = N ms, \
              ADJUST_LATENCY; float32le 48 kHz stereo) and writes silence with an impulse \
              every 250–350 ms as the server requests data; a record client on the sink's \
-             monitor (fragsize {} ms, no flags) captures it. {} s of impulses per point. \
+             monitor (fragsize {} ms, no flags) captures it. {} s of impulses per point, in {} \
+             rounds; every server runs through the whole part (idle but for the one \
+             measured) and the rounds alternate between them, so a noisy stretch of the \
+             machine falls on each alike. \
              *measured* = capture − write − the record stream's own reported latency \
              (*rec lat*, libpulse's formula: server queue + transport + source latency − \
              the monitored sink's latency), corrected for each impulse's place in its \
@@ -859,6 +932,7 @@ pub fn render(r: &PeersResults) -> ModeOutput {
              UNDERFLOW. Times in ms.{}\n",
             r.monitor_fragsize_ms,
             r.monitor_seconds,
+            r.monitor_rounds,
             if r.monitor_inject_delay_ms > 0 {
                 format!(
                     " **Injected delay: each impulse written {} ms later than the \

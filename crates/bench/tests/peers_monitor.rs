@@ -10,11 +10,17 @@ use quaver_bench::monlat::{self, MonitorOptions, MonitorPoint};
 use quaver_bench::rng::Rng;
 use quaver_bench::servers::Server;
 
+/// A point at 20 ms in two rounds of one second each.
 fn point(server: &Server, inject_ms: u32) -> MonitorPoint {
     let mut o = MonitorOptions::new(true);
     o.seconds = 2.0;
+    o.rounds = 2;
     o.inject_delay_ms = inject_ms;
-    monlat::measure(server, 20, &o, &mut Rng::new(5)).expect("monitor latency point")
+    let mut rng = Rng::new(5);
+    let rounds = (0..o.rounds)
+        .map(|_| monlat::measure_round(server, 20, &o, &mut rng).expect("monitor latency round"))
+        .collect();
+    monlat::point(20, rounds)
 }
 
 #[test]

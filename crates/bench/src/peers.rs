@@ -553,14 +553,16 @@ fn load_point(
                 std::thread::sleep(Duration::from_millis(100));
                 let said = messages.lock().expect("messages lock").join(" | ");
                 bail!(
-                    "paplay {i} of {n} (latency {}) exited early ({st}) against {}{}",
+                    "paplay {i} of {n} (latency {}) exited early ({st}) against {}{}{}",
                     lat.label(),
                     server.kind.name(),
                     if i == 0 && !said.is_empty() {
                         format!("; paplay 0 said: {said}")
                     } else {
                         String::new()
-                    }
+                    },
+                    // A client that cannot connect usually means the server is gone.
+                    server.ended().map(|e| format!("; {e}")).unwrap_or_default()
                 );
             }
         }

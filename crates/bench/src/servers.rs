@@ -439,11 +439,29 @@ impl Server {
 
     /// Whether it still runs (a crash during a measurement invalidates it).
     pub fn check_alive(&mut self) -> Result<()> {
-        if self.alive() {
-            Ok(())
-        } else {
-            bail!("{} exited during the measurement", self.kind.name())
+        match self.ended() {
+            None => Ok(()),
+            Some(how) => bail!("{how} during the measurement"),
         }
+    }
+
+    /// How it ended, with the last lines of its log where it keeps one (`pulseaudio
+    /// ended (signal: 9 (SIGKILL)); its log ends: …`); `None` while it runs.
+    pub fn ended(&mut self) -> Option<String> {
+        if self.alive() {
+            return None;
+        }
+        let status = self.exit_status().unwrap_or_else(|| "exited".to_string());
+        let tail = self.log_text().map(|t| {
+            let lines: Vec<&str> = t.lines().filter(|l| !l.trim().is_empty()).collect();
+            lines[lines.len().saturating_sub(3)..].join(" | ")
+        });
+        Some(match tail {
+            Some(t) if !t.is_empty() => {
+                format!("{} ended ({status}); its log ends: {t}", self.kind.name())
+            }
+            _ => format!("{} ended ({status})", self.kind.name()),
+        })
     }
 }
 

@@ -53,3 +53,42 @@ fn an_injected_write_delay_shows_up_in_the_measured_latency_only() {
     let rep = late.reported_ms.unwrap().p50 - base.reported_ms.unwrap().p50;
     assert!(rep.abs() < 25.0, "reported moved by {rep} ms");
 }
+
+/// A server killed under the bench is reported with how it ended and, for PulseAudio,
+/// the end of its log, instead of only the client's "connection refused".
+#[test]
+fn a_dead_server_says_how_it_ended() {
+    let _g = common::serial();
+    let mut ctx = Ctx::new(common::quaverd_bin(), 5, true);
+    let mut servers = vec![Server::quaverd(&mut ctx).expect("quaverd")];
+    if std::process::Command::new("pulseaudio")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        servers.push(Server::pulseaudio(&mut ctx).expect("pulseaudio"));
+    } else {
+        eprintln!("SKIPPED the PulseAudio half: pulseaudio is not installed");
+    }
+    for s in &mut servers {
+        assert_eq!(s.ended(), None, "running");
+        assert!(s.check_alive().is_ok());
+        for pid in s.pids() {
+            // SAFETY: kill has no memory preconditions; the PID is our own child's.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let t0 = std::time::Instant::now();
+        while s.ended().is_none() && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let how = s.ended().expect("ended");
+        let err = format!("{:#}", s.check_alive().unwrap_err());
+        assert!(err.contains(&how), "{err}");
+        if how.starts_with("pulseaudio") {
+            assert!(how.contains("signal: 9"), "{how}");
+            assert!(how.contains("its log ends: "), "{how}");
+        } else {
+            assert!(how.starts_with("quaverd ended"), "{how}");
+        }
+    }
+}

@@ -321,24 +321,7 @@ fn ffmpeg_records_the_monitor_at_44k1_mono() {
     let input: Vec<i16> = sine(2 * 48000, 48.0).flat_map(|v| [v, v]).collect();
     let got = record_monitor_of(
         "ffmpeg",
-        &[
-            "-nostdin",
-            "-loglevel",
-            "error",
-            "-f",
-            "pulse",
-            "-sample_rate",
-            "44100",
-            "-channels",
-            "1",
-            "-i",
-            "null-sink.monitor",
-            "-t",
-            "6",
-            "-c:a",
-            "pcm_s16le",
-            "rec.wav",
-        ],
+        &ffmpeg_records_the_monitor("44100", "1"),
         &[],
         &input,
         (44100, 1),
@@ -353,6 +336,29 @@ fn ffmpeg_records_the_monitor_at_44k1_mono() {
     );
 }
 
+/// ffmpeg's arguments to record six seconds of the null sink's monitor into rec.wav at
+/// `rate` Hz and `channels` channels, s16.
+fn ffmpeg_records_the_monitor(rate: &'static str, channels: &'static str) -> [&'static str; 16] {
+    [
+        "-nostdin",
+        "-loglevel",
+        "error",
+        "-f",
+        "pulse",
+        "-sample_rate",
+        rate,
+        "-channels",
+        channels,
+        "-i",
+        "null-sink.monitor",
+        "-t",
+        "6",
+        "-c:a",
+        "pcm_s16le",
+        "rec.wav",
+    ]
+}
+
 #[test]
 fn ffmpeg_pulse_input_records_the_monitor_bit_exact() {
     require_app!("ffmpeg", "ffmpeg");
@@ -360,24 +366,7 @@ fn ffmpeg_pulse_input_records_the_monitor_bit_exact() {
     // Six seconds: the two-second file is played once the recorder is running.
     let (got, input) = record_monitor(
         "ffmpeg",
-        &[
-            "-nostdin",
-            "-loglevel",
-            "error",
-            "-f",
-            "pulse",
-            "-sample_rate",
-            "48000",
-            "-channels",
-            "2",
-            "-i",
-            "null-sink.monitor",
-            "-t",
-            "6",
-            "-c:a",
-            "pcm_s16le",
-            "rec.wav",
-        ],
+        &ffmpeg_records_the_monitor("48000", "2"),
         &[],
         74,
         |c| wait_output(c, WAIT),

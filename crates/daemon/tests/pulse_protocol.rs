@@ -391,6 +391,59 @@ fn variable_rate_streams_change_rate() {
     }
 }
 
+/// `frames` of a stereo sine of `period` samples at amplitude 8000, never exactly zero.
+fn sine_stereo(frames: usize, period: f64) -> Vec<i16> {
+    (0..frames)
+        .flat_map(|i| {
+            let v = (8000.0 * (std::f64::consts::TAU * (i as f64 + 0.5) / period).sin()) as i16;
+            [v, v]
+        })
+        .collect()
+}
+
+/// Moves playback stream `ch` (VARIABLE_RATE) to `rate`, writes `tone` (s16 stereo) in
+/// blocks of `block` frames, drains, stops the daemon and returns the left channel of
+/// its out.wav.
+fn play_at_rate(
+    d: &mut Daemon,
+    c: &mut RawClient,
+    ch: u32,
+    rate: u32,
+    tone: &[i16],
+    block: usize,
+) -> Vec<i16> {
+    let seq = c.send(&Command::UpdatePlaybackStreamSampleRate(
+        pa::UpdateSampleRateParams {
+            index: ch,
+            sample_rate: rate,
+        },
+    ));
+    c.reply_to(seq, |_| {}).expect("rate changed");
+    let bytes: Vec<u8> = tone.iter().flat_map(|s| s.to_le_bytes()).collect();
+    for chunk in bytes.chunks(block * 4) {
+        c.write_audio(ch, chunk);
+    }
+    let seq = c.send(&Command::DrainPlaybackStream(ch));
+    c.reply_to(seq, |_| {}).expect("drained");
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    out.chunks(2).map(|f| f[0]).collect()
+}
+
+/// Where a tone lies in `frames`: its frames from the first to the last loud sample,
+/// the sign changes between them and the longest quiet run among them. Panics when
+/// nothing is loud.
+fn tone_extent(frames: &[i16]) -> (usize, usize, usize) {
+    let loud = |v: &i16| v.abs() > 200;
+    let first = frames.iter().position(loud).expect("the tone arrived");
+    let last = frames.iter().rposition(loud).unwrap();
+    let x = &frames[first..=last];
+    let crossings = x.windows(2).filter(|w| (w[0] < 0) != (w[1] < 0)).count();
+    let quiet = x.split(loud).map(<[i16]>::len).max().unwrap_or(0);
+    (last - first, crossings, quiet)
+}
+
 /// A VARIABLE_RATE stream created at 44.1 kHz and moved to 11.025 kHz (far beyond the
 /// converter's own range) plays at the new rate: one second of audio written at
 /// 11.025 kHz lasts one second in the 48 kHz file, not the quarter second it would at
@@ -400,46 +453,15 @@ fn a_stream_moved_far_from_its_creation_rate_plays_at_the_new_rate() {
     let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let mut c = RawClient::ready(&d, "retune");
     let ch = create_44k1_s16_stereo(&mut c, false, true);
-    let seq = c.send(&Command::UpdatePlaybackStreamSampleRate(
-        pa::UpdateSampleRateParams {
-            index: ch,
-            sample_rate: 11025,
-        },
-    ));
-    c.reply_to(seq, |_| {}).expect("rate changed");
-    // 441 Hz (25 samples a period at 11.025 kHz), never exactly zero.
-    let tone: Vec<u8> = (0..11025)
-        .flat_map(|i| {
-            let v = (8000.0 * (std::f64::consts::TAU * (i as f64 + 0.5) / 25.0).sin()) as i16;
-            [v, v]
-        })
-        .flat_map(|s| s.to_le_bytes())
-        .collect();
-    for chunk in tone.chunks(4410) {
-        c.write_audio(ch, chunk);
-    }
-    let seq = c.send(&Command::DrainPlaybackStream(ch));
-    c.reply_to(seq, |_| {}).expect("drained");
-    let out_path = d.path("out.wav");
-    d.stop();
-    let (_, out) = read_wav_s16(&out_path);
-    let frames: Vec<i16> = out.chunks(2).map(|f| f[0]).collect();
-    let first = frames
-        .iter()
-        .position(|&v| v.abs() > 200)
-        .expect("audio arrived");
-    let last = frames.iter().rposition(|&v| v.abs() > 200).unwrap();
-    let span = last - first;
+    // 441 Hz (25 samples a period at 11.025 kHz).
+    let frames = play_at_rate(&mut d, &mut c, ch, 11025, &sine_stereo(11025, 25.0), 1102);
+    let (span, crossings, _) = tone_extent(&frames);
     assert!(
         (47_000..=49_000).contains(&span),
-        "one second at 48 kHz expected, got {span} frames (from {first})\n{}",
+        "one second at 48 kHz expected, got {span} frames\n{}",
         d.log_text()
     );
     // And the pitch: 441 Hz has 882 sign changes a second.
-    let crossings = frames[first..last]
-        .windows(2)
-        .filter(|w| (w[0] < 0) != (w[1] < 0))
-        .count();
     assert!((860..=900).contains(&crossings), "{crossings} sign changes");
 }
 
@@ -477,46 +499,16 @@ fn a_small_buffer_moved_to_a_high_rate_plays_without_gaps() {
     }));
     let p = c.reply_to(seq, |_| {}).expect("stream created");
     let ch = c.decode::<pa::CreatePlaybackStreamReply>(&p).channel;
-    let seq = c.send(&Command::UpdatePlaybackStreamSampleRate(
-        pa::UpdateSampleRateParams {
-            index: ch,
-            sample_rate: 96000,
-        },
-    ));
-    c.reply_to(seq, |_| {}).expect("rate changed");
-    // 960 Hz (100 samples a period at 96 kHz), never exactly zero.
-    let tone: Vec<u8> = (0..96000)
-        .flat_map(|i| {
-            let v = (8000.0 * (std::f64::consts::TAU * (i as f64 + 0.5) / 100.0).sin()) as i16;
-            [v, v]
-        })
-        .flat_map(|s| s.to_le_bytes())
-        .collect();
-    for chunk in tone.chunks(38400) {
-        c.write_audio(ch, chunk);
-    }
-    let seq = c.send(&Command::DrainPlaybackStream(ch));
-    c.reply_to(seq, |_| {}).expect("drained");
-    let out_path = d.path("out.wav");
-    d.stop();
-    let (_, out) = read_wav_s16(&out_path);
-    let frames: Vec<i16> = out.chunks(2).map(|f| f[0]).collect();
-    let loud = |v: &i16| v.abs() > 200;
-    let first = frames.iter().position(loud).expect("audio arrived");
-    let last = frames.iter().rposition(loud).unwrap();
-    let span = last - first;
+    // 960 Hz (100 samples a period at 96 kHz).
+    let frames = play_at_rate(&mut d, &mut c, ch, 96000, &sine_stereo(96000, 100.0), 9600);
+    let (span, _, quiet) = tone_extent(&frames);
     assert!(
         (47_000..=49_000).contains(&span),
-        "one second at 48 kHz expected, got {span} frames (from {first})\n{}",
+        "one second at 48 kHz expected, got {span} frames\n{}",
         d.log_text()
     );
     // A 960 Hz tone at 48 kHz is loud again within 25 frames; a gap is longer.
-    let longest_quiet = frames[first..last]
-        .split(loud)
-        .map(<[i16]>::len)
-        .max()
-        .unwrap_or(0);
-    assert!(longest_quiet < 25, "a gap of {longest_quiet} frames");
+    assert!(quiet < 25, "a gap of {quiet} frames");
 }
 
 /// The record side of the same: a VARIABLE_RATE record stream created at 8 kHz with
@@ -561,14 +553,8 @@ fn a_record_stream_moved_to_a_high_rate_loses_nothing() {
         },
     ));
     c.reply_to(seq, |_| {}).expect("rate changed");
-    // One second of 480 Hz (100 samples a period at 48 kHz), never exactly zero.
-    let tone: Vec<i16> = (0..48000)
-        .flat_map(|i| {
-            let v = (8000.0 * (std::f64::consts::TAU * (i as f64 + 0.5) / 100.0).sin()) as i16;
-            [v, v]
-        })
-        .collect();
-    write_wav_s16(&d.path("tone.wav"), 48000, 2, &tone);
+    // One second of 480 Hz (100 samples a period at 48 kHz).
+    write_wav_s16(&d.path("tone.wav"), 48000, 2, &sine_stereo(48000, 100.0));
     let player = spawn_pa(&d, "paplay", &["tone.wav"]);
     // Record until the tone has come and gone (2.5 s at 96 kHz), bounded by the
     // socket's read timeout on each packet.
@@ -585,22 +571,14 @@ fn a_record_stream_moved_to_a_high_rate_loses_nothing() {
         .chunks(4)
         .map(|f| i16::from_le_bytes([f[0], f[1]]))
         .collect();
-    let loud = |v: &i16| v.abs() > 200;
-    let first = frames.iter().position(loud).expect("the tone arrived");
-    let last = frames.iter().rposition(loud).unwrap();
-    let span = last - first;
+    let (span, _, quiet) = tone_extent(&frames);
     assert!(
         (94_000..=98_000).contains(&span),
-        "one second at 96 kHz expected, got {span} frames (from {first})\n{}",
+        "one second at 96 kHz expected, got {span} frames\n{}",
         d.log_text()
     );
     // 480 Hz at 96 kHz is loud again within 50 frames; a gap is longer.
-    let longest_quiet = frames[first..last]
-        .split(loud)
-        .map(<[i16]>::len)
-        .max()
-        .unwrap_or(0);
-    assert!(longest_quiet < 50, "a gap of {longest_quiet} frames");
+    assert!(quiet < 50, "a gap of {quiet} frames");
 }
 
 /// A record stream on a sink's monitor reports the sink's latency as its monitor

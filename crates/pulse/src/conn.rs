@@ -68,7 +68,9 @@ fn too_far_to_resample(rate: u32, engine_rate: u32) -> bool {
 /// sized for this rate.
 fn highest_rate(variable_rate: bool, rate: u32, engine_rate: u32) -> u32 {
     if variable_rate {
-        crate::convert::MAX_RATE.min(engine_rate.saturating_mul(MAX_RATE_RATIO + 1))
+        crate::convert::MAX_RATE
+            .min(engine_rate.saturating_mul(MAX_RATE_RATIO + 1))
+            .max(rate)
     } else {
         rate
     }

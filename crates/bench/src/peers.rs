@@ -470,6 +470,11 @@ fn load_point(
     let latency = Arc::new(Mutex::new(Vec::new()));
     // paplay 0's other stderr lines (its error, if it exits early).
     let messages = Arc::new(Mutex::new(Vec::<String>::new()));
+    // The other clients' stderr, one file each, read only if one exits early.
+    let errs = tempfile::Builder::new()
+        .prefix("quaver-bench-paplay-")
+        .tempdir()?;
+    let err_file = |i: usize| errs.path().join(format!("paplay-{i}.err"));
     let result = (|| -> Result<Sample> {
         for i in 0..n {
             let mut c = Command::new("paplay");
@@ -505,7 +510,7 @@ fn load_point(
                 .stderr(if i == 0 {
                     Stdio::piped()
                 } else {
-                    Stdio::null()
+                    Stdio::from(std::fs::File::create(err_file(i))?)
                 })
                 .spawn()
                 .context("starting paplay")?;
@@ -551,13 +556,23 @@ fn load_point(
         for (i, c) in clients.iter_mut().enumerate() {
             if let Some(st) = c.try_wait()? {
                 std::thread::sleep(Duration::from_millis(100));
-                let said = messages.lock().expect("messages lock").join(" | ");
+                let said = if i == 0 {
+                    messages.lock().expect("messages lock").join(" | ")
+                } else {
+                    std::fs::read_to_string(err_file(i))
+                        .unwrap_or_default()
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                };
                 bail!(
                     "paplay {i} of {n} (latency {}) exited early ({st}) against {}{}{}",
                     lat.label(),
                     server.kind.name(),
-                    if i == 0 && !said.is_empty() {
-                        format!("; paplay 0 said: {said}")
+                    if !said.is_empty() {
+                        format!("; paplay {i} said: {said}")
                     } else {
                         String::new()
                     },

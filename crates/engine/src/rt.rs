@@ -285,9 +285,19 @@ impl RtRunner {
 
     /// Applies queued control messages, at most one plan. *RT*.
     fn apply_messages(&mut self) {
-        let mut plan_applied = false;
+        self.apply_messages_up_to(1);
+    }
+
+    /// Applies queued control messages in order, stopping before a plan once `plans`
+    /// have been applied. Between the wait for the device and the graph (`plans` = 0)
+    /// this takes what arrived during the wait — a client's new rate converter with its
+    /// audio right behind it, a volume change — into this cycle, while a new plan (and
+    /// what was queued after it) waits for the next cycle, whose quantum it may change.
+    /// *RT*.
+    fn apply_messages_up_to(&mut self, plans: usize) {
+        let mut plans_left = plans;
         loop {
-            if plan_applied && matches!(self.from_ctl.peek(), Ok(ToRt::Plan(_))) {
+            if plans_left == 0 && matches!(self.from_ctl.peek(), Ok(ToRt::Plan(_))) {
                 break;
             }
             let Ok(msg) = self.from_ctl.pop() else { break };
@@ -310,7 +320,7 @@ impl RtRunner {
                     let old = std::mem::replace(&mut self.plan, p);
                     self.retire(Garbage::Plan(old));
                     self.first_cycle_of_plan = true;
-                    plan_applied = true;
+                    plans_left = plans_left.saturating_sub(1);
                 }
                 ToRt::Volume { slot, gain, ramp } => {
                     // Suspended, nothing plays: a ramp would only play out over the
@@ -485,16 +495,6 @@ impl RtRunner {
         }
     }
 
-    /// Applies the retunes at the head of the queue (anything else waits for the next
-    /// cycle's [`RtRunner::apply_messages`], in order). *RT*.
-    fn apply_retunes(&mut self) {
-        while matches!(self.from_ctl.peek(), Ok(ToRt::Retune { .. })) {
-            if let Ok(ToRt::Retune { slot, retune }) = self.from_ctl.pop() {
-                self.retune(slot, retune);
-            }
-        }
-    }
-
     /// Swaps a stream node's rate converter and retires the old one. *RT*.
     fn retune(&mut self, slot: usize, mut r: Box<crate::stream::Retune>) {
         if let Some(p) = self.slots[slot].as_mut().and_then(|s| s.processor.as_mut()) {
@@ -533,9 +533,10 @@ impl RtRunner {
             self.ring_service();
             return true;
         }
-        // A client's rate change may have arrived during the wait, with audio at the
-        // new rate right behind it: apply it now, not a whole cycle of audio later.
-        self.apply_retunes();
+        // What arrived during the wait belongs to the audio this cycle renders (a
+        // client's rate change has its audio right behind it): apply it now, not a
+        // whole cycle later.
+        self.apply_messages_up_to(0);
         let mut overdue = false;
         if !self.gone[0]
             && let Some(late) = self.devices[0].wakeup_lateness_ns()

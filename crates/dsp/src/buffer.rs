@@ -12,9 +12,12 @@ pub struct Planar<'a> {
 
 impl<'a> Planar<'a> {
     /// Wraps `data` laid out as `channels` runs of `stride` samples, of which the first
-    /// `frames` are valid. Panics if `data` is too short (a caller bug, caught in tests).
+    /// `frames` are valid (the last run may be cut short after them, as in
+    /// [`PlanarMut::new`]). Panics if `data` is too short (a caller bug, caught in tests).
     pub fn new(data: &'a [f32], channels: usize, frames: usize, stride: usize) -> Self {
-        assert!(frames <= stride && data.len() >= channels * stride);
+        assert!(
+            frames <= stride && (channels == 0 || data.len() >= (channels - 1) * stride + frames)
+        );
         Planar {
             data,
             channels,
@@ -33,6 +36,21 @@ impl<'a> Planar<'a> {
     /// The samples of channel `ch`.
     pub fn channel(&self, ch: usize) -> &'a [f32] {
         &self.data[ch * self.stride..ch * self.stride + self.frames]
+    }
+    /// The `frames` frames from `offset` on, as a view of their own.
+    pub fn part(&self, offset: usize, frames: usize) -> Planar<'a> {
+        assert!(offset + frames <= self.frames);
+        let end = if self.channels == 0 {
+            offset
+        } else {
+            (self.channels - 1) * self.stride + offset + frames
+        };
+        Planar {
+            data: &self.data[offset..end],
+            channels: self.channels,
+            frames,
+            stride: self.stride,
+        }
     }
 }
 
@@ -79,6 +97,11 @@ impl<'a> PlanarMut<'a> {
     /// A read-only view of the same samples.
     pub fn as_planar(&self) -> Planar<'_> {
         Planar::new(self.data, self.channels, self.frames, self.stride)
+    }
+    /// The `frames` frames from `offset` on, as a writable view of their own.
+    pub fn part_mut(&mut self, offset: usize, frames: usize) -> PlanarMut<'_> {
+        assert!(offset + frames <= self.frames);
+        PlanarMut::new(&mut self.data[offset..], self.channels, frames, self.stride)
     }
     /// Sets every sample to zero.
     pub fn fill_silence(&mut self) {

@@ -212,6 +212,12 @@ impl Polyphase {
         self.frac = 0;
     }
 
+    /// Samples held in buffers.
+    #[cfg(test)]
+    pub(crate) fn footprint(&self) -> usize {
+        self.buf.len() + self.out.len()
+    }
+
     /// Output / input.
     pub(crate) fn ratio(&self) -> f64 {
         self.l as f64 / self.m as f64

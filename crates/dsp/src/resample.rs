@@ -36,6 +36,16 @@ pub const MAX_RELATIVE_RATIO: f64 = 1.1;
 /// table per stream at this bound); rarer ratios interpolate between 128.
 const MAX_EXACT_PHASES: usize = 640;
 
+/// Largest ratio one converter stage spans. Beyond it the converter is a cascade of
+/// stages (e.g. 1 Hz → 48 kHz in four): one stage would size its buffers in proportion
+/// to the ratio (gigabytes for 1 Hz), and its fixed-length filter, its cutoff scaled by
+/// the ratio, would no longer filter anything.
+pub const MAX_STAGE_RATIO: u32 = 16;
+
+/// The largest block a cascade's stage converts in one call; its buffers are sized for
+/// this, whatever the quantum (see [`StreamResampler::cascade`]).
+const CASCADE_BLOCK: usize = 1024;
+
 /// Taps of `medium` at exact sub-phases. Without interpolation error 32 taps keep
 /// images below −80 dB up to 15 kHz and −70 dB at 19 kHz (tested below).
 const MEDIUM_TAPS: usize = 32;
@@ -131,6 +141,8 @@ pub struct StreamResampler {
 enum Core {
     Sinc(Box<SincCore>),
     Exact(Box<Polyphase>),
+    /// Stages of at most [`MAX_STAGE_RATIO`] each, in signal order.
+    Cascade(Vec<StreamResampler>),
 }
 
 /// rubato's `Async` with its input FIFO and output scratch.
@@ -221,6 +233,9 @@ impl StreamResampler {
         fixed: bool,
     ) -> Result<Self, ResampleError> {
         Self::check(from_rate, to_rate, channels, max_frames)?;
+        if from_rate.max(to_rate) > from_rate.min(to_rate).saturating_mul(MAX_STAGE_RATIO) {
+            return Self::cascade(from_rate, to_rate, channels, quality, max_frames, fixed);
+        }
         let exact = fixed
             && quality == ResampleQuality::Medium
             && from_rate != to_rate
@@ -248,9 +263,64 @@ impl StreamResampler {
         })
     }
 
+    /// A converter of several stages for a ratio beyond [`MAX_STAGE_RATIO`]. Every
+    /// stage is built for blocks of at most [`CASCADE_BLOCK`] frames and larger calls
+    /// are cut into such blocks as they pass through, so no buffer grows with the
+    /// overall ratio (a pull of one 48 kHz quantum from a 1 Hz stream, or a push of one
+    /// into a 1 Hz record stream, stays small at every stage).
+    fn cascade(
+        from_rate: u32,
+        to_rate: u32,
+        channels: usize,
+        quality: ResampleQuality,
+        max_frames: usize,
+        fixed: bool,
+    ) -> Result<Self, ResampleError> {
+        let rates = stage_rates(from_rate, to_rate);
+        let block = max_frames.min(CASCADE_BLOCK);
+        let stages = rates
+            .windows(2)
+            .map(|w| Self::build(w[0], w[1], channels, quality, block, fixed))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(StreamResampler {
+            core: Core::Cascade(stages),
+            from_rate,
+            to_rate,
+            channels,
+            quality,
+            max_frames,
+        })
+    }
+
+    /// Samples held in buffers (ours and rubato's), to bound memory in tests.
+    #[cfg(test)]
+    fn footprint(&self) -> usize {
+        match &self.core {
+            Core::Sinc(c) => {
+                c.in_buf.len()
+                    + c.out_buf.len()
+                    + c.channels * (c.inner.input_frames_max() + c.inner.output_frames_max())
+            }
+            Core::Exact(p) => p.footprint(),
+            Core::Cascade(stages) => stages.iter().map(StreamResampler::footprint).sum(),
+        }
+    }
+
+    /// How many stages convert (1 unless the ratio is beyond [`MAX_STAGE_RATIO`]).
+    pub fn stages(&self) -> usize {
+        match &self.core {
+            Core::Cascade(stages) => stages.len(),
+            _ => 1,
+        }
+    }
+
     /// Whether [`StreamResampler::set_ratio_relative`] takes effect.
     pub fn is_adjustable(&self) -> bool {
-        matches!(self.core, Core::Sinc(_))
+        match &self.core {
+            Core::Sinc(_) => true,
+            Core::Exact(_) => false,
+            Core::Cascade(stages) => stages.iter().all(StreamResampler::is_adjustable),
+        }
     }
 
     /// Input sample rate.
@@ -283,6 +353,7 @@ impl StreamResampler {
         match &self.core {
             Core::Sinc(c) => c.inner.resample_ratio(),
             Core::Exact(p) => p.ratio(),
+            Core::Cascade(stages) => stages.iter().map(StreamResampler::ratio).product(),
         }
     }
 
@@ -306,6 +377,9 @@ impl StreamResampler {
         match &mut self.core {
             Core::Sinc(c) => c.process_pull(out, pull),
             Core::Exact(p) => p.pull(out, pull),
+            Core::Cascade(stages) => {
+                pull_through(stages, out, pull);
+            }
         }
     }
 
@@ -321,6 +395,7 @@ impl StreamResampler {
         match &mut self.core {
             Core::Sinc(c) => c.process_push(input, out),
             Core::Exact(p) => p.push(input, out),
+            Core::Cascade(stages) => push_through(stages, input, out),
         }
     }
 
@@ -330,6 +405,12 @@ impl StreamResampler {
         match &self.core {
             Core::Sinc(c) => c.delay_frames(),
             Core::Exact(p) => p.delay_frames(),
+            // Each stage's delay in its own output frames, scaled to the last stage's.
+            Core::Cascade(stages) => stages
+                .iter()
+                .map(|s| s.delay_frames() as f64 * self.to_rate as f64 / s.to_rate as f64)
+                .sum::<f64>()
+                .round() as usize,
         }
     }
 
@@ -338,8 +419,15 @@ impl StreamResampler {
     /// input. The change is ramped over the next chunk so it does not click. A fixed
     /// converter ([`StreamResampler::new_fixed`]) ignores it.
     pub fn set_ratio_relative(&mut self, r: f64) {
-        if let Core::Sinc(c) = &mut self.core {
-            c.set_ratio_relative(r);
+        match &mut self.core {
+            Core::Sinc(c) => c.set_ratio_relative(r),
+            Core::Exact(_) => {}
+            // One stage carries the whole adjustment; every stage is sized for it.
+            Core::Cascade(stages) => {
+                if let Some(s) = stages.first_mut() {
+                    s.set_ratio_relative(r);
+                }
+            }
         }
     }
 
@@ -348,7 +436,72 @@ impl StreamResampler {
         match &mut self.core {
             Core::Sinc(c) => c.reset(),
             Core::Exact(p) => p.reset(),
+            Core::Cascade(stages) => stages.iter_mut().for_each(StreamResampler::reset),
         }
+    }
+}
+
+/// The rates of a cascade from `from` to `to`, both included: between them the higher
+/// rate divided by 16, 256, … (rounded up), so that no stage spans more than
+/// [`MAX_STAGE_RATIO`] and the stage at the higher rate has an exact ratio where that
+/// rate is a multiple of 16 (48 kHz → 3 kHz).
+fn stage_rates(from: u32, to: u32) -> Vec<u32> {
+    let (hi, lo) = (from.max(to) as u64, from.min(to).max(1) as u64);
+    let step = MAX_STAGE_RATIO as u64;
+    let mut between = Vec::new();
+    let mut div = step;
+    while hi > lo * div {
+        between.push(hi.div_ceil(div) as u32);
+        div *= step;
+    }
+    let mut rates = vec![hi as u32];
+    rates.extend(between);
+    rates.push(lo as u32);
+    if from < to {
+        rates.reverse();
+    }
+    rates
+}
+
+/// Pulls `out` through `stages` (in signal order): the last stage pulls from the one
+/// before it, and the first from `pull`, each in blocks of at most its `max_frames`.
+/// Returns how many frames were filled: what `pull` filled for the first stage (its
+/// shortfall counts as silence there), all of them for every later stage.
+fn pull_through(
+    stages: &mut [StreamResampler],
+    out: &mut PlanarMut,
+    pull: &mut dyn FnMut(&mut PlanarMut) -> usize,
+) -> usize {
+    let Some((last, before)) = stages.split_last_mut() else {
+        return pull(out);
+    };
+    let (total, block) = (out.frames(), last.max_frames);
+    let mut done = 0;
+    while done < total {
+        let n = block.min(total - done);
+        let mut part = out.part_mut(done, n);
+        last.process_pull(&mut part, &mut |buf: &mut PlanarMut| {
+            pull_through(before, buf, pull)
+        });
+        done += n;
+    }
+    total
+}
+
+/// Pushes `input` through `stages` (in signal order), each in blocks of at most its
+/// `max_frames`, handing the last stage's output to `out`.
+fn push_through(stages: &mut [StreamResampler], input: Planar, out: &mut dyn FnMut(Planar)) {
+    let Some((first, after)) = stages.split_first_mut() else {
+        return out(input);
+    };
+    let (total, block) = (input.frames(), first.max_frames);
+    let mut done = 0;
+    while done < total {
+        let n = block.min(total - done);
+        first.process_push(input.part(done, n), &mut |p: Planar| {
+            push_through(after, p, out)
+        });
+        done += n;
     }
 }
 
@@ -860,5 +1013,165 @@ mod tests {
             // a frame, so the samples themselves are not compared).
             assert!((a - b).abs() < 1e-3 * a, "{f} Hz: rms {a} vs {b}");
         }
+    }
+
+    #[test]
+    fn extreme_ratios_are_cascades_of_stages_within_16() {
+        assert_eq!(stage_rates(1, 48_000), [1, 12, 188, 3000, 48_000]);
+        assert_eq!(stage_rates(48_000, 1), [48_000, 3000, 188, 12, 1]);
+        assert_eq!(stage_rates(384_000, 8000), [384_000, 24_000, 8000]);
+        assert_eq!(stage_rates(2999, 48_000), [2999, 3000, 48_000]);
+        for (from, to) in [
+            (1u32, 384_000u32),
+            (384_000, 1),
+            (7, 44_100),
+            (48_000, 2999),
+        ] {
+            let r = stage_rates(from, to);
+            assert_eq!((r[0], *r.last().unwrap()), (from, to));
+            for w in r.windows(2) {
+                let (hi, lo) = (w[0].max(w[1]), w[0].min(w[1]));
+                assert!(hi > lo && hi <= lo * MAX_STAGE_RATIO, "{from}->{to}: {r:?}");
+            }
+        }
+        let stages = |from, to| {
+            StreamResampler::new(from, to, 1, ResampleQuality::Medium, 256)
+                .unwrap()
+                .stages()
+        };
+        assert_eq!(stages(3000, 48_000), 1);
+        assert_eq!(stages(48_000, 3000), 1);
+        assert_eq!(stages(1, 48_000), 4);
+        assert_eq!(stages(384_000, 1), 5);
+    }
+
+    #[test]
+    fn a_cascade_stays_small_at_any_ratio() {
+        // One stage of 1 Hz -> 48 kHz sized for a quantum of 8192 would need 8192 · 48 000
+        // frames on one side: gigabytes.
+        for (q, (kind, make)) in ResampleQuality::ALL
+            .into_iter()
+            .flat_map(|q| CTORS.map(|c| (q, c)))
+        {
+            for (from, to) in [(1u32, 384_000u32), (384_000, 1), (1, 48_000), (48_000, 1)] {
+                let r = make(from, to, 8, q, 8192).unwrap();
+                let mib = r.footprint() * 4 / (1 << 20);
+                assert!(mib < 32, "{q} {kind} {from}->{to}: {mib} MiB");
+            }
+        }
+    }
+
+    #[test]
+    fn a_cascade_pulls_exact_counts_and_consumes_at_the_ratio() {
+        for (q, (kind, make)) in ResampleQuality::ALL
+            .into_iter()
+            .flat_map(|q| CTORS.map(|c| (q, c)))
+        {
+            for (from, to) in [(1000u32, 48_000u32), (384_000, 8000), (1, 48_000)] {
+                let mut r = make(from, to, 2, q, 4096).unwrap();
+                let mut buf = PlanarBuf::new(2, 4096);
+                let (mut consumed, mut produced) = (0usize, 0usize);
+                for n in [4096usize, 1, 64, 1000, 2048, 7, 256]
+                    .iter()
+                    .cycle()
+                    .take(120)
+                {
+                    let mut v = buf.view_mut(*n);
+                    r.process_pull(&mut v, &mut |s: &mut PlanarMut| {
+                        consumed += s.frames();
+                        s.frames()
+                    });
+                    assert_eq!(v.frames(), *n);
+                    produced += n;
+                }
+                let expect = produced as f64 * from as f64 / to as f64;
+                // The filters' history: a few hundred frames at the lower rate per stage.
+                let slack = 1200.0 * (from as f64 / to as f64).max(1.0) + 10.0;
+                assert!(
+                    (consumed as f64 - expect).abs() < slack,
+                    "{q} {kind} {from}->{to}: consumed {consumed}, expected {expect:.0}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_cascade_keeps_a_tone_and_filters_what_the_low_rate_cannot_carry() {
+        for (kind, make) in CTORS {
+            // Up: a 5 Hz tone at 100 Hz comes out at 48 kHz as the same tone.
+            let input = sine(100, 5.0, 0.5, 400);
+            let mut up = make(100, 48_000, 1, ResampleQuality::Medium, 1024).unwrap();
+            let out = pull_all(&mut up, &input, 192_000, &[1024, 333]);
+            let mid = &out[48_000..144_000];
+            let thd = thd_n_db(mid, 48_000, 5.0);
+            assert!(thd < -60.0, "{kind} up: THD+N {thd:.1} dB");
+            let peak = mid.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            assert!((peak - 0.5).abs() < 0.01, "{kind} up: peak {peak}");
+
+            // Down: the same tone recorded at 100 Hz from 48 kHz, and a 1 kHz tone,
+            // far above the 50 Hz the low rate carries, filtered out on the way.
+            let down = |freq: f64| {
+                let input = sine(48_000, freq, 0.5, 4 * 48_000);
+                let mut r = make(48_000, 100, 1, ResampleQuality::Medium, 1024).unwrap();
+                let mut out = Vec::new();
+                for block in input.chunks(1000) {
+                    let view = Planar::new(block, 1, block.len(), block.len());
+                    r.process_push(view, &mut |p: Planar| out.extend_from_slice(p.channel(0)));
+                }
+                out
+            };
+            let tone = down(5.0);
+            assert!(
+                (tone.len() as i64 - 400).abs() <= 2,
+                "{kind}: {} frames",
+                tone.len()
+            );
+            let thd = thd_n_db(&tone[100..350], 100, 5.0);
+            assert!(thd < -40.0, "{kind} down: THD+N {thd:.1} dB");
+            let alias = down(1000.0);
+            let rms = (alias[100..350].iter().map(|x| x * x).sum::<f32>() / 250.0).sqrt();
+            assert!(rms < 0.5 * 0.01, "{kind}: 1 kHz left {rms} rms at 100 Hz");
+        }
+    }
+
+    #[test]
+    fn a_cascade_reports_its_delay() {
+        for (kind, make) in CTORS {
+            let (from, to) = (1000u32, 48_000u32);
+            let at = 300;
+            let mut input = vec![0.0f32; 1000];
+            input[at] = 1.0;
+            let mut r = make(from, to, 1, ResampleQuality::Medium, 1024).unwrap();
+            let delay = r.delay_frames();
+            let out = pull_all(&mut r, &input, 48_000, &[1024, 100]);
+            let peak = find_impulse(&out, 0.3).expect("impulse");
+            let expect = at as f64 * 48.0 + delay as f64;
+            // Within one input frame (48 output frames).
+            assert!(
+                (peak as f64 - expect).abs() <= 48.0,
+                "{kind}: peak at {peak}, expected {expect:.1} (delay {delay})"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cascade_follows_a_ratio_change() {
+        let mut r = StreamResampler::new(1000, 48_000, 1, ResampleQuality::Medium, 512).unwrap();
+        assert!(r.is_adjustable());
+        r.set_ratio_relative(1.05);
+        let mut buf = PlanarBuf::new(1, 512);
+        let mut consumed = 0usize;
+        for _ in 0..400 {
+            r.process_pull(&mut buf.view_mut(512), &mut |s: &mut PlanarMut| {
+                consumed += s.frames();
+                s.frames()
+            });
+        }
+        let expect = 400.0 * 512.0 / 48.0 / 1.05;
+        assert!(
+            (consumed as f64 - expect).abs() < 60.0,
+            "{consumed} vs {expect:.0}"
+        );
+        assert!((r.ratio() - 48.0 * 1.05).abs() < 1e-6, "{}", r.ratio());
     }
 }

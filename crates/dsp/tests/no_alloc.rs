@@ -84,7 +84,15 @@ fn resampler_pull_and_push_do_not_allocate() {
         .into_iter()
         .flat_map(|q| ctors.map(|c| (q, c)))
     {
-        for (from, to) in [(44100u32, 48000u32), (48000, 44100), (96000, 48000)] {
+        // The last three are cascades of stages (beyond a ratio of 16).
+        for (from, to) in [
+            (44100u32, 48000u32),
+            (48000, 44100),
+            (96000, 48000),
+            (1000, 48000),
+            (48000, 1000),
+            (8000, 384_000),
+        ] {
             let channels = 2;
             let mut r = make(from, to, channels, quality, 1024).unwrap();
             let mut push_r = make(from, to, channels, quality, 1024).unwrap();

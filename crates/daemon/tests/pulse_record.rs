@@ -29,6 +29,47 @@ fn parec_captures_the_sink_monitor_bit_exact_while_paplay_plays() {
     assert_contains_exactly(&got, &input, "parec of the monitor");
 }
 
+/// parec at 2 kHz mono, 24 times below the engine's 48 kHz (a cascade of converter
+/// stages): a 100 Hz tone played at 48 kHz stereo arrives whole and clean, and a 3 kHz
+/// tone played with it, above the 1 kHz the recording can carry, is filtered out.
+#[test]
+fn parec_at_a_rate_far_below_the_engines_records_cleanly() {
+    require_tools!("parec", "paplay", "pactl");
+    let d = pulse_util::start(&["--device", "null"]);
+    let low = quaver_dsp::analysis::sine(48_000, 100.0, 0.25, 48_000);
+    let high = quaver_dsp::analysis::sine(48_000, 3000.0, 0.25, 48_000);
+    let input: Vec<i16> = low
+        .iter()
+        .zip(&high)
+        .flat_map(|(a, b)| {
+            let v = ((a + b) * 32767.0) as i16;
+            [v, v]
+        })
+        .collect();
+    let args = [
+        "--format=s16le",
+        "--rate=2000",
+        "--channels=1",
+        "--latency-msec=20",
+    ];
+    let got = record_monitor_at(&d, &input, &args, 2000 * 2);
+    let x: Vec<f32> = got.iter().map(|&v| v as f32 / 32768.0).collect();
+    let start = x
+        .iter()
+        .position(|v| v.abs() > 0.125)
+        .expect("the tone arrived");
+    let end = x.iter().rposition(|v| v.abs() > 0.125).unwrap();
+    let seconds = (end - start) as f64 / 2000.0;
+    assert!((seconds - 1.0).abs() < 0.01, "{seconds:.4} s of tone");
+    let seg = &x[start + 200..start + 1800];
+    let thd = quaver_dsp::analysis::thd_n_db(seg, 2000, 100.0);
+    eprintln!("48 kHz → 2 kHz: 100 Hz with 3 kHz beside it, THD+N {thd:.1} dB");
+    assert!(
+        thd < -40.0,
+        "THD+N {thd:.1} dB: the 3 kHz tone was not filtered out"
+    );
+}
+
 #[test]
 fn parec_from_a_source_gets_its_silence() {
     require_tools!("parec", "pactl");

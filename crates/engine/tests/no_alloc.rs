@@ -93,8 +93,9 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
             1 => {
                 engine.unlink("sine", "test-sink").unwrap();
                 // Rates far beyond what the converter could follow by itself: each
-                // retune swaps in a new one, and the old one is freed out here.
-                let rate = [22_050, 96_000, 8_000, 44_100][(round / 4) % 4];
+                // retune swaps in a new one, and the old one is freed out here (1 kHz
+                // is a cascade of stages).
+                let rate = [22_050, 96_000, 1_000, 8_000, 44_100][(round / 4) % 5];
                 let r = Retune::playback(rate, 2, 48000, 1024, ResampleQuality::High).unwrap();
                 engine.retune(tone, r).unwrap();
             }

@@ -50,27 +50,17 @@ const RECORD_OUT_LIMIT: usize = 512 * 1024;
 const REQUEST_RESERVE_USEC: u64 = 8_000;
 /// Without ADJUST_LATENCY a record stream gets data at least this often.
 const TRADITIONAL_RECORD_USEC: u64 = 100_000;
-/// Largest ratio between a stream's rate and the engine's that the adapter resamples.
-const MAX_RATE_RATIO: u32 = 16;
 /// The protocol version this server speaks.
 const SERVER_VERSION: u16 = pa::MAX_VERSION;
 
 type Reply = Result<(), PulseError>;
 
-/// Whether `rate` is further from `engine_rate` than the adapter resamples.
-fn too_far_to_resample(rate: u32, engine_rate: u32) -> bool {
-    rate.max(engine_rate) / rate.min(engine_rate).max(1) > MAX_RATE_RATIO
-}
-
 /// The highest rate a stream created at `rate` may run at: a VARIABLE_RATE stream may
-/// move to any rate the adapter converts (see `too_far_to_resample`). Its ring is built
-/// on the control side and cannot grow once the RT thread holds the other end, so it is
-/// sized for this rate.
-fn highest_rate(variable_rate: bool, rate: u32, engine_rate: u32) -> u32 {
+/// move to any rate PulseAudio allows. Its ring is built on the control side and cannot
+/// grow once the RT thread holds the other end, so it is sized for this rate.
+fn highest_rate(variable_rate: bool, rate: u32) -> u32 {
     if variable_rate {
-        crate::convert::MAX_RATE
-            .min(engine_rate.saturating_mul(MAX_RATE_RATIO + 1))
-            .max(rate)
+        crate::convert::MAX_RATE.max(rate)
     } else {
         rate
     }
@@ -124,12 +114,6 @@ fn retune_stream(
     playback: bool,
 ) -> Result<(), PulseError> {
     let engine_rate = srv.engine.rate();
-    if too_far_to_resample(rate, engine_rate) {
-        tracing::info!(
-            "pulse: stream {node} cannot change to {rate} Hz: too far from the engine's {engine_rate} Hz to resample"
-        );
-        return Err(PulseError::NotSupported);
-    }
     let quantum_max = srv.engine.config().quantum_max;
     let quality = srv.opts.resample_quality;
     let built = if playback {
@@ -2520,7 +2504,6 @@ impl Conn {
         spec: SampleSpec,
         map: PaMap,
         formats: &[FormatInfo],
-        peak: bool,
     ) -> Result<(SampleSpec, Codec, PaMap), PulseError> {
         let (spec, map) = if spec.format == SampleFormat::Invalid {
             let (s, m) = spec_from_formats(formats, self.srv.engine.rate())
@@ -2540,15 +2523,6 @@ impl Conn {
         } else {
             map
         };
-        let rate = self.srv.engine.rate();
-        if too_far_to_resample(spec.sample_rate, rate) && !(peak && spec.sample_rate < rate) {
-            tracing::info!(
-                "pulse client {}: {} Hz is too far from the engine's {rate} Hz to resample",
-                self.client,
-                spec.sample_rate
-            );
-            return Err(PulseError::NotSupported);
-        }
         Ok((spec, codec, map))
     }
 
@@ -2579,8 +2553,7 @@ impl Conn {
     fn create_playback(&mut self, seq: u32, p: PlaybackStreamParams) -> Reply {
         self.stream_limit()?;
         let srv = self.srv.clone();
-        let (spec, codec, map) =
-            self.stream_format(p.sample_spec, p.channel_map, &p.formats, false)?;
+        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
         let graph = srv.engine.graph();
         let props = self.stream_props(&p.props);
         let restored = srv.restore_for(&props, true);
@@ -2616,7 +2589,7 @@ impl Conn {
         let minreq_frames = attr.minimum_request_length as usize / fs;
         // A cycle at the largest quantum must fit in the ring, at any rate the stream
         // may move to.
-        let top_rate = highest_rate(p.flags.variable_rate, spec.sample_rate, rate);
+        let top_rate = highest_rate(p.flags.variable_rate, spec.sample_rate);
         let quantum_frames =
             (cfg.quantum_max as u64 * top_rate as u64).div_ceil(rate as u64) as usize;
         let ring_frames = (tlength_frames + minreq_frames + quantum_frames)
@@ -2917,12 +2890,7 @@ impl Conn {
     fn create_record(&mut self, seq: u32, p: RecordStreamParams) -> Reply {
         self.stream_limit()?;
         let srv = self.srv.clone();
-        let (spec, codec, map) = self.stream_format(
-            p.sample_spec,
-            p.channel_map,
-            &p.formats,
-            p.flags.peak_detect,
-        )?;
+        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
         let props = self.stream_props(&p.props);
         // Meters (peak detection, one sink input's monitor) are not the user's streams.
         let restored = if p.direct_on_input_index.is_none() && !p.flags.peak_detect {
@@ -2969,11 +2937,7 @@ impl Conn {
         let ring_rate = if decim > 1 { rate } else { spec.sample_rate };
         // A cycle at the largest quantum must fit in the ring, at any rate the stream
         // may move to (a peak-detecting one never moves).
-        let top_rate = highest_rate(
-            p.flags.variable_rate && !p.flags.peak_detect,
-            ring_rate,
-            rate,
-        );
+        let top_rate = highest_rate(p.flags.variable_rate && !p.flags.peak_detect, ring_rate);
         let quantum_frames =
             (cfg.quantum_max as u64 * top_rate as u64).div_ceil(rate as u64) as usize;
         let frag = (fixed.attr.fragment_size as usize / fs).max(1) * decim;

@@ -336,6 +336,16 @@ pub fn wait_for_file(d: &Daemon, name: &str, bytes: u64) {
 /// `parec` (`rec_args`: its format flags) while `paplay` plays it, and returns what
 /// parec wrote once everything played has passed the monitor.
 pub fn record_monitor_while_playing(d: &Daemon, input: &[i16], rec_args: &[&str]) -> Vec<i16> {
+    record_monitor_at(d, input, rec_args, 48000 * 4)
+}
+
+/// [`record_monitor_while_playing`] for a parec that records `bytes_per_second`.
+pub fn record_monitor_at(
+    d: &Daemon,
+    input: &[i16],
+    rec_args: &[&str],
+    bytes_per_second: usize,
+) -> Vec<i16> {
     write_wav_s16(&d.path("in.wav"), 48000, 2, input);
     let mut args = vec!["-d", "null-sink.monitor"];
     args.extend(rec_args);
@@ -353,7 +363,8 @@ pub fn record_monitor_while_playing(d: &Daemon, input: &[i16], rec_args: &[&str]
     );
     pa_ok(d, &run_pa(d, "paplay", &["in.wav"]));
     // Everything played has passed the monitor once the file holds it plus a margin.
-    wait_for_file(d, "rec.raw", (input.len() * 2 + 48000 * 4 / 5) as u64);
+    let played = input.len() / 2 * bytes_per_second / 48000;
+    wait_for_file(d, "rec.raw", (played + bytes_per_second / 5) as u64);
     let out = interrupt(rec);
     assert!(
         out.status.success() || out.status.code().is_none(),

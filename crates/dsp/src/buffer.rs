@@ -98,6 +98,11 @@ impl<'a> PlanarMut<'a> {
     pub fn as_planar(&self) -> Planar<'_> {
         Planar::new(self.data, self.channels, self.frames, self.stride)
     }
+    /// The samples and the stride between channels (channel `c`'s frames start at
+    /// `c * stride`), for kernels that write every channel in one loop.
+    pub(crate) fn raw_mut(&mut self) -> (&mut [f32], usize) {
+        (&mut *self.data, self.stride)
+    }
     /// The `frames` frames from `offset` on, as a writable view of their own.
     pub fn part_mut(&mut self, offset: usize, frames: usize) -> PlanarMut<'_> {
         assert!(offset + frames <= self.frames);

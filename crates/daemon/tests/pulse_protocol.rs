@@ -150,8 +150,18 @@ fn playback_requests_cork_started_drain_underflow_and_latency() {
     c.reply_to(seq, |_| {}).unwrap();
 }
 
+/// Blocks in a client's memfd pool: read (mapped when the pool can be sealed against
+/// shrinking, as libpulse's can; else with pread), released, and hostile references
+/// read as silence. A sealed pool cannot be truncated under the server's mapping.
 #[test]
 fn memfd_block_references_are_read_released_and_bounded() {
+    for sealable in [false, true] {
+        memfd_blocks(sealable);
+    }
+}
+
+fn memfd_blocks(sealable: bool) {
+    use rustix::fs::MemfdFlags;
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
     let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     let mut c = RawClient::connect(&d);
@@ -169,7 +179,12 @@ fn memfd_block_references_are_read_released_and_bounded() {
     );
     let input = noise_s16(48000 * 2, 23, 20000);
     let bytes: Vec<u8> = input.iter().flat_map(|s| s.to_le_bytes()).collect();
-    let memfd = rustix::fs::memfd_create("pool", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let flags = if sealable {
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING
+    } else {
+        MemfdFlags::CLOEXEC
+    };
+    let memfd = rustix::fs::memfd_create("pool", flags).unwrap();
     rustix::fs::ftruncate(&memfd, 4096 + bytes.len() as u64).unwrap();
     rustix::io::pwrite(&memfd, &bytes, 4096).unwrap();
     // REGISTER_MEMFD_SHMID (103), no reply, the fd rides along.
@@ -221,6 +236,14 @@ fn memfd_block_references_are_read_released_and_bounded() {
         c.send_raw(&shm_ref(100 + k, 5, 4096 + k * block, block))
             .unwrap();
     }
+    if sealable {
+        // The server sealed the pool when it registered it (before the stream was
+        // created): a truncation would pull pages from under its mapping.
+        assert!(
+            rustix::fs::ftruncate(&memfd, 0).is_err(),
+            "a sealed pool cannot shrink"
+        );
+    }
     // Hostile references: an unknown pool and a range past the memfd's end read as
     // silence; nothing breaks.
     c.send_raw(&shm_ref(200, 99, 0, 4800)).unwrap();
@@ -240,8 +263,18 @@ fn memfd_block_references_are_read_released_and_bounded() {
         "every block released"
     );
     let out_path = d.path("out.wav");
-    d.stop();
-    assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "audio by memfd");
+    let log = d.stop();
+    let how = if sealable {
+        "sealed and mapped"
+    } else {
+        "read with pread"
+    };
+    assert!(
+        log.lines()
+            .any(|l| l.contains("memfd pool 5 registered") && l.contains(how)),
+        "pool not {how}:\n{log}"
+    );
+    assert_contains_exactly(&read_wav_s16(&out_path).1, &input, how);
 }
 
 /// SET_PLAYBACK_STREAM_BUFFER_ATTR re-fixes the attributes with PulseAudio's rules and

@@ -48,6 +48,8 @@ const RECORD_OUT_LIMIT: usize = 512 * 1024;
 /// Audio a playback stream keeps queued when its requests are coalesced beyond minreq:
 /// room for the client's own scheduling delay on a loaded machine.
 const REQUEST_RESERVE_USEC: u64 = 8_000;
+/// Most released client blocks held back to ride with the next message to the client.
+const MAX_HELD_RELEASES: usize = 32;
 /// Without ADJUST_LATENCY a record stream gets data at least this often.
 const TRADITIONAL_RECORD_USEC: u64 = 100_000;
 /// The protocol version this server speaks.
@@ -691,7 +693,9 @@ pub(crate) struct Conn {
     /// File descriptors received and not yet claimed by a command.
     fds: VecDeque<rustix::fd::OwnedFd>,
     /// The client's memfd pools by shm id (REGISTER_MEMFD_SHMID).
-    memfds: BTreeMap<u32, rustix::fd::OwnedFd>,
+    memfds: BTreeMap<u32, crate::shm::ClientPool>,
+    /// Where each client block is copied to (kept between blocks).
+    shm_scratch: Vec<u8>,
     /// Audio bytes received through shared memory (for logs and tests).
     shm_bytes: u64,
     /// The command tag of the packet being handled (for logs).
@@ -712,6 +716,9 @@ pub(crate) struct Conn {
     creds: Option<rustix::net::UCred>,
     /// Those that came with AUTH (libpulse passes its own there), as PulseAudio uses.
     auth_creds: Option<rustix::net::UCred>,
+    /// Client blocks already copied out whose release has not been sent yet (see
+    /// [`Conn::send_held_releases`]).
+    held_releases: Vec<u32>,
 }
 
 impl Conn {
@@ -758,6 +765,7 @@ impl Conn {
             closing: false,
             fds: VecDeque::new(),
             memfds: BTreeMap::new(),
+            shm_scratch: Vec::new(),
             shm_bytes: 0,
             last_tag: 0,
             srb: None,
@@ -769,6 +777,7 @@ impl Conn {
             },
             out_fds: VecDeque::new(),
             sock_tail: Vec::new(),
+            held_releases: Vec::with_capacity(MAX_HELD_RELEASES),
             creds: None,
             auth_creds: None,
         })
@@ -828,6 +837,19 @@ impl Conn {
         Ok(!bytes.is_empty() || pending)
     }
 
+    /// Queues the held block releases. They wait for the next message to the client (a
+    /// REQUEST, a reply) or until [`MAX_HELD_RELEASES`] have piled up: sent on their own,
+    /// a release can wake the client a second time for every block it writes.
+    fn send_held_releases(&mut self) {
+        let mut out = Out {
+            buf: &mut self.out,
+            version: self.version,
+        };
+        for id in self.held_releases.drain(..) {
+            out.shm_release(id);
+        }
+    }
+
     fn out(&mut self) -> Out<'_> {
         Out {
             buf: &mut self.out,
@@ -866,6 +888,9 @@ impl Conn {
     /// takes; `Err` ends the connection with that reason.
     pub(crate) fn pump(&mut self) -> Result<(), String> {
         self.service();
+        if !self.out.is_empty() || self.held_releases.len() >= MAX_HELD_RELEASES {
+            self.send_held_releases();
+        }
         self.flush_out()?;
         if self.closing {
             return Err("killed".into());
@@ -949,7 +974,12 @@ impl Conn {
 
     fn on_packet(&mut self, packet: Packet) -> Result<(), String> {
         match packet {
-            Packet::Control(data) => self.on_control(&data)?,
+            Packet::Control(data) => {
+                // Whatever this command answers comes after the releases of the blocks
+                // sent before it (a client may wait for those before it reuses them).
+                self.send_held_releases();
+                self.on_control(&data)?
+            }
             Packet::Memblock {
                 channel,
                 offset,
@@ -986,13 +1016,16 @@ impl Conn {
                 length,
                 memfd,
             } => {
-                let data = self.read_shm(shm_id, index, length, memfd);
+                // One buffer for every block: no allocation per block.
+                let mut data = std::mem::take(&mut self.shm_scratch);
+                self.read_shm(shm_id, index, length, memfd, &mut data);
+                // The bytes are copied out: the block can go back to the client, with
+                // the next message it gets.
+                self.held_releases.push(block_id);
                 let mut out = Out {
                     buf: &mut self.out,
                     version: self.version,
                 };
-                // The bytes are copied out: the block can go back to the client now.
-                out.shm_release(block_id);
                 match self.playback.get_mut(&channel) {
                     Some(p) => p.write(seek, offset, &data, &mut out),
                     None if self.uploads.contains_key(&channel) => {
@@ -1002,6 +1035,7 @@ impl Conn {
                     }
                     None => {}
                 }
+                self.shm_scratch = data;
             }
             Packet::ShmRelease(block_id) => {
                 // An id that is not an outstanding block of ours changes nothing.
@@ -1114,26 +1148,19 @@ impl Conn {
     /// Copies a block out of the client's memfd pool with `pread` (a client that
     /// shrinks its memfd gets short reads, never a SIGBUS here). An unknown pool or a
     /// POSIX-shm reference reads as silence.
-    fn read_shm(&mut self, shm_id: u32, index: u32, length: u32, memfd: bool) -> Vec<u8> {
+    /// Copies a client block out of its memfd pool into `data` (silence where the pool
+    /// is unknown or ends).
+    fn read_shm(&mut self, shm_id: u32, index: u32, length: u32, memfd: bool, data: &mut Vec<u8>) {
         let length = length.min(crate::wire::MAX_MEMBLOCK_PACKET) as usize;
-        let mut data = vec![0u8; length];
+        data.clear();
+        data.resize(length, 0);
         match self.memfds.get(&shm_id).filter(|_| memfd) {
-            Some(fd) => {
-                let mut got = 0;
-                while got < length {
-                    match rustix::io::pread(fd, &mut data[got..], index as u64 + got as u64) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => got += n,
-                    }
-                }
-                self.shm_bytes += got as u64;
-            }
+            Some(pool) => self.shm_bytes += pool.read(index as u64, data) as u64,
             None => tracing::debug!(
                 "pulse client {}: audio in unknown shared memory {shm_id} played as silence",
                 self.client
             ),
         }
-        data
     }
 
     /// Services streams and forwards what other threads queued for this client.
@@ -1315,11 +1342,17 @@ impl Conn {
                     (Some(id), Some(fd))
                         if self.reader_shm() && size > 0 && self.memfds.len() < 64 =>
                     {
+                        let pool = crate::shm::ClientPool::new(fd);
                         tracing::debug!(
-                            "pulse client {}: memfd pool {id} registered ({size} bytes)",
-                            self.client
+                            "pulse client {}: memfd pool {id} registered ({size} bytes, {})",
+                            self.client,
+                            if pool.mapped() {
+                                "sealed and mapped"
+                            } else {
+                                "read with pread: cannot be sealed"
+                            }
                         );
-                        self.memfds.insert(id, fd);
+                        self.memfds.insert(id, pool);
                     }
                     _ => {
                         tracing::info!(

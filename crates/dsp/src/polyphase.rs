@@ -288,6 +288,16 @@ impl Polyphase {
         self.buf.len() + self.out.len()
     }
 
+    /// Most frames one pull asks its callback for.
+    pub(crate) fn max_pull_input(&self) -> usize {
+        self.cap
+    }
+
+    /// Most frames one push hands its callback.
+    pub(crate) fn max_push_output(&self) -> usize {
+        self.out_cap
+    }
+
     /// Output / input.
     pub(crate) fn ratio(&self) -> f64 {
         self.l as f64 / self.m as f64

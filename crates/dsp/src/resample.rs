@@ -306,6 +306,26 @@ impl StreamResampler {
         }
     }
 
+    /// Most frames one pull hands its callback to fill: what the caller's scratch for
+    /// the input must hold.
+    pub fn max_pull_input(&self) -> usize {
+        match &self.core {
+            Core::Sinc(c) => c.in_cap,
+            Core::Exact(p) => p.max_pull_input(),
+            Core::Cascade(stages) => stages.first().map_or(0, StreamResampler::max_pull_input),
+        }
+    }
+
+    /// Most frames one push hands its callback in one piece: what the caller's scratch
+    /// for the output must hold.
+    pub fn max_push_output(&self) -> usize {
+        match &self.core {
+            Core::Sinc(c) => c.out_cap,
+            Core::Exact(p) => p.max_push_output(),
+            Core::Cascade(stages) => stages.last().map_or(0, StreamResampler::max_push_output),
+        }
+    }
+
     /// How many stages convert (1 unless the ratio is beyond [`MAX_STAGE_RATIO`]).
     pub fn stages(&self) -> usize {
         match &self.core {

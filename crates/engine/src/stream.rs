@@ -250,7 +250,12 @@ impl Variable {
                 self.max_quantum,
             )?);
         }
-        let need = scratch_frames(self.client_rate, self.engine_rate, self.max_quantum);
+        // The converter's own bound covers a cascade's first or last stage, whose
+        // blocks need not follow the quantum.
+        let own = resampler
+            .as_ref()
+            .map_or(0, |r| r.max_pull_input().max(r.max_push_output()));
+        let need = scratch_frames(self.client_rate, self.engine_rate, self.max_quantum).max(own);
         if scratch.len() < need * self.channels {
             *scratch = vec![0.0; need * self.channels];
         }
@@ -399,8 +404,14 @@ impl<S: FrameSource> PlaybackAdapter<S> {
         } else {
             None
         };
-        // Input needed for one output cycle, plus slack for the resampler's chunking.
-        let max_in = max_quantum * (format.rate as usize).div_ceil(engine_rate as usize) + 1024;
+        // Input needed for one output cycle, plus slack for the resampler's chunking, and
+        // never less than what the converter may ask for at once.
+        let max_in = (max_quantum * (format.rate as usize).div_ceil(engine_rate as usize) + 1024)
+            .max(
+                resampler
+                    .as_ref()
+                    .map_or(0, StreamResampler::max_pull_input),
+            );
         Ok(PlaybackAdapter {
             source,
             mixer: ChannelMixer::new(&format.channels, node_channels),
@@ -639,7 +650,12 @@ impl<K: FrameSink> RecordAdapter<K> {
         } else {
             None
         };
-        let max_out = max_quantum * (format.rate as usize).div_ceil(engine_rate as usize) + 1024;
+        let max_out = (max_quantum * (format.rate as usize).div_ceil(engine_rate as usize) + 1024)
+            .max(
+                resampler
+                    .as_ref()
+                    .map_or(0, StreamResampler::max_push_output),
+            );
         Ok(RecordAdapter {
             sink,
             mixer: ChannelMixer::new(node_channels, &format.channels),
@@ -1001,5 +1017,69 @@ mod tests {
         expect.truncate(expect.len() - 128);
         expect.extend((513..=640).map(|v| v as f32));
         assert_eq!(heard(&dac), expect);
+    }
+
+    /// Rates more than 16 times apart (a cascade of converter stages, whose blocks do not
+    /// follow the quantum), both ways, fixed and variable-rate, at every quality: the
+    /// adapters' scratch holds what the converter hands over at once, and the counts add
+    /// up. 136 kHz at a 1024-frame quantum is the closest case: a first stage of 16 : 1
+    /// asks for about 16 700 frames per 1024-frame block (more when a variable rate
+    /// moves it), against 18 432 that the quantum-based estimate alone would allow; the
+    /// scratch now also covers the converter's own bound.
+    #[test]
+    fn adapters_run_cascades_at_the_largest_quantum() {
+        for (client, quantum) in [(384_000u32, 8192usize), (136_000, 1024)] {
+            let ratio = client as f64 / 8000.0;
+            for q in ResampleQuality::ALL {
+                for variable in [false, true] {
+                    let what = format!("{client} Hz, quantum {quantum}, {q}, variable {variable}");
+                    let fmt = StreamFormat {
+                        rate: client,
+                        channels: ChannelMap::mono(),
+                    };
+                    let paused = Arc::new(AtomicBool::new(false));
+                    let source = Counter { next: 1.0, paused };
+                    let mono = ChannelMap::mono();
+                    let mut a =
+                        PlaybackAdapter::new(source, &fmt, &mono, 8000, quantum, 0, q).unwrap();
+                    if variable {
+                        a = a.variable_rate(q).unwrap();
+                    }
+                    let mut out = PlanarBuf::new(1, quantum);
+                    let none = PlanarBuf::new(0, quantum);
+                    let cx = CycleInfo {
+                        frames: quantum,
+                        rate: 8000,
+                        ..CycleInfo::default()
+                    };
+                    for _ in 0..3 {
+                        a.process(&cx, none.view(quantum), &mut out.view_mut(quantum));
+                    }
+                    let expect = 3.0 * quantum as f64 * ratio;
+                    let consumed = a.consumed as f64;
+                    assert!(
+                        (consumed - expect).abs() < 0.02 * expect,
+                        "{what}: consumed {consumed}, expected {expect}"
+                    );
+
+                    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                    let mut r = RecordAdapter::new(Tally(n.clone()), &fmt, &mono, 8000, quantum, q)
+                        .unwrap();
+                    if variable {
+                        r = r.variable_rate(q).unwrap();
+                    }
+                    let input = PlanarBuf::new(1, quantum);
+                    let mut none = PlanarBuf::new(0, quantum);
+                    for _ in 0..3 {
+                        r.process(&cx, input.view(quantum), &mut none.view_mut(quantum));
+                    }
+                    let wrote = n.load(Ordering::Relaxed) as f64;
+                    assert!(
+                        (wrote - expect).abs() < 0.02 * expect,
+                        "{what}: recorded {wrote}, expected {expect}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -156,7 +156,9 @@ fn render_body<const N: usize>(
 
 type RenderFn = fn(&Job, (usize, usize), usize, &mut [f32], usize) -> (usize, usize);
 
-fn render_generic(
+/// [`render_body`] with the tap count known at compile time where it usually is.
+#[inline(always)]
+fn render_taps(
     j: &Job,
     at: (usize, usize),
     n: usize,
@@ -170,6 +172,16 @@ fn render_generic(
     }
 }
 
+fn render_generic(
+    j: &Job,
+    at: (usize, usize),
+    n: usize,
+    dst: &mut [f32],
+    stride: usize,
+) -> (usize, usize) {
+    render_taps(j, at, n, dst, stride)
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx,avx2")]
 unsafe fn render_avx2_inner(
@@ -179,11 +191,7 @@ unsafe fn render_avx2_inner(
     dst: &mut [f32],
     stride: usize,
 ) -> (usize, usize) {
-    if j.table.taps == 32 {
-        render_body::<32>(j, at, n, dst, stride)
-    } else {
-        render_body::<0>(j, at, n, dst, stride)
-    }
+    render_taps(j, at, n, dst, stride)
 }
 
 #[cfg(target_arch = "x86_64")]

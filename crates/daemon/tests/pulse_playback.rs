@@ -281,6 +281,35 @@ fn paplay_into_a_freewheeling_file_renders_fast_without_gaps() {
     assert_contains_exactly(&read_wav_s16(&out_path).1, &input, "freewheel render");
 }
 
+/// A low-latency stream that is resampled, into a freewheeling file: the graph waits
+/// for a cycle's worth of the client's audio, not for more than the client ever keeps
+/// queued (a 20 ms stream at 8 kHz holds 120 frames; the wait asked for 278 and the
+/// render hung, each cycle waiting out its bound). Each tone arrives whole, gapless.
+#[test]
+fn low_latency_resampled_streams_render_into_a_freewheeling_file() {
+    require_tools!("paplay");
+    for rate in [8000u32, 2000] {
+        let mut d = pulse_util::start(&["--device", "file:out.wav,format=f32,freewheel"]);
+        let sine = quaver_dsp::analysis::sine(rate, 100.0, 0.5, 2 * rate as usize);
+        let stereo: Vec<f32> = sine.iter().flat_map(|&s| [s, s]).collect();
+        write_wav_f32(&d.path("in.wav"), rate, 2, &stereo);
+        pa_ok(&d, &run_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]));
+        let out_path = d.path("out.wav");
+        d.stop();
+        let (_, out) = read_wav_f32(&out_path);
+        let left = channel(&out, 0, 2);
+        let start = left.iter().position(|x| x.abs() > 0.25).expect("the tone");
+        let end = left.iter().rposition(|x| x.abs() > 0.25).unwrap();
+        let played = (end - start) as f64 / 48_000.0;
+        assert!(
+            (played - 2.0).abs() < 0.01,
+            "{rate} Hz: {played:.4} s of tone"
+        );
+        let thd = quaver_dsp::analysis::thd_n_db(&left[start + 4800..end - 4800], 48_000, 100.0);
+        assert!(thd < -60.0, "{rate} Hz: THD+N {thd:.1} dB (a gap?)");
+    }
+}
+
 #[test]
 fn paplay_sends_audio_by_memfd_or_inline_as_configured() {
     require_tools!("paplay");

@@ -590,7 +590,15 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
             return true;
         }
         let need = (frames as u64 * self.in_rate as u64).div_ceil(self.out_rate as u64) as usize;
-        let slack = if self.resampler.is_some() { 256 } else { 0 };
+        // Room for the converter's look-ahead, but never more than a cycle's own worth:
+        // a low-latency client keeps only a few cycles queued, and a fixed 256 frames
+        // could exceed all of it (a 20 ms stream at 8 kHz holds 120 frames, a cycle takes
+        // 22), so a freewheeling graph waited out its bound on every cycle.
+        let slack = if self.resampler.is_some() {
+            need.clamp(1, 256)
+        } else {
+            0
+        };
         self.source.draining() || self.source.available() >= need + slack
     }
 

@@ -1152,14 +1152,17 @@ impl Conn {
     /// is unknown or ends).
     fn read_shm(&mut self, shm_id: u32, index: u32, length: u32, memfd: bool, data: &mut Vec<u8>) {
         let length = length.min(crate::wire::MAX_MEMBLOCK_PACKET) as usize;
-        data.clear();
+        // Sized only: the read writes every byte (silence past the pool's end).
         data.resize(length, 0);
         match self.memfds.get(&shm_id).filter(|_| memfd) {
             Some(pool) => self.shm_bytes += pool.read(index as u64, data) as u64,
-            None => tracing::debug!(
-                "pulse client {}: audio in unknown shared memory {shm_id} played as silence",
-                self.client
-            ),
+            None => {
+                data.fill(0);
+                tracing::debug!(
+                    "pulse client {}: audio in unknown shared memory {shm_id} played as silence",
+                    self.client
+                )
+            }
         }
     }
 

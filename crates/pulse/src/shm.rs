@@ -4,16 +4,52 @@
 
 use rustix::fd::OwnedFd;
 
+/// A shared mapping of the first `len` bytes of a file, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` shared, with `prot`. The caller makes sure the file
+    /// cannot shrink below `len` while mapped (a seal), or an access would be a SIGBUS.
+    fn new(fd: &OwnedFd, len: usize, prot: rustix::mm::ProtFlags) -> std::io::Result<Mapping> {
+        // SAFETY: a fresh mapping, owned by the value returned and unmapped in Drop.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                rustix::mm::MapFlags::SHARED,
+                fd,
+                0,
+            )?
+        };
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `new` with this length and never handed out past the owner.
+        unsafe {
+            let _ = rustix::mm::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+// SAFETY: the mapping is owned by its value and only touched through it.
+unsafe impl Send for Mapping {}
+
 /// A sealed memfd and our shared mapping of all of it.
 pub(crate) struct SealedMemfd {
-    map: *mut u8,
-    len: usize,
+    map: Mapping,
     /// The descriptor, until it is handed to the client with REGISTER_MEMFD_SHMID.
     fd: Option<OwnedFd>,
 }
-
-// SAFETY: the mapping is owned by this value and only touched through it.
-unsafe impl Send for SealedMemfd {}
 
 impl SealedMemfd {
     /// A memfd of `len` bytes, mapped read-write. It is sealed against shrinking and
@@ -23,46 +59,22 @@ impl SealedMemfd {
     /// read-write (a write seal would make its mmap fail).
     pub(crate) fn new(name: &str, len: usize) -> std::io::Result<SealedMemfd> {
         use rustix::fs::{MemfdFlags, SealFlags};
+        use rustix::mm::ProtFlags;
         let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
         rustix::fs::ftruncate(&fd, len as u64)?;
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
-        // SAFETY: a fresh shared mapping of a file we just sized and sealed; unmapped in
-        // Drop.
-        let map = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                &fd,
-                0,
-            )?
-        }
-        .cast::<u8>();
-        Ok(SealedMemfd {
-            map,
-            len,
-            fd: Some(fd),
-        })
+        let map = Mapping::new(&fd, len, ProtFlags::READ | ProtFlags::WRITE)?;
+        Ok(SealedMemfd { map, fd: Some(fd) })
     }
 
     /// The start of the mapping (page-aligned, `len` bytes).
     pub(crate) fn ptr(&self) -> *mut u8 {
-        self.map
+        self.map.ptr
     }
 
     /// The descriptor to register with the client (taken once).
     pub(crate) fn take_fd(&mut self) -> Option<OwnedFd> {
         self.fd.take()
-    }
-}
-
-impl Drop for SealedMemfd {
-    fn drop(&mut self) {
-        // SAFETY: mapped in `new` with this length and never handed out.
-        unsafe {
-            let _ = rustix::mm::munmap(self.map.cast(), self.len);
-        }
     }
 }
 
@@ -78,59 +90,35 @@ const MAX_CLIENT_MAP: u64 = 1 << 30;
 /// pool (and anything that is not a memfd) is read with `pread`.
 pub(crate) struct ClientPool {
     fd: OwnedFd,
-    map: *const u8,
-    len: usize,
+    map: Option<Mapping>,
 }
-
-// SAFETY: the mapping is owned by this value and only read through it.
-unsafe impl Send for ClientPool {}
 
 impl ClientPool {
     /// Takes the client's descriptor; maps it if it can be sealed against shrinking.
     pub(crate) fn new(fd: OwnedFd) -> ClientPool {
-        let mut pool = ClientPool {
-            fd,
-            map: std::ptr::null(),
-            len: 0,
-        };
-        if rustix::fs::fcntl_add_seals(&pool.fd, rustix::fs::SealFlags::SHRINK).is_err() {
-            return pool;
-        }
+        let map = Self::seal_and_map(&fd);
+        ClientPool { fd, map }
+    }
+
+    fn seal_and_map(fd: &OwnedFd) -> Option<Mapping> {
+        rustix::fs::fcntl_add_seals(fd, rustix::fs::SealFlags::SHRINK).ok()?;
         // Sealed: from here on the size can only grow, so all of it stays mapped.
-        let Ok(size) = rustix::fs::fstat(&pool.fd).map(|st| st.st_size as u64) else {
-            return pool;
-        };
+        let size = rustix::fs::fstat(fd).ok()?.st_size as u64;
         if size == 0 || size > MAX_CLIENT_MAP {
-            return pool;
+            return None;
         }
-        // SAFETY: a read-only shared mapping of `size` bytes of a file that cannot
-        // shrink below that; unmapped in Drop.
-        let map = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                size as usize,
-                rustix::mm::ProtFlags::READ,
-                rustix::mm::MapFlags::SHARED,
-                &pool.fd,
-                0,
-            )
-        };
-        if let Ok(p) = map {
-            pool.map = p.cast::<u8>().cast_const();
-            pool.len = size as usize;
-        }
-        pool
+        Mapping::new(fd, size as usize, rustix::mm::ProtFlags::READ).ok()
     }
 
     /// Whether blocks are copied out of a mapping (else read with `pread`).
     pub(crate) fn mapped(&self) -> bool {
-        !self.map.is_null()
+        self.map.is_some()
     }
 
     /// Fills `dst` from `offset`; what lies beyond the pool's end reads as silence.
     /// Returns how many bytes came from the pool.
     pub(crate) fn read(&self, offset: u64, dst: &mut [u8]) -> usize {
-        if self.map.is_null() {
+        let Some(map) = &self.map else {
             let mut got = 0;
             while got < dst.len() {
                 match rustix::io::pread(&self.fd, &mut dst[got..], offset + got as u64) {
@@ -140,27 +128,16 @@ impl ClientPool {
             }
             dst[got..].fill(0);
             return got;
-        }
-        let start = (offset.min(self.len as u64)) as usize;
-        let n = dst.len().min(self.len - start);
+        };
+        let start = offset.min(map.len as u64) as usize;
+        let n = dst.len().min(map.len - start);
         // SAFETY: start + n <= len, inside the mapping, which cannot lose pages (sealed
         // against shrinking). The client may write the block while we copy it; we copy
         // bytes out before looking at them, as with the srbchannel.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.map.add(start), dst.as_mut_ptr(), n);
+            std::ptr::copy_nonoverlapping(map.ptr.add(start), dst.as_mut_ptr(), n);
         }
         dst[n..].fill(0);
         n
-    }
-}
-
-impl Drop for ClientPool {
-    fn drop(&mut self) {
-        if !self.map.is_null() {
-            // SAFETY: mapped in `new` with this length and never handed out.
-            unsafe {
-                let _ = rustix::mm::munmap(self.map.cast_mut().cast(), self.len);
-            }
-        }
     }
 }

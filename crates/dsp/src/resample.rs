@@ -767,6 +767,13 @@ mod tests {
         ("fixed", StreamResampler::new_fixed),
     ];
 
+    /// Every quality with both constructors.
+    fn every_kind() -> impl Iterator<Item = (ResampleQuality, (&'static str, Ctor))> {
+        ResampleQuality::ALL
+            .into_iter()
+            .flat_map(|q| CTORS.map(|c| (q, c)))
+    }
+
     /// Resamples `input` (mono) by pulling blocks of the sizes in `blocks` in turn.
     fn pull_all(
         r: &mut StreamResampler,
@@ -813,33 +820,11 @@ mod tests {
 
     #[test]
     fn pull_produces_exact_counts_and_consumes_at_the_ratio() {
-        for (q, (kind, make)) in ResampleQuality::ALL
-            .into_iter()
-            .flat_map(|q| CTORS.map(|c| (q, c)))
-        {
+        for (q, (kind, make)) in every_kind() {
             let mut r = make(44100, 48000, 2, q, 1024).unwrap();
-            let mut buf = PlanarBuf::new(2, 1024);
-            let mut consumed = 0usize;
-            let mut produced = 0usize;
-            for (i, n) in [1024usize, 1, 64, 441, 1000, 128, 7, 256]
-                .iter()
-                .cycle()
-                .take(200)
-                .enumerate()
-            {
-                let mut v = buf.view_mut(*n);
-                r.process_pull(&mut v, &mut |s: &mut PlanarMut| {
-                    consumed += s.frames();
-                    // Return short now and then: the rest must count as silence.
-                    if i % 5 == 0 {
-                        s.frames() / 2
-                    } else {
-                        s.frames()
-                    }
-                });
-                assert_eq!(v.frames(), *n);
-                produced += n;
-            }
+            // Return short now and then: the rest must count as silence.
+            let (consumed, produced) =
+                pull_counts(&mut r, &[1024, 1, 64, 441, 1000, 128, 7, 256], 200, true);
             let expect = produced as f64 * 44100.0 / 48000.0;
             assert!(
                 (consumed as f64 - expect).abs() < 300.0,
@@ -848,12 +833,36 @@ mod tests {
         }
     }
 
+    /// Pulls `calls` blocks of the sizes in `blocks` in turn, checking each comes out
+    /// whole; returns (input frames asked for, output frames produced). With `short`,
+    /// every fifth pull fills only half of what was asked.
+    fn pull_counts(
+        r: &mut StreamResampler,
+        blocks: &[usize],
+        calls: usize,
+        short: bool,
+    ) -> (usize, usize) {
+        let mut buf = PlanarBuf::new(r.channels(), r.max_frames());
+        let (mut consumed, mut produced) = (0usize, 0usize);
+        for (i, n) in blocks.iter().cycle().take(calls).enumerate() {
+            let mut v = buf.view_mut(*n);
+            r.process_pull(&mut v, &mut |s: &mut PlanarMut| {
+                consumed += s.frames();
+                if short && i % 5 == 0 {
+                    s.frames() / 2
+                } else {
+                    s.frames()
+                }
+            });
+            assert_eq!(v.frames(), *n);
+            produced += n;
+        }
+        (consumed, produced)
+    }
+
     #[test]
     fn push_produces_output_at_the_ratio() {
-        for (q, (kind, make)) in ResampleQuality::ALL
-            .into_iter()
-            .flat_map(|q| CTORS.map(|c| (q, c)))
-        {
+        for (q, (kind, make)) in every_kind() {
             let mut r = make(48000, 44100, 2, q, 512).unwrap();
             let input = PlanarBuf::new(2, 512);
             let mut produced = 0usize;
@@ -909,10 +918,7 @@ mod tests {
 
     #[test]
     fn delay_matches_an_impulse() {
-        for (q, (kind, make)) in ResampleQuality::ALL
-            .into_iter()
-            .flat_map(|q| CTORS.map(|c| (q, c)))
-        {
+        for (q, (kind, make)) in every_kind() {
             for (from, to) in [
                 (44100u32, 48000u32),
                 (48000, 44100),
@@ -963,10 +969,7 @@ mod tests {
     #[test]
     fn high_quality_44k1_to_48k_thd_n_below_minus_90_db() {
         let input = sine(44100, 1000.0, 0.5, 44100 * 2);
-        for (q, (kind, make)) in ResampleQuality::ALL
-            .into_iter()
-            .flat_map(|q| CTORS.map(|c| (q, c)))
-        {
+        for (q, (kind, make)) in every_kind() {
             let mut r = make(44100, 48000, 1, q, 1024).unwrap();
             let out = pull_all(&mut r, &input, 96000, &[1024, 480, 128]);
             let skip = 4000;
@@ -1069,10 +1072,7 @@ mod tests {
     fn a_cascade_stays_small_at_any_ratio() {
         // One stage of 1 Hz -> 48 kHz sized for a quantum of 8192 would need 8192 · 48 000
         // frames on one side: gigabytes.
-        for (q, (kind, make)) in ResampleQuality::ALL
-            .into_iter()
-            .flat_map(|q| CTORS.map(|c| (q, c)))
-        {
+        for (q, (kind, make)) in every_kind() {
             for (from, to) in [(1u32, 384_000u32), (384_000, 1), (1, 48_000), (48_000, 1)] {
                 let r = make(from, to, 8, q, 8192).unwrap();
                 let mib = r.footprint() * 4 / (1 << 20);
@@ -1083,27 +1083,11 @@ mod tests {
 
     #[test]
     fn a_cascade_pulls_exact_counts_and_consumes_at_the_ratio() {
-        for (q, (kind, make)) in ResampleQuality::ALL
-            .into_iter()
-            .flat_map(|q| CTORS.map(|c| (q, c)))
-        {
+        for (q, (kind, make)) in every_kind() {
             for (from, to) in [(1000u32, 48_000u32), (384_000, 8000), (1, 48_000)] {
                 let mut r = make(from, to, 2, q, 4096).unwrap();
-                let mut buf = PlanarBuf::new(2, 4096);
-                let (mut consumed, mut produced) = (0usize, 0usize);
-                for n in [4096usize, 1, 64, 1000, 2048, 7, 256]
-                    .iter()
-                    .cycle()
-                    .take(120)
-                {
-                    let mut v = buf.view_mut(*n);
-                    r.process_pull(&mut v, &mut |s: &mut PlanarMut| {
-                        consumed += s.frames();
-                        s.frames()
-                    });
-                    assert_eq!(v.frames(), *n);
-                    produced += n;
-                }
+                let blocks = [4096, 1, 64, 1000, 2048, 7, 256];
+                let (consumed, produced) = pull_counts(&mut r, &blocks, 120, false);
                 let expect = produced as f64 * from as f64 / to as f64;
                 // The filters' history: a few hundred frames at the lower rate per stage.
                 let slack = 1200.0 * (from as f64 / to as f64).max(1.0) + 10.0;

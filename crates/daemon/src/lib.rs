@@ -183,6 +183,7 @@ pub fn run(cfg: Config) -> Result<()> {
                     memfd_record: cfg.pulse.memfd_record,
                     realtime_io_below_usec: cfg.pulse.realtime_io_below_ms as u64 * 1000,
                     stream_restore: restore_mode(&cfg),
+                    cookie_path: cfg.pulse.cookie.clone(),
                     resample_quality: cfg
                         .engine
                         .resample_quality

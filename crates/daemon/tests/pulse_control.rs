@@ -638,3 +638,185 @@ fn an_unplugged_card_moves_its_streams_to_the_next_sink() {
         "the file sink got {loud} loud samples after the move"
     );
 }
+
+/// A port nothing listens on now (bound and released; the test loads a module on it
+/// right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn clients(d: &Daemon) -> usize {
+    pa_ok(d, &run_pa(d, "pactl", &["list", "short", "clients"]))
+        .lines()
+        .count()
+}
+
+#[test]
+fn protocol_modules_add_listeners_and_unloading_them_disconnects_their_clients() {
+    require_tools!("pactl", "paplay");
+    let mut d = daemon_with_config(
+        "[pulse]\ncookie = \"srv-cookie\"\n",
+        &["--device", "file:out.wav"],
+    );
+    std::fs::write(d.path("bad-cookie"), [7u8; 256]).unwrap();
+    let load = |args: &[&str]| {
+        let mut a = vec!["load-module"];
+        a.extend_from_slice(args);
+        run_pa(&d, "pactl", &a)
+    };
+    let over = |server: &str, cookie: &str, args: &[&str]| {
+        let child = pa(&d, "pactl")
+            .args(args)
+            .env("PULSE_SERVER", server)
+            .env("PULSE_COOKIE", d.path(cookie))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_output(child, WAIT)
+    };
+
+    // Allow-listed by address: no cookie needed.
+    let open = free_port();
+    let open_server = format!("tcp:127.0.0.1:{open}");
+    let open_index = pa_ok(
+        &d,
+        &load(&[
+            "module-native-protocol-tcp",
+            &format!("port={open}"),
+            "listen=127.0.0.1",
+            "auth-ip-acl=10.0.0.0/8;127.0.0.0/8",
+        ]),
+    )
+    .trim()
+    .to_string();
+    let info = over(&open_server, "bad-cookie", &["info"]);
+    assert!(pa_ok(&d, &info).contains("Server String: tcp:127.0.0.1"));
+    // PulseAudio's default: the cookie (the server's configured one) is required.
+    let guarded = free_port();
+    let guarded_server = format!("tcp:127.0.0.1:{guarded}");
+    pa_ok(
+        &d,
+        &load(&[
+            "module-native-protocol-tcp",
+            &format!("port={guarded}"),
+            "listen=127.0.0.1",
+        ]),
+    );
+    let denied = over(&guarded_server, "bad-cookie", &["info"]);
+    assert!(!denied.status.success());
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains("Access denied"),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+    pa_ok(&d, &over(&guarded_server, "srv-cookie", &["info"]));
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert!(
+        modules.contains(&format!(
+            "{open_index}\tmodule-native-protocol-tcp\tport={open} listen=127.0.0.1"
+        )),
+        "{modules}"
+    );
+
+    // A subscriber over TCP is disconnected when its listener's module is unloaded.
+    let before = clients(&d);
+    let sub = pa(&d, "pactl")
+        .args(["subscribe"])
+        .env("PULSE_SERVER", &open_server)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || clients(&d) > before),
+        "subscriber never connected"
+    );
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &open_index]));
+    let sub = wait_output(sub, WAIT);
+    assert!(!sub.status.success(), "the subscriber was not disconnected");
+    let refused = over(&open_server, "srv-cookie", &["info"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("Connection refused"));
+    // The other listener is untouched.
+    pa_ok(&d, &over(&guarded_server, "srv-cookie", &["info"]));
+
+    // Another unix socket: its audio arrives like the main socket's; unloading the
+    // module removes the socket.
+    let extra = d.path("extra.sock");
+    let socket_arg = format!("socket={}", extra.display());
+    let unix_index = pa_ok(&d, &load(&["module-native-protocol-unix", &socket_arg]))
+        .trim()
+        .to_string();
+    let input = noise_s16(48000, 15, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let played = pa(&d, "paplay")
+        .args(["in.wav"])
+        .env("PULSE_SERVER", format!("unix:{}", extra.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    pa_ok(&d, &wait_output(played, WAIT));
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &unix_index]));
+    assert!(
+        !extra.exists(),
+        "the unloaded module's socket is still there"
+    );
+
+    // Bad arguments fail the load, logged, and change nothing.
+    let main_socket = format!("socket={}", pulse_socket(&d).display());
+    let taken = format!("port={guarded}");
+    for bad in [
+        vec!["module-native-protocol-tcp", "port=0"],
+        vec!["module-native-protocol-tcp", "port=70000"],
+        vec!["module-native-protocol-tcp", "prot=4713"],
+        vec!["module-native-protocol-tcp", "auth-ip-acl=10.0.0.0/33"],
+        vec!["module-native-protocol-tcp", "auth-anonymous=maybe"],
+        vec!["module-native-protocol-tcp", "listen=localhost"],
+        vec!["module-native-protocol-tcp", &taken, "listen=127.0.0.1"],
+        vec!["module-native-protocol-unix", "socket=relative.sock"],
+        vec!["module-native-protocol-unix", &main_socket],
+        vec!["module-native-protocol-unix"],
+    ] {
+        let out = load(&bad);
+        assert!(!out.status.success(), "{bad:?} loaded");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Module initialization failed"),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let log = d.log_text();
+    for why in [
+        "port='0' is not a port number",
+        "unknown argument 'prot'",
+        "bad prefix length",
+        "auth-anonymous='maybe' is not a boolean",
+        "listen='localhost' is not an IPv4 or IPv6 address",
+        "Address already in use",
+        "must be an absolute path",
+        "already answers",
+        "socket= is required",
+    ] {
+        assert!(log.contains(why), "log lacks {why:?}:\n{log}");
+    }
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert_eq!(
+        modules.matches("module-native-protocol-tcp").count(),
+        1,
+        "{modules}"
+    );
+    assert!(pulse_socket(&d).exists(), "the main socket was disturbed");
+    let out_path = d.path("out.wav");
+    d.stop();
+    assert_contains_exactly(
+        &read_wav_s16(&out_path).1,
+        &input,
+        "paplay on the module's socket",
+    );
+}

@@ -15,8 +15,10 @@
 //! - [`transport`]: the RT half of a stream.
 //! - `conn`: one client connection; `ioloop`: the one thread that serves them all;
 //!   `dispatch`: engine events → subscription events.
-//! - [`listener`]: the socket.
+//! - [`listener`]: the socket; `accept`: the accept threads (and the listeners
+//!   `module-native-protocol-tcp` / `-unix` add).
 
+mod accept;
 pub mod bufattr;
 mod conn;
 pub mod convert;
@@ -45,9 +47,8 @@ pub use tcp::TcpOptions;
 use anyhow::{Context, Result};
 use quaver_engine::Engine;
 use quaver_policy::Policy;
-use server::{ClientRec, ConnHandle, Server, State};
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use server::{Server, State};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
 /// A running PulseAudio front-end. Dropping it removes the socket; connections end with
@@ -78,6 +79,7 @@ impl PulseServer {
             RestoreMode::Memory => Some(Mutex::new(restore::Store::memory())),
             RestoreMode::File(path) => Some(Mutex::new(restore::Store::open(path))),
         };
+        let io = Arc::new(ioloop::IoShared::new().context("creating the pulse I/O bell")?);
         let server = Arc::new(Server {
             // Subscribe before anything else looks at the graph so no event is missed.
             engine: engine.clone(),
@@ -87,6 +89,7 @@ impl PulseServer {
             next_client: AtomicU32::new(0),
             cookie,
             restore,
+            io: io.clone(),
         });
         let events = engine.subscribe();
         let s = server.clone();
@@ -94,8 +97,7 @@ impl PulseServer {
             .name("quaver-pulse-events".into())
             .spawn(move || dispatch::run(s, events))
             .context("spawning the pulse event thread")?;
-        let io = Arc::new(ioloop::IoShared::new().context("creating the pulse I/O bell")?);
-        let (s, i) = (server.clone(), io.clone());
+        let (s, i) = (server.clone(), io);
         std::thread::Builder::new()
             .name("quaver-pulse-io".into())
             .spawn(move || {
@@ -110,20 +112,32 @@ impl PulseServer {
             .listener
             .try_clone()
             .context("cloning the pulse listener")?;
-        let (s, i) = (server.clone(), io.clone());
-        std::thread::Builder::new()
-            .name("quaver-pulse-accept".into())
-            .spawn(move || {
-                for conn in l.incoming() {
-                    match conn {
-                        Ok(sock) => accept(&s, &i, tcp::Sock::Unix(sock)),
-                        Err(e) => tracing::warn!("pulse accept failed: {e}"),
-                    }
-                }
-            })
-            .context("spawning the pulse accept thread")?;
+        accept::spawn(
+            &server,
+            accept::Listen::Unix(l),
+            listener.path().display().to_string(),
+            "quaver-pulse-accept",
+            None,
+        )?;
         let tcp_addr = match tcp {
-            Some(t) => Some(spawn_tcp(&server, &io, t)?),
+            Some(t) => {
+                let l = std::net::TcpListener::bind(&t.listen)
+                    .with_context(|| format!("binding PulseAudio TCP address {}", t.listen))?;
+                let addr = l.local_addr().context("TCP address")?;
+                let auth = accept::TcpAuth {
+                    anonymous: false,
+                    allow: t.allow,
+                    cookie: Some(Arc::new(t.cookie)),
+                };
+                accept::spawn(
+                    &server,
+                    accept::Listen::Tcp(l, auth),
+                    addr.to_string(),
+                    "quaver-pulse-tcp",
+                    None,
+                )?;
+                Some(addr)
+            }
             None => None,
         };
         Ok(PulseServer {
@@ -186,102 +200,4 @@ pub fn decode_stream_for_fuzzing(mut data: &[u8]) {
             }
         }
     }
-}
-
-/// Binds the TCP listener and accepts on a thread of its own.
-fn spawn_tcp(
-    srv: &Arc<Server>,
-    io: &Arc<ioloop::IoShared>,
-    t: TcpOptions,
-) -> Result<std::net::SocketAddr> {
-    let l = std::net::TcpListener::bind(&t.listen)
-        .with_context(|| format!("binding PulseAudio TCP address {}", t.listen))?;
-    let addr = l.local_addr().context("TCP address")?;
-    let cookie = Arc::new(t.cookie);
-    let (s, i) = (srv.clone(), io.clone());
-    std::thread::Builder::new()
-        .name("quaver-pulse-tcp".into())
-        .spawn(move || {
-            for conn in l.incoming() {
-                match conn {
-                    Ok(stream) => {
-                        let peer = stream.peer_addr().map(|a| a.ip());
-                        let allowed = peer
-                            .as_ref()
-                            .is_ok_and(|ip| t.allow.iter().any(|n| n.contains(*ip)));
-                        tracing::debug!(
-                            "pulse TCP connection from {peer:?} ({})",
-                            if allowed {
-                                "allow-listed"
-                            } else {
-                                "needs the cookie"
-                            }
-                        );
-                        accept(
-                            &s,
-                            &i,
-                            tcp::Sock::Tcp {
-                                stream,
-                                cookie: (!allowed).then(|| cookie.clone()),
-                            },
-                        );
-                    }
-                    Err(e) => tracing::warn!("pulse TCP accept failed: {e}"),
-                }
-            }
-        })
-        .context("spawning the pulse TCP thread")?;
-    Ok(addr)
-}
-
-fn peer_pid(sock: &tcp::Sock) -> Option<u32> {
-    match sock {
-        tcp::Sock::Unix(s) => rustix::net::sockopt::socket_peercred(s)
-            .ok()
-            .map(|c| c.pid.as_raw_nonzero().get() as u32),
-        tcp::Sock::Tcp { .. } => None,
-    }
-}
-
-fn accept(srv: &Arc<Server>, io: &ioloop::IoShared, sock: tcp::Sock) {
-    let pid = peer_pid(&sock);
-    if srv.lock().clients.len() >= srv.opts.max_clients {
-        tracing::warn!(
-            "refusing PulseAudio client (pid {pid:?}): {} clients connected",
-            srv.opts.max_clients
-        );
-        return;
-    }
-    let index = srv.next_client.fetch_add(1, Ordering::Relaxed);
-    let handle = Arc::new(ConnHandle {
-        client: index,
-        mask: AtomicU32::new(0),
-        restore_events: std::sync::atomic::AtomicBool::new(false),
-        queue: Mutex::new(VecDeque::new()),
-        bell: io.bell.clone(),
-    });
-    srv.lock().clients.insert(
-        index,
-        ClientRec {
-            name: "Native client (UNIX socket client)".into(),
-            props: {
-                let mut p = pulseaudio::protocol::Props::new();
-                if let Some(pid) = pid {
-                    p.set(
-                        pulseaudio::protocol::Prop::ApplicationProcessId,
-                        introspect::cstr(&pid.to_string()),
-                    );
-                }
-                p
-            },
-            conn: handle.clone(),
-        },
-    );
-    srv.broadcast(
-        pulseaudio::protocol::SubscriptionEventFacility::Client,
-        pulseaudio::protocol::SubscriptionEventType::New,
-        index,
-    );
-    tracing::debug!("pulse client {index} connected (pid {pid:?})");
-    io.adopt(sock, handle);
 }

@@ -10,15 +10,26 @@
 //! - `module-loopback`: a link from a source (or a sink's monitor) to a sink. Both run
 //!   on the engine's one clock, so no resampler or latency adaptation is needed.
 //!
+//! - `module-native-protocol-tcp`: a TCP listener (`port`, `listen`, `auth-anonymous`,
+//!   `auth-ip-acl`, `auth-cookie`, `auth-cookie-enabled`, with PulseAudio's defaults:
+//!   port 4713 on every address, the cookie required); unloading it stops the listener
+//!   and disconnects the clients it let in.
+//! - `module-native-protocol-unix`: another unix socket (`socket`, an absolute path);
+//!   its clients are trusted like the main socket's.
+//!
 //! Other modules answer PA_ERR_MODINITFAILED, as PulseAudio does for a module it cannot
 //! load.
 
+use crate::accept::{self, Acceptor, TcpAuth};
 use crate::convert::position_from_pa;
+use crate::listener::PulseListener;
 use crate::server::{Device, Server, stream_target};
 use pulseaudio::protocol::{ChannelPosition as PaPos, PulseError};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use quaver_engine::{CycleInfo, NodeId, NodeKind, NodeSpec, Processor};
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
+use std::sync::Arc;
 
 /// Index of the pseudo-module standing for this front-end.
 pub const PROTOCOL_MODULE: u32 = 0;
@@ -40,6 +51,8 @@ pub struct ModuleRec {
     pub nodes: Vec<NodeId>,
     /// Links it made between existing nodes ("node" or "node:port" ends).
     pub links: Vec<(String, String)>,
+    /// The listener a protocol module added.
+    pub acceptor: Option<Arc<Acceptor>>,
 }
 
 /// Parses PulseAudio's module argument syntax (`key=value`, `key="v w"`, `key='v'`)
@@ -279,7 +292,7 @@ pub fn null_sink(
 }
 
 /// Creates what module `name` stands for in the graph.
-pub fn load(srv: &Server, name: &str, argument: &str) -> Result<ModuleRec, PulseError> {
+pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, PulseError> {
     let args = parse_args_raw(argument).map_err(|why| {
         tracing::info!("pulse: {name}: {why}");
         PulseError::ModInitFailed
@@ -311,6 +324,7 @@ pub fn load(srv: &Server, name: &str, argument: &str) -> Result<ModuleRec, Pulse
         argument: argument.to_string(),
         nodes: Vec::new(),
         links: Vec::new(),
+        acceptor: None,
     };
     match name {
         "module-null-sink" => {
@@ -469,6 +483,40 @@ pub fn load(srv: &Server, name: &str, argument: &str) -> Result<ModuleRec, Pulse
                 .map_err(|e| fail(e.to_string()))?;
             rec.links.push((from, sink.name.clone()));
         }
+        "module-native-protocol-tcp" => {
+            let (listen, auth, addr) = tcp_listener(srv, &args).map_err(fail)?;
+            tracing::info!(
+                "pulse: {name}: PulseAudio TCP clients served on {addr} ({})",
+                auth.describe()
+            );
+            let acc = accept::spawn(
+                srv,
+                accept::Listen::Tcp(listen, auth),
+                addr,
+                "quaver-pulse-tcp",
+                None,
+            )
+            .map_err(|e| fail(format!("{e:#}")))?;
+            rec.acceptor = Some(acc);
+        }
+        "module-native-protocol-unix" => {
+            let file = unix_listener(&args).map_err(fail)?;
+            let l = file
+                .listener
+                .try_clone()
+                .map_err(|e| fail(format!("cloning the listener: {e}")))?;
+            let addr = file.path().display().to_string();
+            tracing::info!("pulse: {name}: PulseAudio clients served on {addr}");
+            let acc = accept::spawn(
+                srv,
+                accept::Listen::Unix(l),
+                addr,
+                "quaver-pulse-unix",
+                Some(file),
+            )
+            .map_err(|e| fail(format!("{e:#}")))?;
+            rec.acceptor = Some(acc);
+        }
         other => return Err(fail(format!("{other} is not available in quaver"))),
     }
     Ok(rec)
@@ -477,6 +525,9 @@ pub fn load(srv: &Server, name: &str, argument: &str) -> Result<ModuleRec, Pulse
 /// Undoes [`load`]: streams on its sinks move to the default devices that remain (as
 /// PulseAudio rescues them), then its nodes and links go.
 pub fn unload(srv: &Server, m: &ModuleRec) {
+    if let Some(acc) = &m.acceptor {
+        acc.stop(srv);
+    }
     for node in &m.nodes {
         let graph = srv.engine.graph();
         for s in graph.nodes.values().filter(|n| n.kind.is_stream()) {
@@ -500,6 +551,140 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     for (o, i) in &m.links {
         let _ = srv.engine.unlink(o, i);
     }
+}
+
+/// PulseAudio's booleans (`pa_parse_boolean`).
+fn parse_bool(key: &str, v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "y" | "t" | "yes" | "true" | "on" => Ok(true),
+        "0" | "n" | "f" | "no" | "false" | "off" => Ok(false),
+        _ => Err(format!("{key}='{v}' is not a boolean")),
+    }
+}
+
+fn check_keys(args: &BTreeMap<String, String>, known: &[&str]) -> Result<(), String> {
+    match args.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(format!("unknown argument '{k}'")),
+        None => Ok(()),
+    }
+}
+
+/// Binds what `module-native-protocol-tcp`'s arguments ask for; the listener, who it
+/// serves, and its address.
+fn tcp_listener(
+    srv: &Server,
+    args: &BTreeMap<String, String>,
+) -> Result<(TcpListener, TcpAuth, String), String> {
+    check_keys(
+        args,
+        &[
+            "port",
+            "listen",
+            "auth-anonymous",
+            "auth-ip-acl",
+            "auth-cookie",
+            "auth-cookie-enabled",
+        ],
+    )?;
+    let port = match args.get("port") {
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("port='{p}' is not a port number (1-65535)"))?,
+        None => 4713,
+    };
+    let anonymous = match args.get("auth-anonymous") {
+        Some(v) => parse_bool("auth-anonymous", v)?,
+        None => false,
+    };
+    let allow = match args.get("auth-ip-acl") {
+        Some(acl) => acl
+            .split(';')
+            .filter(|a| !a.trim().is_empty())
+            .map(crate::tcp::Net::parse)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("auth-ip-acl: {e}"))?,
+        None => Vec::new(),
+    };
+    let cookie_enabled = match args.get("auth-cookie-enabled") {
+        Some(v) => parse_bool("auth-cookie-enabled", v)?,
+        None => true,
+    };
+    let cookie = if cookie_enabled && !anonymous {
+        let path = args
+            .get("auth-cookie")
+            .map(|p| std::path::PathBuf::from(unescape(p)))
+            .or_else(|| srv.opts.cookie_path.clone())
+            .or_else(crate::tcp::default_cookie_path)
+            .ok_or("no cookie path: give auth-cookie= (HOME is not set)")?;
+        let c = crate::tcp::load_or_create_cookie(&path).map_err(|e| format!("{e:#}"))?;
+        Some(Arc::new(c))
+    } else {
+        None
+    };
+    let listener = match args.get("listen") {
+        Some(a) => {
+            let a = a.trim_start_matches('[').trim_end_matches(']');
+            let ip: IpAddr = a
+                .parse()
+                .map_err(|_| format!("listen='{a}' is not an IPv4 or IPv6 address"))?;
+            TcpListener::bind(SocketAddr::new(ip, port))
+                .map_err(|e| format!("binding {}: {e}", SocketAddr::new(ip, port)))?
+        }
+        // PulseAudio listens on every address by default; one IPv6 socket serves IPv4
+        // too unless the system turned that off, so IPv4 alone is the fallback.
+        None => TcpListener::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port))
+            .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
+            .map_err(|e| format!("binding port {port}: {e}"))?,
+    };
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("local address: {e}"))?
+        .to_string();
+    let auth = TcpAuth {
+        anonymous,
+        allow,
+        cookie,
+    };
+    Ok((listener, auth, addr))
+}
+
+/// Binds `module-native-protocol-unix`'s socket (refusing one a server answers on).
+fn unix_listener(args: &BTreeMap<String, String>) -> Result<PulseListener, String> {
+    check_keys(
+        args,
+        &[
+            "socket",
+            "auth-anonymous",
+            "auth-group",
+            "auth-group-enable",
+            "auth-cookie",
+            "auth-cookie-enabled",
+            "srbchannel",
+        ],
+    )?;
+    for key in [
+        "auth-anonymous",
+        "auth-group-enable",
+        "auth-cookie-enabled",
+        "srbchannel",
+    ] {
+        if let Some(v) = args.get(key) {
+            parse_bool(key, v)?;
+        }
+    }
+    let path = std::path::PathBuf::from(unescape(
+        args.get("socket")
+            .ok_or("socket= is required (the default socket is quaverd's own)")?,
+    ));
+    if !path.is_absolute() {
+        return Err(format!(
+            "socket='{}' must be an absolute path",
+            path.display()
+        ));
+    }
+    PulseListener::bind(&path).map_err(|e| format!("{e:#}"))
 }
 
 #[cfg(test)]

@@ -41,6 +41,9 @@ pub struct PulseOptions {
     pub realtime_io_below_usec: u64,
     /// Where stream restore keeps its entries (see [`crate::restore`]).
     pub stream_restore: RestoreMode,
+    /// The auth cookie TCP clients present (`[pulse] cookie`); `None`:
+    /// `~/.config/pulse/cookie`. Read (or created) when a TCP listener starts.
+    pub cookie_path: Option<std::path::PathBuf>,
 }
 
 /// Whether and where stream restore remembers stream volumes, mutes and devices.
@@ -70,6 +73,7 @@ impl Default for PulseOptions {
             realtime_io_below_usec: 8_000,
             // A library default must not write into the user's state directory.
             stream_restore: RestoreMode::Memory,
+            cookie_path: None,
         }
     }
 }
@@ -213,6 +217,8 @@ pub struct Server {
     pub cookie: u32,
     /// Stream restore's entries; `None` when it is off.
     pub restore: Option<Mutex<crate::restore::Store>>,
+    /// Where accepted connections are handed to the I/O thread.
+    pub(crate) io: Arc<crate::ioloop::IoShared>,
 }
 
 /// A resolved device (sink or source) by PulseAudio's view.

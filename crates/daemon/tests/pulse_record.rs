@@ -257,3 +257,59 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
     d.stop();
     assert_contains_exactly(&read_wav_s16(&b).1, &input, "loopback into the second sink");
 }
+
+#[test]
+fn a_remapped_source_records_one_channel_of_its_master() {
+    require_tools!("pactl", "paplay", "parec");
+    let d = pulse_util::start(&["--device", "null"]);
+    // The right channel of the null sink's monitor as a mono source.
+    load(
+        &d,
+        &[
+            "module-remap-source",
+            "source_name=right",
+            "master=null-sink.monitor",
+            "channel_map=mono",
+            "master_channel_map=front-right",
+            "source_properties=device.description=Right\\ only",
+        ],
+    );
+    let sources = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sources"]));
+    assert!(sources.contains("Name: right"), "{sources}");
+    assert!(sources.contains("Description: Right only"), "{sources}");
+    let input = noise_s16(48000, 21, 20000);
+    let got = record_monitor_at(
+        &d,
+        &input,
+        &[
+            "-d",
+            "right",
+            "--format=s16le",
+            "--rate=48000",
+            "--channels=1",
+        ],
+        48000 * 2,
+    );
+    let right: Vec<i16> = input.chunks(2).map(|f| f[1]).collect();
+    assert_contains_exactly(&got, &right, "the remapped source");
+    for bad in [
+        vec!["module-remap-source", "master=no-such-source"],
+        vec![
+            "module-remap-source",
+            "channel_map=mono",
+            "master_channel_map=front-left,front-right",
+        ],
+        vec!["module-remap-source", "sink_name=x"],
+        vec![
+            "module-remap-source",
+            "master_channel_map=rear-left",
+            "channel_map=mono",
+        ],
+    ] {
+        let mut a = vec!["load-module"];
+        a.extend(&bad);
+        assert!(!run_pa(&d, "pactl", &a).status.success(), "{bad:?} loaded");
+    }
+    let sources = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sources"]));
+    assert_eq!(sources.lines().count(), 3, "{sources}");
+}

@@ -7,6 +7,9 @@
 //!   sink: what is played into it is played on all of them.
 //! - `module-remap-sink`: the same kind of node in the remapped layout, its outputs
 //!   linked channel by channel to the master sink (`master_channel_map`).
+//! - `module-remap-source`: a source node in the remapped layout, its inputs linked
+//!   channel by channel from the master source (or monitor), e.g. one channel of a
+//!   multi-channel interface as a mono microphone.
 //! - `module-loopback`: a link from a source (or a sink's monitor) to a sink. Both run
 //!   on the engine's one clock, so no resampler or latency adaptation is needed.
 //!
@@ -431,6 +434,85 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                             .link(
                                 &format!("{}:{out}", me.name),
                                 &format!("{}:{input}", master.name),
+                            )
+                            .map(|_| ())
+                    }),
+            };
+            if let Err(e) = linked {
+                let _ = srv.engine.remove_node(node);
+                return Err(fail(e.to_string()));
+            }
+        }
+        "module-remap-source" => {
+            let master = match args.get("master") {
+                Some(m) => srv
+                    .source_by_name(&graph, &unescape(m))
+                    .ok_or_else(|| fail(format!("no source '{m}'")))?,
+                None => srv
+                    .default_source(&graph)
+                    .ok_or_else(|| fail("no source".into()))?,
+            };
+            let master_node = &graph.nodes[&master.node];
+            // The sink-side parser checks the shared arguments (name, proplist, layout).
+            let mut own = BTreeMap::new();
+            for (k, v) in &args {
+                let k = match k.as_str() {
+                    "source_name" => "sink_name",
+                    "source_properties" => "sink_properties",
+                    "master" | "master_channel_map" | "remix" | "resample_method" => continue,
+                    "sink_name" | "sink_properties" => {
+                        return Err(fail(format!("unknown argument '{k}'")));
+                    }
+                    other => other,
+                };
+                own.insert(k.to_string(), v.clone());
+            }
+            own.entry("sink_name".into())
+                .or_insert_with(|| format!("{}.remapped", master.name));
+            let mut plan = null_sink(&own, &layout(master_node, false), srv.engine.rate())?;
+            plan.spec.kind = NodeKind::DeviceSource;
+            if !own.contains_key("sink_properties") {
+                plan.spec.description = format!("Remapped {}", master.name);
+            }
+            let map = plan.spec.inputs.clone();
+            let sources = match args.get("master_channel_map") {
+                Some(m) => {
+                    let m = parse_channel_map(&unescape(m))
+                        .ok_or_else(|| fail("bad master_channel_map".into()))?;
+                    if m.len() != map.len() {
+                        return Err(fail(
+                            "channel_map and master_channel_map differ in length".into(),
+                        ));
+                    }
+                    Some(m)
+                }
+                None => None,
+            };
+            let node = srv
+                .engine
+                .add_node(plan.spec, Some(Box::new(NullSink)))
+                .map_err(|e| fail(e.to_string()))?;
+            rec.nodes.push(node);
+            let g = srv.engine.graph();
+            let me = &g.nodes[&node];
+            let linked = match &sources {
+                None => srv.engine.link(&master_node.name, &me.name).map(|_| ()),
+                Some(m) => me
+                    .inputs
+                    .iter()
+                    .zip(m.positions())
+                    .try_for_each(|(input, pos)| {
+                        let out = master_node
+                            .outputs
+                            .iter()
+                            .find(|p| graph.ports[p].channel == *pos)
+                            .ok_or_else(|| {
+                                quaver_engine::EngineError::NoSuchPort(format!("{pos}"))
+                            })?;
+                        srv.engine
+                            .link(
+                                &format!("{}:{out}", master_node.name),
+                                &format!("{}:{input}", me.name),
                             )
                             .map(|_| ())
                     }),

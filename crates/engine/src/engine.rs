@@ -643,17 +643,17 @@ impl Engine {
 
     /// How far the driver fills ahead for `graph` at `quantum`: the smallest latency
     /// any node asks for, when that is beyond what the quantum gives and only playback
-    /// streams use the graph. Record streams and filters keep one quantum per wakeup:
-    /// capture is read in bursts while filling ahead, and filters cannot be rewound.
+    /// streams use the graph. Record streams, filters and playback streams fed from the
+    /// graph (a loopback) keep one quantum per wakeup: capture is read in bursts while
+    /// filling ahead, and what is computed from other nodes cannot be rewound.
     fn fill_for(&self, graph: &Graph, quantum: usize) -> usize {
         if self.shared.max_fill == 0 {
             return 0;
         }
-        if graph
-            .nodes
-            .values()
-            .any(|n| matches!(n.kind, NodeKind::RecordStream | NodeKind::Filter))
-        {
+        if graph.nodes.values().any(|n| {
+            matches!(n.kind, NodeKind::RecordStream | NodeKind::Filter)
+                || (n.kind == NodeKind::PlaybackStream && !n.inputs.is_empty())
+        }) {
             return 0;
         }
         let Some(latency) = graph.nodes.values().filter_map(|n| n.latency_frames).min() else {

@@ -376,3 +376,48 @@ fn the_real_time_thread_is_woken_from_a_long_sleep_to_rewind() {
     assert!(stats.devices[0].rewinds.load(Ordering::Relaxed) >= 1);
     engine.shutdown().unwrap();
 }
+
+/// Copies its inputs to its outputs, like the PulseAudio front-end's loopback.
+struct Copy;
+
+impl quaver_engine::Processor for Copy {
+    fn process(
+        &mut self,
+        _cx: &quaver_engine::CycleInfo,
+        inputs: quaver_dsp::Planar<'_>,
+        outputs: &mut quaver_dsp::PlanarMut<'_>,
+    ) {
+        for ch in 0..outputs.channels() {
+            outputs.channel_mut(ch).copy_from_slice(inputs.channel(ch));
+        }
+    }
+}
+
+#[test]
+fn a_playback_node_fed_from_the_graph_stops_the_filling_ahead() {
+    // A loopback is a playback node whose audio is computed from other nodes in the
+    // cycle: it cannot be rendered ahead and taken back, so the card goes back to one
+    // quantum per wakeup while it exists.
+    let mut r = rig();
+    r.run_until(2 * S);
+    let before = r.wakeups();
+    r.run_until(6 * S);
+    let filling = r.wakeups() - before;
+    let mut spec = NodeSpec::new("loop", NodeKind::PlaybackStream);
+    spec.inputs = ChannelMap::stereo();
+    spec.outputs = ChannelMap::stereo();
+    r.engine.add_node(spec, Some(Box::new(Copy))).unwrap();
+    r.engine.link("music", "loop").unwrap();
+    r.engine.link("loop", "sim-sink").unwrap();
+    r.run_until(7 * S);
+    let before = r.wakeups();
+    r.run_until(11 * S);
+    let looping = r.wakeups() - before;
+    let per_quantum = 4 * RATE as u64 / r.engine.quantum() as u64;
+    assert!(filling <= 4, "{filling} wakeups in 4 s while filling ahead");
+    assert!(
+        looping + 2 >= per_quantum,
+        "{looping} wakeups in 4 s with the loop; one per quantum is {per_quantum}"
+    );
+    assert_eq!(r.underruns(), 0);
+}

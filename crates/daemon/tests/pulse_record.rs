@@ -250,12 +250,85 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
             &format!("sink={second}"),
         ],
     );
+    // It is a sink input, as PulseAudio's loopback is: named after its source, on the
+    // second sink, with a volume and a mute of its own.
+    let inputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sink-inputs"]));
+    assert!(
+        inputs.contains("media.name = \"Loopback from Monitor of"),
+        "{inputs}"
+    );
+    let short = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+    let fields: Vec<&str> = short.trim().split('\t').collect();
+    let second_index = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]))
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split('\t')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(fields[1], second_index, "{short}");
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     pa_ok(&d, &run_pa(&d, "paplay", &["-d", "file-sink", "in.wav"]));
+    // Muted, the loop passes nothing on while the first sink still plays.
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["set-sink-input-mute", fields[0], "1"]),
+    );
+    let muted = noise_s16(48000, 6, 20000);
+    write_wav_s16(&d.path("in2.wav"), 48000, 2, &muted);
+    pa_ok(&d, &run_pa(&d, "paplay", &["-d", "file-sink", "in2.wav"]));
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &m]));
-    let b = d.path("b.wav");
+    let inputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+    assert_eq!(inputs.trim(), "", "the loopback outlived its module");
+    let (a, b) = (d.path("a.wav"), d.path("b.wav"));
     d.stop();
-    assert_contains_exactly(&read_wav_s16(&b).1, &input, "loopback into the second sink");
+    let b = read_wav_s16(&b).1;
+    assert_contains_exactly(&b, &input, "loopback into the second sink");
+    // The second sound is not the first in the file: found by a stretch of it.
+    let probe = &muted[..512];
+    let holds = |w: &[i16]| w.windows(probe.len()).any(|w| w == probe);
+    assert!(
+        holds(&read_wav_s16(&a).1),
+        "the first sink lacks the second sound"
+    );
+    assert!(!holds(&b), "the muted loopback passed audio on");
+    // latency_msec is the loop's latency request: the graph's quantum follows it
+    // (10 ms on the null sink, one period in flight: 256 frames).
+    let d = pulse_util::start(&["--device", "null"]);
+    let quantum = |d: &Daemon| {
+        let status = common::ok(&d.run(&["status"]));
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("quantum:"))
+            .and_then(|q| q.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no quantum in {status}"))
+            .to_string()
+    };
+    let idle = quantum(&d);
+    let m = load(
+        &d,
+        &[
+            "module-loopback",
+            "source=null-source",
+            "sink=null-sink",
+            "latency_msec=10",
+        ],
+    );
+    assert_eq!(quantum(&d), "256", "idle quantum was {idle}");
+    // Killing a loopback's sink input unloads its module, as in PulseAudio.
+    let inputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sink-inputs"]));
+    assert!(inputs.contains(&format!("Owner Module: {m}")), "{inputs}");
+    let short = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+    let index: u32 = short.split('\t').next().unwrap().parse().unwrap();
+    let mut raw = RawClient::ready(&d, "killer");
+    raw.send(&quaver_pulse::pulseaudio::protocol::Command::KillSinkInput(
+        index,
+    ));
+    raw.ack().expect("KILL_SINK_INPUT of the loopback");
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert!(!modules.contains("module-loopback"), "{modules}");
+    assert_eq!(quantum(&d), idle);
 }
 
 #[test]

@@ -1847,7 +1847,21 @@ impl Conn {
                 }
             }
             Command::KillSinkInput(idx) | Command::KillSourceOutput(idx) => {
-                let owner = srv.lock().streams.get(&idx).map(|s| s.client);
+                let (owner, module) = {
+                    let st = srv.lock();
+                    let module = st
+                        .modules
+                        .iter()
+                        .find(|(_, m)| m.nodes.contains(&idx))
+                        .map(|(&i, _)| i);
+                    (st.streams.get(&idx).map(|s| s.client), module)
+                };
+                if let (None, Some(module)) = (owner, module) {
+                    // A module's stream (a loopback): PulseAudio unloads the module.
+                    self.unload_module(module)?;
+                    self.out().ack(seq);
+                    return Ok(());
+                }
                 let owner = owner.ok_or(PulseError::NoEntity)?;
                 self.out().ack(seq);
                 if owner == self.client {

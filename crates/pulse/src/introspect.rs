@@ -255,16 +255,36 @@ impl Server {
         })
     }
 
-    fn stream_name(node: &Node, rec: Option<&StreamRec>) -> CString {
-        rec.and_then(|r| prop_str(&r.props, Prop::MediaName))
-            .map(|s| cstr(&s))
-            .unwrap_or_else(|| cstr(&node.name))
+    /// The loaded module that made `node` (a loopback's stream), if any.
+    fn module_of(st: &State, node: &Node) -> Option<u32> {
+        st.modules
+            .iter()
+            .find(|(_, m)| m.nodes.contains(&node.id))
+            .map(|(&i, _)| i)
     }
 
-    fn stream_props(node: &Node, rec: Option<&StreamRec>) -> Props {
+    /// A stream's media name: its client's, else a module stream's description, else
+    /// the node's name.
+    fn media_name(node: &Node, rec: Option<&StreamRec>, module: Option<u32>) -> String {
+        rec.and_then(|r| prop_str(&r.props, Prop::MediaName))
+            .unwrap_or_else(|| match module {
+                Some(_) if !node.description.is_empty() => node.description.clone(),
+                _ => node.name.clone(),
+            })
+    }
+
+    fn stream_name(node: &Node, rec: Option<&StreamRec>, module: Option<u32>) -> CString {
+        cstr(&Self::media_name(node, rec, module))
+    }
+
+    fn stream_props(node: &Node, rec: Option<&StreamRec>, module: Option<u32>) -> Props {
         let mut p = rec.map(|r| r.props.clone()).unwrap_or_default();
         if prop_str(&p, Prop::MediaName).is_none() {
-            set(&mut p, Prop::MediaName, &node.name);
+            set(
+                &mut p,
+                Prop::MediaName,
+                &Self::media_name(node, rec, module),
+            );
         }
         p.set_bytes(cstr("node.name"), cstr(&node.name).as_bytes_with_nul());
         p
@@ -283,6 +303,7 @@ impl Server {
     /// The sink-input record of a playback-stream node (ours or another front-end's).
     pub fn sink_input_info(&self, snap: &Snapshot, st: &State, node: &Node) -> SinkInputInfo {
         let rec = st.streams.get(&node.id);
+        let module = Self::module_of(st, node);
         let outputs = ports_map(&snap.graph, &node.outputs);
         let (spec, map) = match rec {
             Some(r) => (r.spec, r.map),
@@ -307,8 +328,8 @@ impl Server {
         };
         SinkInputInfo {
             index: node.id,
-            name: Self::stream_name(node, rec),
-            owner_module_index: rec.map(|_| PROTOCOL_MODULE),
+            name: Self::stream_name(node, rec, module),
+            owner_module_index: rec.map(|_| PROTOCOL_MODULE).or(module),
             client_index: rec.map(|r| r.client),
             sink_index: stream_target(&snap.graph, node.id).unwrap_or(u32::MAX),
             sample_spec: spec,
@@ -322,7 +343,7 @@ impl Server {
             } else {
                 "quaver"
             })),
-            props: Self::stream_props(node, rec),
+            props: Self::stream_props(node, rec, module),
             muted: node.mute,
             corked: rec.is_some_and(|r| r.corked),
             has_volume: true,
@@ -334,6 +355,7 @@ impl Server {
     /// The source-output record of a record-stream node.
     pub fn source_output_info(&self, snap: &Snapshot, st: &State, node: &Node) -> SourceOutputInfo {
         let rec = st.streams.get(&node.id);
+        let module = Self::module_of(st, node);
         let inputs = ports_map(&snap.graph, &node.inputs);
         let (spec, map) = match rec {
             Some(r) => (r.spec, r.map),
@@ -357,8 +379,8 @@ impl Server {
         };
         SourceOutputInfo {
             index: node.id,
-            name: Self::stream_name(node, rec),
-            owner_module_index: rec.map(|_| PROTOCOL_MODULE),
+            name: Self::stream_name(node, rec, module),
+            owner_module_index: rec.map(|_| PROTOCOL_MODULE).or(module),
             client_index: rec.map(|r| r.client),
             source_index: crate::server::record_source_index(&snap.graph, node.id)
                 .unwrap_or(u32::MAX),
@@ -373,7 +395,7 @@ impl Server {
             } else {
                 "quaver"
             })),
-            props: Self::stream_props(node, rec),
+            props: Self::stream_props(node, rec, module),
             muted: node.mute,
             corked: rec.is_some_and(|r| r.corked),
             has_volume: true,

@@ -10,8 +10,9 @@
 //! - `module-remap-source`: a source node in the remapped layout, its inputs linked
 //!   channel by channel from the master source (or monitor), e.g. one channel of a
 //!   multi-channel interface as a mono microphone.
-//! - `module-loopback`: a link from a source (or a sink's monitor) to a sink. Both run
-//!   on the engine's one clock, so no resampler or latency adaptation is needed.
+//! - `module-loopback`: a node from a source (or a sink's monitor) to a sink, listed as
+//!   a sink input (volume, mute, move). Both ends run on the engine's one clock, so no
+//!   resampler or latency adaptation is needed.
 //!
 //! - `module-native-protocol-tcp`: a TCP listener (`port`, `listen`, `auth-anonymous`,
 //!   `auth-ip-acl`, `auth-cookie`, `auth-cookie-enabled`, with PulseAudio's defaults:
@@ -559,11 +560,64 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                     .default_sink(&graph)
                     .ok_or_else(|| fail("no sink".into()))?,
             };
-            let from = graph.nodes[&source.node].name.clone();
-            srv.engine
-                .link(&from, &sink.name)
+            let src = &graph.nodes[&source.node];
+            let map = match (args.get("channel_map"), args.get("channels")) {
+                (Some(m), _) => parse_channel_map(&unescape(m))
+                    .ok_or_else(|| fail(format!("bad channel_map '{m}'")))?,
+                (None, Some(n)) => match n.parse::<usize>() {
+                    Ok(n) if (1..=32).contains(&n) => ChannelMap::default_for(n),
+                    _ => return Err(fail(format!("channels={n} is not 1-32"))),
+                },
+                (None, None) => layout(src, false),
+            };
+            let latency_frames = match args.get("latency_msec") {
+                Some(ms) => {
+                    let ms: u64 = ms
+                        .parse()
+                        .ok()
+                        .filter(|&ms| (1..=30_000).contains(&ms))
+                        .ok_or_else(|| fail(format!("latency_msec={ms} is not 1-30000")))?;
+                    Some((ms * srv.engine.rate() as u64 / 1000) as u32)
+                }
+                None => None,
+            };
+            let props = match args.get("sink_input_properties") {
+                Some(p) => {
+                    parse_props(p).map_err(|e| fail(format!("sink_input_properties: {e}")))?
+                }
+                None => BTreeMap::new(),
+            };
+            let what = if src.kind == NodeKind::DeviceSink {
+                format!("Monitor of {}", src.description)
+            } else {
+                src.description.clone()
+            };
+            // One node between the source and the sink, listed as a sink input: its
+            // volume, mute and sink are set like any stream's, and `latency_msec` is
+            // its latency request (the graph's quantum follows it, so the loop is never
+            // slower than asked for; without it the loop adds no latency of its own).
+            let mut spec = NodeSpec::new("loopback", NodeKind::PlaybackStream);
+            spec.description = props
+                .get("media.name")
+                .cloned()
+                .unwrap_or_else(|| format!("Loopback from {what}"));
+            spec.inputs = map.clone();
+            spec.outputs = map;
+            spec.latency_frames = latency_frames;
+            let node = srv
+                .engine
+                .add_node(spec, Some(Box::new(NullSink)))
                 .map_err(|e| fail(e.to_string()))?;
-            rec.links.push((from, sink.name.clone()));
+            rec.nodes.push(node);
+            let me = srv.engine.node_name(node).unwrap_or_default();
+            let linked = srv
+                .engine
+                .link(&src.name, &me)
+                .and_then(|_| srv.engine.link(&me, &sink.name));
+            if let Err(e) = linked {
+                let _ = srv.engine.remove_node(node);
+                return Err(fail(e.to_string()));
+            }
         }
         "module-native-protocol-tcp" => {
             let (listen, auth, addr) = tcp_listener(srv, &args).map_err(fail)?;

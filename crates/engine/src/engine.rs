@@ -160,6 +160,8 @@ struct Control {
     quantum: usize,
     garbage: rtrb::Consumer<Garbage>,
     events: rtrb::Consumer<RtEvent>,
+    /// Devices suspended on request ([`Engine::hold`]).
+    held: bool,
 }
 
 /// The real-time thread (which hands the devices back) and the service thread.
@@ -208,6 +210,10 @@ fn give_back_freed_memory() {
 pub struct Engine {
     shared: Arc<Shared>,
 }
+
+/// Longest [`Engine::hold`] waits for the devices to suspend: a cycle of the largest
+/// quantum and then some.
+const HOLD_WAIT: Duration = Duration::from_secs(2);
 
 fn round_quantum(frames: usize) -> usize {
     // Powers of two keep buffer math simple and match what every peer offers.
@@ -357,6 +363,7 @@ impl Engine {
             quantum: config.quantum_default,
             garbage,
             events,
+            held: false,
         };
         let engine = Engine {
             shared: Arc::new(Shared {
@@ -564,6 +571,38 @@ impl Engine {
         Ok(())
     }
 
+    /// Suspends the devices on request (`on`), streams or not, until released: what
+    /// PulseAudio's SUSPEND_SINK does (`pasuspender` frees a card for a program that
+    /// opens it directly). The devices share one clock, so they suspend together; the
+    /// streams wait, nothing of theirs is lost. While held, idle suspend and resume
+    /// change nothing; released, the devices resume if streams exist.
+    ///
+    /// A hold returns once the devices are suspended (at the end of the cycle running
+    /// now), so a program started next finds the card free, or after `HOLD_WAIT` at most;
+    /// the result says whether they are suspended.
+    pub fn hold(&self, on: bool) -> Result<bool, EngineError> {
+        {
+            let mut ctl = self.lock();
+            if ctl.held != on {
+                ctl.held = on;
+                self.publish(&mut ctl)?;
+            }
+        }
+        let suspended = || self.shared.stats.suspended.load(Relaxed);
+        if on {
+            let t0 = std::time::Instant::now();
+            while !suspended() && t0.elapsed() < HOLD_WAIT {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(suspended())
+    }
+
+    /// Whether the devices are held suspended ([`Engine::hold`]).
+    pub fn held(&self) -> bool {
+        self.lock().held
+    }
+
     /// The quantum a node asking for `latency` frames gets on its own: the latency
     /// divided by the quanta the devices hold in flight (two on a double-buffered card:
     /// one plays while the next is filled; one on the null sink), rounded down to a
@@ -692,6 +731,7 @@ impl Engine {
         ctl.quantum = self.quantum_for(&ctl.graph);
         let (mut plan, current) = compile(&ctl.graph, ctl.quantum, &ctl.published, new_nodes);
         plan.fill = self.fill_for(&ctl.graph, ctl.quantum);
+        plan.held = ctl.held;
         ctl.published = current;
         self.send(ctl, ToRt::Plan(Box::new(plan)))
     }

@@ -57,6 +57,9 @@ pub struct Plan {
     pub(crate) quantum: usize,
     /// True when client streams exist, which keeps the devices from suspending.
     pub(crate) keep_awake: bool,
+    /// Suspended on request ([`crate::Engine::hold`]): the devices suspend even with
+    /// streams, and stay suspended until released.
+    pub(crate) held: bool,
     /// Frames of playback the driver may keep queued (filling ahead, see
     /// `Device::set_fill`); 0 for one quantum per wakeup.
     pub(crate) fill: usize,

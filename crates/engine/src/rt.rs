@@ -18,8 +18,9 @@
 //! - one plan per cycle, swapped at the cycle boundary, so every plan (and the link
 //!   fades it carries) runs for at least one whole cycle.
 //!
-//! While suspended (no client streams for the idle timeout) the thread blocks on the
-//! wake eventfd and makes no periodic wakeups; that is outside the cycle.
+//! While suspended (no client streams for the idle timeout, or held on request) the
+//! thread blocks on the wake eventfd and makes no periodic wakeups; that is outside the
+//! cycle.
 //!
 //! One exception to the rules above, also outside the cycle: right after the idle
 //! suspend the thread closes the devices' handles ([`quaver_devices::Device::close_idle`])
@@ -633,13 +634,15 @@ impl RtRunner {
     }
 
     fn account_idle(&mut self, q: usize) {
-        if self.plan.keep_awake {
+        if self.plan.keep_awake && !self.plan.held {
             self.idle_frames = 0;
             return;
         }
         self.idle_frames += q as u64;
-        if let Some(limit) = self.suspend_after_frames
-            && self.idle_frames >= limit
+        if self.plan.held
+            || self
+                .suspend_after_frames
+                .is_some_and(|limit| self.idle_frames >= limit)
         {
             for d in self.devices.iter_mut() {
                 d.suspend();
@@ -842,7 +845,7 @@ impl RtRunner {
                 if self.shutdown {
                     break;
                 }
-                if self.plan.keep_awake {
+                if self.plan.keep_awake && !self.plan.held {
                     self.suspended = false;
                     self.idle_frames = 0;
                     self.stats.suspended.store(false, Relaxed);

@@ -668,3 +668,54 @@ fn falling_behind_a_paced_device_counts_one_run_of_overdue_cycles() {
     assert_eq!(st.overdue_runs.load(Relaxed), 2);
     engine.shutdown_manual(runner).unwrap();
 }
+
+#[test]
+fn a_held_engine_suspends_with_streams_and_resumes_when_released() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+    // Idle suspend off: only the hold suspends.
+    let dev = RecordingDevice::new(RATE, 0);
+    let engine = Engine::start(config(256), vec![Box::new(dev)]).unwrap();
+    let wait = |want: bool| {
+        let t0 = Instant::now();
+        while engine.stats().suspended.load(Relaxed) != want {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "suspended never became {want}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    source(&engine, "s", 0.25, None);
+    engine.link("s", "test-sink").unwrap();
+    let written = || engine.stats().cycles.load(Relaxed);
+    let t0 = Instant::now();
+    while written() == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no cycle ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(engine.hold(true).unwrap(), "hold returns once suspended");
+    assert!(engine.held());
+    wait(true);
+    let at_hold = written();
+    // Held: a stream is there, and still no cycle runs (this device never sleeps, so a
+    // running engine would count thousands in this time).
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(written(), at_hold, "cycles ran while held");
+    engine.hold(false).unwrap();
+    wait(false);
+    let t0 = Instant::now();
+    while written() == at_hold {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no cycle after release"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Again: each hold suspends, each release resumes.
+    engine.hold(true).unwrap();
+    wait(true);
+    engine.hold(false).unwrap();
+    wait(false);
+    engine.shutdown().unwrap();
+}

@@ -820,3 +820,71 @@ fn protocol_modules_add_listeners_and_unloading_them_disconnects_their_clients()
         "paplay on the module's socket",
     );
 }
+
+fn sink_state(d: &Daemon) -> String {
+    pa_ok(d, &run_pa(d, "pactl", &["list", "short", "sinks"]))
+        .lines()
+        .next()
+        .and_then(|l| l.split('\t').nth(4))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_suspended_sink_holds_its_streams_until_resumed_and_pasuspender_works() {
+    require_tools!("pactl", "paplay", "pasuspender");
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["suspend-sink", "file-sink", "1"]),
+    );
+    assert!(
+        wait_until(WAIT, || sink_state(&d) == "SUSPENDED"),
+        "{}",
+        sink_state(&d)
+    );
+    // A stream started now waits: one second of audio is not played in two.
+    let input = noise_s16(48000 * 2, 17, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let mut player = spawn_pa(&d, "paplay", &["in.wav"]);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(
+        player.try_wait().unwrap().is_none(),
+        "paplay finished while the sink was suspended"
+    );
+    assert_eq!(sink_state(&d), "SUSPENDED");
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["suspend-sink", "file-sink", "0"]),
+    );
+    pa_ok(&d, &wait_output(player, WAIT));
+    // pasuspender suspends everything for its child, then resumes.
+    let inside = pa(&d, "pasuspender")
+        .args(["--", "pactl", "list", "short", "sinks"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let inside = pa_ok(&d, &wait_output(inside, WAIT));
+    assert!(inside.contains("SUSPENDED"), "{inside}");
+    // Nothing held any more: a stream plays to the end.
+    let tail = noise_s16(48000, 18, 20000);
+    write_wav_s16(&d.path("tail.wav"), 48000, 2, &tail);
+    pa_ok(&d, &run_pa(&d, "paplay", &["tail.wav"]));
+    let bad = run_pa(&d, "pactl", &["suspend-sink", "no-such-sink", "1"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("No such entity"));
+    let log = d.log_text();
+    assert!(log.contains("devices suspended on request"), "{log}");
+    assert!(log.contains("devices resumed on request"), "{log}");
+    let out_path = d.path("out.wav");
+    d.stop();
+    // Held, the stream lost nothing: all of it arrived after the resume.
+    let out = read_wav_s16(&out_path).1;
+    assert_contains_exactly(&out, &input, "the stream held by the suspend");
+    let probe = &tail[..512];
+    assert!(
+        out.windows(probe.len()).any(|w| w == probe),
+        "the last stream"
+    );
+}

@@ -1799,29 +1799,11 @@ impl Conn {
                 self.out().ack(seq);
             }
             Command::SuspendSink(p) => {
-                let graph = srv.engine.graph();
-                if p.device_index.is_some() || p.device_name.is_some() {
-                    srv.find_sink(
-                        &graph,
-                        p.device_index,
-                        p.device_name.as_ref().and_then(|n| n.to_str().ok()),
-                    )
-                    .ok_or(PulseError::NoEntity)?;
-                }
-                // The engine suspends idle devices by itself; an explicit request is
-                // acknowledged and otherwise left to that policy.
+                self.suspend_devices(&p, true)?;
                 self.out().ack(seq);
             }
             Command::SuspendSource(p) => {
-                let graph = srv.engine.graph();
-                if p.device_index.is_some() || p.device_name.is_some() {
-                    srv.find_source(
-                        &graph,
-                        p.device_index,
-                        p.device_name.as_ref().and_then(|n| n.to_str().ok()),
-                    )
-                    .ok_or(PulseError::NoEntity)?;
-                }
+                self.suspend_devices(&p, false)?;
                 self.out().ack(seq);
             }
             Command::MoveSinkInput(p) => {
@@ -2378,6 +2360,69 @@ impl Conn {
                 e.mute = mute;
             }
         });
+        Ok(())
+    }
+
+    /// SUSPEND_SINK / SUSPEND_SOURCE (`sink`): records the request for the named
+    /// device, or for every sink (source) when none is named, as `pasuspender` asks;
+    /// the engine's devices are held suspended while any request stands (they share
+    /// one clock, so they suspend together; streams wait and lose nothing).
+    fn suspend_devices(&self, p: &pa::SuspendParams, sink: bool) -> Reply {
+        let srv = &self.srv;
+        let graph = srv.engine.graph();
+        // No index and an empty name (libpulse's "by index" with PA_INVALID_INDEX, as
+        // pasuspender sends) or no name at all: every device.
+        let name = p
+            .device_name
+            .as_ref()
+            .map(|n| n.to_str().unwrap_or("\u{fffd}"));
+        let all = p.device_index.is_none() && name.is_none_or(str::is_empty);
+        let targets: Vec<NodeId> = if !all {
+            let dev = if sink {
+                srv.find_sink(&graph, p.device_index, name)
+            } else {
+                srv.find_source(&graph, p.device_index, name)
+            };
+            vec![dev.ok_or(PulseError::NoEntity)?.node]
+        } else if sink {
+            graph
+                .nodes
+                .values()
+                .filter(|n| n.kind == NodeKind::DeviceSink)
+                .map(|n| n.id)
+                .collect()
+        } else {
+            srv.sources(&graph).iter().map(|d| d.node).collect()
+        };
+        let held = {
+            let mut st = srv.lock();
+            for n in targets {
+                if p.suspend {
+                    st.suspend_requests.insert((sink, n));
+                } else {
+                    st.suspend_requests.remove(&(sink, n));
+                }
+            }
+            // Requests for devices that are gone no longer count.
+            st.suspend_requests
+                .retain(|(_, n)| graph.nodes.contains_key(n));
+            !st.suspend_requests.is_empty()
+        };
+        let was = srv.engine.held();
+        let suspended = srv.engine.hold(held).map_err(engine_err)?;
+        if held && !suspended {
+            tracing::warn!(
+                "pulse: client {}: devices did not suspend in time; they will at the end of the running cycle",
+                self.client
+            );
+        }
+        if was != held {
+            tracing::info!(
+                "pulse: client {}: devices {} on request",
+                self.client,
+                if held { "suspended" } else { "resumed" }
+            );
+        }
         Ok(())
     }
 

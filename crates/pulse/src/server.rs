@@ -197,6 +197,8 @@ pub struct State {
     pub next_sample: u32,
     /// Loaded modules by index.
     pub modules: BTreeMap<u32, crate::modules::ModuleRec>,
+    /// SUSPEND_SINK / SUSPEND_SOURCE requests standing: (is a sink, device node).
+    pub suspend_requests: std::collections::BTreeSet<(bool, NodeId)>,
     /// Next module index.
     pub next_module: u32,
 }

@@ -846,7 +846,7 @@ fn a_suspended_sink_holds_its_streams_until_resumed_and_pasuspender_works() {
     // A stream started now waits: one second of audio is not played in two.
     let input = noise_s16(48000 * 2, 17, 20000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
-    let mut player = spawn_pa(&d, "paplay", &["in.wav"]);
+    let mut player = spawn_pa(&d, "paplay", &["-v", "in.wav"]);
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert!(
         player.try_wait().unwrap().is_none(),
@@ -857,7 +857,11 @@ fn a_suspended_sink_holds_its_streams_until_resumed_and_pasuspender_works() {
         &d,
         &run_pa(&d, "pactl", &["suspend-sink", "file-sink", "0"]),
     );
-    pa_ok(&d, &wait_output(player, WAIT));
+    let played = wait_output(player, WAIT);
+    pa_ok(&d, &played);
+    // Its stream was told (PLAYBACK_STREAM_SUSPENDED), as pacat -v reports.
+    let said = String::from_utf8_lossy(&played.stderr).into_owned();
+    assert!(said.contains("Stream device resumed."), "{said}");
     // pasuspender suspends everything for its child, then resumes.
     let inside = pa(&d, "pasuspender")
         .args(["--", "pactl", "list", "short", "sinks"])
@@ -867,10 +871,19 @@ fn a_suspended_sink_holds_its_streams_until_resumed_and_pasuspender_works() {
         .unwrap();
     let inside = pa_ok(&d, &wait_output(inside, WAIT));
     assert!(inside.contains("SUSPENDED"), "{inside}");
-    // Nothing held any more: a stream plays to the end.
-    let tail = noise_s16(48000, 18, 20000);
+    // Suspended while playing: the stream is told both ways and plays to the end.
+    let tail = noise_s16(48000 * 2, 18, 20000);
     write_wav_s16(&d.path("tail.wav"), 48000, 2, &tail);
-    pa_ok(&d, &run_pa(&d, "paplay", &["tail.wav"]));
+    let player = spawn_pa(&d, "paplay", &["-v", "tail.wav"]);
+    assert!(wait_until(WAIT, || sink_state(&d) == "RUNNING"));
+    for on in ["1", "0"] {
+        pa_ok(&d, &run_pa(&d, "pactl", &["suspend-sink", "file-sink", on]));
+    }
+    let played = wait_output(player, WAIT);
+    pa_ok(&d, &played);
+    let said = String::from_utf8_lossy(&played.stderr).into_owned();
+    assert!(said.contains("Stream device suspended."), "{said}");
+    assert!(said.contains("Stream device resumed."), "{said}");
     let bad = run_pa(&d, "pactl", &["suspend-sink", "no-such-sink", "1"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("No such entity"));

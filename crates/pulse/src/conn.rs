@@ -1181,6 +1181,26 @@ impl Conn {
                 ConnMsg::Kill => self.closing = true,
                 ConnMsg::KillStream(node) => self.kill_stream(node),
                 ConnMsg::Moved(node) => self.send_moved(node),
+                ConnMsg::DevicesSuspended(on) => {
+                    let play: Vec<u32> = self.playback.values().map(|p| p.channel).collect();
+                    let rec: Vec<u32> = self.record.values().map(|r| r.channel).collect();
+                    for channel in play {
+                        self.out().command(&Command::PlaybackStreamSuspended(
+                            pa::StreamSuspendedParams {
+                                stream_index: channel,
+                                suspended: on,
+                            },
+                        ));
+                    }
+                    for channel in rec {
+                        self.out().command(&Command::RecordStreamSuspended(
+                            pa::StreamSuspendedParams {
+                                stream_index: channel,
+                                suspended: on,
+                            },
+                        ));
+                    }
+                }
                 ConnMsg::RestoreEvent => {
                     self.out().command_with(CommandTag::Extension as u32, |ts| {
                         ts.write_u32(crate::modules::RESTORE_MODULE).expect("vec");
@@ -2462,7 +2482,7 @@ impl Conn {
                 stream_index: p.channel,
                 device_index: sink,
                 device_name: cstr(&graph.nodes[&sink].name),
-                device_suspended: false,
+                device_suspended: self.srv.engine.held(),
                 buffer_attr: p.attr,
                 configured_sink_latency: p.configured_usec,
             });
@@ -2478,7 +2498,7 @@ impl Conn {
                 stream_index: r.channel,
                 device_index: dev.index,
                 device_name: cstr(&dev.name),
-                device_suspended: false,
+                device_suspended: self.srv.engine.held(),
                 buffer_attr: r.attr,
                 configured_source_latency: r.configured_usec,
             });
@@ -2819,7 +2839,7 @@ impl Conn {
             stream_latency: fixed.configured_sink_usec,
             sink_index: sink.index,
             sink_name: Some(cstr(&sink.name)),
-            suspended: false,
+            suspended: self.srv.engine.held(),
             format: FormatInfo::new(FormatEncoding::Pcm),
         };
         self.out().reply(seq, &reply);
@@ -3156,7 +3176,7 @@ impl Conn {
             stream_latency: fixed.configured_source_usec,
             sink_index: target.dev_index,
             sink_name: Some(cstr(&dev.name)),
-            suspended: false,
+            suspended: self.srv.engine.held(),
             format: FormatInfo::new(FormatEncoding::Pcm),
         };
         self.out().reply(seq, &reply);

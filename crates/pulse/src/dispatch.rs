@@ -5,7 +5,7 @@
 //! that a removal, a relink (a move) or a state change becomes the `new` / `change` /
 //! `remove` event PulseAudio would send for the right facility and index.
 
-use crate::server::{Server, stream_target};
+use crate::server::{ConnMsg, Server, stream_target};
 use pulseaudio::protocol::{SubscriptionEventFacility as F, SubscriptionEventType as T};
 use quaver_engine::graph::Graph;
 use quaver_engine::{GraphEvent, NodeId, NodeKind};
@@ -125,7 +125,8 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                 // The daemon moves the device's streams and removes its nodes; those
                 // edits arrive as their own events.
                 GraphEvent::DeviceGone(_) => {}
-                GraphEvent::Suspended(_) => {
+                GraphEvent::Suspended(on) => {
+                    server.post_all(ConnMsg::DevicesSuspended(on));
                     for (&id, &kind) in &mem.kinds {
                         if !kind.is_stream() {
                             for &f in facilities(kind) {

@@ -91,6 +91,9 @@ pub enum ConnMsg {
     Moved(NodeId),
     /// Stream restore's entries changed (sent only to its subscribers).
     RestoreEvent,
+    /// The devices were suspended (true) or resumed while streams exist; tell the
+    /// client's streams (PLAYBACK/RECORD_STREAM_SUSPENDED).
+    DevicesSuspended(bool),
 }
 
 /// The handle other threads hold on a connection.

@@ -799,7 +799,12 @@ mod tests {
     }
 
     fn fixture(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
+        // Cargo's value at run time, not the one compiled in: a test binary another
+        // checkout of the same sources built into a shared target directory (cargo
+        // keeps its hash for a moved workspace) must read this checkout's files.
+        std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
             .join("testdata")
             .join(name)
     }

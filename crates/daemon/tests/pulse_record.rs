@@ -385,4 +385,30 @@ fn a_remapped_source_records_one_channel_of_its_master() {
     }
     let sources = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sources"]));
     assert_eq!(sources.lines().count(), 3, "{sources}");
+    // The virtual microphone recipe: a null sink and a source remapped from its
+    // monitor. Unloading the sink unloads the remap too, as in PulseAudio.
+    let sink = load(&d, &["module-null-sink", "sink_name=vmic"]);
+    load(
+        &d,
+        &[
+            "module-remap-source",
+            "master=vmic.monitor",
+            "source_name=virtmic",
+        ],
+    );
+    let names = |d: &Daemon| pa_ok(d, &run_pa(d, "pactl", &["list", "short", "sources"]));
+    assert!(names(&d).contains("virtmic"));
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &sink]));
+    assert!(
+        wait_until(WAIT, || !names(&d).contains("virtmic")),
+        "{}",
+        names(&d)
+    );
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert_eq!(
+        modules.matches("module-remap-source").count(),
+        1,
+        "{modules}"
+    );
+    assert!(d.log_text().contains("a device it needs is gone"));
 }

@@ -85,6 +85,7 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
         }
         let graph = server.engine.graph();
         let mut links_changed = false;
+        let mut removed = false;
         let mut appeared = Vec::new();
         for ev in batch {
             match ev {
@@ -104,6 +105,7 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                     }
                 }
                 GraphEvent::NodeRemoved(id) => {
+                    removed = true;
                     mem.targets.remove(&id);
                     mem.busy.remove(&id);
                     if let Some(kind) = mem.kinds.remove(&id) {
@@ -145,6 +147,9 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
         // After the events above: a stream moved here is announced by its own events.
         for id in appeared {
             server.restore_device_appeared(&graph, id);
+        }
+        if removed {
+            crate::modules::unload_orphans(&server);
         }
     }
 }

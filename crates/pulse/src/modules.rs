@@ -57,6 +57,9 @@ pub struct ModuleRec {
     pub links: Vec<(String, String)>,
     /// The listener a protocol module added.
     pub acceptor: Option<Arc<Acceptor>>,
+    /// Nodes it cannot do without (a remap's master, a loopback's source): when one
+    /// goes, the module is unloaded, as PulseAudio's unload themselves.
+    pub needs: Vec<NodeId>,
 }
 
 /// Parses PulseAudio's module argument syntax (`key=value`, `key="v w"`, `key='v'`)
@@ -329,6 +332,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
         nodes: Vec::new(),
         links: Vec::new(),
         acceptor: None,
+        needs: Vec::new(),
     };
     match name {
         "module-null-sink" => {
@@ -415,6 +419,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                 .add_node(plan.spec, Some(Box::new(NullSink)))
                 .map_err(|e| fail(e.to_string()))?;
             rec.nodes.push(node);
+            rec.needs.push(master.node);
             let g = srv.engine.graph();
             let me = &g.nodes[&node];
             let linked = match &targets {
@@ -494,6 +499,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                 .add_node(plan.spec, Some(Box::new(NullSink)))
                 .map_err(|e| fail(e.to_string()))?;
             rec.nodes.push(node);
+            rec.needs.push(master.node);
             let g = srv.engine.graph();
             let me = &g.nodes[&node];
             let linked = match &sources {
@@ -609,6 +615,9 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                 .add_node(spec, Some(Box::new(NullSink)))
                 .map_err(|e| fail(e.to_string()))?;
             rec.nodes.push(node);
+            // Its sink may go (the loop moves to the default sink like any stream);
+            // without its source it has nothing to play.
+            rec.needs.push(source.node);
             let me = srv.engine.node_name(node).unwrap_or_default();
             let linked = srv
                 .engine
@@ -686,6 +695,37 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     }
     for (o, i) in &m.links {
         let _ = srv.engine.unlink(o, i);
+    }
+}
+
+/// Unloads every module a node it needs has left (a remap whose master sink was
+/// unloaded or unplugged), and then those that needed what it made.
+pub fn unload_orphans(srv: &Server) {
+    loop {
+        let graph = srv.engine.graph();
+        let orphan = {
+            let mut st = srv.lock();
+            let idx = st
+                .modules
+                .iter()
+                .find(|(_, m)| m.needs.iter().any(|n| !graph.nodes.contains_key(n)))
+                .map(|(&i, _)| i);
+            idx.and_then(|i| st.modules.remove(&i).map(|m| (i, m)))
+        };
+        let Some((idx, m)) = orphan else {
+            return;
+        };
+        unload(srv, &m);
+        srv.broadcast(
+            pulseaudio::protocol::SubscriptionEventFacility::Module,
+            pulseaudio::protocol::SubscriptionEventType::Removed,
+            idx,
+        );
+        tracing::info!(
+            "pulse: unloaded module #{idx} ({} {}): a device it needs is gone",
+            m.name,
+            m.argument
+        );
     }
 }
 

@@ -272,24 +272,28 @@ fn node_limit_is_enforced() {
     engine.shutdown_manual(runner).unwrap();
 }
 
-#[test]
-fn a_suspended_engine_wakes_for_a_burst_of_edits() {
+/// Waits (bounded) until the engine's devices are suspended (`want`) or running.
+fn wait_suspended(engine: &Engine, want: bool) {
     use std::sync::atomic::Ordering::Relaxed;
     use std::time::{Duration, Instant};
+    let t0 = Instant::now();
+    while engine.stats().suspended.load(Relaxed) != want {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "suspended never became {want}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_suspended_engine_wakes_for_a_burst_of_edits() {
+    use std::time::Duration;
     let dev = RecordingDevice::new(RATE, 0);
     let mut cfg = config(256);
     cfg.suspend_timeout = Some(Duration::from_millis(5));
     let engine = Engine::start(cfg, vec![Box::new(dev)]).unwrap();
-    let wait = |want: bool| {
-        let t0 = Instant::now();
-        while engine.stats().suspended.load(Relaxed) != want {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "suspended never became {want}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
+    let wait = |want: bool| wait_suspended(&engine, want);
     wait(true);
     // Several messages behind one wake-up: the stream's plan must not be left queued.
     let mut f = NodeSpec::new("fx", NodeKind::Filter);
@@ -676,16 +680,7 @@ fn a_held_engine_suspends_with_streams_and_resumes_when_released() {
     // Idle suspend off: only the hold suspends.
     let dev = RecordingDevice::new(RATE, 0);
     let engine = Engine::start(config(256), vec![Box::new(dev)]).unwrap();
-    let wait = |want: bool| {
-        let t0 = Instant::now();
-        while engine.stats().suspended.load(Relaxed) != want {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "suspended never became {want}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
+    let wait = |want: bool| wait_suspended(&engine, want);
     source(&engine, "s", 0.25, None);
     engine.link("s", "test-sink").unwrap();
     let written = || engine.stats().cycles.load(Relaxed);

@@ -389,65 +389,13 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                     .default_sink(&graph)
                     .ok_or_else(|| fail("no sink".into()))?,
             };
-            let master_node = &graph.nodes[&master.node];
             let mut own = args.clone();
             own.retain(|k, _| {
                 !["master", "master_channel_map", "remix", "resample_method"].contains(&k.as_str())
             });
             own.entry("sink_name".into())
                 .or_insert_with(|| format!("{}.remapped", master.name));
-            let mut plan = null_sink(&own, &layout(master_node, true), srv.engine.rate())?;
-            if !own.contains_key("sink_properties") {
-                plan.spec.description = format!("Remapped {}", master.name);
-            }
-            let map = plan.spec.outputs.clone();
-            let targets = match args.get("master_channel_map") {
-                Some(m) => {
-                    let m = parse_channel_map(&unescape(m))
-                        .ok_or_else(|| fail("bad master_channel_map".into()))?;
-                    if m.len() != map.len() {
-                        return Err(fail(
-                            "channel_map and master_channel_map differ in length".into(),
-                        ));
-                    }
-                    Some(m)
-                }
-                None => None,
-            };
-            let node = srv
-                .engine
-                .add_node(plan.spec, Some(Box::new(NullSink)))
-                .map_err(|e| fail(e.to_string()))?;
-            rec.nodes.push(node);
-            rec.needs.push(master.node);
-            let g = srv.engine.graph();
-            let me = &g.nodes[&node];
-            let linked = match &targets {
-                None => srv.engine.link(&me.name, &master.name).map(|_| ()),
-                Some(t) => me
-                    .outputs
-                    .iter()
-                    .zip(t.positions())
-                    .try_for_each(|(out, pos)| {
-                        let input = master_node
-                            .inputs
-                            .iter()
-                            .find(|p| graph.ports[p].channel == *pos)
-                            .ok_or_else(|| {
-                                quaver_engine::EngineError::NoSuchPort(format!("{pos}"))
-                            })?;
-                        srv.engine
-                            .link(
-                                &format!("{}:{out}", me.name),
-                                &format!("{}:{input}", master.name),
-                            )
-                            .map(|_| ())
-                    }),
-            };
-            if let Err(e) = linked {
-                let _ = srv.engine.remove_node(node);
-                return Err(fail(e.to_string()));
-            }
+            add_remap(srv, &graph, &args, &own, &master, true, &mut rec, &fail)?;
         }
         "module-remap-source" => {
             let master = match args.get("master") {
@@ -458,7 +406,6 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                     .default_source(&graph)
                     .ok_or_else(|| fail("no source".into()))?,
             };
-            let master_node = &graph.nodes[&master.node];
             // The sink-side parser checks the shared arguments (name, proplist, layout).
             let mut own = BTreeMap::new();
             for (k, v) in &args {
@@ -475,59 +422,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
             }
             own.entry("sink_name".into())
                 .or_insert_with(|| format!("{}.remapped", master.name));
-            let mut plan = null_sink(&own, &layout(master_node, false), srv.engine.rate())?;
-            plan.spec.kind = NodeKind::DeviceSource;
-            if !own.contains_key("sink_properties") {
-                plan.spec.description = format!("Remapped {}", master.name);
-            }
-            let map = plan.spec.inputs.clone();
-            let sources = match args.get("master_channel_map") {
-                Some(m) => {
-                    let m = parse_channel_map(&unescape(m))
-                        .ok_or_else(|| fail("bad master_channel_map".into()))?;
-                    if m.len() != map.len() {
-                        return Err(fail(
-                            "channel_map and master_channel_map differ in length".into(),
-                        ));
-                    }
-                    Some(m)
-                }
-                None => None,
-            };
-            let node = srv
-                .engine
-                .add_node(plan.spec, Some(Box::new(NullSink)))
-                .map_err(|e| fail(e.to_string()))?;
-            rec.nodes.push(node);
-            rec.needs.push(master.node);
-            let g = srv.engine.graph();
-            let me = &g.nodes[&node];
-            let linked = match &sources {
-                None => srv.engine.link(&master_node.name, &me.name).map(|_| ()),
-                Some(m) => me
-                    .inputs
-                    .iter()
-                    .zip(m.positions())
-                    .try_for_each(|(input, pos)| {
-                        let out = master_node
-                            .outputs
-                            .iter()
-                            .find(|p| graph.ports[p].channel == *pos)
-                            .ok_or_else(|| {
-                                quaver_engine::EngineError::NoSuchPort(format!("{pos}"))
-                            })?;
-                        srv.engine
-                            .link(
-                                &format!("{}:{out}", master_node.name),
-                                &format!("{}:{input}", me.name),
-                            )
-                            .map(|_| ())
-                    }),
-            };
-            if let Err(e) = linked {
-                let _ = srv.engine.remove_node(node);
-                return Err(fail(e.to_string()));
-            }
+            add_remap(srv, &graph, &args, &own, &master, false, &mut rec, &fail)?;
         }
         "module-loopback" => {
             for k in args.keys() {
@@ -696,6 +591,88 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     for (o, i) in &m.links {
         let _ = srv.engine.unlink(o, i);
     }
+}
+
+/// The node of module-remap-sink (`to_master`: its outputs feed the master sink's
+/// inputs) or module-remap-source (the master's outputs feed its inputs), in the layout
+/// `own` (sink-style arguments) gives, linked port by port as `master_channel_map`
+/// says or else by channel position.
+#[allow(clippy::too_many_arguments)]
+fn add_remap(
+    srv: &Server,
+    graph: &quaver_engine::graph::Graph,
+    args: &BTreeMap<String, String>,
+    own: &BTreeMap<String, String>,
+    master: &Device,
+    to_master: bool,
+    rec: &mut ModuleRec,
+    fail: &dyn Fn(String) -> PulseError,
+) -> Result<(), PulseError> {
+    let master_node = &graph.nodes[&master.node];
+    let ports = if to_master {
+        &master_node.inputs
+    } else {
+        &master_node.outputs
+    };
+    let layout = ChannelMap(ports.iter().map(|p| graph.ports[p].channel).collect());
+    let mut plan = null_sink(own, &layout, srv.engine.rate())?;
+    if !to_master {
+        plan.spec.kind = NodeKind::DeviceSource;
+    }
+    if !own.contains_key("sink_properties") {
+        plan.spec.description = format!("Remapped {}", master.name);
+    }
+    let channels = plan.spec.inputs.len();
+    let pairs = match args.get("master_channel_map") {
+        Some(m) => {
+            let m = parse_channel_map(&unescape(m))
+                .ok_or_else(|| fail("bad master_channel_map".into()))?;
+            if m.len() != channels {
+                return Err(fail(
+                    "channel_map and master_channel_map differ in length".into(),
+                ));
+            }
+            Some(m)
+        }
+        None => None,
+    };
+    let node = srv
+        .engine
+        .add_node(plan.spec, Some(Box::new(NullSink)))
+        .map_err(|e| fail(e.to_string()))?;
+    rec.nodes.push(node);
+    rec.needs.push(master.node);
+    let g = srv.engine.graph();
+    let me = &g.nodes[&node];
+    let link = |mine: &str, theirs: &str| {
+        if to_master {
+            srv.engine.link(mine, theirs)
+        } else {
+            srv.engine.link(theirs, mine)
+        }
+        .map(|_| ())
+    };
+    let linked = match &pairs {
+        None => link(&me.name, &master_node.name),
+        Some(m) => {
+            let mine = if to_master { &me.outputs } else { &me.inputs };
+            mine.iter().zip(m.positions()).try_for_each(|(p, pos)| {
+                let theirs = ports
+                    .iter()
+                    .find(|q| graph.ports[q].channel == *pos)
+                    .ok_or_else(|| quaver_engine::EngineError::NoSuchPort(format!("{pos}")))?;
+                link(
+                    &format!("{}:{p}", me.name),
+                    &format!("{}:{theirs}", master_node.name),
+                )
+            })
+        }
+    };
+    if let Err(e) = linked {
+        let _ = srv.engine.remove_node(node);
+        return Err(fail(e.to_string()));
+    }
+    Ok(())
 }
 
 /// Unloads every module a node it needs has left (a remap whose master sink was

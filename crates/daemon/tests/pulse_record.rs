@@ -322,6 +322,20 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
     let short = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
     let index: u32 = short.split('\t').next().unwrap().parse().unwrap();
     let mut raw = RawClient::ready(&d, "killer");
+    // A module's sink is no sink input: killing it by that index is refused.
+    let extra = load(&d, &["module-null-sink", "sink_name=extra"]);
+    let extra_index: u32 = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]))
+        .lines()
+        .find(|l| l.contains("\textra\t"))
+        .and_then(|l| l.split('\t').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    raw.send(&quaver_pulse::pulseaudio::protocol::Command::KillSinkInput(
+        extra_index,
+    ));
+    assert!(raw.ack().is_err(), "a sink was killed as a sink input");
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &extra]));
     raw.send(&quaver_pulse::pulseaudio::protocol::Command::KillSinkInput(
         index,
     ));

@@ -1849,12 +1849,23 @@ impl Conn {
                 }
             }
             Command::KillSinkInput(idx) | Command::KillSourceOutput(idx) => {
+                let kind = if matches!(cmd, Command::KillSinkInput(_)) {
+                    NodeKind::PlaybackStream
+                } else {
+                    NodeKind::RecordStream
+                };
+                let is_stream = srv
+                    .engine
+                    .graph()
+                    .nodes
+                    .get(&idx)
+                    .is_some_and(|n| n.kind == kind);
                 let (owner, module) = {
                     let st = srv.lock();
                     let module = st
                         .modules
                         .iter()
-                        .find(|(_, m)| m.nodes.contains(&idx))
+                        .find(|(_, m)| is_stream && m.nodes.contains(&idx))
                         .map(|(&i, _)| i);
                     (st.streams.get(&idx).map(|s| s.client), module)
                 };

@@ -171,6 +171,13 @@ fn run(srv: &Arc<Server>, listen: &Listen, acc: &Acceptor) {
                     let st = srv.lock();
                     list.retain(|c| st.clients.contains_key(c));
                     list.push(index);
+                    // Stopped after this client's accept returned: `stop` may have taken
+                    // the list before the push, so the client is disconnected here.
+                    if acc.stop.load(Ordering::Acquire)
+                        && let Some(rec) = st.clients.get(&index)
+                    {
+                        rec.conn.post(ConnMsg::Kill);
+                    }
                 }
             }
             Ok(None) => {}

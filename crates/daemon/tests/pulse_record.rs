@@ -426,3 +426,44 @@ fn a_remapped_source_records_one_channel_of_its_master() {
     );
     assert!(d.log_text().contains("a device it needs is gone"));
 }
+
+#[test]
+fn a_null_source_records_silence() {
+    require_tools!("pactl", "parec");
+    let d = pulse_util::start(&["--device", "null"]);
+    load(
+        &d,
+        &[
+            "module-null-source",
+            "source_name=dummymic",
+            "channels=1",
+            "source_properties=device.description=Dummy",
+        ],
+    );
+    let sources = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sources"]));
+    assert!(sources.contains("Name: dummymic"), "{sources}");
+    assert!(sources.contains("Description: Dummy"), "{sources}");
+    assert!(sources.contains("float32le 1ch 48000Hz"), "{sources}");
+    let rec = spawn_pa(
+        &d,
+        "parec",
+        &[
+            "-d",
+            "dummymic",
+            "--format=s16le",
+            "--channels=1",
+            "rec.raw",
+        ],
+    );
+    wait_for_file(&d, "rec.raw", 9600);
+    interrupt(rec);
+    let got = read_raw_s16(&d.path("rec.raw"));
+    assert!(got.len() >= 4800, "{} samples", got.len());
+    assert!(got.iter().all(|&s| s == 0), "a null source is silent");
+    let bad = run_pa(
+        &d,
+        "pactl",
+        &["load-module", "module-null-source", "channels=0"],
+    );
+    assert!(!bad.status.success());
+}

@@ -3,6 +3,7 @@
 //! - `module-null-sink`: a sink node without a device. Its processor copies the (post-
 //!   volume) inputs to its outputs, which are the monitor, exactly as a device sink's
 //!   outputs are; nothing is played anywhere.
+//! - `module-null-source`: a source node without a device that records silence.
 //! - `module-combine-sink`: the same kind of node, its outputs linked to every slave
 //!   sink: what is played into it is played on all of them.
 //! - `module-remap-sink`: the same kind of node in the remapped layout, its outputs
@@ -337,6 +338,36 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
     match name {
         "module-null-sink" => {
             let plan = null_sink(&args, &default_map, srv.engine.rate())?;
+            let node = srv
+                .engine
+                .add_node(plan.spec, Some(Box::new(NullSink)))
+                .map_err(|e| fail(e.to_string()))?;
+            rec.nodes.push(node);
+        }
+        "module-null-source" => {
+            // The sink-side parser checks the shared arguments (name, proplist, layout).
+            let mut own = BTreeMap::new();
+            for (k, v) in &args {
+                let k = match k.as_str() {
+                    "source_name" => "sink_name",
+                    "source_properties" => "sink_properties",
+                    "latency_time" => continue,
+                    "sink_name" | "sink_properties" => {
+                        return Err(fail(format!("unknown argument '{k}'")));
+                    }
+                    other => other,
+                };
+                own.insert(k.to_string(), v.clone());
+            }
+            own.entry("sink_name".into())
+                .or_insert_with(|| "source.null".into());
+            let mut plan = null_sink(&own, &default_map, srv.engine.rate())?;
+            plan.spec.kind = NodeKind::DeviceSource;
+            plan.spec.inputs = ChannelMap(Vec::new());
+            if !own.contains_key("sink_properties") {
+                plan.spec.description = "Null Input".into();
+            }
+            // With no inputs the copying processor writes silence.
             let node = srv
                 .engine
                 .add_node(plan.spec, Some(Box::new(NullSink)))

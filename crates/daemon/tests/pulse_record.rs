@@ -316,6 +316,68 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
         ],
     );
     assert_eq!(quantum(&d), "256", "idle quantum was {idle}");
+    // Its capture side is a source output, moved like one (and not onto the monitor
+    // of its own sink: a cycle).
+    let outputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "source-outputs"]));
+    assert!(outputs.contains("media.name = \"Loopback to "), "{outputs}");
+    assert!(outputs.contains(&format!("Owner Module: {m}")), "{outputs}");
+    let other = load(&d, &["module-null-sink", "sink_name=other"]);
+    let index_of = |what: &str, name: &str| {
+        pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", what]))
+            .lines()
+            .find(|l| l.split('\t').nth(1) == Some(name))
+            .and_then(|l| l.split('\t').next())
+            .unwrap_or_else(|| panic!("no {what} {name}"))
+            .to_string()
+    };
+    let output = pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["list", "short", "source-outputs"]),
+    );
+    let output = output.split('\t').next().unwrap().to_string();
+    pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &["move-source-output", &output, "other.monitor"],
+        ),
+    );
+    let now = pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["list", "short", "source-outputs"]),
+    );
+    assert_eq!(
+        now.split('\t').nth(1),
+        Some(index_of("sources", "other.monitor").as_str()),
+        "{now}"
+    );
+    let cycle = run_pa(
+        &d,
+        "pactl",
+        &["move-source-output", &output, "null-sink.monitor"],
+    );
+    assert!(
+        !cycle.status.success(),
+        "a loop onto its own sink's monitor"
+    );
+    // The source it records now goes: the loopback goes with it.
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &other]));
+    let modules = |d: &Daemon| pa_ok(d, &run_pa(d, "pactl", &["list", "short", "modules"]));
+    assert!(
+        wait_until(WAIT, || !modules(&d).contains("module-loopback")),
+        "{}",
+        modules(&d)
+    );
+    let m = load(
+        &d,
+        &[
+            "module-loopback",
+            "source=null-source",
+            "sink=null-sink",
+            "latency_msec=10",
+        ],
+    );
     // Killing a loopback's sink input unloads its module, as in PulseAudio.
     let inputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sink-inputs"]));
     assert!(inputs.contains(&format!("Owner Module: {m}")), "{inputs}");

@@ -924,6 +924,29 @@ impl Engine {
     /// inputs between sources. `from` limits which peer it leaves; `None` means all.
     /// On error nothing changes.
     pub fn relink(&self, node: &str, from: Option<&str>, to: &str) -> Result<(), EngineError> {
+        self.relink_side(node, from, to, None)
+    }
+
+    /// Like [`Engine::relink`] for the input side of a node that has outputs too (a
+    /// loopback moved to another source).
+    pub fn relink_inputs(
+        &self,
+        node: &str,
+        from: Option<&str>,
+        to: &str,
+    ) -> Result<(), EngineError> {
+        self.relink_side(node, from, to, Some(false))
+    }
+
+    /// [`Engine::relink`] on the output side (`outward`), the input side, or (`None`)
+    /// the output side of a node that has outputs, else its input side.
+    fn relink_side(
+        &self,
+        node: &str,
+        from: Option<&str>,
+        to: &str,
+        outward: Option<bool>,
+    ) -> Result<(), EngineError> {
         let mut ctl = self.lock();
         let backup = ctl.graph.clone();
         let result = (|| {
@@ -931,7 +954,7 @@ impl Engine {
             let (id, _) = g.resolve(node)?;
             let from_id = from.map(|f| g.resolve(f).map(|r| r.0)).transpose()?;
             let n = &g.nodes[&id];
-            let outward = !n.outputs.is_empty();
+            let outward = outward.unwrap_or(!n.outputs.is_empty());
             let mine: HashSet<PortId> = if outward {
                 n.outputs.iter().copied().collect()
             } else {

@@ -1854,12 +1854,10 @@ impl Conn {
                 } else {
                     NodeKind::RecordStream
                 };
-                let is_stream = srv
-                    .engine
-                    .graph()
-                    .nodes
-                    .get(&idx)
-                    .is_some_and(|n| n.kind == kind);
+                let is_stream = srv.engine.graph().nodes.get(&idx).is_some_and(|n| {
+                    n.kind == kind
+                        || (kind == NodeKind::RecordStream && crate::server::is_source_output(n))
+                });
                 let (owner, module) = {
                     let st = srv.lock();
                     let module = st

@@ -5,7 +5,7 @@
 //! that a removal, a relink (a move) or a state change becomes the `new` / `change` /
 //! `remove` event PulseAudio would send for the right facility and index.
 
-use crate::server::{ConnMsg, Server, stream_target};
+use crate::server::{ConnMsg, Server, is_loop, loop_source, stream_target};
 use pulseaudio::protocol::{SubscriptionEventFacility as F, SubscriptionEventType as T};
 use quaver_engine::graph::Graph;
 use quaver_engine::{GraphEvent, NodeId, NodeKind};
@@ -18,6 +18,8 @@ struct Memory {
     kinds: BTreeMap<NodeId, NodeKind>,
     targets: BTreeMap<NodeId, Option<NodeId>>,
     busy: BTreeMap<NodeId, bool>,
+    /// Loopbacks (also source outputs) and the source each records.
+    loops: BTreeMap<NodeId, Option<NodeId>>,
 }
 
 fn facilities(kind: NodeKind) -> &'static [F] {
@@ -50,6 +52,9 @@ impl Memory {
             } else if n.kind != NodeKind::Filter {
                 self.busy.insert(n.id, busy(graph, n.id));
             }
+            if is_loop(n) {
+                self.loops.insert(n.id, loop_source(graph, n.id));
+            }
         }
     }
 
@@ -66,6 +71,12 @@ impl Memory {
                 let b = busy(graph, n.id);
                 if self.busy.insert(n.id, b) != Some(b) {
                     out.extend(facilities(n.kind).iter().map(|&f| (f, n.id)));
+                }
+            }
+            if is_loop(n) {
+                let s = loop_source(graph, n.id);
+                if self.loops.insert(n.id, s) != Some(s) {
+                    out.push((F::SourceOutput, n.id));
                 }
             }
         }
@@ -100,6 +111,10 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                         for &f in facilities(n.kind) {
                             server.broadcast(f, T::New, id);
                         }
+                        if is_loop(n) {
+                            mem.loops.insert(id, loop_source(&graph, id));
+                            server.broadcast(F::SourceOutput, T::New, id);
+                        }
                         links_changed = true;
                         appeared.push(id);
                     }
@@ -108,6 +123,9 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                     removed = true;
                     mem.targets.remove(&id);
                     mem.busy.remove(&id);
+                    if mem.loops.remove(&id).is_some() {
+                        server.broadcast(F::SourceOutput, T::Removed, id);
+                    }
                     if let Some(kind) = mem.kinds.remove(&id) {
                         for &f in facilities(kind).iter().rev() {
                             server.broadcast(f, T::Removed, id);

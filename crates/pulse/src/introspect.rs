@@ -373,13 +373,30 @@ impl Server {
             ),
             _ => (0, Self::device_latency_usec(snap)),
         };
+        // A loopback's capture side: its one volume is the sink input's, so this side
+        // shows none of its own (has_volume false), and its name says where it goes.
+        let looped = crate::server::is_loop(node);
         let cvolume = match rec {
+            _ if looped => uniform_cvolume(spec.channels as usize, 1.0),
             Some(r) if (cvolume_to_linear(&r.cvolume) - node.volume).abs() <= 1e-4 => r.cvolume,
             _ => uniform_cvolume(spec.channels as usize, node.volume),
         };
+        let loop_name = looped.then(|| {
+            let to = stream_target(&snap.graph, node.id)
+                .and_then(|t| snap.graph.nodes.get(&t))
+                .map_or("nothing", |t| t.description.as_str());
+            format!("Loopback to {to}")
+        });
+        let mut props = Self::stream_props(node, rec, module);
+        if let Some(n) = &loop_name {
+            set(&mut props, Prop::MediaName, n);
+        }
         SourceOutputInfo {
             index: node.id,
-            name: Self::stream_name(node, rec, module),
+            name: loop_name
+                .as_deref()
+                .map(cstr)
+                .unwrap_or_else(|| Self::stream_name(node, rec, module)),
             owner_module_index: rec.map(|_| PROTOCOL_MODULE).or(module),
             client_index: rec.map(|r| r.client),
             source_index: crate::server::record_source_index(&snap.graph, node.id)
@@ -395,11 +412,11 @@ impl Server {
             } else {
                 "quaver"
             })),
-            props: Self::stream_props(node, rec, module),
-            muted: node.mute,
+            props,
+            muted: node.mute && !looped,
             corked: rec.is_some_and(|r| r.corked),
-            has_volume: true,
-            volume_writable: true,
+            has_volume: !looped,
+            volume_writable: !looped,
             format: pcm_format(&spec),
         }
     }
@@ -437,7 +454,7 @@ impl Server {
         snap.graph
             .nodes
             .values()
-            .filter(|n| n.kind == NodeKind::RecordStream)
+            .filter(|n| crate::server::is_source_output(n))
             .map(|n| self.source_output_info(snap, st, n))
             .collect()
     }
@@ -525,6 +542,8 @@ impl Server {
 
     /// The node of a sink input or source output by index, checked for kind.
     pub fn stream_node(snap: &Snapshot, index: u32, kind: NodeKind) -> Option<&Node> {
-        snap.graph.nodes.get(&index).filter(|n| n.kind == kind)
+        snap.graph.nodes.get(&index).filter(|n| {
+            n.kind == kind || (kind == NodeKind::RecordStream && crate::server::is_source_output(n))
+        })
     }
 }

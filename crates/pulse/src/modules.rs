@@ -58,8 +58,9 @@ pub struct ModuleRec {
     pub links: Vec<(String, String)>,
     /// The listener a protocol module added.
     pub acceptor: Option<Arc<Acceptor>>,
-    /// Nodes it cannot do without (a remap's master, a loopback's source): when one
-    /// goes, the module is unloaded, as PulseAudio's unload themselves.
+    /// Nodes it cannot do without (a remap's master): when one goes, the module is
+    /// unloaded, as PulseAudio's unload themselves (a loopback goes with the source it
+    /// records, whichever that is after moves).
     pub needs: Vec<NodeId>,
 }
 
@@ -542,8 +543,8 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                 .map_err(|e| fail(e.to_string()))?;
             rec.nodes.push(node);
             // Its sink may go (the loop moves to the default sink like any stream);
-            // without its source it has nothing to play.
-            rec.needs.push(source.node);
+            // without a source (the one it records now, see `unload_orphans`) it has
+            // nothing to play.
             let me = srv.engine.node_name(node).unwrap_or_default();
             let linked = srv
                 .engine
@@ -713,10 +714,17 @@ pub fn unload_orphans(srv: &Server) {
         let graph = srv.engine.graph();
         let orphan = {
             let mut st = srv.lock();
+            let sourceless_loop = |n: &NodeId| {
+                graph.nodes.get(n).is_some_and(crate::server::is_loop)
+                    && crate::server::loop_source(&graph, *n).is_none()
+            };
             let idx = st
                 .modules
                 .iter()
-                .find(|(_, m)| m.needs.iter().any(|n| !graph.nodes.contains_key(n)))
+                .find(|(_, m)| {
+                    m.needs.iter().any(|n| !graph.nodes.contains_key(n))
+                        || m.nodes.iter().any(sourceless_loop)
+                })
                 .map(|(&i, _)| i);
             idx.and_then(|i| st.modules.remove(&i).map(|m| (i, m)))
         };

@@ -469,10 +469,16 @@ impl Server {
         let node = graph
             .nodes
             .get(&index)
-            .filter(|n| n.kind == kind)
+            .filter(|n| n.kind == kind || (!playback && is_loop(n)))
             .ok_or(PulseError::NoEntity)?;
         let dev_node = graph.nodes.get(&dev.node).ok_or(PulseError::NoEntity)?;
-        let old = stream_target(graph, index);
+        // A loopback moved as a source output changes the source it records.
+        let inputs_of_loop = !playback && is_loop(node);
+        let old = if inputs_of_loop {
+            loop_source(graph, index)
+        } else {
+            stream_target(graph, index)
+        };
         if old == Some(dev.node) {
             return Ok(());
         }
@@ -482,9 +488,14 @@ impl Server {
         };
         // One plan: the old links fade out while the new ones fade in, in one cycle.
         let from = old.map(|o| graph.nodes[&o].name.clone());
-        self.engine
-            .relink(&node.name, from.as_deref(), &dev_node.name)
-            .map_err(err)?;
+        if inputs_of_loop {
+            self.engine
+                .relink_inputs(&node.name, from.as_deref(), &dev_node.name)
+        } else {
+            self.engine
+                .relink(&node.name, from.as_deref(), &dev_node.name)
+        }
+        .map_err(err)?;
         let owner = self.lock().streams.get(&index).map(|s| s.client);
         if let Some(owner) = owner
             && let Some(c) = self.lock().clients.get(&owner)
@@ -568,10 +579,41 @@ pub fn stream_target(graph: &Graph, node: NodeId) -> Option<NodeId> {
 /// The PulseAudio source index a record stream reads (a stream-monitor counts as its
 /// sink's monitor).
 pub fn record_source_index(graph: &Graph, node: NodeId) -> Option<u32> {
+    if graph.nodes.get(&node).is_some_and(is_loop) {
+        return loop_source(graph, node);
+    }
     let t = stream_target(graph, node)?;
     match graph.nodes.get(&t)?.kind {
         NodeKind::DeviceSource | NodeKind::DeviceSink => Some(t),
         NodeKind::PlaybackStream => stream_target(graph, t),
         _ => None,
     }
+}
+
+/// A loopback's node: a playback stream fed from the graph (module-loopback). It is
+/// listed as a sink input and, for its capture side, as a source output, as
+/// PulseAudio's loopback is.
+pub fn is_loop(n: &Node) -> bool {
+    n.kind == NodeKind::PlaybackStream && !n.inputs.is_empty()
+}
+
+/// Whether `n` is listed as a source output: a record stream or a loopback.
+pub fn is_source_output(n: &Node) -> bool {
+    n.kind == NodeKind::RecordStream || is_loop(n)
+}
+
+/// The device (a source, or a sink for its monitor) feeding a loopback's inputs.
+pub fn loop_source(graph: &Graph, node: NodeId) -> Option<NodeId> {
+    let n = graph.nodes.get(&node)?;
+    graph
+        .links
+        .values()
+        .filter(|l| n.inputs.contains(&l.input))
+        .map(|l| graph.ports[&l.output].node)
+        .find(|id| {
+            graph
+                .nodes
+                .get(id)
+                .is_some_and(|d| matches!(d.kind, NodeKind::DeviceSource | NodeKind::DeviceSink))
+        })
 }

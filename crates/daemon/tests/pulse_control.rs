@@ -901,3 +901,100 @@ fn a_suspended_sink_holds_its_streams_until_resumed_and_pasuspender_works() {
         "the last stream"
     );
 }
+
+#[test]
+fn mangled_module_arguments_fail_cleanly_while_a_stream_plays() {
+    require_tools!("pactl", "paplay");
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000 * 4, 23, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let player = spawn_pa(&d, "paplay", &["-d", "file-sink", "in.wav"]);
+    // Valid argument strings of the graph modules, mangled a few characters at a time
+    // (the protocol modules are left out: a mangled one could bind a real port or make
+    // directories; their arguments have a test of their own).
+    let seeds = [
+        (
+            "module-null-sink",
+            "sink_name=x sink_properties=\"device.description='A b'\" channels=2 channel_map=front-left,front-right rate=48000",
+        ),
+        (
+            "module-null-source",
+            "source_name=y channels=1 source_properties=device.description=Y\\ y",
+        ),
+        ("module-combine-sink", "sink_name=c slaves=file-sink"),
+        (
+            "module-remap-sink",
+            "sink_name=r master=file-sink channel_map=front-left,front-right master_channel_map=front-right,front-left",
+        ),
+        (
+            "module-remap-source",
+            "source_name=s master=file-sink.monitor channel_map=mono master_channel_map=front-left",
+        ),
+        (
+            "module-loopback",
+            "source=file-sink.monitor sink=x latency_msec=10 sink_input_properties=media.name=m",
+        ),
+    ];
+    let alphabet: Vec<char> = "=\"'\\ ,;:/.-_0123456789abcxyz\t\u{e9}".chars().collect();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    let mut raw = RawClient::ready(&d, "mangler");
+    let (mut loaded, mut refused) = (0, 0);
+    for _ in 0..300 {
+        let (name, seed) = seeds[next(seeds.len())];
+        let mut chars: Vec<char> = seed.chars().collect();
+        for _ in 0..1 + next(4) {
+            let at = next(chars.len() + 1);
+            match next(3) {
+                0 if at < chars.len() => {
+                    chars.remove(at);
+                }
+                1 => chars.insert(at, alphabet[next(alphabet.len())]),
+                _ if at < chars.len() => chars[at] = alphabet[next(alphabet.len())],
+                _ => chars.push(alphabet[next(alphabet.len())]),
+            }
+        }
+        let args: String = chars.into_iter().collect();
+        let seq = raw.send(&Command::LoadModule(pa::LoadModuleParams {
+            name: std::ffi::CString::new(name).unwrap(),
+            arguments: std::ffi::CString::new(args.replace('\0', "")).ok(),
+        }));
+        match raw.reply_to(seq, |_| {}) {
+            Ok(_) => loaded += 1,
+            Err(e) => {
+                assert_eq!(e, PulseError::ModInitFailed as u32, "{name} {args}");
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("mangled module arguments: {loaded} loaded, {refused} refused");
+    assert!(
+        refused > 0 && loaded > 0,
+        "{loaded} loaded, {refused} refused"
+    );
+    // Whatever loaded goes again; the server still answers.
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    for line in modules.lines() {
+        let index: u32 = line.split('\t').next().unwrap().parse().unwrap();
+        if index >= 3 {
+            let _ = run_pa(&d, "pactl", &["unload-module", &index.to_string()]);
+        }
+    }
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert_eq!(modules.lines().count(), 3, "{modules}");
+    pa_ok(&d, &wait_output(player, WAIT));
+    let log = d.log_text();
+    assert!(!log.contains("panic"), "{log}");
+    let out_path = d.path("out.wav");
+    d.stop();
+    assert_contains_exactly(
+        &read_wav_s16(&out_path).1,
+        &input,
+        "the stream played while modules came and went",
+    );
+}

@@ -278,6 +278,31 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
     let muted = noise_s16(48000, 6, 20000);
     write_wav_s16(&d.path("in2.wav"), 48000, 2, &muted);
     pa_ok(&d, &run_pa(&d, "paplay", &["-d", "file-sink", "in2.wav"]));
+    // Its capture side has a volume and mute of its own (the source output's), as
+    // PulseAudio's loopback has: muted there, it passes nothing on either.
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["set-sink-input-mute", fields[0], "0"]),
+    );
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["set-source-output-mute", fields[0], "1"]),
+    );
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["set-source-output-volume", fields[0], "70%"]),
+    );
+    let outputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "source-outputs"]));
+    assert!(outputs.contains("Mute: yes"), "{outputs}");
+    assert!(outputs.contains("/  70% /"), "{outputs}");
+    let inputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sink-inputs"]));
+    assert!(
+        inputs.contains("Mute: no") && inputs.contains("/ 100% /"),
+        "{inputs}"
+    );
+    let third = noise_s16(48000, 8, 20000);
+    write_wav_s16(&d.path("in3.wav"), 48000, 2, &third);
+    pa_ok(&d, &run_pa(&d, "paplay", &["-d", "file-sink", "in3.wav"]));
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &m]));
     let inputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
     assert_eq!(inputs.trim(), "", "the loopback outlived its module");
@@ -293,6 +318,16 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
         "the first sink lacks the second sound"
     );
     assert!(!holds(&b), "the muted loopback passed audio on");
+    let probe = &third[..512];
+    let holds = |w: &[i16]| w.windows(probe.len()).any(|w| w == probe);
+    assert!(
+        holds(&read_wav_s16(&a).1),
+        "the first sink lacks the third sound"
+    );
+    assert!(
+        !holds(&b),
+        "the loopback muted at its source output passed audio on"
+    );
     // latency_msec is the loop's latency request: the graph's quantum follows it
     // (10 ms on the null sink, one period in flight: 256 frames).
     let d = pulse_util::start(&["--device", "null"]);

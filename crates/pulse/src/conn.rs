@@ -2355,6 +2355,22 @@ impl Conn {
         mute: Option<bool>,
     ) -> Reply {
         let graph = self.srv.engine.graph();
+        if kind == NodeKind::RecordStream
+            && graph.nodes.get(&index).is_some_and(crate::server::is_loop)
+        {
+            // A loopback's capture side has a volume of its own (the module's).
+            let capture = self
+                .srv
+                .lock()
+                .modules
+                .values()
+                .find(|m| m.nodes.contains(&index))
+                .and_then(|m| m.capture.clone())
+                .ok_or(PulseError::NoEntity)?;
+            capture.update(volume.map(|v| cvolume_to_linear(&v)), mute);
+            self.srv.broadcast(Fac::SourceOutput, Ev::Changed, index);
+            return Ok(());
+        }
         graph
             .nodes
             .get(&index)

@@ -373,11 +373,15 @@ impl Server {
             ),
             _ => (0, Self::device_latency_usec(snap)),
         };
-        // A loopback's capture side: its one volume is the sink input's, so this side
-        // shows none of its own (has_volume false), and its name says where it goes.
+        // A loopback's capture side: its own volume and mute (the module's; the node's
+        // are the sink input's), and a name that says where it goes.
         let looped = crate::server::is_loop(node);
+        let capture = module
+            .and_then(|m| st.modules.get(&m))
+            .and_then(|m| m.capture.as_ref())
+            .map(|c| c.get());
         let cvolume = match rec {
-            _ if looped => uniform_cvolume(spec.channels as usize, 1.0),
+            _ if looped => uniform_cvolume(spec.channels as usize, capture.map_or(1.0, |c| c.0)),
             Some(r) if (cvolume_to_linear(&r.cvolume) - node.volume).abs() <= 1e-4 => r.cvolume,
             _ => uniform_cvolume(spec.channels as usize, node.volume),
         };
@@ -413,10 +417,14 @@ impl Server {
                 "quaver"
             })),
             props,
-            muted: node.mute && !looped,
+            muted: if looped {
+                capture.is_some_and(|c| c.1)
+            } else {
+                node.mute
+            },
             corked: rec.is_some_and(|r| r.corked),
-            has_volume: !looped,
-            volume_writable: !looped,
+            has_volume: true,
+            volume_writable: true,
             format: pcm_format(&spec),
         }
     }

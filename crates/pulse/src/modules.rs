@@ -30,11 +30,13 @@ use crate::convert::position_from_pa;
 use crate::listener::PulseListener;
 use crate::server::{Device, Server, stream_target};
 use pulseaudio::protocol::{ChannelPosition as PaPos, PulseError};
+use quaver_dsp::volume::GainRamp;
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use quaver_engine::{CycleInfo, NodeId, NodeKind, NodeSpec, Processor};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Index of the pseudo-module standing for this front-end.
 pub const PROTOCOL_MODULE: u32 = 0;
@@ -58,6 +60,8 @@ pub struct ModuleRec {
     pub links: Vec<(String, String)>,
     /// The listener a protocol module added.
     pub acceptor: Option<Arc<Acceptor>>,
+    /// A loopback's capture side: the source output's volume and mute.
+    pub capture: Option<Arc<LoopCapture>>,
     /// Nodes it cannot do without (a remap's master): when one goes, the module is
     /// unloaded, as PulseAudio's unload themselves (a loopback goes with the source it
     /// records, whichever that is after moves).
@@ -223,6 +227,64 @@ impl Processor for NullSink {
     }
 }
 
+/// The source-output side of a loopback: its volume and mute as last set, and the
+/// gain they make, which the loop's processor reads each cycle.
+#[derive(Debug)]
+pub struct LoopCapture {
+    /// Linear volume and mute as set (reported back as the source output's).
+    pub set: std::sync::Mutex<(f32, bool)>,
+    /// `f32` bits of the gain in effect: the volume, or 0 when muted.
+    gain: AtomicU32,
+}
+
+impl LoopCapture {
+    fn new() -> Self {
+        LoopCapture {
+            set: std::sync::Mutex::new((1.0, false)),
+            gain: AtomicU32::new(1.0f32.to_bits()),
+        }
+    }
+
+    /// Sets the volume (linear) and/or the mute; the loop follows within a ramp.
+    pub fn update(&self, volume: Option<f32>, mute: Option<bool>) {
+        let mut set = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = volume {
+            set.0 = v;
+        }
+        if let Some(m) = mute {
+            set.1 = m;
+        }
+        let gain = if set.1 { 0.0 } else { set.0 };
+        self.gain.store(gain.to_bits(), Ordering::Relaxed);
+    }
+
+    /// The volume (linear) and mute as set.
+    pub fn get(&self) -> (f32, bool) {
+        *self.set.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Frames over which a loopback's capture gain moves to a new value (no click).
+const LOOP_RAMP_FRAMES: usize = 256;
+
+/// A loopback's processor: its inputs to its outputs at the capture side's gain (the
+/// sink input's volume is the node's own, applied by the engine to its outputs).
+struct Loop {
+    capture: Arc<LoopCapture>,
+    ramp: GainRamp,
+}
+
+impl Processor for Loop {
+    fn process(&mut self, _cx: &CycleInfo, inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
+        NullSink.process(_cx, inputs, outputs);
+        let target = f32::from_bits(self.capture.gain.load(Ordering::Relaxed));
+        if target != self.ramp.target() {
+            self.ramp.set_target(target, LOOP_RAMP_FRAMES);
+        }
+        self.ramp.apply(outputs);
+    }
+}
+
 /// What LOAD_MODULE should create.
 pub struct NullSinkPlan {
     /// The node to add.
@@ -334,6 +396,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
         nodes: Vec::new(),
         links: Vec::new(),
         acceptor: None,
+        capture: None,
         needs: Vec::new(),
     };
     match name {
@@ -537,11 +600,17 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
             spec.inputs = map.clone();
             spec.outputs = map;
             spec.latency_frames = latency_frames;
+            let capture = Arc::new(LoopCapture::new());
+            let processor = Loop {
+                capture: capture.clone(),
+                ramp: GainRamp::new(1.0),
+            };
             let node = srv
                 .engine
-                .add_node(spec, Some(Box::new(NullSink)))
+                .add_node(spec, Some(Box::new(processor)))
                 .map_err(|e| fail(e.to_string()))?;
             rec.nodes.push(node);
+            rec.capture = Some(capture);
             // Its sink may go (the loop moves to the default sink like any stream);
             // without a source (the one it records now, see `unload_orphans`) it has
             // nothing to play.

@@ -555,25 +555,30 @@ fn source_device(n: &Node) -> Device {
 pub fn stream_target(graph: &Graph, node: NodeId) -> Option<NodeId> {
     let n = graph.nodes.get(&node)?;
     match n.kind {
-        NodeKind::PlaybackStream => graph
-            .links
-            .values()
-            .filter(|l| n.outputs.contains(&l.output))
-            .map(|l| graph.ports[&l.input].node)
-            .find(|id| {
-                graph
-                    .nodes
-                    .get(id)
-                    .is_some_and(|t| t.kind == NodeKind::DeviceSink)
-            }),
-        NodeKind::RecordStream => graph
-            .links
-            .values()
-            .filter(|l| n.inputs.contains(&l.input))
-            .map(|l| graph.ports[&l.output].node)
-            .next(),
+        NodeKind::PlaybackStream => peers(graph, n, true).find(|id| {
+            graph
+                .nodes
+                .get(id)
+                .is_some_and(|t| t.kind == NodeKind::DeviceSink)
+        }),
+        NodeKind::RecordStream => peers(graph, n, false).next(),
         _ => None,
     }
+}
+
+/// The nodes `n`'s outputs feed (`outward`) or that feed its inputs, one per link.
+fn peers<'a>(graph: &'a Graph, n: &'a Node, outward: bool) -> impl Iterator<Item = NodeId> + 'a {
+    graph.links.values().filter_map(move |l| {
+        if outward {
+            n.outputs
+                .contains(&l.output)
+                .then(|| graph.ports[&l.input].node)
+        } else {
+            n.inputs
+                .contains(&l.input)
+                .then(|| graph.ports[&l.output].node)
+        }
+    })
 }
 
 /// The PulseAudio source index a record stream reads (a stream-monitor counts as its
@@ -604,16 +609,10 @@ pub fn is_source_output(n: &Node) -> bool {
 
 /// The device (a source, or a sink for its monitor) feeding a loopback's inputs.
 pub fn loop_source(graph: &Graph, node: NodeId) -> Option<NodeId> {
-    let n = graph.nodes.get(&node)?;
-    graph
-        .links
-        .values()
-        .filter(|l| n.inputs.contains(&l.input))
-        .map(|l| graph.ports[&l.output].node)
-        .find(|id| {
-            graph
-                .nodes
-                .get(id)
-                .is_some_and(|d| matches!(d.kind, NodeKind::DeviceSource | NodeKind::DeviceSink))
-        })
+    peers(graph, graph.nodes.get(&node)?, false).find(|id| {
+        graph
+            .nodes
+            .get(id)
+            .is_some_and(|d| matches!(d.kind, NodeKind::DeviceSource | NodeKind::DeviceSink))
+    })
 }

@@ -409,22 +409,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
             rec.nodes.push(node);
         }
         "module-null-source" => {
-            // The sink-side parser checks the shared arguments (name, proplist, layout).
-            let mut own = BTreeMap::new();
-            for (k, v) in &args {
-                let k = match k.as_str() {
-                    "source_name" => "sink_name",
-                    "source_properties" => "sink_properties",
-                    "latency_time" => continue,
-                    "sink_name" | "sink_properties" => {
-                        return Err(fail(format!("unknown argument '{k}'")));
-                    }
-                    other => other,
-                };
-                own.insert(k.to_string(), v.clone());
-            }
-            own.entry("sink_name".into())
-                .or_insert_with(|| "source.null".into());
+            let own = source_args(&args, &["latency_time"], "source.null".into()).map_err(fail)?;
             let mut plan = null_sink(&own, &default_map, srv.engine.rate())?;
             plan.spec.kind = NodeKind::DeviceSource;
             plan.spec.inputs = ChannelMap(Vec::new());
@@ -501,22 +486,12 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                     .default_source(&graph)
                     .ok_or_else(|| fail("no source".into()))?,
             };
-            // The sink-side parser checks the shared arguments (name, proplist, layout).
-            let mut own = BTreeMap::new();
-            for (k, v) in &args {
-                let k = match k.as_str() {
-                    "source_name" => "sink_name",
-                    "source_properties" => "sink_properties",
-                    "master" | "master_channel_map" | "remix" | "resample_method" => continue,
-                    "sink_name" | "sink_properties" => {
-                        return Err(fail(format!("unknown argument '{k}'")));
-                    }
-                    other => other,
-                };
-                own.insert(k.to_string(), v.clone());
-            }
-            own.entry("sink_name".into())
-                .or_insert_with(|| format!("{}.remapped", master.name));
+            let own = source_args(
+                &args,
+                &["master", "master_channel_map", "remix", "resample_method"],
+                format!("{}.remapped", master.name),
+            )
+            .map_err(fail)?;
             add_remap(srv, &graph, &args, &own, &master, false, &mut rec, &fail)?;
         }
         "module-loopback" => {
@@ -692,6 +667,29 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     for (o, i) in &m.links {
         let _ = srv.engine.unlink(o, i);
     }
+}
+
+/// A source module's arguments in the sink-style form [`null_sink`] checks (name,
+/// proplist, layout): `source_name` / `source_properties` renamed, the keys in `skip`
+/// left to the caller, `name` as the default name; the sink-style keys are refused.
+fn source_args(
+    args: &BTreeMap<String, String>,
+    skip: &[&str],
+    name: String,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut own = BTreeMap::new();
+    for (k, v) in args {
+        let k = match k.as_str() {
+            "source_name" => "sink_name",
+            "source_properties" => "sink_properties",
+            "sink_name" | "sink_properties" => return Err(format!("unknown argument '{k}'")),
+            k if skip.contains(&k) => continue,
+            other => other,
+        };
+        own.insert(k.to_string(), v.clone());
+    }
+    own.entry("sink_name".into()).or_insert(name);
+    Ok(own)
 }
 
 /// The node of module-remap-sink (`to_master`: its outputs feed the master sink's

@@ -778,6 +778,16 @@ fn add_remap(
 /// unloaded or unplugged), and then those that needed what it made.
 pub fn unload_orphans(srv: &Server) {
     loop {
+        // Every stream that ends comes here: copy the graph only when some module
+        // depends on other nodes at all.
+        let dependent = srv
+            .lock()
+            .modules
+            .values()
+            .any(|m| !m.needs.is_empty() || m.capture.is_some());
+        if !dependent {
+            return;
+        }
         let graph = srv.engine.graph();
         let orphan = {
             let mut st = srv.lock();

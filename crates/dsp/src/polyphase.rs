@@ -156,9 +156,10 @@ fn render_body<const N: usize>(
 
 type RenderFn = fn(&Job, (usize, usize), usize, &mut [f32], usize) -> (usize, usize);
 
-/// [`render_body`] with the tap count known at compile time where it usually is.
+/// [`render_body`] with the tap count known at compile time where it usually is: the
+/// plain render loop, and (always inlined) the body of each instruction-set variant.
 #[inline(always)]
-fn render_taps(
+fn render_generic(
     j: &Job,
     at: (usize, usize),
     n: usize,
@@ -172,16 +173,6 @@ fn render_taps(
     }
 }
 
-fn render_generic(
-    j: &Job,
-    at: (usize, usize),
-    n: usize,
-    dst: &mut [f32],
-    stride: usize,
-) -> (usize, usize) {
-    render_taps(j, at, n, dst, stride)
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx,avx2")]
 unsafe fn render_avx2_inner(
@@ -191,7 +182,7 @@ unsafe fn render_avx2_inner(
     dst: &mut [f32],
     stride: usize,
 ) -> (usize, usize) {
-    render_taps(j, at, n, dst, stride)
+    render_generic(j, at, n, dst, stride)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -7,6 +7,7 @@ use crate::daemon::{Daemon, DaemonSpec};
 use crate::exec::{describe, run_bounded, stop_child, which};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -226,6 +227,12 @@ impl Server {
         ] {
             std::fs::create_dir_all(d)?;
         }
+        // pipewire-pulse checks for $XDG_RUNTIME_DIR/pulse and then creates it, and
+        // fails ("mkdir() …/pulse failed: File exists") when the readiness probe's
+        // libpulse makes it in between; made here first, there is nothing to race.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(xdg.join("pulse"))?;
         let files = [
             (
                 "pipewire/pipewire.conf.d/90-quaver-bench.conf",

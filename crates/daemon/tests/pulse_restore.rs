@@ -333,3 +333,78 @@ fn a_stream_returns_to_its_remembered_sink_when_that_sink_comes_back() {
         let _ = c.wait();
     }
 }
+
+#[test]
+fn streams_on_an_unloaded_default_sink_move_to_the_sink_that_remains() {
+    require_tools!("pactl", "paplay", "parec");
+    let d = pulse_util::start(&["--device", "null"]);
+    let module = pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &["load-module", "module-null-sink", "sink_name=headset"],
+        ),
+    )
+    .trim()
+    .to_string();
+    // The user made it the default, so new streams start on it and the policy still
+    // names it when it goes.
+    pa_ok(&d, &run_pa(&d, "pactl", &["set-default-sink", "headset"]));
+    write_wav_s16(&d.path("long.wav"), 8000, 1, &vec![0; 8000 * 30]);
+    let mut player = spawn_pa(&d, "paplay", &["long.wav"]);
+    let mut recorder = spawn_pa(&d, "parec", &["--device=headset.monitor", "/dev/null"]);
+    let headset = sink_index(&d, "headset");
+    wait_input(&d, &format!("Sink: {headset}\n"), "");
+    let monitor_of = |sink: &str| {
+        let sources = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sources"]));
+        sources
+            .lines()
+            .find(|l| l.split('\t').nth(1) == Some(&format!("{sink}.monitor")))
+            .and_then(|l| l.split('\t').next())
+            .unwrap_or_else(|| panic!("no monitor of {sink}:\n{sources}"))
+            .to_string()
+    };
+    let recording_from = || {
+        let outputs = pa_ok(
+            &d,
+            &run_pa(&d, "pactl", &["list", "short", "source-outputs"]),
+        );
+        outputs
+            .lines()
+            .find_map(|l| l.split('\t').nth(1).map(str::to_string))
+            .unwrap_or_default()
+    };
+    let headset_monitor = monitor_of("headset");
+    assert!(
+        wait_until(WAIT, || recording_from() == headset_monitor),
+        "parec is not on {headset_monitor}: {}",
+        recording_from()
+    );
+
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
+    // Both streams live on, moved to the defaults that remain, as PulseAudio moves
+    // them: the null sink, and the null device's silent source.
+    let null = sink_index(&d, "null-sink");
+    wait_input(&d, &format!("Sink: {null}\n"), "");
+    let info = pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
+    assert!(info.contains("Default Sink: null-sink\n"), "{info}");
+    let source = block_field(&info, "Default Source:").to_string();
+    let sources = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sources"]));
+    let default_source = sources
+        .lines()
+        .find(|l| l.split('\t').nth(1) == Some(&source))
+        .and_then(|l| l.split('\t').next())
+        .unwrap_or_else(|| panic!("no source {source}:\n{sources}"))
+        .to_string();
+    assert!(
+        wait_until(WAIT, || recording_from() == default_source),
+        "parec is not on {source} ({default_source}): {}",
+        recording_from()
+    );
+    for c in [&mut player, &mut recorder] {
+        assert!(c.try_wait().unwrap().is_none(), "a client left");
+        c.kill().unwrap();
+        let _ = c.wait();
+    }
+}

@@ -646,17 +646,21 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     }
     for node in &m.nodes {
         let graph = srv.engine.graph();
+        // The defaults as they will be once the module's devices are gone: the user's
+        // default may be one of them, and the policy then falls back to another.
+        let mut rest = graph.clone();
+        rest.nodes.retain(|id, _| !m.nodes.contains(id));
         for s in graph.nodes.values().filter(|n| n.kind.is_stream()) {
             if stream_target(&graph, s.id) != Some(*node) {
                 continue;
             }
             let playback = s.kind == NodeKind::PlaybackStream;
             let dev = if playback {
-                srv.default_sink(&graph)
+                srv.default_sink(&rest)
             } else {
-                srv.default_source(&graph)
+                srv.default_source(&rest)
             };
-            if let Some(dev) = dev.filter(|d| d.node != *node) {
+            if let Some(dev) = dev {
                 let _ = srv.move_stream(&graph, s.id, &dev, playback);
             }
         }

@@ -88,6 +88,47 @@ fn parec_from_a_source_gets_its_silence() {
 }
 
 #[test]
+fn a_sink_inputs_own_monitor_is_killed_when_the_sink_input_goes() {
+    require_tools!("parec", "paplay", "pactl");
+    let d = pulse_util::start(&["--device", "null"]);
+    write_wav_s16(
+        &d.path("long.wav"),
+        48000,
+        2,
+        &noise_s16(48000 * 2 * 30, 3, 8000),
+    );
+    let mut player = spawn_pa(&d, "paplay", &["long.wav"]);
+    let mut index = String::new();
+    assert!(
+        wait_until(WAIT, || {
+            let list = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+            index = list.split('\t').next().unwrap_or("").trim().to_string();
+            !index.is_empty()
+        }),
+        "paplay's stream never appeared"
+    );
+    let rec = spawn_pa(
+        &d,
+        "parec",
+        &[&format!("--monitor-stream={index}"), "one.raw"],
+    );
+    wait_for_file(&d, "one.raw", 4096);
+    player.kill().unwrap();
+    let _ = player.wait();
+    // As in PulseAudio: the record stream is killed with the stream it tapped, and
+    // parec ends with libpulse's error for that.
+    let out = wait_output(rec, WAIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "parec kept recording: {err}");
+    assert!(err.contains("Entity killed"), "{err}");
+    let outputs = pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["list", "short", "source-outputs"]),
+    );
+    assert!(outputs.trim().is_empty(), "{outputs}");
+}
+
+#[test]
 fn parec_of_one_sink_input_hears_only_that_stream() {
     require_tools!("parec", "paplay", "pactl");
     let d = pulse_util::start(&["--device", "null"]);

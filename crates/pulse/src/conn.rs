@@ -2806,6 +2806,7 @@ impl Conn {
                         .as_ref()
                         .is_none_or(|n| n.as_bytes() == b"@DEFAULT_SINK@"),
                 pinned: p.sink_index.is_some() || p.sink_name.is_some(),
+                monitors: None,
                 io: StreamIo::Play(shared.clone()),
             },
         );
@@ -3146,6 +3147,7 @@ impl Conn {
                 pinned: p.direct_on_input_index.is_some()
                     || p.source_index.is_some()
                     || p.source_name.is_some(),
+                monitors: p.direct_on_input_index.map(|_| target.node),
                 follows_default: !restored_dev
                     && p.direct_on_input_index.is_none()
                     && p.source_index.is_none()

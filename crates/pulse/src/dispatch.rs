@@ -84,6 +84,18 @@ impl Memory {
     }
 }
 
+/// Kills the record streams that tapped the sink input `gone` (PulseAudio kills a
+/// sink input's direct outputs when it is unlinked): left alone they would record
+/// silence from nothing, with no source to report.
+fn kill_monitors_of(server: &Server, gone: NodeId) {
+    let st = server.lock();
+    for (&node, s) in st.streams.iter().filter(|(_, s)| s.monitors == Some(gone)) {
+        if let Some(c) = st.clients.get(&s.client) {
+            c.conn.post(ConnMsg::KillStream(node));
+        }
+    }
+}
+
 /// Runs the event loop until the engine drops its side of the channel.
 pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
     let mut mem = Memory::default();
@@ -121,6 +133,7 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                 }
                 GraphEvent::NodeRemoved(id) => {
                     removed = true;
+                    kill_monitors_of(&server, id);
                     mem.targets.remove(&id);
                     mem.busy.remove(&id);
                     if mem.loops.remove(&id).is_some() {

@@ -177,6 +177,9 @@ pub struct StreamRec {
     /// Its client named a device at creation and no one has moved it since: stream
     /// restore leaves it where it is when a remembered device appears.
     pub pinned: bool,
+    /// For a record stream on a single sink input's monitor, that sink input: the
+    /// record stream is killed when it goes, as in PulseAudio.
+    pub monitors: Option<NodeId>,
     /// Transport state.
     pub io: StreamIo,
 }

@@ -172,6 +172,29 @@ struct Entry {
     srb: bool,
 }
 
+/// Ends connection `key`: out of the epoll set, its streams and client object removed.
+fn bury(
+    conns: &mut BTreeMap<u64, Entry>,
+    ep: &rustix::fd::OwnedFd,
+    srb_keys: &mut Vec<u64>,
+    key: u64,
+    why: &str,
+) {
+    let Some(mut e) = conns.remove(&key) else {
+        return;
+    };
+    let _ = epoll::delete(ep, e.conn.sock());
+    if e.srb {
+        if let Some(fd) = e.conn.srb_wake_fd() {
+            let _ = epoll::delete(ep, fd);
+        }
+        srb_keys.retain(|k| *k != key);
+    }
+    if catch_unwind(AssertUnwindSafe(|| e.conn.close(why))).is_err() {
+        tracing::error!("pulse: cleaning up a connection failed");
+    }
+}
+
 /// Runs a connection step; a panic costs that client its connection, never the thread.
 fn guarded(conn: &mut Conn, f: impl FnOnce(&mut Conn) -> Result<(), String>) -> Result<(), String> {
     match catch_unwind(AssertUnwindSafe(|| f(conn))) {
@@ -284,13 +307,20 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
             };
             touched.push(key);
             let t0 = clock.as_ref().map(|_| quaver_rt::monotonic_ns());
-            if flags.intersects(EventFlags::IN | EventFlags::HUP | EventFlags::ERR)
-                && let Err(why) = guarded(&mut e.conn, |c| c.on_readable(&mut buf))
-            {
-                dead.push((key, why));
-            }
+            let read = if flags.intersects(EventFlags::IN | EventFlags::HUP | EventFlags::ERR) {
+                guarded(&mut e.conn, |c| c.on_readable(&mut buf))
+            } else {
+                Ok(())
+            };
             if let (Some(c), Some(t0)) = (clock.as_mut(), t0) {
                 c.conn_step(e.conn.client(), t0);
+            }
+            // At once, not at the end of the pass: a command read after this (from
+            // another client in this pass) must find a client that hung up gone with its
+            // streams, as it left first. pulsectl's suite asks for the monitor of a
+            // stream whose player it has just killed and expects nothing.
+            if let Err(why) = read {
+                bury(&mut conns, &ep, &mut srb_keys, key, &why);
             }
         }
         if let Some(c) = clock.as_mut() {
@@ -312,6 +342,9 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 Ok(Err(why)) => dead.push((*key, why)),
                 Err(_) => dead.push((*key, "panic".into())),
             }
+        }
+        for (key, why) in dead.drain(..) {
+            bury(&mut conns, &ep, &mut srb_keys, key, &why);
         }
         if let Some(c) = clock.as_mut() {
             c.mark(1);
@@ -406,18 +439,7 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
             c.mark(3);
         }
         for (key, why) in dead.drain(..) {
-            if let Some(mut e) = conns.remove(&key) {
-                let _ = epoll::delete(&ep, e.conn.sock());
-                if e.srb {
-                    if let Some(fd) = e.conn.srb_wake_fd() {
-                        let _ = epoll::delete(&ep, fd);
-                    }
-                    srb_keys.retain(|k| *k != key);
-                }
-                if catch_unwind(AssertUnwindSafe(|| e.conn.close(&why))).is_err() {
-                    tracing::error!("pulse: cleaning up a connection failed");
-                }
-            }
+            bury(&mut conns, &ep, &mut srb_keys, key, &why);
         }
         if below > 0 {
             let urgent = conns

@@ -523,3 +523,115 @@ fn arecord_through_the_alsa_pulse_plugin_records_bit_exact() {
     );
     assert_contains_exactly(&got, &input, "arecord -D pulse");
 }
+
+/// Runs python3-pulsectl's own test suite (`DummyTests`, written against a PulseAudio
+/// with two null sinks and TCP listeners) on quaverd instead, through the hook it has
+/// for a server started by hand (`PA_TMPDIR`, `PA_REUSE`). `test_cli` is left out: it
+/// drives PulseAudio's text command protocol (`pacmd`), which quaverd does not speak.
+const PULSECTL_RUNNER: &str = r#"
+import os, sys, unittest
+from pulsectl.tests import test_with_dummy_instance as t
+setup = t.DummyTests.setUpClass.__func__
+def set_up(cls):
+    setup(cls)
+    # With PA_TMPDIR the suite leaves tmp_dir unset, and its paplay needs it.
+    cls.tmp_dir = os.environ['PA_TMPDIR']
+t.DummyTests.setUpClass = classmethod(set_up)
+names = [n for n in unittest.defaultTestLoader.getTestCaseNames(t.DummyTests) if n != 'test_cli']
+suite = unittest.TestSuite(t.DummyTests(n) for n in names)
+result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+print('RAN', result.testsRun)
+sys.exit(0 if result.wasSuccessful() else 1)
+"#;
+
+/// A TCP port nothing listens on now.
+fn free_port(host: &str) -> Option<u16> {
+    let l = std::net::TcpListener::bind((host, 0)).ok()?;
+    Some(l.local_addr().ok()?.port())
+}
+
+#[test]
+fn python_pulsectl_passes_its_own_test_suite() {
+    require_tools!("pactl", "paplay");
+    let python = "/usr/bin/python3";
+    let have_pulsectl = std::process::Command::new(python)
+        .args(["-c", "import pulsectl.tests.test_with_dummy_instance"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_pulsectl {
+        eprintln!(
+            "SKIPPED {}: needs python3-pulsectl (apt-get install python3-pulsectl); not tested",
+            module_path!()
+        );
+        return;
+    }
+    // The suite's PulseAudio: two sinks with their monitors and nothing else.
+    let d = pulse_util::start(&["--device", "null:capture=off"]);
+    pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &["load-module", "module-null-sink", "sink_name=null2"],
+        ),
+    );
+    let tcp4 = free_port("127.0.0.1").expect("a free IPv4 port");
+    pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &[
+                "load-module",
+                "module-native-protocol-tcp",
+                "auth-anonymous=true",
+                "listen=127.0.0.1",
+                &format!("port={tcp4}"),
+            ],
+        ),
+    );
+    // IPv6 where the machine has it; port 0 tells the suite to skip it.
+    let tcp6 = free_port("::1")
+        .filter(|p| {
+            run_pa(
+                &d,
+                "pactl",
+                &[
+                    "load-module",
+                    "module-native-protocol-tcp",
+                    "auth-anonymous=true",
+                    "listen=::1",
+                    &format!("port={p}"),
+                ],
+            )
+            .status
+            .success()
+        })
+        .unwrap_or(0);
+    // Its slow-network proxy listens on the third port; the fourth is test_cli's.
+    let delay = free_port("127.0.0.1").expect("a free port");
+    let runner = d.path("run_pulsectl.py");
+    std::fs::write(&runner, PULSECTL_RUNNER).unwrap();
+    let tmp = d.runtime.parent().unwrap().to_path_buf();
+    let child = pa(&d, python)
+        .arg(&runner)
+        .env("PA_TMPDIR", &tmp)
+        .env("PA_REUSE", format!("{tcp4}:{tcp6}:{delay}:0"))
+        // Also the peak-sample test the suite only runs for its developers.
+        .env("DEV_TESTS", "1")
+        .env_remove("PULSE_SERVER")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning python3");
+    let out = wait_output(child, std::time::Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "pulsectl's suite failed ({}):\n{stdout}\n{stderr}\n--- quaverd log ---\n{}",
+        out.status,
+        d.log_text()
+    );
+    assert!(stdout.contains("RAN 13"), "{stdout}\n{stderr}");
+}

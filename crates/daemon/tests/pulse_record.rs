@@ -605,3 +605,117 @@ fn a_null_source_records_silence() {
     );
     assert!(!bad.status.success());
 }
+
+#[test]
+fn module_pipe_sink_writes_what_it_plays_into_its_fifo() {
+    require_tools!("pactl", "paplay");
+    let d = pulse_util::start(&["--device", "null"]);
+    let fifo = d.path("snapfifo");
+    let load = |args: &[&str]| {
+        let mut all = vec!["load-module", "module-pipe-sink"];
+        all.extend(args);
+        run_pa(&d, "pactl", &all)
+    };
+    let file_arg = format!("file={}", fifo.display());
+    let module = pa_ok(&d, &load(&[&file_arg, "sink_name=snap", "format=s16le"]))
+        .trim()
+        .to_string();
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::metadata(&fifo).unwrap().file_type().is_fifo(),
+        "no FIFO at {}",
+        fifo.display()
+    );
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sinks"]));
+    assert!(
+        sinks.contains(&format!("Description: Unix FIFO sink {}", fifo.display())),
+        "{sinks}"
+    );
+    // A reader, as snapcast's pipe source: everything until the FIFO's last writer (the
+    // daemon) closes it at unload.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut got = Vec::new();
+        let r = std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut got));
+        let _ = tx.send(r.map(|_| got));
+    });
+    let input = noise_s16(48000 * 2 * 2, 5, 12000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["--device=snap", "in.wav"]));
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
+    let bytes = rx
+        .recv_timeout(WAIT)
+        .expect("the FIFO never ended after unload")
+        .expect("reading the FIFO");
+    let got: Vec<i16> = bytes
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    let start = got
+        .windows(256)
+        .position(|w| w == &input[..256])
+        .expect("the played audio is not in what the FIFO gave");
+    assert!(
+        got.len() >= start + input.len(),
+        "{} samples after the start, {} played",
+        got.len() - start,
+        input.len()
+    );
+    let differ = got[start..start + input.len()]
+        .iter()
+        .zip(&input)
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(differ, 0, "{differ} samples differ: not bit-exact");
+    assert!(!fifo.exists(), "the FIFO it made is still there");
+
+    // Nobody reads: the sink keeps the graph's pace (a stream on it ends on time) and
+    // drops what the full pipe cannot take.
+    let module = pa_ok(&d, &load(&[&file_arg, "sink_name=deaf"]))
+        .trim()
+        .to_string();
+    write_wav_s16(&d.path("one.wav"), 48000, 2, &noise_s16(48000 * 2, 6, 8000));
+    let t0 = std::time::Instant::now();
+    pa_ok(&d, &run_pa(&d, "paplay", &["--device=deaf", "one.wav"]));
+    assert!(
+        t0.elapsed() < WAIT,
+        "a stream on an unread pipe sink stalled"
+    );
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
+    let log = d.log_text();
+    let lost: u64 = log
+        .lines()
+        .rev()
+        .find_map(|l| l.split("frames written, ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count at unload:\n{log}"));
+    // One second played; the pipe's 64 KiB (0.34 s) and the ring took the rest.
+    assert!(lost > 0, "nothing lost with no reader:\n{log}");
+
+    // Bad arguments fail cleanly and leave nothing behind.
+    let plain = d.path("plain");
+    std::fs::write(&plain, b"x").unwrap();
+    for bad in [
+        vec![file_arg.clone(), "format=s17le".into()],
+        vec![file_arg.clone(), "rate=44100".into()],
+        vec!["file=relative/fifo".into()],
+        vec![format!("file={}", plain.display())],
+        vec![file_arg.clone(), "use_system_clock_for_timing=maybe".into()],
+        vec![file_arg.clone(), "channels=0".into()],
+    ] {
+        let args: Vec<&str> = bad.iter().map(String::as_str).collect();
+        let out = load(&args);
+        assert!(!out.status.success(), "{bad:?} was accepted");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Module initialization failed"),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!fifo.exists(), "a refused load left its FIFO");
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+    assert_eq!(sinks.lines().count(), 1, "{sinks}");
+}

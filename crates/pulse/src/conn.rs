@@ -216,21 +216,9 @@ fn stream_volume(
 fn spec_from_formats(formats: &[FormatInfo], rate: u32) -> Option<(SampleSpec, Option<PaMap>)> {
     let f = formats.iter().find(|f| f.encoding == FormatEncoding::Pcm)?;
     let get = |p: Prop| prop_str(&f.props, p).map(|s| s.trim().trim_matches('"').to_string());
-    let format = match get(Prop::FormatSampleFormat).as_deref() {
-        None | Some("float32le") => SampleFormat::Float32Le,
-        Some("u8") => SampleFormat::U8,
-        Some("aLaw") => SampleFormat::Alaw,
-        Some("uLaw") => SampleFormat::Ulaw,
-        Some("s16le") => SampleFormat::S16Le,
-        Some("s16be") => SampleFormat::S16Be,
-        Some("float32be") => SampleFormat::Float32Be,
-        Some("s32le") => SampleFormat::S32Le,
-        Some("s32be") => SampleFormat::S32Be,
-        Some("s24le") => SampleFormat::S24Le,
-        Some("s24be") => SampleFormat::S24Be,
-        Some("s24-32le") => SampleFormat::S24In32Le,
-        Some("s24-32be") => SampleFormat::S24In32Be,
-        Some(_) => return None,
+    let format = match get(Prop::FormatSampleFormat) {
+        None => SampleFormat::Float32Le,
+        Some(name) => crate::convert::parse_sample_format(&name)?,
     };
     let sample_rate = get(Prop::FormatRate)
         .and_then(|s| s.parse().ok())

@@ -167,6 +167,35 @@ pub fn linear_to_ulaw(pcm: i16) -> u8 {
     !((sign | (segment << 4) | mantissa) as u8)
 }
 
+/// A sample format by the names `pa_parse_sample_format` accepts (any case): `s16le`,
+/// `float32be`, `s24-32le`, `aLaw`, the native-endian short forms (`s16`, `float`,
+/// `32`, …), `ne`/`re` suffixes. `None` for anything else.
+pub fn parse_sample_format(name: &str) -> Option<PaFormat> {
+    use PaFormat as F;
+    let n = name.to_ascii_lowercase();
+    // This server runs little-endian: `ne` is `le`, `re` is `be`.
+    let n = n
+        .strip_suffix("ne")
+        .map(|b| format!("{b}le"))
+        .or_else(|| n.strip_suffix("re").map(|b| format!("{b}be")))
+        .unwrap_or(n);
+    Some(match n.as_str() {
+        "u8" | "8" => F::U8,
+        "alaw" => F::Alaw,
+        "ulaw" | "mulaw" => F::Ulaw,
+        "s16le" | "s16" | "16" => F::S16Le,
+        "s16be" => F::S16Be,
+        "float32le" | "float32" | "float" => F::Float32Le,
+        "float32be" => F::Float32Be,
+        "s32le" | "s32" | "32" => F::S32Le,
+        "s32be" => F::S32Be,
+        "s24le" | "s24" | "24" => F::S24Le,
+        "s24be" => F::S24Be,
+        "s24-32le" | "s24-32" => F::S24In32Le,
+        "s24-32be" => F::S24In32Be,
+        _ => return None,
+    })
+}
 /// Bytes in one frame of `spec`.
 pub fn frame_size(spec: &SampleSpec) -> usize {
     Codec::of(spec.format).map_or(0, |c| c.bytes()) * spec.channels as usize

@@ -28,6 +28,7 @@ mod introspect;
 mod ioloop;
 pub mod listener;
 pub mod modules;
+pub mod pipe;
 pub mod restore;
 mod scache;
 mod server;

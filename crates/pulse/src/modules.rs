@@ -66,6 +66,8 @@ pub struct ModuleRec {
     /// unloaded, as PulseAudio's unload themselves (a loopback goes with the source it
     /// records, whichever that is after moves).
     pub needs: Vec<NodeId>,
+    /// A pipe sink's writer.
+    pub pipe: Option<Arc<crate::pipe::PipeOut>>,
 }
 
 /// Parses PulseAudio's module argument syntax (`key=value`, `key="v w"`, `key='v'`)
@@ -398,6 +400,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
         acceptor: None,
         capture: None,
         needs: Vec::new(),
+        pipe: None,
     };
     match name {
         "module-null-sink" => {
@@ -422,6 +425,96 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                 .add_node(plan.spec, Some(Box::new(NullSink)))
                 .map_err(|e| fail(e.to_string()))?;
             rec.nodes.push(node);
+        }
+        "module-pipe-sink" => {
+            let file = match args.get("file") {
+                Some(f) => std::path::PathBuf::from(unescape(f)),
+                None => std::env::var_os("XDG_RUNTIME_DIR")
+                    .map(|d| std::path::Path::new(&d).join("pulse").join("fifo_output"))
+                    .ok_or_else(|| fail("no file= and no XDG_RUNTIME_DIR".into()))?,
+            };
+            if !file.is_absolute() {
+                return Err(fail(format!(
+                    "file={} is not an absolute path",
+                    file.display()
+                )));
+            }
+            let format = match args.get("format") {
+                Some(f) => crate::convert::parse_sample_format(&unescape(f))
+                    .ok_or_else(|| fail(format!("unknown format '{f}'")))?,
+                None => pulseaudio::protocol::SampleFormat::S16Le,
+            };
+            let codec = crate::convert::Codec::of(format).expect("a parsed format has a codec");
+            let rate = srv.engine.rate();
+            if let Some(r) = args.get("rate")
+                && unescape(r).parse::<u32>().ok() != Some(rate)
+            {
+                return Err(fail(format!(
+                    "rate={r}: the graph runs at {rate} Hz, and the pipe gets the graph's rate"
+                )));
+            }
+            // Accepted either way: the graph's clock paces every sink (see crate::pipe).
+            if let Some(v) = args.get("use_system_clock_for_timing") {
+                parse_bool("use_system_clock_for_timing", &unescape(v)).map_err(&fail)?;
+            }
+            let mut own = args.clone();
+            own.retain(|k, _| {
+                !["file", "format", "use_system_clock_for_timing"].contains(&k.as_str())
+            });
+            own.entry("sink_name".into())
+                .or_insert_with(|| "fifo_output".into());
+            let mut plan = null_sink(&own, &default_map, rate)?;
+            if !own.contains_key("sink_properties") {
+                plan.spec.description = format!("Unix FIFO sink {}", file.display());
+            }
+            let map = plan.spec.inputs.clone();
+            let tap_name = format!("{}.pipe", plan.spec.name);
+            let (out, tap) =
+                crate::pipe::PipeOut::start(&file, codec, map.len(), rate).map_err(&fail)?;
+            let out = Arc::new(out);
+            let sink = match srv.engine.add_node(plan.spec, Some(Box::new(NullSink))) {
+                Ok(n) => n,
+                Err(e) => {
+                    out.stop();
+                    return Err(fail(e.to_string()));
+                }
+            };
+            let mut tap_spec = NodeSpec::new(&tap_name, NodeKind::Filter);
+            tap_spec.inputs = map;
+            let added = srv
+                .engine
+                .add_node(tap_spec, Some(Box::new(tap)))
+                .and_then(|tap| {
+                    let me = srv.engine.node_name(sink).unwrap_or_default();
+                    srv.engine.link(&me, &tap_name).map(|_| tap)
+                });
+            let tap = match added {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = srv.engine.remove_node(sink);
+                    if let Some(t) = srv
+                        .engine
+                        .graph()
+                        .nodes
+                        .values()
+                        .find(|n| n.name == tap_name)
+                    {
+                        let _ = srv.engine.remove_node(t.id);
+                    }
+                    out.stop();
+                    return Err(fail(e.to_string()));
+                }
+            };
+            tracing::info!(
+                "module-pipe-sink: {} writes {:?} {} ch {rate} Hz into {}",
+                srv.engine.node_name(sink).unwrap_or_default(),
+                format,
+                plan_channels(&srv.engine.graph(), sink),
+                file.display()
+            );
+            rec.nodes.push(sink);
+            rec.nodes.push(tap);
+            rec.pipe = Some(out);
         }
         "module-combine-sink" => {
             let slaves: Vec<Device> = match args.get("slaves") {
@@ -671,6 +764,17 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     for (o, i) in &m.links {
         let _ = srv.engine.unlink(o, i);
     }
+    // After its tap left the graph: what the tap wrote last still reaches the pipe.
+    if let Some(p) = &m.pipe {
+        let (written, lost) = p.counts();
+        p.stop();
+        tracing::info!("module-pipe-sink: {written} frames written, {lost} lost");
+    }
+}
+
+/// Input channels of node `id`.
+fn plan_channels(graph: &quaver_engine::graph::Graph, id: NodeId) -> usize {
+    graph.nodes.get(&id).map_or(0, |n| n.inputs.len())
 }
 
 /// A source module's arguments in the sink-style form [`null_sink`] checks (name,

@@ -132,3 +132,37 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
     );
     assert_eq!(violation_count(), 0, "allocations in the RT path");
 }
+
+#[test]
+fn a_pipe_sinks_tap_allocates_nothing_in_the_cycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let codec =
+        quaver_pulse::convert::Codec::of(quaver_pulse::pulseaudio::protocol::SampleFormat::S16Le)
+            .unwrap();
+    let (out, mut tap) = quaver_pulse::pipe::PipeOut::start(&fifo, codec, 2, 48000).unwrap();
+    let mut input = PlanarBuf::new(2, 256);
+    for c in 0..2 {
+        input.view_mut(256).channel_mut(c).fill(0.25);
+    }
+    let mut nothing = PlanarBuf::new(0, 256);
+    reset_violation_count();
+    // Nobody reads the FIFO: it fills, then the ring does, and the tap drops.
+    for cycle in 0..2000u64 {
+        let cx = CycleInfo {
+            frames: 256,
+            rate: 48000,
+            cycle,
+            ..CycleInfo::default()
+        };
+        let inputs = input.view(256);
+        let mut outs = nothing.view_mut(256);
+        assert_no_alloc(|| tap.process(&cx, inputs, &mut outs));
+    }
+    assert_eq!(violation_count(), 0, "allocations in the RT path");
+    drop(tap);
+    out.stop();
+    let (written, lost) = out.counts();
+    assert!(written > 0 && lost > 0, "written {written}, lost {lost}");
+    assert!(!fifo.exists());
+}

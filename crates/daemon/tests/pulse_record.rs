@@ -719,3 +719,163 @@ fn module_pipe_sink_writes_what_it_plays_into_its_fifo() {
     let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
     assert_eq!(sinks.lines().count(), 1, "{sinks}");
 }
+
+/// Waits (bounded) until the s16 stereo recording `name` has sound followed by half a
+/// second of silence: a pipe source has played out what its pipe held.
+fn wait_for_quiet_tail(d: &Daemon, name: &str) {
+    let quiet = 48000 * 2 / 2;
+    let done = wait_until(WAIT, || {
+        let got = read_raw_s16(&d.path(name));
+        got.iter()
+            .rposition(|&s| s != 0)
+            .is_some_and(|last| got.len() >= last + quiet)
+    });
+    assert!(
+        done,
+        "{name} never went quiet after the sound:\n{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn module_pipe_source_records_what_a_program_writes_into_its_fifo() {
+    require_tools!("pactl", "parec");
+    let d = pulse_util::start(&["--device", "null"]);
+    let fifo = d.path("vmic");
+    let load = |args: &[&str]| {
+        let mut all = vec!["load-module", "module-pipe-source"];
+        all.extend(args);
+        run_pa(&d, "pactl", &all)
+    };
+    let file_arg = format!("file={}", fifo.display());
+    // Written faster than real time, as `cat file > fifo` does: the full pipe holds the
+    // writer back, nothing is lost.
+    let write_fifo = |bytes: Vec<u8>| {
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(&bytes))
+        })
+    };
+    let module = pa_ok(
+        &d,
+        &load(&[&file_arg, "source_name=vmic", "format=s16le", "channels=2"]),
+    )
+    .trim()
+    .to_string();
+    let sources = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sources"]));
+    assert!(
+        sources.contains(&format!("Description: Unix FIFO source {}", fifo.display())),
+        "{sources}"
+    );
+    let rec = spawn_pa(
+        &d,
+        "parec",
+        &[
+            "--device=vmic",
+            REC_ARGS[0],
+            REC_ARGS[1],
+            REC_ARGS[2],
+            REC_ARGS[3],
+            "vmic.raw",
+        ],
+    );
+    wait_for_file(&d, "vmic.raw", 4096);
+    let input = noise_s16(48000 * 2 * 2, 7, 12000);
+    let bytes: Vec<u8> = input.iter().flat_map(|s| s.to_le_bytes()).collect();
+    let writer = write_fifo(bytes);
+    let t0 = std::time::Instant::now();
+    while !writer.is_finished() && t0.elapsed() < WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    writer.join().unwrap().expect("writing the FIFO");
+    // What the pipe and the ring still hold plays out; then silence.
+    wait_for_quiet_tail(&d, "vmic.raw");
+    interrupt(rec);
+    let got = read_raw_s16(&d.path("vmic.raw"));
+    let start = got
+        .windows(256)
+        .position(|w| w == &input[..256])
+        .expect("what was written is not in the recording");
+    assert!(
+        got.len() >= start + input.len(),
+        "{} samples recorded after the start, {} written",
+        got.len() - start,
+        input.len()
+    );
+    let differ = got[start..start + input.len()]
+        .iter()
+        .zip(&input)
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(differ, 0, "{differ} samples differ: not bit-exact");
+    // Between writes it records silence.
+    assert!(got[start + input.len()..].iter().all(|&s| s == 0));
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
+    assert!(!fifo.exists(), "the FIFO it made is still there");
+
+    // A 16 kHz mono pipe (a speech program's output) is resampled to the graph: a
+    // 1 kHz tone written for 2 s records as 2 s of 1 kHz at 48 kHz.
+    let module = pa_ok(
+        &d,
+        &load(&[&file_arg, "source_name=speech", "rate=16000", "channels=1"]),
+    )
+    .trim()
+    .to_string();
+    let rec = spawn_pa(
+        &d,
+        "parec",
+        &[
+            "--device=speech",
+            REC_ARGS[0],
+            REC_ARGS[1],
+            REC_ARGS[2],
+            REC_ARGS[3],
+            "speech.raw",
+        ],
+    );
+    wait_for_file(&d, "speech.raw", 4096);
+    let tone: Vec<u8> = (0..32000)
+        .map(|i| ((i as f64 * 1000.0 / 16000.0 * std::f64::consts::TAU).sin() * 16000.0) as i16)
+        .flat_map(|s| s.to_le_bytes())
+        .collect();
+    let writer = write_fifo(tone);
+    let t0 = std::time::Instant::now();
+    while !writer.is_finished() && t0.elapsed() < WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    writer.join().unwrap().expect("writing the FIFO");
+    wait_for_quiet_tail(&d, "speech.raw");
+    interrupt(rec);
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
+    let got = read_raw_s16(&d.path("speech.raw"));
+    let left: Vec<i16> = got.iter().step_by(2).copied().collect();
+    let loud: Vec<usize> = (0..left.len())
+        .filter(|&i| left[i].unsigned_abs() > 4000)
+        .collect();
+    let (first, last) = (loud[0], *loud.last().unwrap());
+    let seconds = (last - first) as f64 / 48000.0;
+    assert!((seconds - 2.0).abs() < 0.05, "{seconds:.3} s of tone");
+    let crossings = left[first..last]
+        .windows(2)
+        .filter(|w| (w[0] < 0) != (w[1] < 0))
+        .count();
+    let hz = crossings as f64 / 2.0 / seconds;
+    assert!((hz - 1000.0).abs() < 20.0, "{hz:.1} Hz recorded");
+
+    // Bad arguments fail cleanly.
+    for bad in [
+        vec![file_arg.clone(), "rate=0".into()],
+        vec![file_arg.clone(), "format=s8".into()],
+        vec![file_arg.clone(), "sink_name=x".into()],
+        vec!["file=rel".into()],
+    ] {
+        let args: Vec<&str> = bad.iter().map(String::as_str).collect();
+        let out = load(&args);
+        assert!(!out.status.success(), "{bad:?} was accepted");
+    }
+    assert!(!fifo.exists(), "a refused load left its FIFO");
+}

@@ -68,6 +68,8 @@ pub struct ModuleRec {
     pub needs: Vec<NodeId>,
     /// A pipe sink's writer.
     pub pipe: Option<Arc<crate::pipe::PipeOut>>,
+    /// A pipe source's reader.
+    pub pipe_in: Option<Arc<crate::pipe::PipeIn>>,
 }
 
 /// Parses PulseAudio's module argument syntax (`key=value`, `key="v w"`, `key='v'`)
@@ -401,6 +403,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
         capture: None,
         needs: Vec::new(),
         pipe: None,
+        pipe_in: None,
     };
     match name {
         "module-null-sink" => {
@@ -427,24 +430,8 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
             rec.nodes.push(node);
         }
         "module-pipe-sink" => {
-            let file = match args.get("file") {
-                Some(f) => std::path::PathBuf::from(unescape(f)),
-                None => std::env::var_os("XDG_RUNTIME_DIR")
-                    .map(|d| std::path::Path::new(&d).join("pulse").join("fifo_output"))
-                    .ok_or_else(|| fail("no file= and no XDG_RUNTIME_DIR".into()))?,
-            };
-            if !file.is_absolute() {
-                return Err(fail(format!(
-                    "file={} is not an absolute path",
-                    file.display()
-                )));
-            }
-            let format = match args.get("format") {
-                Some(f) => crate::convert::parse_sample_format(&unescape(f))
-                    .ok_or_else(|| fail(format!("unknown format '{f}'")))?,
-                None => pulseaudio::protocol::SampleFormat::S16Le,
-            };
-            let codec = crate::convert::Codec::of(format).expect("a parsed format has a codec");
+            let file = pipe_file(&args, "fifo_output").map_err(&fail)?;
+            let (format, codec) = pipe_codec(&args).map_err(&fail)?;
             let rate = srv.engine.rate();
             if let Some(r) = args.get("rate")
                 && unescape(r).parse::<u32>().ok() != Some(rate)
@@ -492,15 +479,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                 Ok(t) => t,
                 Err(e) => {
                     let _ = srv.engine.remove_node(sink);
-                    if let Some(t) = srv
-                        .engine
-                        .graph()
-                        .nodes
-                        .values()
-                        .find(|n| n.name == tap_name)
-                    {
-                        let _ = srv.engine.remove_node(t.id);
-                    }
+                    remove_named(srv, &tap_name);
                     out.stop();
                     return Err(fail(e.to_string()));
                 }
@@ -515,6 +494,77 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
             rec.nodes.push(sink);
             rec.nodes.push(tap);
             rec.pipe = Some(out);
+        }
+        "module-pipe-source" => {
+            let file = pipe_file(&args, "fifo_input").map_err(&fail)?;
+            let (_, codec) = pipe_codec(&args).map_err(&fail)?;
+            let own = source_args(&args, &["file", "format", "rate"], "fifo_input".into())
+                .map_err(&fail)?;
+            let engine_rate = srv.engine.rate();
+            let rate = match args.get("rate") {
+                Some(r) => unescape(r)
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|r| (1..=384_000).contains(r))
+                    .ok_or_else(|| fail(format!("bad rate '{r}'")))?,
+                None => engine_rate,
+            };
+            let mut plan = null_sink(&own, &default_map, engine_rate)?;
+            plan.spec.kind = NodeKind::DeviceSource;
+            if !own.contains_key("sink_properties") {
+                plan.spec.description = format!("Unix FIFO source {}", file.display());
+            }
+            let map = plan.spec.outputs.clone();
+            let feeder_name = format!("{}.pipe", plan.spec.name);
+            let format = quaver_engine::stream::StreamFormat {
+                rate,
+                channels: map.clone(),
+            };
+            let (reader, feeder) = crate::pipe::PipeIn::start(
+                &file,
+                codec,
+                &format,
+                &map,
+                engine_rate,
+                srv.engine.config().quantum_max,
+                srv.opts.resample_quality,
+            )
+            .map_err(&fail)?;
+            let reader = Arc::new(reader);
+            let source = match srv.engine.add_node(plan.spec, Some(Box::new(NullSink))) {
+                Ok(n) => n,
+                Err(e) => {
+                    reader.stop();
+                    return Err(fail(e.to_string()));
+                }
+            };
+            let mut feeder_spec = NodeSpec::new(&feeder_name, NodeKind::Filter);
+            feeder_spec.outputs = map;
+            let added = srv
+                .engine
+                .add_node(feeder_spec, Some(feeder.processor))
+                .and_then(|f| {
+                    let me = srv.engine.node_name(source).unwrap_or_default();
+                    srv.engine.link(&feeder_name, &me).map(|_| f)
+                });
+            let feeder = match added {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = srv.engine.remove_node(source);
+                    remove_named(srv, &feeder_name);
+                    reader.stop();
+                    return Err(fail(e.to_string()));
+                }
+            };
+            tracing::info!(
+                "module-pipe-source: {} reads {} ch {rate} Hz from {}",
+                srv.engine.node_name(source).unwrap_or_default(),
+                format.channels.len(),
+                file.display()
+            );
+            rec.nodes.push(source);
+            rec.nodes.push(feeder);
+            rec.pipe_in = Some(reader);
         }
         "module-combine-sink" => {
             let slaves: Vec<Device> = match args.get("slaves") {
@@ -769,6 +819,46 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
         let (written, lost) = p.counts();
         p.stop();
         tracing::info!("module-pipe-sink: {written} frames written, {lost} lost");
+    }
+    if let Some(p) = &m.pipe_in {
+        p.stop();
+        tracing::info!("module-pipe-source: {} frames read", p.frames_read());
+    }
+}
+
+/// A pipe module's `file`: absolute, by default `$XDG_RUNTIME_DIR/pulse/<default>` as
+/// PulseAudio's runtime path.
+fn pipe_file(args: &BTreeMap<String, String>, default: &str) -> Result<std::path::PathBuf, String> {
+    let file = match args.get("file") {
+        Some(f) => std::path::PathBuf::from(unescape(f)),
+        None => std::env::var_os("XDG_RUNTIME_DIR")
+            .map(|d| std::path::Path::new(&d).join("pulse").join(default))
+            .ok_or("no file= and no XDG_RUNTIME_DIR")?,
+    };
+    if !file.is_absolute() {
+        return Err(format!("file={} is not an absolute path", file.display()));
+    }
+    Ok(file)
+}
+
+/// A pipe module's `format` (s16le by default, as PulseAudio's default sample spec)
+/// and its codec.
+fn pipe_codec(
+    args: &BTreeMap<String, String>,
+) -> Result<(pulseaudio::protocol::SampleFormat, crate::convert::Codec), String> {
+    let format = match args.get("format") {
+        Some(f) => crate::convert::parse_sample_format(&unescape(f))
+            .ok_or_else(|| format!("unknown format '{f}'"))?,
+        None => pulseaudio::protocol::SampleFormat::S16Le,
+    };
+    let codec = crate::convert::Codec::of(format).expect("a parsed format has a codec");
+    Ok((format, codec))
+}
+
+/// Removes the node called `name`, if there is one (undoing half a load).
+fn remove_named(srv: &Server, name: &str) {
+    if let Some(n) = srv.engine.graph().nodes.values().find(|n| n.name == name) {
+        let _ = srv.engine.remove_node(n.id);
     }
 }
 

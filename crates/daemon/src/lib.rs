@@ -210,6 +210,9 @@ pub fn run(cfg: Config) -> Result<()> {
     );
     let sig = wait_for_stop_signal();
     tracing::info!("signal {sig} received; shutting down");
+    if let Some(p) = &pulse {
+        p.unload_modules();
+    }
     let closed = engine.shutdown();
     drop(listener);
     drop(pulse);

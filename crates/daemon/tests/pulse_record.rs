@@ -740,7 +740,7 @@ fn wait_for_quiet_tail(d: &Daemon, name: &str) {
 #[test]
 fn module_pipe_source_records_what_a_program_writes_into_its_fifo() {
     require_tools!("pactl", "parec");
-    let d = pulse_util::start(&["--device", "null"]);
+    let mut d = pulse_util::start(&["--device", "null"]);
     let fifo = d.path("vmic");
     let load = |args: &[&str]| {
         let mut all = vec!["load-module", "module-pipe-source"];
@@ -878,4 +878,10 @@ fn module_pipe_source_records_what_a_program_writes_into_its_fifo() {
         assert!(!out.status.success(), "{bad:?} was accepted");
     }
     assert!(!fifo.exists(), "a refused load left its FIFO");
+
+    // A daemon that stops unloads its modules, as PulseAudio does: the FIFO goes too.
+    pa_ok(&d, &load(&[&file_arg]));
+    assert!(fifo.exists());
+    d.stop();
+    assert!(!fifo.exists(), "the FIFO outlived the daemon");
 }

@@ -162,6 +162,17 @@ impl PulseServer {
     pub fn clients(&self) -> usize {
         self.server.lock().clients.len()
     }
+
+    /// Unloads every module clients loaded, newest first, as PulseAudio does on exit:
+    /// listeners stop, and the FIFOs and sockets they made are removed instead of being
+    /// left in the runtime directory. Call before the engine shuts down.
+    pub fn unload_modules(&self) {
+        let loaded = std::mem::take(&mut self.server.lock().modules);
+        for (idx, m) in loaded.into_iter().rev() {
+            modules::unload(&self.server, &m);
+            tracing::debug!("pulse: unloaded module #{idx} ({}) on shutdown", m.name);
+        }
+    }
 }
 
 /// Frames `data` as a client's byte stream and decodes every control packet the way a

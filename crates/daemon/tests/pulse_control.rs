@@ -998,3 +998,58 @@ fn mangled_module_arguments_fail_cleanly_while_a_stream_plays() {
         "the stream played while modules came and went",
     );
 }
+
+/// The idle suspend as PulseAudio's module-suspend-on-idle: listed as loaded at start,
+/// `pactl unload-module module-suspend-on-idle` (the recipe against pops when a card
+/// wakes) keeps the devices running when idle, loading it again with `timeout=N`
+/// brings the suspend back; it loads once.
+#[test]
+fn unloading_module_suspend_on_idle_keeps_idle_devices_running() {
+    require_tools!("pactl");
+    let dir = tempfile::tempdir().unwrap();
+    write_config(&dir, "[engine]\nsuspend_timeout_ms = 1000\n");
+    let d = pulse_util::start_in(dir, &["--device", "null"]);
+    let state = || sink_state(&d);
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert!(
+        modules.contains("module-suspend-on-idle\ttimeout=1"),
+        "{modules}"
+    );
+    // Idle from the start: suspended after the timeout.
+    assert!(wait_until(WAIT, || state() == "SUSPENDED"), "{}", state());
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["unload-module", "module-suspend-on-idle"]),
+    );
+    // A stream wakes the devices; once it ends they stay up (three timeouts later).
+    write_wav_s16(
+        &d.path("s.wav"),
+        48000,
+        2,
+        &noise_s16(48000 / 5 * 2, 9, 4000),
+    );
+    let wav = d.path("s.wav").display().to_string();
+    pa_ok(&d, &run_pa(&d, "pactl", &["upload-sample", &wav, "s"]));
+    pa_ok(&d, &run_pa(&d, "pactl", &["play-sample", "s"]));
+    assert!(wait_until(WAIT, || state() != "SUSPENDED"), "{}", state());
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_ne!(state(), "SUSPENDED", "suspended with the module unloaded");
+    // Loaded again: the suspend is back, and a second load is refused.
+    pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &["load-module", "module-suspend-on-idle", "timeout=1"],
+        ),
+    );
+    assert!(wait_until(WAIT, || state() == "SUSPENDED"), "{}", state());
+    let again = run_pa(&d, "pactl", &["load-module", "module-suspend-on-idle"]);
+    assert!(!again.status.success(), "loaded twice");
+    let bad = run_pa(
+        &d,
+        "pactl",
+        &["load-module", "module-suspend-on-idle", "timeout=soon"],
+    );
+    assert!(!bad.status.success(), "a bad timeout was accepted");
+}

@@ -853,6 +853,15 @@ impl Engine {
         )
     }
 
+    /// Changes how long the devices may be idle before they suspend (`None`: never),
+    /// as loading and unloading PulseAudio's module-suspend-on-idle do. A freewheeling
+    /// engine keeps suspending at once.
+    pub fn set_suspend_timeout(&self, timeout: Option<Duration>) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        let frames = timeout.map(|t| (t.as_secs_f64() * self.shared.rate as f64) as u64);
+        self.send(&mut ctl, ToRt::SuspendAfter(frames))
+    }
+
     /// Adds a port to a node created with room for it (`NodeSpec::max_inputs` /
     /// `max_outputs`); returns its id. Its buffer index is the lowest free one.
     pub fn add_port(

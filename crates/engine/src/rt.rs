@@ -73,6 +73,8 @@ pub(crate) enum ToRt {
         slot: usize,
         retune: Box<crate::stream::Retune>,
     },
+    /// A new idle timeout before the devices suspend, in frames (`None`: never).
+    SuspendAfter(Option<u64>),
     Shutdown,
 }
 
@@ -339,6 +341,12 @@ impl RtRunner {
                         && let Some(flag) = self.discard.get_mut(slot)
                     {
                         *flag = true;
+                    }
+                }
+                ToRt::SuspendAfter(frames) => {
+                    // A freewheeling driver keeps suspending at once.
+                    if !self.freewheel {
+                        self.suspend_after_frames = frames;
                     }
                 }
                 ToRt::Shutdown => {

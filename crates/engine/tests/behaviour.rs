@@ -714,3 +714,36 @@ fn a_held_engine_suspends_with_streams_and_resumes_when_released() {
     wait(false);
     engine.shutdown().unwrap();
 }
+
+/// The idle timeout can change while the engine runs (PulseAudio's
+/// module-suspend-on-idle unloaded, then loaded again): with none an idle engine never
+/// suspends; with one it suspends once idle that long.
+#[test]
+fn the_idle_suspend_timeout_can_be_changed_while_running() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let q = 256;
+    let dev = RecordingDevice::new(RATE, 16 * q);
+    let mut cfg = config(q);
+    cfg.suspend_timeout = Some(std::time::Duration::from_millis(20));
+    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
+    engine.set_suspend_timeout(None).unwrap();
+    // 200 idle cycles (about a second) and still running.
+    for _ in 0..200 {
+        runner.run_cycle();
+    }
+    assert!(
+        !engine.stats().suspended.load(Relaxed),
+        "suspended with no timeout"
+    );
+    // Idle for long already: the cycles after the change suspend.
+    engine
+        .set_suspend_timeout(Some(std::time::Duration::from_millis(20)))
+        .unwrap();
+    for _ in 0..6 {
+        runner.run_cycle();
+    }
+    assert!(
+        engine.stats().suspended.load(Relaxed),
+        "not suspended after the timeout"
+    );
+}

@@ -92,6 +92,21 @@ impl PulseServer {
             restore,
             io: io.clone(),
         });
+        if let Some(t) = engine.config().suspend_timeout {
+            // Listed as PulseAudio lists it, loaded at start; `timeout` is whole
+            // seconds there, so a timeout in milliseconds shows no argument.
+            let argument = if t.subsec_nanos() == 0 {
+                format!("timeout={}", t.as_secs())
+            } else {
+                String::new()
+            };
+            let mut st = server.lock();
+            st.modules.insert(
+                modules::FIRST_LOADED,
+                modules::ModuleRec::suspend_on_idle(argument),
+            );
+            st.next_module = modules::FIRST_LOADED + 1;
+        }
         let events = engine.subscribe();
         let s = server.clone();
         std::thread::Builder::new()

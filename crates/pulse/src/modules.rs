@@ -70,6 +70,32 @@ pub struct ModuleRec {
     pub pipe: Option<Arc<crate::pipe::PipeOut>>,
     /// A pipe source's reader.
     pub pipe_in: Option<Arc<crate::pipe::PipeIn>>,
+    /// module-suspend-on-idle: unloading it stops idle suspends.
+    pub idle_suspend: bool,
+}
+
+/// The module PulseAudio suspends idle devices with; quaverd lists it (as loaded at
+/// start) when the engine has an idle timeout, so the common recipes work: unloading it
+/// keeps the devices open (no wake-up pops), loading it with `timeout=N` sets the
+/// timeout.
+pub const SUSPEND_ON_IDLE: &str = "module-suspend-on-idle";
+
+impl ModuleRec {
+    /// The record of module-suspend-on-idle with `argument`.
+    pub fn suspend_on_idle(argument: String) -> ModuleRec {
+        ModuleRec {
+            name: SUSPEND_ON_IDLE.to_string(),
+            argument,
+            nodes: Vec::new(),
+            links: Vec::new(),
+            acceptor: None,
+            capture: None,
+            needs: Vec::new(),
+            pipe: None,
+            pipe_in: None,
+            idle_suspend: true,
+        }
+    }
 }
 
 /// Parses PulseAudio's module argument syntax (`key=value`, `key="v w"`, `key='v'`)
@@ -404,6 +430,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
         needs: Vec::new(),
         pipe: None,
         pipe_in: None,
+        idle_suspend: false,
     };
     match name {
         "module-null-sink" => {
@@ -494,6 +521,26 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
             rec.nodes.push(sink);
             rec.nodes.push(tap);
             rec.pipe = Some(out);
+        }
+        SUSPEND_ON_IDLE => {
+            if srv.lock().modules.values().any(|m| m.idle_suspend) {
+                return Err(fail("already loaded (it loads once)".into()));
+            }
+            if let Some(k) = args.keys().find(|k| k.as_str() != "timeout") {
+                return Err(fail(format!("unknown argument '{k}'")));
+            }
+            // PulseAudio's default: 5 s.
+            let secs = match args.get("timeout") {
+                Some(t) => unescape(t)
+                    .parse::<u32>()
+                    .map_err(|_| fail(format!("bad timeout '{t}'")))?,
+                None => 5,
+            };
+            srv.engine
+                .set_suspend_timeout(Some(std::time::Duration::from_secs(secs.into())))
+                .map_err(|e| fail(e.to_string()))?;
+            tracing::info!("idle devices suspend after {secs} s");
+            rec.idle_suspend = true;
         }
         "module-pipe-source" => {
             let file = pipe_file(&args, "fifo_input").map_err(&fail)?;
@@ -823,6 +870,12 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     if let Some(p) = &m.pipe_in {
         p.stop();
         tracing::info!("module-pipe-source: {} frames read", p.frames_read());
+    }
+    if m.idle_suspend {
+        match srv.engine.set_suspend_timeout(None) {
+            Ok(()) => tracing::info!("idle devices no longer suspend"),
+            Err(e) => tracing::warn!("{SUSPEND_ON_IDLE}: {e}"),
+        }
     }
 }
 

@@ -482,40 +482,23 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                 plan.spec.description = format!("Unix FIFO sink {}", file.display());
             }
             let map = plan.spec.inputs.clone();
+            let channels = map.len();
             let tap_name = format!("{}.pipe", plan.spec.name);
             let (out, tap) =
-                crate::pipe::PipeOut::start(&file, codec, map.len(), rate).map_err(&fail)?;
+                crate::pipe::PipeOut::start(&file, codec, channels, rate).map_err(&fail)?;
             let out = Arc::new(out);
-            let sink = match srv.engine.add_node(plan.spec, Some(Box::new(NullSink))) {
-                Ok(n) => n,
-                Err(e) => {
-                    out.stop();
-                    return Err(fail(e.to_string()));
-                }
-            };
             let mut tap_spec = NodeSpec::new(&tap_name, NodeKind::Filter);
             tap_spec.inputs = map;
-            let added = srv
-                .engine
-                .add_node(tap_spec, Some(Box::new(tap)))
-                .and_then(|tap| {
-                    let me = srv.engine.node_name(sink).unwrap_or_default();
-                    srv.engine.link(&me, &tap_name).map(|_| tap)
-                });
-            let tap = match added {
-                Ok(t) => t,
-                Err(e) => {
-                    let _ = srv.engine.remove_node(sink);
-                    remove_named(srv, &tap_name);
+            let (sink, tap) = add_with_helper(srv, plan.spec, tap_spec, Box::new(tap), true)
+                .map_err(|e| {
                     out.stop();
-                    return Err(fail(e.to_string()));
-                }
-            };
+                    fail(e)
+                })?;
             tracing::info!(
                 "module-pipe-sink: {} writes {:?} {} ch {rate} Hz into {}",
                 srv.engine.node_name(sink).unwrap_or_default(),
                 format,
-                plan_channels(&srv.engine.graph(), sink),
+                channels,
                 file.display()
             );
             rec.nodes.push(sink);
@@ -578,31 +561,15 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
             )
             .map_err(&fail)?;
             let reader = Arc::new(reader);
-            let source = match srv.engine.add_node(plan.spec, Some(Box::new(NullSink))) {
-                Ok(n) => n,
-                Err(e) => {
-                    reader.stop();
-                    return Err(fail(e.to_string()));
-                }
-            };
             let mut feeder_spec = NodeSpec::new(&feeder_name, NodeKind::Filter);
             feeder_spec.outputs = map;
-            let added = srv
-                .engine
-                .add_node(feeder_spec, Some(feeder.processor))
-                .and_then(|f| {
-                    let me = srv.engine.node_name(source).unwrap_or_default();
-                    srv.engine.link(&feeder_name, &me).map(|_| f)
-                });
-            let feeder = match added {
-                Ok(f) => f,
-                Err(e) => {
-                    let _ = srv.engine.remove_node(source);
-                    remove_named(srv, &feeder_name);
-                    reader.stop();
-                    return Err(fail(e.to_string()));
-                }
-            };
+            let (source, feeder) =
+                add_with_helper(srv, plan.spec, feeder_spec, feeder.processor, false).map_err(
+                    |e| {
+                        reader.stop();
+                        fail(e)
+                    },
+                )?;
             tracing::info!(
                 "module-pipe-source: {} reads {} ch {rate} Hz from {}",
                 srv.engine.node_name(source).unwrap_or_default(),
@@ -908,16 +875,42 @@ fn pipe_codec(
     Ok((format, codec))
 }
 
+/// Adds a module's device node (a null sink's or source's: its inputs copied to its
+/// outputs) and a helper filter linked behind it (`after`: the device's outputs feed
+/// the helper) or in front of it; on failure nothing stays in the graph.
+fn add_with_helper(
+    srv: &Server,
+    device: NodeSpec,
+    helper: NodeSpec,
+    processor: Box<dyn Processor>,
+    after: bool,
+) -> Result<(NodeId, NodeId), String> {
+    let dev = srv
+        .engine
+        .add_node(device, Some(Box::new(NullSink)))
+        .map_err(|e| e.to_string())?;
+    let helper_name = helper.name.clone();
+    let added = srv.engine.add_node(helper, Some(processor)).and_then(|h| {
+        let me = srv.engine.node_name(dev).unwrap_or_default();
+        let linked = if after {
+            srv.engine.link(&me, &helper_name)
+        } else {
+            srv.engine.link(&helper_name, &me)
+        };
+        linked.map(|_| h)
+    });
+    added.map(|h| (dev, h)).map_err(|e| {
+        let _ = srv.engine.remove_node(dev);
+        remove_named(srv, &helper_name);
+        e.to_string()
+    })
+}
+
 /// Removes the node called `name`, if there is one (undoing half a load).
 fn remove_named(srv: &Server, name: &str) {
     if let Some(n) = srv.engine.graph().nodes.values().find(|n| n.name == name) {
         let _ = srv.engine.remove_node(n.id);
     }
-}
-
-/// Input channels of node `id`.
-fn plan_channels(graph: &quaver_engine::graph::Graph, id: NodeId) -> usize {
-    graph.nodes.get(&id).map_or(0, |n| n.inputs.len())
 }
 
 /// A source module's arguments in the sink-style form [`null_sink`] checks (name,

@@ -40,8 +40,7 @@ const RING_MS: u64 = 500;
 /// What the tap and the writer share.
 #[derive(Debug)]
 struct Shared {
-    bell: Bell,
-    stop: AtomicBool,
+    bell: Arc<Bell>,
     /// Frames lost: the ring was full (the writer was late) or the pipe was.
     dropped: AtomicU64,
     /// Frames written to the pipe.
@@ -53,10 +52,67 @@ struct Shared {
 #[derive(Debug)]
 pub struct PipeOut {
     shared: Arc<Shared>,
+    thread: PipeThread,
+}
+
+/// A pipe module's thread and FIFO: [`PipeThread::stop`] ends the thread and removes
+/// the FIFO if the module made it.
+#[derive(Debug)]
+struct PipeThread {
+    stop: Arc<AtomicBool>,
+    bell: Arc<Bell>,
     thread: Mutex<Option<JoinHandle<()>>>,
     path: PathBuf,
     /// The FIFO did not exist before: it is removed on unload, as PulseAudio does.
     created: bool,
+}
+
+impl PipeThread {
+    /// Runs `body` on a thread called `name`; it must return once `stop` is set and
+    /// `bell` rung. If the thread cannot start, the FIFO is removed (if made here).
+    fn spawn(
+        name: &str,
+        path: &Path,
+        created: bool,
+        stop: Arc<AtomicBool>,
+        bell: Arc<Bell>,
+        body: impl FnOnce() + Send + 'static,
+    ) -> Result<PipeThread, String> {
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(body)
+            .map_err(|e| {
+                if created {
+                    let _ = std::fs::remove_file(path);
+                }
+                format!("cannot start {name}: {e}")
+            })?;
+        Ok(PipeThread {
+            stop,
+            bell,
+            thread: Mutex::new(Some(thread)),
+            path: path.to_path_buf(),
+            created,
+        })
+    }
+
+    fn stop(&self, module: &str) {
+        self.stop.store(true, Ordering::Release);
+        self.bell.ring();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+        if self.created
+            && let Err(e) = std::fs::remove_file(&self.path)
+        {
+            tracing::warn!("{module}: removing {}: {e}", self.path.display());
+        }
+    }
 }
 
 /// The tap node's processor: interleaves its inputs into the ring. *RT*.
@@ -134,36 +190,30 @@ impl PipeOut {
         rate: u32,
     ) -> Result<(PipeOut, PipeTap), String> {
         let (fd, created) = open_fifo(path)?;
+        let bell = Arc::new(Bell::new().map_err(|e| format!("eventfd: {e}"))?);
         let shared = Arc::new(Shared {
-            bell: Bell::new().map_err(|e| format!("eventfd: {e}"))?,
-            stop: AtomicBool::new(false),
+            bell: bell.clone(),
             dropped: AtomicU64::new(0),
             written: AtomicU64::new(0),
         });
+        let stop = Arc::new(AtomicBool::new(false));
         let ring_frames = (rate as u64 * RING_MS / 1000) as usize;
         let (tx, rx) = rtrb::RingBuffer::new(ring_frames * channels);
         let writer = Writer {
             shared: shared.clone(),
+            stop: stop.clone(),
             ring: rx,
             fd,
             codec,
             channels,
             path: path.to_path_buf(),
         };
-        let thread = std::thread::Builder::new()
-            .name("quaver-pipe".into())
-            .spawn(move || writer.run())
-            .map_err(|e| {
-                if created {
-                    let _ = std::fs::remove_file(path);
-                }
-                format!("cannot start the pipe writer: {e}")
-            })?;
+        let thread = PipeThread::spawn("quaver-pipe", path, created, stop, bell, move || {
+            writer.run()
+        })?;
         let out = PipeOut {
             shared: shared.clone(),
-            thread: Mutex::new(Some(thread)),
-            path: path.to_path_buf(),
-            created,
+            thread,
         };
         let tap = PipeTap {
             shared,
@@ -186,27 +236,14 @@ impl PipeOut {
     /// Stops the writer (what the ring still holds is written first) and removes the
     /// FIFO if it was made for this sink. Call after the tap left the graph.
     pub fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.bell.ring();
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(t) = thread {
-            let _ = t.join();
-        }
-        if self.created
-            && let Err(e) = std::fs::remove_file(&self.path)
-        {
-            tracing::warn!("module-pipe-sink: removing {}: {e}", self.path.display());
-        }
+        self.thread.stop("module-pipe-sink");
     }
 }
 
 /// The writer thread's side.
 struct Writer {
     shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
     ring: rtrb::Consumer<f32>,
     fd: OwnedFd,
     codec: Codec,
@@ -221,7 +258,7 @@ impl Writer {
         let mut lost_logged = 0u64;
         loop {
             let mut fds = [rustix::event::PollFd::new(
-                &self.shared.bell,
+                &*self.shared.bell,
                 rustix::event::PollFlags::IN,
             )];
             match rustix::event::poll(&mut fds, None) {
@@ -232,7 +269,7 @@ impl Writer {
                 }
             }
             self.shared.bell.take();
-            let stopping = self.shared.stop.load(Ordering::Acquire);
+            let stopping = self.stop.load(Ordering::Acquire);
             let n = self.ring.slots() / self.channels * self.channels;
             if n > 0
                 && let Ok(chunk) = self.ring.read_chunk(n)
@@ -328,12 +365,8 @@ pub struct SourceFeeder {
 /// [`PipeIn::stop`].
 #[derive(Debug)]
 pub struct PipeIn {
-    shared: Arc<PlayShared>,
-    stop: Arc<AtomicBool>,
     read: Arc<AtomicU64>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    path: PathBuf,
-    created: bool,
+    thread: PipeThread,
 }
 
 impl PipeIn {
@@ -371,8 +404,9 @@ impl PipeIn {
         let (fd, created) = open_fifo(path)?;
         let stop = Arc::new(AtomicBool::new(false));
         let read = Arc::new(AtomicU64::new(0));
+        let bell = shared.bell.clone();
         let reader = Reader {
-            shared: shared.clone(),
+            shared,
             stop: stop.clone(),
             read: read.clone(),
             ring: tx,
@@ -381,24 +415,11 @@ impl PipeIn {
             codec,
             channels,
         };
-        let thread = std::thread::Builder::new()
-            .name("quaver-pipe-in".into())
-            .spawn(move || reader.run())
-            .map_err(|e| {
-                if created {
-                    let _ = std::fs::remove_file(path);
-                }
-                format!("cannot start the pipe reader: {e}")
-            })?;
+        let thread = PipeThread::spawn("quaver-pipe-in", path, created, stop, bell, move || {
+            reader.run()
+        })?;
         Ok((
-            PipeIn {
-                shared,
-                stop,
-                read,
-                thread: Mutex::new(Some(thread)),
-                path: path.to_path_buf(),
-                created,
-            },
+            PipeIn { read, thread },
             SourceFeeder {
                 processor: Box::new(adapter),
             },
@@ -412,21 +433,7 @@ impl PipeIn {
 
     /// Stops the reader and removes the FIFO if it was made for this source.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.shared.bell.ring();
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(t) = thread {
-            let _ = t.join();
-        }
-        if self.created
-            && let Err(e) = std::fs::remove_file(&self.path)
-        {
-            tracing::warn!("module-pipe-source: removing {}: {e}", self.path.display());
-        }
+        self.thread.stop("module-pipe-source");
     }
 }
 

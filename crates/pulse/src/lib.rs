@@ -103,7 +103,7 @@ impl PulseServer {
             let mut st = server.lock();
             st.modules.insert(
                 modules::FIRST_LOADED,
-                modules::ModuleRec::suspend_on_idle(argument),
+                modules::ModuleRec::suspend_on_idle(&argument),
             );
             st.next_module = modules::FIRST_LOADED + 1;
         }

@@ -81,11 +81,11 @@ pub struct ModuleRec {
 pub const SUSPEND_ON_IDLE: &str = "module-suspend-on-idle";
 
 impl ModuleRec {
-    /// The record of module-suspend-on-idle with `argument`.
-    pub fn suspend_on_idle(argument: String) -> ModuleRec {
+    /// A module `name` loaded with `argument` that has made nothing yet.
+    fn new(name: &str, argument: &str) -> ModuleRec {
         ModuleRec {
-            name: SUSPEND_ON_IDLE.to_string(),
-            argument,
+            name: name.to_string(),
+            argument: argument.to_string(),
             nodes: Vec::new(),
             links: Vec::new(),
             acceptor: None,
@@ -93,7 +93,15 @@ impl ModuleRec {
             needs: Vec::new(),
             pipe: None,
             pipe_in: None,
+            idle_suspend: false,
+        }
+    }
+
+    /// The record of module-suspend-on-idle with `argument`.
+    pub fn suspend_on_idle(argument: &str) -> ModuleRec {
+        ModuleRec {
             idle_suspend: true,
+            ..ModuleRec::new(SUSPEND_ON_IDLE, argument)
         }
     }
 }
@@ -420,18 +428,7 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
         srv.sink_by_name(&graph, n)
             .ok_or_else(|| fail(format!("no sink '{n}'")))
     };
-    let mut rec = ModuleRec {
-        name: name.to_string(),
-        argument: argument.to_string(),
-        nodes: Vec::new(),
-        links: Vec::new(),
-        acceptor: None,
-        capture: None,
-        needs: Vec::new(),
-        pipe: None,
-        pipe_in: None,
-        idle_suspend: false,
-    };
+    let mut rec = ModuleRec::new(name, argument);
     match name {
         "module-null-sink" => {
             let plan = null_sink(&args, &default_map, srv.engine.rate())?;

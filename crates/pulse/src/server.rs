@@ -486,7 +486,15 @@ impl Server {
             return Ok(());
         }
         let err = |e: quaver_engine::EngineError| {
-            tracing::warn!("pulse: moving {}: {e}", node.name);
+            use quaver_engine::EngineError as E;
+            match e {
+                // The request cannot be done (a loopback onto its own source's sink):
+                // the client is told; nothing is wrong with the server.
+                E::Incompatible(_) | E::NoSuchNode(_) | E::NoSuchPort(_) => {
+                    tracing::info!("pulse: cannot move {}: {e}", node.name)
+                }
+                _ => tracing::warn!("pulse: moving {}: {e}", node.name),
+            }
             PulseError::Invalid
         };
         // One plan: the old links fade out while the new ones fade in, in one cycle.

@@ -20,8 +20,20 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Capacity of the control → RT queue; edits beyond it are refused, not blocked on.
+/// Capacity of the control → RT queue. The RT thread takes one plan per cycle, so a
+/// burst of edits (clients loading and unloading modules as fast as they can) can fill
+/// it; an edit then waits for room ([`SEND_WAIT`]) rather than fail half-done.
 const CONTROL_QUEUE: usize = 1024;
+/// Longest an edit waits for room in the control queue before it is refused: far more
+/// than a cycle at the largest quantum, so only a stuck RT thread gets there.
+const SEND_WAIT: Duration = Duration::from_secs(2);
+/// Most plans queued for the RT thread at once. It applies one per cycle (each plan's
+/// link fades are computed against the one before), so without a bound a burst of
+/// edits queued hundreds, and every later message (a volume, a shutdown) waited behind
+/// them for seconds: three clients churning modules for 3 s left a backlog that kept
+/// quaverd from stopping within 20 s. With it, such a client waits about a cycle per
+/// edit and everything else stays within a few cycles.
+const MAX_PENDING_PLANS: u64 = 8;
 /// Capacity of the garbage queue; large so the RT thread never has to leak.
 const GARBAGE_QUEUE: usize = 8192;
 /// Capacity of the event queue; events beyond it are dropped and counted.
@@ -162,6 +174,11 @@ struct Control {
     events: rtrb::Consumer<RtEvent>,
     /// Devices suspended on request ([`Engine::hold`]).
     held: bool,
+    /// Plans sent to the RT thread (compared with [`crate::rt::RtStats::plans_applied`]).
+    plans_sent: u64,
+    /// Whether a plan waits while [`MAX_PENDING_PLANS`] are queued: with a real-time
+    /// thread, not in manual mode (the caller runs the cycles itself, after its edits).
+    throttle_plans: bool,
 }
 
 /// The real-time thread (which hands the devices back) and the service thread.
@@ -364,6 +381,8 @@ impl Engine {
             garbage,
             events,
             held: false,
+            plans_sent: 0,
+            throttle_plans: false,
         };
         let engine = Engine {
             shared: Arc::new(Shared {
@@ -449,6 +468,7 @@ impl Engine {
         };
         let lock = crate::sched::lock_memory(config.lock_memory);
         let (engine, runner) = Engine::new_manual(config, devices)?;
+        engine.lock().throttle_plans = true;
         let (rt, tid, stack) = quaver_rt::spawn("quaver-rt".into(), lock, move || runner.run())
             .map_err(EngineError::Io)?;
         if let Some(why) = stack {
@@ -560,13 +580,48 @@ impl Engine {
     }
 
     fn send(&self, ctl: &mut Control, msg: ToRt) -> Result<(), EngineError> {
-        // Free what the RT thread handed back first, so queues never fill up.
-        while let Ok(g) = ctl.garbage.pop() {
-            self.dispose(g);
+        // Why wait instead of refusing: an edit is several messages (a node, then the
+        // plan that uses it; a plan, then the node's removal), and one refused half-way
+        // would leave the control graph and the RT thread disagreeing (a node the RT
+        // thread runs that the graph forgot, a slot never freed). Room comes within a
+        // cycle: the RT thread takes every message and one plan each cycle.
+        let t0 = std::time::Instant::now();
+        let is_plan = matches!(msg, ToRt::Plan(_));
+        while is_plan
+            && ctl.throttle_plans
+            && ctl.plans_sent >= self.shared.stats.plans_applied.load(Relaxed) + MAX_PENDING_PLANS
+        {
+            if t0.elapsed() > SEND_WAIT {
+                return Err(EngineError::Busy(
+                    "the real-time thread is not keeping up".into(),
+                ));
+            }
+            let _ = rustix::io::write(&*self.shared.wake, &1u64.to_ne_bytes());
+            std::thread::sleep(Duration::from_micros(500));
         }
-        ctl.to_rt
-            .push(msg)
-            .map_err(|_| EngineError::Busy("the real-time thread is not keeping up".into()))?;
+        let mut msg = msg;
+        loop {
+            // Free what the RT thread handed back first, so queues never fill up.
+            while let Ok(g) = ctl.garbage.pop() {
+                self.dispose(g);
+            }
+            match ctl.to_rt.push(msg) {
+                Ok(()) => break,
+                Err(rtrb::PushError::Full(m)) => {
+                    if t0.elapsed() > SEND_WAIT {
+                        return Err(EngineError::Busy(
+                            "the real-time thread is not keeping up".into(),
+                        ));
+                    }
+                    msg = m;
+                    let _ = rustix::io::write(&*self.shared.wake, &1u64.to_ne_bytes());
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+            }
+        }
+        if is_plan {
+            ctl.plans_sent += 1;
+        }
         let _ = rustix::io::write(&*self.shared.wake, &1u64.to_ne_bytes());
         Ok(())
     }

@@ -169,6 +169,9 @@ pub struct DeviceStats {
 pub struct RtStats {
     /// Cycles run.
     pub cycles: AtomicU64,
+    /// Plans taken from the control queue (the control side counts those it sent, and
+    /// keeps the difference small: see `MAX_PENDING_PLANS` in the engine).
+    pub plans_applied: AtomicU64,
     /// Driver xruns.
     pub xruns: AtomicU64,
     /// Current quantum.
@@ -320,6 +323,7 @@ impl RtRunner {
                     }
                 }
                 ToRt::Plan(p) => {
+                    self.stats.plans_applied.fetch_add(1, Relaxed);
                     let old = std::mem::replace(&mut self.plan, p);
                     self.retire(Garbage::Plan(old));
                     self.first_cycle_of_plan = true;

@@ -1053,3 +1053,114 @@ fn unloading_module_suspend_on_idle_keeps_idle_devices_running() {
     );
     assert!(!bad.status.success(), "a bad timeout was accepted");
 }
+
+/// Loads module `name` with `args` over a raw connection; its index, or the error.
+fn raw_load(c: &mut RawClient, name: &str, args: &str) -> Result<u32, u32> {
+    let seq = c.send(&Command::LoadModule(pa::LoadModuleParams {
+        name: std::ffi::CString::new(name).unwrap(),
+        arguments: Some(std::ffi::CString::new(args).unwrap()),
+    }));
+    c.reply_to(seq, |_| {}).map(|p| {
+        let mut cur = std::io::Cursor::new(&p[..]);
+        pa::TagStructReader::new(&mut cur, c.version)
+            .read_u32()
+            .expect("a module index")
+    })
+}
+
+/// Three clients at once load and unload null sinks and loopbacks, make each new sink
+/// the default and set its volume, as fast as the server answers, while a stream pinned
+/// to the file sink plays: every request is answered, nothing is left loaded, and the
+/// stream arrives bit-exact (the plan swaps and rewinds its neighbours cause never
+/// touch it).
+#[test]
+fn clients_churning_modules_and_defaults_at_once_leave_a_pinned_stream_whole() {
+    require_tools!("pactl", "paplay");
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000 * 2 * 4, 31, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let player = spawn_pa(&d, "paplay", &["-d", "file-sink", "in.wav"]);
+    let churners: Vec<_> = (0..3)
+        .map(|t| {
+            let mut c = RawClient::ready(&d, &format!("churn{t}"));
+            std::thread::spawn(move || {
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+                let mut rounds = 0u32;
+                while std::time::Instant::now() < until {
+                    let name = format!("churn{t}x{rounds}");
+                    let sink = raw_load(&mut c, "module-null-sink", &format!("sink_name={name}"))
+                        .expect("a null sink");
+                    let seq = c.send(&Command::SetDefaultSink(
+                        std::ffi::CString::new(name.clone()).unwrap(),
+                    ));
+                    c.reply_to(seq, |_| {}).expect("set-default-sink");
+                    let looped = raw_load(
+                        &mut c,
+                        "module-loopback",
+                        &format!("source=file-sink.monitor sink={name} latency_msec=5"),
+                    )
+                    .expect("a loopback");
+                    for m in [looped, sink] {
+                        let seq = c.send(&Command::UnloadModule(m));
+                        c.reply_to(seq, |_| {}).expect("unload-module");
+                    }
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    let joined: Vec<_> = churners.into_iter().map(|t| t.join()).collect();
+    assert!(
+        joined.iter().all(|r| r.is_ok()),
+        "a churning client failed:\n{}",
+        d.log_text()
+    );
+    let rounds: u32 = joined.into_iter().map(|r| r.unwrap()).sum();
+    eprintln!("{rounds} rounds of load, default, loopback, unload");
+    assert!(rounds > 0);
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert!(
+        !modules.contains("module-null-sink") && !modules.contains("module-loopback"),
+        "{modules}"
+    );
+    let info = pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
+    assert!(info.contains("Default Sink: file-sink\n"), "{info}");
+    pa_ok(&d, &wait_output(player, WAIT));
+    let out_path = d.path("out.wav");
+    let log = d.stop();
+    assert!(!log.contains("panic"), "{log}");
+    assert_contains_exactly(
+        &read_wav_s16(&out_path).1,
+        &input,
+        "the pinned stream while modules churned",
+    );
+}
+
+/// `[pulse] modules`: the load-module lines of a PulseAudio default.pa, loaded at start
+/// in order; a line that fails is logged and the others still load.
+#[test]
+fn modules_from_the_config_load_at_start_and_a_bad_line_is_skipped() {
+    require_tools!("pactl");
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        &dir,
+        "[pulse]\nmodules = [\n  \"module-null-sink sink_name=vmic sink_properties=device.description=Virtual\",\n  \"module-no-such-thing x=1\",\n  \"module-remap-source master=vmic.monitor source_name=virtmic\",\n]\n",
+    );
+    let d = pulse_util::start_in(dir, &["--device", "null"]);
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert!(
+        modules.contains("module-null-sink\tsink_name=vmic")
+            && modules.contains("module-remap-source\tmaster=vmic.monitor source_name=virtmic"),
+        "{modules}"
+    );
+    let sources = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sources"]));
+    assert!(sources.contains("\tvirtmic\t"), "{sources}");
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sinks"]));
+    assert!(sinks.contains("Description: Virtual"), "{sinks}");
+    let log = d.log_text();
+    assert!(
+        log.contains("'module-no-such-thing x=1' did not load"),
+        "{log}"
+    );
+}

@@ -92,6 +92,9 @@ pub struct PulseSection {
     pub stream_restore: bool,
     /// Stream restore's file; default `$XDG_STATE_HOME/quaver/restore.toml`.
     pub restore_file: Option<PathBuf>,
+    /// PulseAudio modules to load at start, in order, each as `pactl load-module` takes
+    /// it ("module-null-sink sink_name=vmic").
+    pub modules: Vec<String>,
 }
 
 impl Default for PulseSection {
@@ -110,6 +113,7 @@ impl Default for PulseSection {
             realtime_io_below_ms: 8,
             stream_restore: true,
             restore_file: None,
+            modules: Vec::new(),
         }
     }
 }

@@ -184,6 +184,7 @@ pub fn run(cfg: Config) -> Result<()> {
                     realtime_io_below_usec: cfg.pulse.realtime_io_below_ms as u64 * 1000,
                     stream_restore: restore_mode(&cfg),
                     cookie_path: cfg.pulse.cookie.clone(),
+                    modules: cfg.pulse.modules.clone(),
                     resample_quality: cfg
                         .engine
                         .resample_quality

@@ -2868,15 +2868,7 @@ impl Conn {
             .as_ref()
             .map(|a| a.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let rec = crate::modules::load(srv, name, &argument)?;
-        let mut st = srv.lock();
-        let idx = st.next_module.max(crate::modules::FIRST_LOADED);
-        st.next_module = idx + 1;
-        st.modules.insert(idx, rec);
-        drop(st);
-        srv.broadcast(Fac::Module, Ev::New, idx);
-        tracing::info!("pulse: loaded {name} {argument} as module #{idx}");
-        Ok(idx)
+        crate::modules::load_indexed(srv, name, &argument)
     }
 
     fn unload_module(&self, idx: u32) -> Reply {

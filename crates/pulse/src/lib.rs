@@ -156,6 +156,16 @@ impl PulseServer {
             }
             None => None,
         };
+        for line in &server.opts.modules {
+            let line = line.trim();
+            let (name, argument) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+            if let Err(e) = modules::load_indexed(&server, name, argument.trim()) {
+                // The others still load and clients are served: the log says which line.
+                tracing::error!(
+                    "[pulse] modules: '{line}' did not load ({e}); see the lines above"
+                );
+            }
+        }
         Ok(PulseServer {
             listener,
             server,

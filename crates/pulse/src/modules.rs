@@ -400,6 +400,24 @@ pub fn null_sink(
     Ok(NullSinkPlan { spec })
 }
 
+/// Loads module `name` ([`load`]) and lists it under the next free index, which it
+/// returns; subscribers are told.
+pub fn load_indexed(srv: &Arc<Server>, name: &str, argument: &str) -> Result<u32, PulseError> {
+    let rec = load(srv, name, argument)?;
+    let mut st = srv.lock();
+    let idx = st.next_module.max(FIRST_LOADED);
+    st.next_module = idx + 1;
+    st.modules.insert(idx, rec);
+    drop(st);
+    srv.broadcast(
+        pulseaudio::protocol::SubscriptionEventFacility::Module,
+        pulseaudio::protocol::SubscriptionEventType::New,
+        idx,
+    );
+    tracing::info!("pulse: loaded {name} {argument} as module #{idx}");
+    Ok(idx)
+}
+
 /// Creates what module `name` stands for in the graph.
 pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, PulseError> {
     let args = parse_args_raw(argument).map_err(|why| {

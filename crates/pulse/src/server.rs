@@ -44,6 +44,9 @@ pub struct PulseOptions {
     /// The auth cookie TCP clients present (`[pulse] cookie`); `None`:
     /// `~/.config/pulse/cookie`. Read (or created) when a TCP listener starts.
     pub cookie_path: Option<std::path::PathBuf>,
+    /// Modules to load at start (`name args`), in order; one that fails is logged and
+    /// skipped.
+    pub modules: Vec<String>,
 }
 
 /// Whether and where stream restore remembers stream volumes, mutes and devices.
@@ -74,6 +77,7 @@ impl Default for PulseOptions {
             // A library default must not write into the user's state directory.
             stream_restore: RestoreMode::Memory,
             cookie_path: None,
+            modules: Vec::new(),
         }
     }
 }

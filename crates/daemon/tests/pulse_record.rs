@@ -837,6 +837,32 @@ fn module_pipe_source_records_what_a_program_writes_into_its_fifo() {
     let hz = crossings as f64 / 2.0 / seconds;
     assert!((hz - 1000.0).abs() < 20.0, "{hz:.1} Hz recorded");
 
+    // A write shorter than the source's prebuffer (20 ms: a beep) still arrives, once
+    // the pipe has been quiet a moment, instead of waiting for the next write.
+    let module = pa_ok(&d, &load(&[&file_arg, "source_name=beep"]))
+        .trim()
+        .to_string();
+    let rec = spawn_pa(
+        &d,
+        "parec",
+        &[
+            "--device=beep",
+            REC_ARGS[0],
+            REC_ARGS[1],
+            REC_ARGS[2],
+            REC_ARGS[3],
+            "beep.raw",
+        ],
+    );
+    wait_for_file(&d, "beep.raw", 4096);
+    let beep = noise_s16(960 * 2, 8, 12000);
+    let writer = write_fifo(beep.iter().flat_map(|s| s.to_le_bytes()).collect());
+    writer.join().unwrap().expect("writing the FIFO");
+    wait_for_quiet_tail(&d, "beep.raw");
+    interrupt(rec);
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
+    assert_contains_exactly(&read_raw_s16(&d.path("beep.raw")), &beep, "a 20 ms beep");
+
     // Bad arguments fail cleanly.
     for bad in [
         vec![file_arg.clone(), "rate=0".into()],

@@ -21,14 +21,14 @@
 //! of losing audio. Between writes the source records silence.
 
 use crate::convert::Codec;
-use crate::transport::{Bell, NEVER, PlayShared, PlaySource};
+use crate::transport::{Bell, F_TRIGGER, NEVER, PlayShared, PlaySource};
 use quaver_dsp::{Planar, PlanarMut};
 use quaver_engine::stream::{PlaybackAdapter, StreamFormat};
 use quaver_engine::{CycleInfo, Processor};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{FileType, Mode, OFlags};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -455,6 +455,7 @@ impl Reader {
         let mut bytes = vec![0u8; 64 * 1024];
         let mut have = 0usize;
         let mut samples = Vec::new();
+        let mut triggered = false;
         loop {
             let room = self.ring.slots() / self.channels;
             // Take from the pipe only what the ring can hold; when it is full, sleep
@@ -479,7 +480,22 @@ impl Reader {
                     },
                 ),
             ];
-            match rustix::event::poll(&mut fds, None) {
+            // A write shorter than the prebuffer (a short beep) would wait for the next
+            // one: if the pipe stays quiet that long while audio waits to start, start it.
+            // Once per write: a source no one records from does not run, and must not
+            // cost a wakeup every prebuffer while it sits with unplayed audio.
+            let waiting =
+                !triggered && self.ring_frames - room > 0 && self.shared.prebuffering.load(Relaxed);
+            let quiet = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: (SOURCE_PREBUF_MS * 1_000_000) as i64,
+            };
+            match rustix::event::poll(&mut fds, waiting.then_some(&quiet)) {
+                Ok(0) if waiting => {
+                    self.shared.set_flag(F_TRIGGER, true);
+                    triggered = true;
+                    continue;
+                }
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => {
                     tracing::error!("module-pipe-source: poll: {e}; the source stays silent");
@@ -496,7 +512,10 @@ impl Reader {
             // Bytes of a frame cut by the previous read wait at the front.
             let limit = take * frame_bytes;
             match rustix::io::read(&self.fd, &mut bytes[have..limit.max(have)]) {
-                Ok(n) => have += n,
+                Ok(n) => {
+                    have += n;
+                    triggered = false;
+                }
                 Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => continue,
                 Err(e) => {
                     tracing::error!("module-pipe-source: read: {e}; the source stays silent");

@@ -745,6 +745,34 @@ fn module_pipe_source_records_what_a_program_writes_into_its_fifo() {
                 .and_then(|mut f| f.write_all(&bytes))
         })
     };
+    // parec on `source` into `out` while `bytes` go into the FIFO, until the source
+    // has played them out; the recording.
+    let record_written = |source: &str, out: &str, bytes: Vec<u8>| {
+        let device = format!("--device={source}");
+        let rec = spawn_pa(
+            &d,
+            "parec",
+            &[
+                &device,
+                REC_ARGS[0],
+                REC_ARGS[1],
+                REC_ARGS[2],
+                REC_ARGS[3],
+                out,
+            ],
+        );
+        wait_for_file(&d, out, 4096);
+        let writer = write_fifo(bytes);
+        let t0 = std::time::Instant::now();
+        while !writer.is_finished() && t0.elapsed() < WAIT {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        writer.join().unwrap().expect("writing the FIFO");
+        // What the pipe and the ring still hold plays out; then silence.
+        wait_for_quiet_tail(&d, out);
+        interrupt(rec);
+        read_raw_s16(&d.path(out))
+    };
     let module = pa_ok(
         &d,
         &load(&[&file_arg, "source_name=vmic", "format=s16le", "channels=2"]),
@@ -756,31 +784,12 @@ fn module_pipe_source_records_what_a_program_writes_into_its_fifo() {
         sources.contains(&format!("Description: Unix FIFO source {}", fifo.display())),
         "{sources}"
     );
-    let rec = spawn_pa(
-        &d,
-        "parec",
-        &[
-            "--device=vmic",
-            REC_ARGS[0],
-            REC_ARGS[1],
-            REC_ARGS[2],
-            REC_ARGS[3],
-            "vmic.raw",
-        ],
-    );
-    wait_for_file(&d, "vmic.raw", 4096);
     let input = noise_s16(48000 * 2 * 2, 7, 12000);
-    let bytes: Vec<u8> = input.iter().flat_map(|s| s.to_le_bytes()).collect();
-    let writer = write_fifo(bytes);
-    let t0 = std::time::Instant::now();
-    while !writer.is_finished() && t0.elapsed() < WAIT {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    writer.join().unwrap().expect("writing the FIFO");
-    // What the pipe and the ring still hold plays out; then silence.
-    wait_for_quiet_tail(&d, "vmic.raw");
-    interrupt(rec);
-    let got = read_raw_s16(&d.path("vmic.raw"));
+    let got = record_written(
+        "vmic",
+        "vmic.raw",
+        input.iter().flat_map(|s| s.to_le_bytes()).collect(),
+    );
     assert_contains_exactly(&got, &input, "recorded from the pipe source");
     let start = onset(&got) - onset(&input);
     // Between writes it records silence.
@@ -796,33 +805,12 @@ fn module_pipe_source_records_what_a_program_writes_into_its_fifo() {
     )
     .trim()
     .to_string();
-    let rec = spawn_pa(
-        &d,
-        "parec",
-        &[
-            "--device=speech",
-            REC_ARGS[0],
-            REC_ARGS[1],
-            REC_ARGS[2],
-            REC_ARGS[3],
-            "speech.raw",
-        ],
-    );
-    wait_for_file(&d, "speech.raw", 4096);
     let tone: Vec<u8> = (0..32000)
         .map(|i| ((i as f64 * 1000.0 / 16000.0 * std::f64::consts::TAU).sin() * 16000.0) as i16)
         .flat_map(|s| s.to_le_bytes())
         .collect();
-    let writer = write_fifo(tone);
-    let t0 = std::time::Instant::now();
-    while !writer.is_finished() && t0.elapsed() < WAIT {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    writer.join().unwrap().expect("writing the FIFO");
-    wait_for_quiet_tail(&d, "speech.raw");
-    interrupt(rec);
+    let got = record_written("speech", "speech.raw", tone);
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
-    let got = read_raw_s16(&d.path("speech.raw"));
     let left: Vec<i16> = got.iter().step_by(2).copied().collect();
     let loud: Vec<usize> = (0..left.len())
         .filter(|&i| left[i].unsigned_abs() > 4000)
@@ -842,26 +830,14 @@ fn module_pipe_source_records_what_a_program_writes_into_its_fifo() {
     let module = pa_ok(&d, &load(&[&file_arg, "source_name=beep"]))
         .trim()
         .to_string();
-    let rec = spawn_pa(
-        &d,
-        "parec",
-        &[
-            "--device=beep",
-            REC_ARGS[0],
-            REC_ARGS[1],
-            REC_ARGS[2],
-            REC_ARGS[3],
-            "beep.raw",
-        ],
-    );
-    wait_for_file(&d, "beep.raw", 4096);
     let beep = noise_s16(960 * 2, 8, 12000);
-    let writer = write_fifo(beep.iter().flat_map(|s| s.to_le_bytes()).collect());
-    writer.join().unwrap().expect("writing the FIFO");
-    wait_for_quiet_tail(&d, "beep.raw");
-    interrupt(rec);
+    let got = record_written(
+        "beep",
+        "beep.raw",
+        beep.iter().flat_map(|s| s.to_le_bytes()).collect(),
+    );
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &module]));
-    assert_contains_exactly(&read_raw_s16(&d.path("beep.raw")), &beep, "a 20 ms beep");
+    assert_contains_exactly(&got, &beep, "a 20 ms beep");
 
     // Bad arguments fail cleanly.
     for bad in [

@@ -15,25 +15,27 @@ use quaver_rt::monotonic_ns;
 use rustix::event::{EventfdFlags, eventfd};
 use rustix::fd::OwnedFd;
 use std::collections::HashSet;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Capacity of the control → RT queue. The RT thread takes one plan per cycle, so a
-/// burst of edits (clients loading and unloading modules as fast as they can) can fill
-/// it; an edit then waits for room ([`SEND_WAIT`]) rather than fail half-done.
+/// Capacity of the control → RT queue. The RT thread takes every message each cycle
+/// (plans included once they back up), so only a stalled RT thread lets it fill; an edit
+/// then waits for room ([`SEND_WAIT`]) rather than fail half-done.
 const CONTROL_QUEUE: usize = 1024;
 /// Longest an edit waits for room in the control queue before it is refused: far more
 /// than a cycle at the largest quantum, so only a stuck RT thread gets there.
 const SEND_WAIT: Duration = Duration::from_secs(2);
-/// Most plans queued for the RT thread at once. It applies one per cycle (each plan's
-/// link fades are computed against the one before), so without a bound a burst of
-/// edits queued hundreds, and every later message (a volume, a shutdown) waited behind
-/// them for seconds: three clients churning modules for 3 s left a backlog that kept
-/// quaverd from stopping within 20 s. With it, such a client waits about a cycle per
-/// edit and everything else stays within a few cycles.
-const MAX_PENDING_PLANS: u64 = 8;
+/// Plans that may wait for the RT thread before it catches up. It applies one plan per
+/// cycle, so each plan's link fades (computed against the plan before) play out; a
+/// burst of edits beyond this (clients loading modules as fast as they can, 32 streams
+/// starting within one 341 ms cycle of a default-latency graph) is applied at once
+/// instead, trading the fades of links changed in the skipped plans for a backlog that
+/// never grows: without it, hundreds of queued plans held every later message (a volume,
+/// a shutdown) back for seconds; with a bound that made edits wait instead, the
+/// PulseAudio front-end's I/O thread blocked for seconds while 32 clients connected.
+pub(crate) const MAX_PENDING_PLANS: u64 = 4;
 /// Capacity of the garbage queue; large so the RT thread never has to leak.
 const GARBAGE_QUEUE: usize = 8192;
 /// Capacity of the event queue; events beyond it are dropped and counted.
@@ -174,11 +176,6 @@ struct Control {
     events: rtrb::Consumer<RtEvent>,
     /// Devices suspended on request ([`Engine::hold`]).
     held: bool,
-    /// Plans sent to the RT thread (compared with [`crate::rt::RtStats::plans_applied`]).
-    plans_sent: u64,
-    /// Whether a plan waits while [`MAX_PENDING_PLANS`] are queued: with a real-time
-    /// thread, not in manual mode (the caller runs the cycles itself, after its edits).
-    throttle_plans: bool,
 }
 
 /// The real-time thread (which hands the devices back) and the service thread.
@@ -381,8 +378,6 @@ impl Engine {
             garbage,
             events,
             held: false,
-            plans_sent: 0,
-            throttle_plans: false,
         };
         let engine = Engine {
             shared: Arc::new(Shared {
@@ -468,7 +463,6 @@ impl Engine {
         };
         let lock = crate::sched::lock_memory(config.lock_memory);
         let (engine, runner) = Engine::new_manual(config, devices)?;
-        engine.lock().throttle_plans = true;
         let (rt, tid, stack) = quaver_rt::spawn("quaver-rt".into(), lock, move || runner.run())
             .map_err(EngineError::Io)?;
         if let Some(why) = stack {
@@ -587,18 +581,6 @@ impl Engine {
         // cycle: the RT thread takes every message and one plan each cycle.
         let t0 = std::time::Instant::now();
         let is_plan = matches!(msg, ToRt::Plan(_));
-        while is_plan
-            && ctl.throttle_plans
-            && ctl.plans_sent >= self.shared.stats.plans_applied.load(Relaxed) + MAX_PENDING_PLANS
-        {
-            if t0.elapsed() > SEND_WAIT {
-                return Err(EngineError::Busy(
-                    "the real-time thread is not keeping up".into(),
-                ));
-            }
-            let _ = rustix::io::write(&*self.shared.wake, &1u64.to_ne_bytes());
-            std::thread::sleep(Duration::from_micros(500));
-        }
         let mut msg = msg;
         loop {
             // Free what the RT thread handed back first, so queues never fill up.
@@ -620,7 +602,8 @@ impl Engine {
             }
         }
         if is_plan {
-            ctl.plans_sent += 1;
+            // After the push: the RT thread never sees more plans counted than queued.
+            self.shared.stats.plans_sent.fetch_add(1, Release);
         }
         let _ = rustix::io::write(&*self.shared.wake, &1u64.to_ne_bytes());
         Ok(())

@@ -38,7 +38,10 @@ use quaver_dsp::volume::GainRamp;
 use rtrb::{Consumer, Producer};
 use rustix::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
 
 /// Most devices one engine drives (one clock domain).
 pub const MAX_DEVICES: usize = 8;
@@ -169,8 +172,10 @@ pub struct DeviceStats {
 pub struct RtStats {
     /// Cycles run.
     pub cycles: AtomicU64,
-    /// Plans taken from the control queue (the control side counts those it sent, and
-    /// keeps the difference small: see `MAX_PENDING_PLANS` in the engine).
+    /// Plans the control side has queued.
+    pub plans_sent: AtomicU64,
+    /// Plans taken from the control queue; more than `MAX_PENDING_PLANS` behind
+    /// `plans_sent`, the RT thread takes them all in one cycle.
     pub plans_applied: AtomicU64,
     /// Driver xruns.
     pub xruns: AtomicU64,
@@ -289,9 +294,19 @@ impl RtRunner {
         self.notify = true;
     }
 
-    /// Applies queued control messages, at most one plan. *RT*.
+    /// Applies queued control messages: at most one plan, or every queued one when more
+    /// than `MAX_PENDING_PLANS` wait (see there). *RT*.
     fn apply_messages(&mut self) {
-        self.apply_messages_up_to(1);
+        let backlog = self
+            .stats
+            .plans_sent
+            .load(Acquire)
+            .saturating_sub(self.stats.plans_applied.load(Relaxed));
+        self.apply_messages_up_to(if backlog > crate::engine::MAX_PENDING_PLANS {
+            usize::MAX
+        } else {
+            1
+        });
     }
 
     /// Applies queued control messages in order, stopping before a plan once `plans`

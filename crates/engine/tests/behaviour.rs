@@ -309,6 +309,55 @@ fn a_suspended_engine_wakes_for_a_burst_of_edits() {
 }
 
 #[test]
+fn a_burst_of_edits_neither_blocks_its_caller_nor_waits_a_cycle_per_plan() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+    // A long period, like a default-latency PulseAudio graph's 341 ms: one plan per
+    // cycle would make the twelfth stream below wait twelve cycles, and an editor that
+    // waited for room would sit through most of them (32 paplay clients starting at
+    // once stalled quaverd's PulseAudio I/O thread for seconds that way).
+    let mut dev = RecordingDevice::new(RATE, 0);
+    dev.period = Duration::from_millis(150);
+    let engine = Engine::start(config(256), vec![Box::new(dev)]).unwrap();
+    let stats = engine.stats();
+    let settled = |what: &str| {
+        let t0 = Instant::now();
+        while stats.plans_applied.load(Relaxed) < stats.plans_sent.load(Relaxed) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{what}: plans never applied"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    source(&engine, "first", 0.1, None);
+    engine.link("first", "test-sink").unwrap();
+    settled("the first stream");
+    let before = stats.cycles.load(Relaxed);
+    for i in 0..12 {
+        let mut s = NodeSpec::new(&format!("s{i}"), NodeKind::PlaybackStream);
+        s.outputs = ChannelMap::stereo();
+        engine
+            .add_node_linked(s, Some(Box::new(Dc(0.01))), Some("test-sink"))
+            .unwrap();
+    }
+    let returned = stats.cycles.load(Relaxed);
+    assert!(
+        returned <= before + 1,
+        "the edits waited for {} cycles",
+        returned - before
+    );
+    settled("the burst");
+    let applied = stats.cycles.load(Relaxed);
+    assert!(
+        applied <= before + 3,
+        "the burst took {} cycles to apply",
+        applied - before
+    );
+    engine.shutdown().unwrap();
+}
+
+#[test]
 fn subscribers_see_every_change_in_order() {
     use quaver_engine::GraphEvent;
     let dev = RecordingDevice::new(RATE, 0);

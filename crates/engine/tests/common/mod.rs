@@ -21,6 +21,9 @@ pub struct RecordingDevice {
     counters: DeviceCounters,
     /// Whether the engine fades playback in after a start (a card's default: yes).
     pub fade_in: bool,
+    /// How long each wait for the device takes (zero: none), standing in for a card's
+    /// long period.
+    pub period: std::time::Duration,
 }
 
 impl RecordingDevice {
@@ -39,6 +42,7 @@ impl RecordingDevice {
             capture_value: 0.25,
             counters: DeviceCounters::default(),
             fade_in: true,
+            period: std::time::Duration::ZERO,
         }
     }
 }
@@ -52,6 +56,9 @@ impl Device for RecordingDevice {
     }
     fn wait(&mut self, _quantum: usize) -> Result<WaitStatus, DeviceError> {
         self.counters.wakeups += 1;
+        if !self.period.is_zero() {
+            std::thread::sleep(self.period);
+        }
         Ok(WaitStatus::Ready)
     }
     fn write(&mut self, buf: Planar<'_>) -> Result<(), DeviceError> {

@@ -17,7 +17,7 @@ use crate::synth::{Mark, SynthOptions};
 use crate::{
     Ctx, bigbuf, daemon, jackbench, jackclient, latency, load, peers, rng, stress, stressor, synth,
 };
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -556,6 +556,9 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             o.latencies = latencies.clone();
             o.load = !*no_load;
             if *no_monitor_latency {
+                if *no_load {
+                    bail!("--no-load and --no-monitor-latency together leave nothing to measure");
+                }
                 o.monitor = None;
             }
             if let Some(m) = o.monitor.as_mut() {

@@ -377,6 +377,78 @@ fn a_bad_quaverd_fails_with_a_reason() {
 }
 
 #[test]
+fn peers_with_nothing_to_measure_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bench(&["peers", "--no-load", "--no-monitor-latency"], dir.path());
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("nothing to measure"),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn a_bench_told_to_stop_stops_the_daemon_it_started() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::Instant;
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut bench = Command::new(common::bench_bin())
+        .args(["load", "--quick", "--streams", "1", "--duration", "60"])
+        .arg("--out")
+        .arg(dir.path())
+        .arg("--quaverd")
+        .arg(common::quaverd_bin())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let is_quaverd = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "quaverd")
+    };
+    let t0 = Instant::now();
+    let daemon = loop {
+        if let Some(p) = quaver_bench::exec::children_of(bench.id())
+            .into_iter()
+            .find(is_quaverd)
+        {
+            break p;
+        }
+        assert!(bench.try_wait().unwrap().is_none(), "the bench ended early");
+        assert!(t0.elapsed() < Duration::from_secs(60), "no quaverd started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Whatever happens below, the daemon does not outlive the test.
+    struct Reap(u32);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if std::path::Path::new(&format!("/proc/{}", self.0)).exists() {
+                // SAFETY: a signal to the quaverd the bench under test started.
+                unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+            }
+        }
+    }
+    let _reap = Reap(daemon);
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(bench.id() as i32, libc::SIGTERM) };
+    let (status, _) =
+        quaver_bench::exec::wait_bounded(&mut bench, Duration::from_secs(20)).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut bench.stderr.take().unwrap(), &mut err).unwrap();
+    let status = status.unwrap_or_else(|| panic!("the bench did not stop: {err}"));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?} {err}");
+    assert!(status.signal().is_none());
+    let gone = Instant::now();
+    while std::path::Path::new(&format!("/proc/{daemon}")).exists() {
+        assert!(
+            gone.elapsed() < Duration::from_secs(5),
+            "quaverd {daemon} outlived the bench: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn peers_quick_compares_quaverd_with_what_is_installed() {
     let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();

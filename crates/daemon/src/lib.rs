@@ -16,41 +16,7 @@ use quaver_engine::Engine;
 use quaver_policy::Policy;
 use std::sync::{Arc, Mutex};
 
-/// Signals that stop the daemon cleanly (files finalized, socket removed).
-const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
-
-fn stop_signal_set() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in STOP_SIGNALS {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
-}
-
-/// Blocks the stop signals in this thread and every thread started after it, so that
-/// only [`wait_for_stop_signal`] receives them. Call first thing in `main`.
-pub fn block_stop_signals() {
-    let set = stop_signal_set();
-    // SAFETY: valid set pointer; a null old-set pointer is allowed.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-}
-
-/// Waits for SIGTERM, SIGINT or SIGHUP; returns its number.
-pub fn wait_for_stop_signal() -> i32 {
-    let set = stop_signal_set();
-    let mut sig = 0;
-    // SAFETY: valid pointers; the signals are blocked so sigwait can take them.
-    unsafe {
-        libc::sigwait(&set, &mut sig);
-    }
-    sig
-}
+pub use quaver_rt::signals::{block_stop_signals, wait_for_stop_signal};
 
 /// Where stream restore keeps its entries: the configured file, else the default one,
 /// else (no state or home directory) memory only.

@@ -17,6 +17,7 @@ pub mod dbus;
 pub mod memory;
 pub mod rtkit;
 pub mod sched;
+pub mod signals;
 
 use std::io;
 use std::sync::mpsc;

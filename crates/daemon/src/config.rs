@@ -95,6 +95,9 @@ pub struct PulseSection {
     /// PulseAudio modules to load at start, in order, each as `pactl load-module` takes
     /// it ("module-null-sink sink_name=vmic").
     pub modules: Vec<String>,
+    /// Let a client stop the server with EXIT (`pactl exit`), as PulseAudio does unless
+    /// started with `--disallow-exit`.
+    pub allow_exit: bool,
 }
 
 impl Default for PulseSection {
@@ -114,6 +117,7 @@ impl Default for PulseSection {
             stream_restore: true,
             restore_file: None,
             modules: Vec::new(),
+            allow_exit: true,
         }
     }
 }

@@ -151,6 +151,10 @@ pub fn run(cfg: Config) -> Result<()> {
                     stream_restore: restore_mode(&cfg),
                     cookie_path: cfg.pulse.cookie.clone(),
                     modules: cfg.pulse.modules.clone(),
+                    on_exit: cfg
+                        .pulse
+                        .allow_exit
+                        .then_some(quaver_rt::signals::request_stop as fn()),
                     resample_quality: cfg
                         .engine
                         .resample_quality

@@ -1164,3 +1164,27 @@ fn modules_from_the_config_load_at_start_and_a_bad_line_is_skipped() {
         "{log}"
     );
 }
+
+#[test]
+fn pactl_exit_stops_the_server_cleanly_unless_disallowed() {
+    require_tools!("pactl");
+    let d = daemon_with_config("[pulse]\nallow_exit = false\n", &["--device", "null"]);
+    let out = run_pa(&d, "pactl", &["exit"]);
+    assert!(!out.status.success(), "EXIT was allowed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Access denied"), "{err}");
+    pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
+    assert!(d.log_text().contains("EXIT refused"));
+
+    // Allowed by default, as by PulseAudio: answered, then the clean stop SIGTERM gives.
+    let mut d = pulse_util::start(&["--device", "null"]);
+    let socket = d.path("xdg/pulse/native");
+    assert!(socket.exists());
+    pa_ok(&d, &run_pa(&d, "pactl", &["exit"]));
+    let log = d.wait_exit();
+    assert!(
+        log.contains("asked the server to exit") && log.contains("stopped cleanly"),
+        "{log}"
+    );
+    assert!(!socket.exists(), "the pulse socket was left behind");
+}

@@ -1558,7 +1558,20 @@ impl Conn {
                 self.update_client(p.mode, &p.props);
                 self.out().ack(seq);
             }
-            Command::Exit => return Err(PulseError::AccessDenied),
+            Command::Exit => {
+                let Some(exit) = self.srv.opts.on_exit else {
+                    tracing::info!(
+                        "pulse client {}: EXIT refused ([pulse] allow_exit = false)",
+                        self.client
+                    );
+                    return Err(PulseError::AccessDenied);
+                };
+                tracing::info!("pulse client {} asked the server to exit", self.client);
+                // The answer goes out now: the stop closes every connection soon after.
+                self.out().ack(seq);
+                let _ = self.flush_out();
+                exit();
+            }
             Command::Stat => {
                 let st = srv.lock();
                 let blocks = st.streams.len() as u32;

@@ -47,6 +47,10 @@ pub struct PulseOptions {
     /// Modules to load at start (`name args`), in order; one that fails is logged and
     /// skipped.
     pub modules: Vec<String>,
+    /// What an EXIT command (`pactl exit`) does once it is answered: quaverd's is its
+    /// clean stop, as on SIGTERM. `None`: EXIT is refused with ACCESS, as by
+    /// PulseAudio's `--disallow-exit`.
+    pub on_exit: Option<fn()>,
 }
 
 /// Whether and where stream restore remembers stream volumes, mutes and devices.
@@ -78,6 +82,8 @@ impl Default for PulseOptions {
             stream_restore: RestoreMode::Memory,
             cookie_path: None,
             modules: Vec::new(),
+            // A library must not let its clients stop the program it runs in unasked.
+            on_exit: None,
         }
     }
 }

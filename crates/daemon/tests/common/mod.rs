@@ -144,8 +144,13 @@ impl Daemon {
     /// Sends SIGTERM and waits (bounded) for a clean exit; returns the log. The
     /// temporary directory lives on until the `Daemon` is dropped.
     pub fn stop(&mut self) -> String {
+        signal(self.pid(), libc::SIGTERM);
+        self.wait_exit()
+    }
+
+    /// Waits (bounded) for the daemon to exit cleanly by itself; returns the log.
+    pub fn wait_exit(&mut self) -> String {
         let mut child = self.child.take().expect("daemon already stopped");
-        signal(child.id(), libc::SIGTERM);
         let t0 = Instant::now();
         loop {
             if let Some(st) = child.try_wait().unwrap() {
@@ -156,7 +161,7 @@ impl Daemon {
             if t0.elapsed() > WAIT {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("quaverd did not stop on SIGTERM:\n{}", self.log_text());
+                panic!("quaverd did not stop:\n{}", self.log_text());
             }
             std::thread::sleep(Duration::from_millis(20));
         }

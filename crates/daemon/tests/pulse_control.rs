@@ -831,6 +831,35 @@ fn sink_state(d: &Daemon) -> String {
 }
 
 #[test]
+fn a_module_sink_is_not_suspended_by_silencing_the_card() {
+    require_tools!("pactl");
+    let d = pulse_util::start(&["--device", "file:out.wav"]);
+    pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &["load-module", "module-null-sink", "sink_name=vmic"],
+        ),
+    );
+    for (what, name) in [("suspend-sink", "vmic"), ("suspend-source", "vmic.monitor")] {
+        let out = run_pa(&d, "pactl", &[what, name, "1"]);
+        assert!(!out.status.success(), "{what} {name} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Not supported"), "{what} {name}: {err}");
+    }
+    let log = d.log_text();
+    assert!(log.contains("vmic is not a device"), "{log}");
+    assert!(!log.contains("suspended on request"), "{log}");
+    // The device itself still suspends on request.
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["suspend-sink", "file-sink", "1"]),
+    );
+    assert!(d.log_text().contains("devices suspended on request"));
+}
+
+#[test]
 fn a_suspended_sink_holds_its_streams_until_resumed_and_pasuspender_works() {
     require_tools!("pactl", "paplay", "pasuspender");
     let mut d = pulse_util::start(&["--device", "file:out.wav"]);

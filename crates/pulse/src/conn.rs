@@ -2429,7 +2429,19 @@ impl Conn {
             } else {
                 srv.find_source(&graph, p.device_index, name)
             };
-            vec![dev.ok_or(PulseError::NoEntity)?.node]
+            let node = dev.ok_or(PulseError::NoEntity)?.node;
+            // Only the devices can stop: a module's sink or source (a null sink, a remap,
+            // a monitor of one) has no clock of its own, and suspending the devices for
+            // it would silence the card under every other stream.
+            if graph.nodes.get(&node).is_some_and(|n| n.device.is_none()) {
+                tracing::info!(
+                    "pulse: client {}: {} is not a device and cannot be suspended on its own",
+                    self.client,
+                    name.unwrap_or("the requested sink or source")
+                );
+                return Err(PulseError::NotSupported);
+            }
+            vec![node]
         } else if sink {
             graph
                 .nodes

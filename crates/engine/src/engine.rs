@@ -578,7 +578,8 @@ impl Engine {
         // plan that uses it; a plan, then the node's removal), and one refused half-way
         // would leave the control graph and the RT thread disagreeing (a node the RT
         // thread runs that the graph forgot, a slot never freed). Room comes within a
-        // cycle: the RT thread takes every message and one plan each cycle.
+        // cycle: the RT thread takes every message each cycle, and every plan once more
+        // than MAX_PENDING_PLANS wait.
         let t0 = std::time::Instant::now();
         let is_plan = matches!(msg, ToRt::Plan(_));
         let mut msg = msg;

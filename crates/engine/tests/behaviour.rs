@@ -317,7 +317,7 @@ fn a_burst_of_edits_neither_blocks_its_caller_nor_waits_a_cycle_per_plan() {
     // waited for room would sit through most of them (32 paplay clients starting at
     // once stalled quaverd's PulseAudio I/O thread for seconds that way).
     let mut dev = RecordingDevice::new(RATE, 0);
-    dev.period = Duration::from_millis(150);
+    dev.period = Duration::from_millis(300);
     let engine = Engine::start(config(256), vec![Box::new(dev)]).unwrap();
     let stats = engine.stats();
     let settled = |what: &str| {

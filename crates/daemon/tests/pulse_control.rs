@@ -1217,3 +1217,39 @@ fn pactl_exit_stops_the_server_cleanly_unless_disallowed() {
     );
     assert!(!socket.exists(), "the pulse socket was left behind");
 }
+
+#[test]
+fn the_message_api_lists_its_handlers_and_refuses_what_it_does_not_know() {
+    require_tools!("pactl");
+    let d = pulse_util::start(&["--device", "null"]);
+    let list = pa_ok(&d, &run_pa(&d, "pactl", &["list", "message-handlers"]));
+    assert!(
+        list.contains("Message Handler /core")
+            && list.contains("Description: Core message handler"),
+        "{list}"
+    );
+    let json = pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["send-message", "/core", "list-handlers"]),
+    );
+    assert_eq!(
+        json.trim(),
+        r#"[{"name":"/core","description":"Core message handler"}]"#
+    );
+    for (args, why) in [
+        (
+            ["send-message", "/core", "no-such-message"],
+            "Missing implementation",
+        ),
+        (
+            ["send-message", "/no/such/object", "list-handlers"],
+            "No such entity",
+        ),
+    ] {
+        let out = run_pa(&d, "pactl", &args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+    pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
+}

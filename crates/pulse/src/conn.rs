@@ -1394,6 +1394,24 @@ impl Conn {
                 }
                 Ok(())
             }
+            CommandTag::SendObjectMessage => {
+                let mut text = || -> Result<Option<String>, PulseError> {
+                    let s = ts.read_string().map_err(|_| PulseError::Invalid)?;
+                    s.map(|s| s.into_string().map_err(|_| PulseError::Invalid))
+                        .transpose()
+                };
+                let (path, message) = (text()?, text()?);
+                let _params = text()?;
+                let response = object_message(
+                    path.as_deref().ok_or(PulseError::Invalid)?,
+                    message.as_deref().ok_or(PulseError::Invalid)?,
+                )?;
+                let response =
+                    std::ffi::CString::new(response).map_err(|_| PulseError::Internal)?;
+                self.out()
+                    .reply_with(seq, |ts| ts.write_string(Some(&response)).expect("vec"));
+                Ok(())
+            }
             _ => Err(PulseError::NotSupported),
         }
     }
@@ -3232,6 +3250,46 @@ fn record_wake_frames(fixed: &bufattr::RecordAttr, spec: &SampleSpec, ring_frame
         frag = frag.min(usec_to_bytes(TRADITIONAL_RECORD_USEC, spec) as usize / fs);
     }
     frag.clamp(1, (ring_frames / 2).max(1))
+}
+
+/// The message handlers quaverd has (PulseAudio's message API: `pactl send-message`,
+/// `pactl list message-handlers`): object path and description.
+const MESSAGE_HANDLERS: [(&str, &str); 1] = [("/core", "Core message handler")];
+
+/// Answers SEND_OBJECT_MESSAGE for `path` as PulseAudio 16's handlers do: a JSON
+/// response (`list-handlers`: an array of `{"name", "description"}` objects, which
+/// pactl parses), NOENTITY for an object without a handler, NOTIMPLEMENTED for a message
+/// it does not know.
+fn object_message(path: &str, message: &str) -> Result<String, PulseError> {
+    if !MESSAGE_HANDLERS.iter().any(|(p, _)| *p == path) {
+        return Err(PulseError::NoEntity);
+    }
+    match message {
+        "list-handlers" => {
+            // The handlers' names are constants; escaping keeps the output JSON anyway.
+            let json = |s: &str| {
+                let mut q = String::from('"');
+                for c in s.chars() {
+                    match c {
+                        '"' | '\\' => {
+                            q.push('\\');
+                            q.push(c);
+                        }
+                        c if (c as u32) < 0x20 => q.push_str(&format!("\\u{:04x}", c as u32)),
+                        c => q.push(c),
+                    }
+                }
+                q.push('"');
+                q
+            };
+            let items: Vec<String> = MESSAGE_HANDLERS
+                .iter()
+                .map(|(p, d)| format!("{{\"name\":{},\"description\":{}}}", json(p), json(d)))
+                .collect();
+            Ok(format!("[{}]", items.join(",")))
+        }
+        _ => Err(PulseError::NotImplemented),
+    }
 }
 
 #[cfg(test)]

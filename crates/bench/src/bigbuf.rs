@@ -288,9 +288,7 @@ pub fn run(ctx: &mut Ctx, o: &BigbufOptions) -> Result<BigbufResults> {
         if which("paplay").is_none() {
             bail!("bigbuf needs paplay (Debian: pulseaudio-utils) as the client");
         }
-        let dir = tempfile::Builder::new()
-            .prefix("quaver-bench-bigbuf-")
-            .tempdir()?;
+        let dir = crate::exec::tempdir("quaver-bench-bigbuf-")?;
         let wav = dir.path().join("music-s16-48000-2ch.wav");
         write_wav(&wav, RATE, file_seconds, &mut Rng::new(ctx.seed))?;
         _dir = dir;

@@ -72,9 +72,7 @@ impl Daemon {
     /// Starts `bin` as `spec` says in a fresh temporary directory and waits (bounded)
     /// until it accepts connections.
     pub fn start(bin: &Path, spec: &DaemonSpec) -> Result<Daemon> {
-        let dir = tempfile::Builder::new()
-            .prefix("quaver-bench-")
-            .tempdir()
+        let dir = crate::exec::tempdir("quaver-bench-")
             .context("creating a private runtime directory")?;
         let xdg = dir.path().join("xdg");
         std::fs::create_dir_all(&xdg)?;

@@ -103,9 +103,10 @@ pub fn stop_child(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
 const CHILD_GRACE: Duration = Duration::from_secs(5);
 
 /// Makes SIGTERM, SIGINT and SIGHUP stop every process this one started (SIGTERM,
-/// SIGKILL after a grace time) before exiting with 128 + the signal: otherwise a bench
-/// stopped mid-run leaves its quaverd, PulseAudio and PipeWire running, since they are
-/// normally stopped only by the guards' `Drop`. Call first thing in `main`.
+/// SIGKILL after a grace time) and remove its temporary directories before exiting with
+/// 128 + the signal: otherwise a bench stopped mid-run leaves its quaverd, PulseAudio
+/// and PipeWire running and their runtime directories behind, since both are normally
+/// cleaned up only by the guards' `Drop`. Call first thing in `main`.
 pub fn stop_children_on_signal() -> std::io::Result<()> {
     quaver_rt::signals::block_stop_signals();
     std::thread::Builder::new()
@@ -131,9 +132,27 @@ pub fn stop_children_on_signal() -> std::io::Result<()> {
                 // SAFETY: waitpid on a child PID with a null status pointer.
                 unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
             }
+            for dir in TEMP_DIRS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
             std::process::exit(128 + sig);
         })?;
     Ok(())
+}
+
+/// The temporary directories this run made ([`tempdir`]), removed by the stop-signal
+/// thread: the guards that normally remove them never run when a signal ends the run.
+static TEMP_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// A temporary directory named `prefix…`, removed when dropped, or by
+/// [`stop_children_on_signal`]'s thread if a signal ends the run first.
+pub fn tempdir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir()?;
+    let mut dirs = TEMP_DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    // Those already removed by their guards need not be remembered.
+    dirs.retain(|d| d.exists());
+    dirs.push(dir.path().to_path_buf());
+    Ok(dir)
 }
 
 /// True once `pid` (a child) has exited: reaped here, or already reaped by the thread

@@ -173,9 +173,7 @@ impl Jackd {
         if which("jackd").is_none() {
             bail!("jackd is not installed");
         }
-        let dir = tempfile::Builder::new()
-            .prefix("quaver-bench-jackd-")
-            .tempdir()?;
+        let dir = crate::exec::tempdir("quaver-bench-jackd-")?;
         let name = format!("quaver-bench-{}-{period}", std::process::id());
         let mut cmd = Jackd::command(&name, prio, rate, period);
         let command = describe(&cmd);
@@ -352,9 +350,7 @@ fn run_client(
     mut at_start: impl FnMut(),
     mut at_end: impl FnMut(),
 ) -> Result<ClientRun> {
-    let dir = tempfile::Builder::new()
-        .prefix("quaver-bench-jack-client-")
-        .tempdir()?;
+    let dir = crate::exec::tempdir("quaver-bench-jack-client-")?;
     let errlog = dir.path().join("stderr");
     let mut child = cmd
         .stdin(Stdio::piped())
@@ -776,9 +772,7 @@ struct PwMonitor {
 
 impl PwMonitor {
     fn start(tool: PwTool, runtime: &Path) -> Result<PwMonitor> {
-        let dir = tempfile::Builder::new()
-            .prefix("quaver-bench-pwtop-")
-            .tempdir()?;
+        let dir = crate::exec::tempdir("quaver-bench-pwtop-")?;
         let mut c = match tool {
             PwTool::PwTop => {
                 let mut c = Command::new("pw-top");

@@ -241,9 +241,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
     // PulseAudio may take up to 2 s to start: the file outlasts both, the warm-up and
     // the window.
     let file_seconds = o.warmup_seconds + o.window_seconds + 8.0;
-    let dir = tempfile::Builder::new()
-        .prefix("quaver-bench-peers-")
-        .tempdir()?;
+    let dir = crate::exec::tempdir("quaver-bench-peers-")?;
     let wav = dir.path().join("signal-s16-44100-2ch.wav");
     if o.load {
         write_wav(&wav, FILE_RATE, file_seconds, &mut Rng::new(ctx.seed))?;
@@ -482,9 +480,7 @@ fn load_point(
     // paplay 0's other stderr lines (its error, if it exits early).
     let messages = Arc::new(Mutex::new(Vec::<String>::new()));
     // The other clients' stderr, one file each, read only if one exits early.
-    let errs = tempfile::Builder::new()
-        .prefix("quaver-bench-paplay-")
-        .tempdir()?;
+    let errs = crate::exec::tempdir("quaver-bench-paplay-")?;
     let err_file = |i: usize| errs.path().join(format!("paplay-{i}.err"));
     let result = (|| -> Result<Sample> {
         for i in 0..n {

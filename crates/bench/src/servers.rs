@@ -147,9 +147,7 @@ impl Server {
         if which("pulseaudio").is_none() {
             bail!("pulseaudio is not installed");
         }
-        let dir = tempfile::Builder::new()
-            .prefix("quaver-bench-pulse-")
-            .tempdir()?;
+        let dir = crate::exec::tempdir("quaver-bench-pulse-")?;
         let xdg = dir.path().join("xdg");
         let home = dir.path().join("home");
         std::fs::create_dir_all(&xdg)?;
@@ -211,9 +209,7 @@ impl Server {
                 bail!("{p} is not installed");
             }
         }
-        let dir = tempfile::Builder::new()
-            .prefix("quaver-bench-pipewire-")
-            .tempdir()?;
+        let dir = crate::exec::tempdir("quaver-bench-pipewire-")?;
         let xdg = dir.path().join("xdg");
         let home = dir.path().join("home");
         let cfg = dir.path().join("config");
@@ -284,9 +280,7 @@ impl Server {
             ("wireplumber", vec![], true, 500),
             ("pipewire-pulse", vec![], true, 0),
         ];
-        let logdir = tempfile::Builder::new()
-            .prefix("quaver-bench-pipewire-log-")
-            .tempdir()?;
+        let logdir = crate::exec::tempdir("quaver-bench-pipewire-log-")?;
         for (prog, args, measured, settle_ms) in steps {
             let mut cmd = Command::new(prog);
             cmd.args(&args)

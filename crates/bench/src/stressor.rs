@@ -84,9 +84,7 @@ pub fn start(
     seed: u64,
     self_exe: &Path,
 ) -> Result<Option<Stressor>> {
-    let dir = tempfile::Builder::new()
-        .prefix("quaver-bench-stress-")
-        .tempdir()?;
+    let dir = crate::exec::tempdir("quaver-bench-stress-")?;
     let secs = duration.as_secs().max(1);
     let (mut cmd, name) = match resolve(kind) {
         StressorKind::None => return Ok(None),

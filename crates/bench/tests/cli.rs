@@ -429,6 +429,15 @@ fn a_bench_told_to_stop_stops_the_daemon_it_started() {
         }
     }
     let _reap = Reap(daemon);
+    // The daemon's runtime directory is inside the temporary directory the bench made.
+    let environ = std::fs::read(format!("/proc/{daemon}/environ")).unwrap();
+    let runtime = environ
+        .split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"XDG_RUNTIME_DIR="))
+        .map(|v| std::path::PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+        .expect("quaverd has XDG_RUNTIME_DIR");
+    let made = runtime.parent().unwrap().to_path_buf();
+    assert!(made.exists());
     // SAFETY: a signal to the child this test started.
     unsafe { libc::kill(bench.id() as i32, libc::SIGTERM) };
     let (status, _) =
@@ -446,6 +455,7 @@ fn a_bench_told_to_stop_stops_the_daemon_it_started() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(!made.exists(), "{} was left behind", made.display());
 }
 
 #[test]

@@ -113,7 +113,7 @@ pub fn stop_children_on_signal() -> std::io::Result<()> {
         .name("bench-signals".into())
         .spawn(|| {
             let sig = quaver_rt::signals::wait_for_stop_signal();
-            let mut left = children_of(std::process::id());
+            let mut left = crate::procfs::children_of(std::process::id());
             eprintln!(
                 "quaver-bench: stopping (signal {sig}); stopping the {} process(es) it started",
                 left.len()
@@ -160,28 +160,6 @@ pub fn tempdir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
 fn reaped(pid: u32) -> bool {
     // SAFETY: waitpid on a child PID with a null status pointer; WNOHANG never blocks.
     unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) != 0 }
-}
-
-/// The processes whose parent is `parent`, from /proc/PID/stat.
-pub fn children_of(parent: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| parent_in_stat(&s))
-                == Some(parent)
-        })
-        .collect()
-}
-
-/// The parent PID in a /proc/PID/stat line: the second field after the command name,
-/// which is in parentheses and may itself hold spaces and parentheses.
-fn parent_in_stat(stat: &str) -> Option<u32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `cmd` as a shell-like line (program and arguments, with the environment variables
@@ -253,16 +231,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_parent_is_read_past_a_command_name_with_spaces_and_parentheses() {
-        assert_eq!(parent_in_stat("42 (a (b) c) S 17 42 42 0"), Some(17));
-        assert_eq!(parent_in_stat("42 (x) R"), None);
-        assert_eq!(parent_in_stat("garbage"), None);
-    }
-
-    #[test]
     fn a_child_is_listed_under_its_parent() {
         let mut c = Command::new("sleep").arg("30").spawn().unwrap();
-        let kids = children_of(std::process::id());
+        let kids = crate::procfs::children_of(std::process::id());
         let _ = stop_child(&mut c, Duration::from_secs(5));
         assert!(kids.contains(&c.id()), "{} not in {kids:?}", c.id());
     }

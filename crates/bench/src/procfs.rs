@@ -20,25 +20,50 @@ pub struct Stat {
     pub num_threads: u64,
 }
 
-/// Parses `/proc/PID/stat`. The command name (field 2) is in parentheses and may hold
-/// spaces and parentheses itself, so fields are counted after its *last* `)`.
-pub fn parse_stat(text: &str) -> Result<Stat> {
+/// Field `n` (1-based, as proc(5) numbers them) of a `/proc/PID/stat` line. The command
+/// name (field 2) is in parentheses and may hold spaces and parentheses itself, so
+/// fields are counted after its *last* `)`.
+fn stat_field(text: &str, n: usize) -> Result<u64> {
     let close = text
         .rfind(')')
         .ok_or_else(|| anyhow!("no ')' in stat line"))?;
     // After ") ": field 3 (state) is index 0, so field N is index N − 3.
-    let f: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    let field = |n: usize| -> Result<u64> {
-        f.get(n - 3)
-            .ok_or_else(|| anyhow!("stat line has no field {n}"))?
-            .parse::<u64>()
-            .map_err(|e| anyhow!("stat field {n}: {e}"))
-    };
+    text[close + 1..]
+        .split_whitespace()
+        .nth(n - 3)
+        .ok_or_else(|| anyhow!("stat line has no field {n}"))?
+        .parse::<u64>()
+        .map_err(|e| anyhow!("stat field {n}: {e}"))
+}
+
+/// Parses `/proc/PID/stat`.
+pub fn parse_stat(text: &str) -> Result<Stat> {
+    let field = |n: usize| stat_field(text, n);
     Ok(Stat {
         utime: field(14)?,
         stime: field(15)?,
         num_threads: field(20)?,
     })
+}
+
+/// The parent PID in a `/proc/PID/stat` line (field 4).
+pub fn parse_parent(text: &str) -> Result<u32> {
+    Ok(stat_field(text, 4)? as u32)
+}
+
+/// The processes whose parent is `parent`, from /proc/PID/stat.
+pub fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| parse_parent(&s).ok())
+                == Some(parent)
+        })
+        .collect()
 }
 
 /// Context switches from a `status` file.
@@ -331,6 +356,9 @@ mod tests {
             }
         );
         assert!(parse_stat("garbage").is_err());
+        assert_eq!(parse_parent("42 (a (b) c) S 17 42 42 0").unwrap(), 17);
+        assert!(parse_parent("42 (x) R").is_err());
+        assert!(parse_parent("garbage").is_err());
         assert!(parse_stat("1 (x) S 1").is_err());
     }
 

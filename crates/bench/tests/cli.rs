@@ -408,7 +408,7 @@ fn a_bench_told_to_stop_stops_the_daemon_it_started() {
     };
     let t0 = Instant::now();
     let daemon = loop {
-        if let Some(p) = quaver_bench::exec::children_of(bench.id())
+        if let Some(p) = quaver_bench::procfs::children_of(bench.id())
             .into_iter()
             .find(is_quaverd)
         {

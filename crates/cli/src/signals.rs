@@ -24,40 +24,22 @@ impl StopFlag {
     }
 }
 
-fn stop_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset only write the set they are given.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        set
-    }
-}
+/// The signals the CLI takes as a stop request (a hangup still ends it at once).
+const STOP: [i32; 2] = [libc::SIGINT, libc::SIGTERM];
 
 /// Routes SIGINT/SIGTERM to a stop flag; `on_stop` then runs on the signal thread.
 ///
 /// Call before starting any other thread: threads started earlier keep the
 /// default disposition and would let a signal kill the process.
 pub fn install(on_stop: impl Fn() + Send + 'static) -> io::Result<StopFlag> {
-    let set = stop_set();
-    // SAFETY: `set` is a valid signal set; a null old-set pointer is allowed.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
+    quaver_rt::signals::block(&STOP)?;
     let flag = StopFlag(Arc::new(AtomicBool::new(false)));
     let f = flag.clone();
     std::thread::Builder::new()
         .name("quaver-signals".into())
         .spawn(move || {
             loop {
-                let mut sig: libc::c_int = 0;
-                // SAFETY: valid pointers; the signals are blocked, so sigwait takes them.
-                let rc = unsafe { libc::sigwait(&set, &mut sig) };
-                if rc != 0 {
-                    continue;
-                }
+                quaver_rt::signals::wait(&STOP);
                 if f.0.swap(true, Ordering::AcqRel) {
                     std::process::exit(FORCED_EXIT);
                 }

@@ -1,5 +1,6 @@
-//! Stop signals (SIGTERM, SIGINT, SIGHUP) taken synchronously by one thread with
-//! `sigwait`, so a program can stop cleanly without async signal handlers.
+//! Signals taken synchronously by one thread with `sigwait`, so a program can stop
+//! cleanly without async signal handlers: quaverd's stop signals (SIGTERM, SIGINT,
+//! SIGHUP), and whatever set a command-line tool chooses.
 //!
 //! Blocking must happen before any other thread starts: a thread started earlier keeps
 //! the default disposition and lets the signal kill the process. Children started with
@@ -8,26 +9,44 @@
 /// Signals that ask a program to stop.
 pub const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
-fn stop_signal_set() -> libc::sigset_t {
+fn set_of(signals: &[i32]) -> libc::sigset_t {
     // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for s in STOP_SIGNALS {
+        for &s in signals {
             libc::sigaddset(&mut set, s);
         }
         set
     }
 }
 
+/// Blocks `signals` in this thread and every thread started after it, so that only
+/// [`wait`] receives them.
+pub fn block(signals: &[i32]) -> std::io::Result<()> {
+    let set = set_of(signals);
+    // SAFETY: valid set pointer; a null old-set pointer is allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Waits for one of `signals` (blocked with [`block`]); returns its number.
+pub fn wait(signals: &[i32]) -> i32 {
+    let set = set_of(signals);
+    let mut sig = 0;
+    // SAFETY: valid pointers; the signals are blocked so sigwait can take them.
+    while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
+    sig
+}
+
 /// Blocks the stop signals in this thread and every thread started after it, so that
 /// only [`wait_for_stop_signal`] receives them. Call first thing in `main`.
 pub fn block_stop_signals() {
-    let set = stop_signal_set();
-    // SAFETY: valid set pointer; a null old-set pointer is allowed.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    // Blocking a valid set in the calling thread cannot fail.
+    let _ = block(&STOP_SIGNALS);
 }
 
 /// Asks this process to stop as SIGTERM from outside would: with the stop signals
@@ -41,11 +60,5 @@ pub fn request_stop() {
 
 /// Waits for SIGTERM, SIGINT or SIGHUP; returns its number.
 pub fn wait_for_stop_signal() -> i32 {
-    let set = stop_signal_set();
-    let mut sig = 0;
-    // SAFETY: valid pointers; the signals are blocked so sigwait can take them.
-    unsafe {
-        libc::sigwait(&set, &mut sig);
-    }
-    sig
+    wait(&STOP_SIGNALS)
 }

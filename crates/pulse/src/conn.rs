@@ -3266,27 +3266,17 @@ fn object_message(path: &str, message: &str) -> Result<String, PulseError> {
     }
     match message {
         "list-handlers" => {
-            // The handlers' names are constants; escaping keeps the output JSON anyway.
-            let json = |s: &str| {
-                let mut q = String::from('"');
-                for c in s.chars() {
-                    match c {
-                        '"' | '\\' => {
-                            q.push('\\');
-                            q.push(c);
-                        }
-                        c if (c as u32) < 0x20 => q.push_str(&format!("\\u{:04x}", c as u32)),
-                        c => q.push(c),
-                    }
-                }
-                q.push('"');
-                q
-            };
-            let items: Vec<String> = MESSAGE_HANDLERS
+            // Fields in PulseAudio's order (a struct keeps it; a JSON map would sort).
+            #[derive(serde::Serialize)]
+            struct Handler<'a> {
+                name: &'a str,
+                description: &'a str,
+            }
+            let list: Vec<Handler<'_>> = MESSAGE_HANDLERS
                 .iter()
-                .map(|(p, d)| format!("{{\"name\":{},\"description\":{}}}", json(p), json(d)))
+                .map(|&(name, description)| Handler { name, description })
                 .collect();
-            Ok(format!("[{}]", items.join(",")))
+            serde_json::to_string(&list).map_err(|_| PulseError::Internal)
         }
         _ => Err(PulseError::NotImplemented),
     }

@@ -831,9 +831,9 @@ fn sink_state(d: &Daemon) -> String {
 }
 
 #[test]
-fn a_module_sink_is_not_suspended_by_silencing_the_card() {
-    require_tools!("pactl");
-    let d = pulse_util::start(&["--device", "file:out.wav"]);
+fn a_module_sink_suspends_on_its_own_while_the_card_plays_on() {
+    require_tools!("pactl", "paplay", "parec");
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
     pa_ok(
         &d,
         &run_pa(
@@ -842,21 +842,87 @@ fn a_module_sink_is_not_suspended_by_silencing_the_card() {
             &["load-module", "module-null-sink", "sink_name=vmic"],
         ),
     );
-    for (what, name) in [("suspend-sink", "vmic"), ("suspend-source", "vmic.monitor")] {
-        let out = run_pa(&d, "pactl", &[what, name, "1"]);
-        assert!(!out.status.success(), "{what} {name} was accepted");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("Not supported"), "{what} {name}: {err}");
-    }
-    let log = d.log_text();
-    assert!(log.contains("vmic is not a device"), "{log}");
-    assert!(!log.contains("suspended on request"), "{log}");
-    // The device itself still suspends on request.
+    let state = |what: &str, name: &str| {
+        pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", what]))
+            .lines()
+            .find(|l| l.split('\t').nth(1) == Some(name))
+            .and_then(|l| l.split('\t').nth(4).map(str::to_string))
+            .unwrap_or_default()
+    };
+    let vin = noise_s16(48000 * 2, 31, 20000);
+    let cin = noise_s16(48000 * 2, 32, 20000);
+    write_wav_s16(&d.path("vin.wav"), 48000, 2, &vin);
+    write_wav_s16(&d.path("card.wav"), 48000, 2, &cin);
+    let rec = spawn_pa(
+        &d,
+        "parec",
+        &[
+            "-v",
+            "-d",
+            "vmic.monitor",
+            "--format=s16le",
+            "--rate=48000",
+            "--channels=2",
+            "--raw",
+            "vrec.raw",
+        ],
+    );
+    assert!(
+        wait_until(WAIT, || !pa_ok(
+            &d,
+            &run_pa(&d, "pactl", &["list", "short", "source-outputs"])
+        )
+        .is_empty()),
+        "parec's stream did not appear"
+    );
+    pa_ok(&d, &run_pa(&d, "pactl", &["suspend-sink", "vmic", "1"]));
+    assert_eq!(state("sinks", "vmic"), "SUSPENDED");
+    assert_eq!(state("sources", "vmic.monitor"), "SUSPENDED");
+    assert_ne!(state("sinks", "file-sink"), "SUSPENDED");
+    // A monitor follows its sink, as in PulseAudio.
+    let out = run_pa(&d, "pactl", &["suspend-source", "vmic.monitor", "1"]);
+    assert!(!out.status.success(), "a monitor was suspended on its own");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Not supported"), "{err}");
+
+    // The card plays a stream to its end while the suspended sink holds its own.
+    let mut held = spawn_pa(&d, "paplay", &["-v", "-d", "vmic", "vin.wav"]);
     pa_ok(
         &d,
-        &run_pa(&d, "pactl", &["suspend-sink", "file-sink", "1"]),
+        &wait_output(
+            spawn_pa(&d, "paplay", &["-d", "file-sink", "card.wav"]),
+            WAIT,
+        ),
     );
-    assert!(d.log_text().contains("devices suspended on request"));
+    assert!(
+        held.try_wait().unwrap().is_none(),
+        "paplay finished on a suspended sink"
+    );
+    assert_eq!(state("sinks", "vmic"), "SUSPENDED");
+    pa_ok(&d, &run_pa(&d, "pactl", &["suspend-sink", "vmic", "0"]));
+    assert_ne!(state("sinks", "vmic"), "SUSPENDED");
+    let played = wait_output(held, WAIT);
+    pa_ok(&d, &played);
+    let said = String::from_utf8_lossy(&played.stderr).into_owned();
+    assert!(said.contains("Stream device resumed."), "{said}");
+
+    // Its monitor's recorder got nothing while suspended and all of it after.
+    wait_for_file(&d, "vrec.raw", (vin.len() * 2 + 48000 * 4 / 5) as u64);
+    // The recorder, running throughout, was told both ways.
+    let rec = interrupt(rec);
+    let said = String::from_utf8_lossy(&rec.stderr).into_owned();
+    assert!(said.contains("Stream device suspended."), "{said}");
+    assert!(said.contains("Stream device resumed."), "{said}");
+    let got = pulse_util::read_raw_s16(&d.path("vrec.raw"));
+    assert_contains_exactly(&got, &vin, "the held stream, through the monitor");
+    let log = d.log_text();
+    assert!(log.contains("sink vmic suspended on request"), "{log}");
+    assert!(log.contains("sink vmic resumed on request"), "{log}");
+    assert!(!log.contains("devices suspended on request"), "{log}");
+    let out_path = d.path("out.wav");
+    d.stop();
+    let out = read_wav_s16(&out_path).1;
+    assert_contains_exactly(&out, &cin, "the card's stream");
 }
 
 #[test]

@@ -642,6 +642,33 @@ impl Engine {
         self.lock().held
     }
 
+    /// Suspends or resumes one node that is not a device (a virtual sink or source):
+    /// it stops running, and so do the nodes that only feed it or are only fed by it
+    /// (its streams stop being read, its monitor's recorders get nothing), while the
+    /// devices and every other node go on. Returns whether anything changed.
+    pub fn suspend_node(&self, node: NodeId, on: bool) -> Result<bool, EngineError> {
+        let mut ctl = self.lock();
+        let n = ctl
+            .graph
+            .nodes
+            .get_mut(&node)
+            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?;
+        if n.device.is_some() {
+            // A device stops with its clock: that is `hold`.
+            return Err(EngineError::Invalid(format!(
+                "{} is a device; devices suspend together",
+                n.name
+            )));
+        }
+        if n.suspended == on {
+            return Ok(false);
+        }
+        n.suspended = on;
+        self.publish(&mut ctl)?;
+        notify(&mut ctl, GraphEvent::NodeChanged(node));
+        Ok(true)
+    }
+
     /// The quantum a node asking for `latency` frames gets on its own: the latency
     /// divided by the quanta the devices hold in flight (two on a double-buffered card:
     /// one plays while the next is filled; one on the null sink), rounded down to a

@@ -186,6 +186,9 @@ pub struct Node {
     pub keep_awake: bool,
     /// A device node whose device failed or went away: policy routes nothing to it.
     pub gone: bool,
+    /// Suspended on its own ([`crate::Engine::suspend_node`]): it and the streams that
+    /// only feed it, or are only fed by it, stop running while the devices go on.
+    pub suspended: bool,
 }
 
 /// A link from an output port to an input port.
@@ -251,6 +254,7 @@ impl Graph {
             max_outputs: spec.output_capacity(),
             keep_awake: spec.keep_awake,
             gone: false,
+            suspended: false,
         };
         for (dir, map, names) in [
             (Direction::In, &spec.inputs, &spec.input_names),

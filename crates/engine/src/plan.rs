@@ -111,6 +111,55 @@ impl NodeSlot {
     }
 }
 
+/// The nodes that do not run: every suspended node, and, until nothing changes, each
+/// other node whose links all lead into stopped nodes (a stream playing only into a
+/// suspended sink is not read) or all come from them (a recorder of its monitor gets
+/// nothing). A node with no links at all keeps running, and so does every device: a
+/// device keeps its own clock and stops only with the others ([`crate::Engine::hold`]).
+pub(crate) fn stopped_nodes(graph: &Graph) -> HashSet<NodeId> {
+    let mut stopped: HashSet<NodeId> = graph
+        .nodes
+        .values()
+        .filter(|n| n.suspended && n.device.is_none())
+        .map(|n| n.id)
+        .collect();
+    if stopped.is_empty() {
+        return stopped;
+    }
+    let pairs: Vec<(NodeId, NodeId)> = graph
+        .links
+        .values()
+        .filter_map(|l| {
+            Some((
+                graph.ports.get(&l.output)?.node,
+                graph.ports.get(&l.input)?.node,
+            ))
+        })
+        .collect();
+    loop {
+        let before = stopped.len();
+        for n in graph.nodes.values() {
+            if n.device.is_some() || stopped.contains(&n.id) {
+                continue;
+            }
+            let out = pairs.iter().filter(|(a, _)| *a == n.id).map(|&(_, b)| b);
+            let inp = pairs.iter().filter(|(_, b)| *b == n.id).map(|&(a, _)| a);
+            if all_in(out, &stopped) || all_in(inp, &stopped) {
+                stopped.insert(n.id);
+            }
+        }
+        if stopped.len() == before {
+            return stopped;
+        }
+    }
+}
+
+/// True when `peers` is not empty and every one of them is in `set`.
+fn all_in(peers: impl Iterator<Item = NodeId>, set: &HashSet<NodeId>) -> bool {
+    let mut peers = peers.peekable();
+    peers.peek().is_some() && peers.all(|p| set.contains(&p))
+}
+
 /// Compiles `graph` into a plan. `previous` holds the port pairs of the plan before
 /// this one, so new links fade in and removed ones fade out; `new_nodes` are nodes that
 /// appear in this plan for the first time: their links start at full gain, because a
@@ -123,12 +172,14 @@ pub(crate) fn compile(
 ) -> (Plan, HashSet<(PortId, PortId)>) {
     let current: HashSet<(PortId, PortId)> =
         graph.links.values().map(|l| (l.output, l.input)).collect();
+    let stopped = stopped_nodes(graph);
     let mut plan = Plan {
         quantum,
+        // Streams of a suspended virtual sink wait for it, not for the card.
         keep_awake: graph
             .nodes
             .values()
-            .any(|n| n.kind.is_stream() || n.keep_awake),
+            .any(|n| (n.kind.is_stream() || n.keep_awake) && !stopped.contains(&n.id)),
         ..Plan::default()
     };
     // Fading-out links still carry audio for one cycle: order their source before their
@@ -143,10 +194,17 @@ pub(crate) fn compile(
         .topo_order_with(&fading)
         .unwrap_or_else(|| graph.topo_order());
     for id in order {
+        if stopped.contains(&id) {
+            continue;
+        }
         let node = &graph.nodes[&id];
         let start = plan.links.len();
         let mut push = |out: PortId, inp: PortId, fade: Fade| {
             let (o, i) = (&graph.ports[&out], &graph.ports[&inp]);
+            // A stopped node's outputs are stale: nothing reads them.
+            if stopped.contains(&o.node) {
+                return;
+            }
             plan.links.push(PlanLink {
                 src_slot: graph.nodes[&o.node].slot,
                 src_port: o.index,

@@ -796,3 +796,109 @@ fn the_idle_suspend_timeout_can_be_changed_while_running() {
         "not suspended after the timeout"
     );
 }
+
+/// Counts its cycles and plays a constant.
+struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>, f32);
+
+impl quaver_engine::Processor for Counted {
+    fn process(
+        &mut self,
+        _cx: &quaver_engine::CycleInfo,
+        _inputs: quaver_dsp::Planar<'_>,
+        outputs: &mut quaver_dsp::PlanarMut<'_>,
+    ) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for ch in 0..outputs.channels() {
+            outputs.channel_mut(ch).fill(self.1);
+        }
+    }
+}
+
+/// Counts its cycles and keeps the last sample it was given.
+struct Probe(
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::atomic::AtomicU32>,
+);
+
+impl quaver_engine::Processor for Probe {
+    fn process(
+        &mut self,
+        _cx: &quaver_engine::CycleInfo,
+        inputs: quaver_dsp::Planar<'_>,
+        _outputs: &mut quaver_dsp::PlanarMut<'_>,
+    ) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let last = inputs.channel(0).last().copied().unwrap_or(0.0);
+        self.1
+            .store(last.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_suspended_virtual_sink_stops_its_streams_and_recorders_while_the_card_plays_on() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+    let dev = RecordingDevice::new(RATE, 4096);
+    let left = dev.left.clone();
+    let (engine, mut runner) = Engine::new_manual(config(256), vec![Box::new(dev)]).unwrap();
+    // A virtual sink (a null sink's node: no device, its outputs are its monitor).
+    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
+    v.inputs = ChannelMap::stereo();
+    v.outputs = ChannelMap::stereo();
+    let vsink = engine.add_node(v, Some(Box::new(Thru))).unwrap();
+    let played = Arc::new(AtomicUsize::new(0));
+    let mut a = NodeSpec::new("a", NodeKind::PlaybackStream);
+    a.outputs = ChannelMap::stereo();
+    engine
+        .add_node(a, Some(Box::new(Counted(played.clone(), 0.25))))
+        .unwrap();
+    engine.link("a", "vsink").unwrap();
+    let (heard, last) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicU32::new(0)));
+    let mut r = NodeSpec::new("rec", NodeKind::RecordStream);
+    r.inputs = ChannelMap::stereo();
+    engine
+        .add_node(r, Some(Box::new(Probe(heard.clone(), last.clone()))))
+        .unwrap();
+    engine.link("vsink", "rec").unwrap();
+    source(&engine, "b", 0.125, None);
+    engine.link("b", "test-sink").unwrap();
+    let cycles = |runner: &mut quaver_engine::RtRunner| {
+        settle(runner, &[&left]);
+        played.store(0, Relaxed);
+        heard.store(0, Relaxed);
+        for _ in 0..4 {
+            runner.run_cycle();
+        }
+        let card = left.lock().unwrap().clone();
+        assert_eq!(card.len(), 4 * 256);
+        assert!(
+            card.iter().all(|&x| x == 0.125),
+            "the card's stream was disturbed"
+        );
+        (played.load(Relaxed), heard.load(Relaxed))
+    };
+    assert_eq!(cycles(&mut runner), (4, 4));
+    assert_eq!(f32::from_bits(last.load(Relaxed)), 0.25);
+
+    assert!(engine.suspend_node(vsink, true).unwrap());
+    assert!(
+        !engine.suspend_node(vsink, true).unwrap(),
+        "a second suspend changes nothing"
+    );
+    assert!(engine.graph().nodes[&vsink].suspended);
+    assert_eq!(
+        cycles(&mut runner),
+        (0, 0),
+        "the suspended sink's stream or recorder ran"
+    );
+
+    let card = engine.graph().node_by_name("test-sink").unwrap().id;
+    assert!(
+        engine.suspend_node(card, true).is_err(),
+        "a device is suspended with `hold`"
+    );
+
+    assert!(engine.suspend_node(vsink, false).unwrap());
+    assert_eq!(cycles(&mut runner), (4, 4));
+    engine.shutdown_manual(runner).unwrap();
+}

@@ -34,7 +34,7 @@ use pulseaudio::protocol::{
     SubscriptionEventFacility as Fac, SubscriptionEventType as Ev, TagStructReader, Underflow,
 };
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, Retune, StreamFormat};
-use quaver_engine::{EngineError, NodeId, NodeKind, NodeSpec};
+use quaver_engine::{EngineError, Graph, NodeId, NodeKind, NodeSpec};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Cursor, ErrorKind, Write};
 use std::sync::Arc;
@@ -1169,6 +1169,7 @@ impl Conn {
                 ConnMsg::Kill => self.closing = true,
                 ConnMsg::KillStream(node) => self.kill_stream(node),
                 ConnMsg::Moved(node) => self.send_moved(node),
+                ConnMsg::NodeSuspended(node, on) => self.tell_suspended(node, on),
                 ConnMsg::DevicesSuspended(on) => {
                     let play: Vec<u32> = self.playback.values().map(|p| p.channel).collect();
                     let rec: Vec<u32> = self.record.values().map(|r| r.channel).collect();
@@ -2447,18 +2448,15 @@ impl Conn {
             } else {
                 srv.find_source(&graph, p.device_index, name)
             };
-            let node = dev.ok_or(PulseError::NoEntity)?.node;
-            // Only the devices can stop: a module's sink or source (a null sink, a remap,
-            // a monitor of one) has no clock of its own, and suspending the devices for
-            // it would silence the card under every other stream.
-            if graph.nodes.get(&node).is_some_and(|n| n.device.is_none()) {
-                tracing::info!(
-                    "pulse: client {}: {} is not a device and cannot be suspended on its own",
-                    self.client,
-                    name.unwrap_or("the requested sink or source")
-                );
-                return Err(PulseError::NotSupported);
+            let dev = dev.ok_or(PulseError::NoEntity)?;
+            if graph
+                .nodes
+                .get(&dev.node)
+                .is_some_and(|n| n.device.is_none())
+            {
+                return self.suspend_module_node(&dev, sink, p.suspend);
             }
+            let node = dev.node;
             vec![node]
         } else if sink {
             graph
@@ -2502,6 +2500,73 @@ impl Conn {
         Ok(())
     }
 
+    /// Suspends a module's sink or source (a null sink, a remap) on its own: it has no
+    /// clock, so the engine stops it and the streams that only feed it or only read it,
+    /// and the card plays on. A monitor follows its sink, as in PulseAudio.
+    fn suspend_module_node(&self, dev: &Device, sink: bool, on: bool) -> Reply {
+        if dev.monitor {
+            tracing::info!(
+                "pulse: client {}: {} is a monitor; it is suspended with its sink",
+                self.client,
+                dev.name
+            );
+            return Err(PulseError::NotSupported);
+        }
+        let changed = self
+            .srv
+            .engine
+            .suspend_node(dev.node, on)
+            .map_err(engine_err)?;
+        if changed {
+            tracing::info!(
+                "pulse: client {}: {} {} {} on request",
+                self.client,
+                if sink { "sink" } else { "source" },
+                dev.name,
+                if on { "suspended" } else { "resumed" }
+            );
+            if sink {
+                // Its monitor's state changed with it.
+                self.srv.broadcast(Fac::Source, Ev::Changed, dev.index);
+            }
+            self.srv.post_all(ConnMsg::NodeSuspended(dev.node, on));
+        }
+        Ok(())
+    }
+
+    /// Tells this client's streams on the sink or source `node` that it was suspended
+    /// or resumed (what `pacat -v` prints as "Stream device suspended.").
+    fn tell_suspended(&mut self, node: NodeId, on: bool) {
+        let graph = self.srv.engine.graph();
+        let on_node = |stream: NodeId| stream_target(&graph, stream) == Some(node);
+        let play: Vec<u32> = (self.playback.values())
+            .filter(|p| on_node(p.node))
+            .map(|p| p.channel)
+            .collect();
+        let rec: Vec<u32> = (self.record.values())
+            .filter(|r| on_node(r.node))
+            .map(|r| r.channel)
+            .collect();
+        let params = |stream_index| pa::StreamSuspendedParams {
+            stream_index,
+            suspended: on,
+        };
+        for channel in play {
+            self.out()
+                .command(&Command::PlaybackStreamSuspended(params(channel)));
+        }
+        for channel in rec {
+            self.out()
+                .command(&Command::RecordStreamSuspended(params(channel)));
+        }
+    }
+
+    /// Whether the sink or source on `node` is suspended: all devices held, or that
+    /// node on its own.
+    fn is_suspended(&self, graph: &Graph, node: NodeId) -> bool {
+        self.srv.engine.held() || graph.nodes.get(&node).is_some_and(|n| n.suspended)
+    }
+
     fn move_stream(
         &self,
         index: Option<u32>,
@@ -2538,7 +2603,7 @@ impl Conn {
                 stream_index: p.channel,
                 device_index: sink,
                 device_name: cstr(&graph.nodes[&sink].name),
-                device_suspended: self.srv.engine.held(),
+                device_suspended: self.is_suspended(&graph, sink),
                 buffer_attr: p.attr,
                 configured_sink_latency: p.configured_usec,
             });
@@ -2554,7 +2619,7 @@ impl Conn {
                 stream_index: r.channel,
                 device_index: dev.index,
                 device_name: cstr(&dev.name),
-                device_suspended: self.srv.engine.held(),
+                device_suspended: self.is_suspended(&graph, dev.node),
                 buffer_attr: r.attr,
                 configured_source_latency: r.configured_usec,
             });
@@ -2896,7 +2961,7 @@ impl Conn {
             stream_latency: fixed.configured_sink_usec,
             sink_index: sink.index,
             sink_name: Some(cstr(&sink.name)),
-            suspended: self.srv.engine.held(),
+            suspended: self.is_suspended(&graph, sink.node),
             format: FormatInfo::new(FormatEncoding::Pcm),
         };
         self.out().reply(seq, &reply);
@@ -3226,7 +3291,7 @@ impl Conn {
             stream_latency: fixed.configured_source_usec,
             sink_index: target.dev_index,
             sink_name: Some(cstr(&dev.name)),
-            suspended: self.srv.engine.held(),
+            suspended: self.is_suspended(&graph, target.node),
             format: FormatInfo::new(FormatEncoding::Pcm),
         };
         self.out().reply(seq, &reply);

@@ -158,7 +158,7 @@ impl Server {
                 &node.description
             })),
             props,
-            state: if snap.suspended {
+            state: if snap.suspended || node.suspended {
                 SinkState::Suspended
             } else if Self::has_inputs(&snap.graph, node) {
                 SinkState::Running
@@ -228,7 +228,8 @@ impl Server {
             name: cstr(&dev.name),
             description: Some(cstr(&description)),
             props,
-            state: if snap.suspended {
+            // A monitor's node is its sink's: it is suspended with it.
+            state: if snap.suspended || node.suspended {
                 SourceState::Suspended
             } else if Self::has_readers(&snap.graph, node) {
                 SourceState::Running

@@ -104,6 +104,8 @@ pub enum ConnMsg {
     /// The devices were suspended (true) or resumed while streams exist; tell the
     /// client's streams (PLAYBACK/RECORD_STREAM_SUSPENDED).
     DevicesSuspended(bool),
+    /// A module's sink or source (this node) was suspended (true) or resumed on its own.
+    NodeSuspended(NodeId, bool),
 }
 
 /// The handle other threads hold on a connection.

@@ -9,7 +9,8 @@ mod pulse_util;
 use common::*;
 use pulse_util::*;
 use quaver_pulse::pulseaudio::protocol::{
-    ChannelMap, ChannelVolume, Command, PulseError, TagStructReader, TagStructWriter, Volume,
+    ChannelMap, ChannelVolume, Command, FormatEncoding, FormatInfo, PulseError, TagStructReader,
+    TagStructWriter, Volume,
 };
 use std::time::Duration;
 
@@ -407,4 +408,139 @@ fn streams_on_an_unloaded_default_sink_move_to_the_sink_that_remains() {
         c.kill().unwrap();
         let _ = c.wait();
     }
+}
+
+const DEVICE_RESTORE: Option<&str> = Some("module-device-restore");
+
+#[test]
+fn device_restore_says_every_sink_takes_pcm_and_refuses_other_formats() {
+    require_tools!("pactl");
+    let d = pulse_util::start(&["--device", "null"]);
+    pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &["load-module", "module-null-sink", "sink_name=vmic"],
+        ),
+    );
+    let sinks: Vec<u32> = ["null-sink", "vmic"]
+        .iter()
+        .map(|n| sink_index(&d, n).parse().unwrap())
+        .collect();
+    let mut c = RawClient::ready(&d, "device-restore-test");
+    let v = c.version;
+    let events = std::cell::Cell::new(0);
+    let count = |m: Msg| {
+        if let Msg::Event(e) = m
+            && let Command::Extension(p) = *e
+        {
+            assert_eq!(p.index, Some(3));
+            assert_eq!(p.name.as_deref(), Some(c"module-device-restore"));
+            events.set(events.get() + 1);
+        }
+    };
+    let ask = |c: &mut RawClient, index: Option<u32>, name: Option<&str>, b: &[u8]| {
+        let seq = extension(c, index, name, b);
+        c.reply_to(seq, count)
+    };
+    // (type, index, formats) entries of a READ_FORMATS(_ALL) reply.
+    let entries = |p: Vec<u8>| {
+        let mut cur = std::io::Cursor::new(&p[..]);
+        let mut ts = TagStructReader::new(&mut cur, v);
+        let mut out = Vec::new();
+        while ts.has_data_left().unwrap() {
+            let kind = ts.read_u32().unwrap();
+            let index = ts.read_u32().unwrap();
+            let n = ts.read_u8().unwrap();
+            let formats: Vec<FormatEncoding> = (0..n)
+                .map(|_| ts.read::<FormatInfo>().unwrap().encoding)
+                .collect();
+            out.push((kind, index, formats));
+        }
+        out
+    };
+
+    let p = ask(
+        &mut c,
+        None,
+        DEVICE_RESTORE,
+        &body(v, |t| t.write_u32(0).unwrap()),
+    )
+    .unwrap();
+    let mut cur = std::io::Cursor::new(&p[..]);
+    assert_eq!(TagStructReader::new(&mut cur, v).read_u32().unwrap(), 1);
+    ask(&mut c, Some(3), None, &body(v, |t| t.write_u32(0).unwrap())).expect("TEST by index");
+    let sub = body(v, |t| {
+        t.write_u32(1).unwrap();
+        t.write_bool(true).unwrap();
+    });
+    ask(&mut c, None, DEVICE_RESTORE, &sub).expect("SUBSCRIBE");
+
+    let all = ask(
+        &mut c,
+        None,
+        DEVICE_RESTORE,
+        &body(v, |t| t.write_u32(3).unwrap()),
+    );
+    let mut all = entries(all.expect("READ_FORMATS_ALL"));
+    all.sort_by_key(|e| e.1);
+    let pcm = vec![FormatEncoding::Pcm];
+    assert_eq!(
+        all,
+        vec![(0, sinks[0], pcm.clone()), (0, sinks[1], pcm.clone())]
+    );
+    let read = |kind: u32, index: u32| {
+        body(v, move |t| {
+            t.write_u32(4).unwrap();
+            t.write_u32(kind).unwrap();
+            t.write_u32(index).unwrap();
+        })
+    };
+    let one = ask(&mut c, None, DEVICE_RESTORE, &read(0, sinks[1])).expect("READ_FORMATS");
+    assert_eq!(entries(one), vec![(0, sinks[1], pcm.clone())]);
+    for (b, err) in [
+        (read(1, sinks[0]), PulseError::NotSupported),
+        (read(0, 9999), PulseError::NoEntity),
+        (read(7, sinks[0]), PulseError::Invalid),
+    ] {
+        assert_eq!(ask(&mut c, None, DEVICE_RESTORE, &b), Err(err as u32));
+    }
+
+    // Through pactl: PCM is taken (and told to the subscriber), passthrough is not.
+    let idx = sinks[0].to_string();
+    pa_ok(&d, &run_pa(&d, "pactl", &["set-sink-formats", &idx, "pcm"]));
+    let refused = run_pa(
+        &d,
+        "pactl",
+        &["set-sink-formats", &idx, "pcm; ac3-iec61937"],
+    );
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("Not supported"), "{err}");
+    assert!(d.log_text().contains("quaverd plays PCM only"));
+    let empty_save = body(v, |t| {
+        t.write_u32(5).unwrap();
+        t.write_u32(0).unwrap();
+        t.write_u32(sinks[0]).unwrap();
+        t.write_u8(0).unwrap();
+    });
+    assert_eq!(
+        ask(&mut c, None, DEVICE_RESTORE, &empty_save),
+        Err(PulseError::Invalid as u32)
+    );
+    let t0 = std::time::Instant::now();
+    while events.get() < 1 && t0.elapsed() < WAIT {
+        ask(
+            &mut c,
+            None,
+            DEVICE_RESTORE,
+            &body(v, |t| t.write_u32(0).unwrap()),
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(events.get(), 1, "one event for the one save");
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert!(modules.contains("3\tmodule-device-restore"), "{modules}");
 }

@@ -215,6 +215,7 @@ fn accept(srv: &Arc<Server>, sock: Sock) -> Option<u32> {
         client: index,
         mask: AtomicU32::new(0),
         restore_events: AtomicBool::new(false),
+        device_restore_events: AtomicBool::new(false),
         queue: Mutex::new(VecDeque::new()),
         bell: srv.io.bell.clone(),
     });

@@ -1190,6 +1190,17 @@ impl Conn {
                         ));
                     }
                 }
+                ConnMsg::DeviceRestoreEvent(kind, index) => {
+                    self.out().command_with(CommandTag::Extension as u32, |ts| {
+                        ts.write_u32(crate::modules::DEVICE_RESTORE_MODULE)
+                            .expect("vec");
+                        ts.write_string(Some(cstr(crate::devrestore::MODULE_NAME)))
+                            .expect("vec");
+                        ts.write_u32(crate::devrestore::EVENT).expect("vec");
+                        ts.write_u32(kind).expect("vec");
+                        ts.write_u32(index).expect("vec");
+                    })
+                }
                 ConnMsg::RestoreEvent => {
                     self.out().command_with(CommandTag::Extension as u32, |ts| {
                         ts.write_u32(crate::modules::RESTORE_MODULE).expect("vec");
@@ -1417,7 +1428,76 @@ impl Conn {
         }
     }
 
-    /// EXTENSION: stream restore's protocol (the one extension quaver has).
+    /// EXTENSION module-device-restore ([`crate::devrestore`]): every sink takes PCM,
+    /// and only PCM.
+    fn device_restore(&mut self, seq: u32, payload: &[u8]) -> Reply {
+        use crate::devrestore::{self as dr, Request};
+        let req = Request::parse(payload, self.version).map_err(|e| {
+            tracing::debug!("pulse client {}: device restore: {e}", self.client);
+            e.pulse()
+        })?;
+        let graph = self.srv.engine.graph();
+        let write_sink = |ts: &mut pa::TagStructWriter<'_>, index: u32| {
+            let formats = dr::sink_formats();
+            ts.write_u32(dr::TYPE_SINK).expect("vec");
+            ts.write_u32(index).expect("vec");
+            ts.write_u8(formats.len() as u8).expect("vec");
+            for f in formats {
+                ts.write(f).expect("vec");
+            }
+        };
+        // As PulseAudio's module, formats are kept for sinks only.
+        let sink = |kind: u32, index: u32| {
+            if kind != dr::TYPE_SINK {
+                return Err(PulseError::NotSupported);
+            }
+            self.srv
+                .find_sink(&graph, Some(index), None)
+                .map(|d| d.index)
+                .ok_or(PulseError::NoEntity)
+        };
+        match req {
+            Request::Test => self
+                .out()
+                .reply_with(seq, |ts| ts.write_u32(dr::VERSION).expect("vec")),
+            Request::Subscribe(on) => {
+                self.handle.device_restore_events.store(on, Relaxed);
+                self.out().ack(seq);
+            }
+            Request::ReadAll => {
+                let sinks: Vec<u32> = (graph.nodes.values())
+                    .filter(|n| n.kind == NodeKind::DeviceSink)
+                    .map(|n| n.id)
+                    .collect();
+                self.out().reply_with(seq, |ts| {
+                    for i in sinks {
+                        write_sink(ts, i);
+                    }
+                });
+            }
+            Request::Read(kind, index) => {
+                let i = sink(kind, index)?;
+                self.out().reply_with(seq, |ts| write_sink(ts, i));
+            }
+            Request::Save(kind, index, formats) => {
+                let i = sink(kind, index)?;
+                if !dr::takes(&formats) {
+                    tracing::info!(
+                        "pulse client {}: sink {i} cannot take {:?}: quaverd plays PCM only (no passthrough)",
+                        self.client,
+                        formats.iter().map(|f| f.encoding).collect::<Vec<_>>()
+                    );
+                    return Err(PulseError::NotSupported);
+                }
+                self.out().ack(seq);
+                self.srv
+                    .post_all(ConnMsg::DeviceRestoreEvent(dr::TYPE_SINK, i));
+            }
+        }
+        Ok(())
+    }
+
+    /// EXTENSION: stream restore's protocol, or device restore's (above).
     fn extension(&mut self, seq: u32, payload: &[u8]) -> Reply {
         use crate::restore::{self, Request};
         let bad = |e: restore::RequestError| {
@@ -1425,6 +1505,14 @@ impl Conn {
             e.pulse()
         };
         let (index, name, at) = restore::split_target(payload).map_err(bad)?;
+        let device_restore = match (index, name.as_deref()) {
+            (Some(i), None) => i == crate::modules::DEVICE_RESTORE_MODULE,
+            (None, Some(n)) => n == crate::devrestore::MODULE_NAME,
+            _ => false,
+        };
+        if device_restore {
+            return self.device_restore(seq, &payload[at..]);
+        }
         let ours = match (index, name.as_deref()) {
             (Some(i), None) => i == crate::modules::RESTORE_MODULE,
             (None, Some(n)) => n == restore::MODULE_NAME,

@@ -527,6 +527,12 @@ impl Server {
                 "Remembers stream volumes, mutes and devices ([pulse] stream_restore)",
             ));
         }
+        v.push(module(
+            crate::modules::DEVICE_RESTORE_MODULE,
+            crate::devrestore::MODULE_NAME,
+            None,
+            "The formats each sink takes (PCM: quaverd has no passthrough)",
+        ));
         for (&i, m) in &st.modules {
             v.push(module(
                 i,

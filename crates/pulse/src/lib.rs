@@ -22,6 +22,7 @@ mod accept;
 pub mod bufattr;
 mod conn;
 pub mod convert;
+pub mod devrestore;
 mod dispatch;
 mod export;
 mod introspect;
@@ -228,12 +229,18 @@ pub fn decode_stream_for_fuzzing(mut data: &[u8]) {
                 let mut cur = std::io::Cursor::new(&body[..]);
                 let _ = pulseaudio::protocol::Command::read_tag_prefixed(&mut cur, version);
             }
-            // EXTENSION payloads go to stream restore's own parser.
+            // EXTENSION payloads go to the extensions' own parsers.
             if body.len() >= 10
                 && body[1..5] == (pulseaudio::protocol::CommandTag::Extension as u32).to_be_bytes()
                 && let Ok((_, _, at)) = restore::split_target(&body[10..])
             {
                 let _ = restore::Request::parse(&body[10 + at..]);
+                for version in [
+                    pulseaudio::protocol::MIN_VERSION,
+                    pulseaudio::protocol::MAX_VERSION,
+                ] {
+                    let _ = devrestore::Request::parse(&body[10 + at..], version);
+                }
             }
         }
     }

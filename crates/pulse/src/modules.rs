@@ -44,8 +44,11 @@ pub const PROTOCOL_MODULE: u32 = 0;
 pub const DEVICES_MODULE: u32 = 1;
 /// Index of the pseudo-module standing for stream restore ([`crate::restore`]).
 pub const RESTORE_MODULE: u32 = 2;
+/// Index of the pseudo-module standing for device restore's extension
+/// ([`crate::devrestore`]).
+pub const DEVICE_RESTORE_MODULE: u32 = 3;
 /// First index of loaded modules.
-pub const FIRST_LOADED: u32 = 3;
+pub const FIRST_LOADED: u32 = 4;
 
 /// A loaded module.
 #[derive(Debug, Clone)]

@@ -104,6 +104,9 @@ pub enum ConnMsg {
     /// The devices were suspended (true) or resumed while streams exist; tell the
     /// client's streams (PLAYBACK/RECORD_STREAM_SUSPENDED).
     DevicesSuspended(bool),
+    /// Device restore saved a device's formats (type, index): tell the extension's
+    /// subscribers.
+    DeviceRestoreEvent(u32, u32),
     /// A module's sink or source (this node) was suspended (true) or resumed on its own.
     NodeSuspended(NodeId, bool),
 }
@@ -117,6 +120,8 @@ pub struct ConnHandle {
     pub mask: AtomicU32,
     /// Subscribed to stream restore's events.
     pub restore_events: AtomicBool,
+    /// Subscribed to device restore's events.
+    pub device_restore_events: AtomicBool,
     /// Messages for the connection thread.
     pub queue: Mutex<VecDeque<ConnMsg>>,
     /// Wakes the I/O thread serving this connection (also rung by its streams' RT side).
@@ -132,6 +137,11 @@ impl ConnHandle {
             return;
         }
         if matches!(msg, ConnMsg::RestoreEvent) && !self.restore_events.load(Ordering::Relaxed) {
+            return;
+        }
+        if matches!(msg, ConnMsg::DeviceRestoreEvent(..))
+            && !self.device_restore_events.load(Ordering::Relaxed)
+        {
             return;
         }
         let mut q = self

@@ -1169,27 +1169,8 @@ impl Conn {
                 ConnMsg::Kill => self.closing = true,
                 ConnMsg::KillStream(node) => self.kill_stream(node),
                 ConnMsg::Moved(node) => self.send_moved(node),
-                ConnMsg::NodeSuspended(node, on) => self.tell_suspended(node, on),
-                ConnMsg::DevicesSuspended(on) => {
-                    let play: Vec<u32> = self.playback.values().map(|p| p.channel).collect();
-                    let rec: Vec<u32> = self.record.values().map(|r| r.channel).collect();
-                    for channel in play {
-                        self.out().command(&Command::PlaybackStreamSuspended(
-                            pa::StreamSuspendedParams {
-                                stream_index: channel,
-                                suspended: on,
-                            },
-                        ));
-                    }
-                    for channel in rec {
-                        self.out().command(&Command::RecordStreamSuspended(
-                            pa::StreamSuspendedParams {
-                                stream_index: channel,
-                                suspended: on,
-                            },
-                        ));
-                    }
-                }
+                ConnMsg::NodeSuspended(node, on) => self.tell_suspended(Some(node), on),
+                ConnMsg::DevicesSuspended(on) => self.tell_suspended(None, on),
                 ConnMsg::DeviceRestoreEvent(kind, index) => {
                     self.out().command_with(CommandTag::Extension as u32, |ts| {
                         ts.write_u32(crate::modules::DEVICE_RESTORE_MODULE)
@@ -2622,11 +2603,12 @@ impl Conn {
         Ok(())
     }
 
-    /// Tells this client's streams on the sink or source `node` that it was suspended
-    /// or resumed (what `pacat -v` prints as "Stream device suspended.").
-    fn tell_suspended(&mut self, node: NodeId, on: bool) {
+    /// Tells this client's streams on the sink or source `node` (every stream: `None`,
+    /// the devices) that it was suspended or resumed (PLAYBACK/RECORD_STREAM_SUSPENDED,
+    /// what `pacat -v` prints as "Stream device suspended.").
+    fn tell_suspended(&mut self, node: Option<NodeId>, on: bool) {
         let graph = self.srv.engine.graph();
-        let on_node = |stream: NodeId| stream_target(&graph, stream) == Some(node);
+        let on_node = |stream: NodeId| node.is_none() || stream_target(&graph, stream) == node;
         let play: Vec<u32> = (self.playback.values())
             .filter(|p| on_node(p.node))
             .map(|p| p.channel)

@@ -773,9 +773,12 @@ impl Engine {
     }
 
     fn quantum_for(&self, graph: &Graph) -> usize {
+        // A stream held by a suspended sink asks nothing of the running graph.
+        let stopped = crate::plan::stopped_nodes(graph);
         graph
             .nodes
             .values()
+            .filter(|n| !stopped.contains(&n.id))
             .filter_map(|n| n.latency_frames)
             .map(|l| self.quantum_for_latency(l as usize))
             .min()

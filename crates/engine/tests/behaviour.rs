@@ -849,6 +849,8 @@ fn a_suspended_virtual_sink_stops_its_streams_and_recorders_while_the_card_plays
     let played = Arc::new(AtomicUsize::new(0));
     let mut a = NodeSpec::new("a", NodeKind::PlaybackStream);
     a.outputs = ChannelMap::stereo();
+    // A low-latency stream: it sets the quantum while its sink runs, not while held.
+    a.latency_frames = Some(64);
     engine
         .add_node(a, Some(Box::new(Counted(played.clone(), 0.25))))
         .unwrap();
@@ -864,21 +866,28 @@ fn a_suspended_virtual_sink_stops_its_streams_and_recorders_while_the_card_plays
     engine.link("b", "test-sink").unwrap();
     let cycles = |runner: &mut quaver_engine::RtRunner| {
         settle(runner, &[&left]);
+        // Past the device's start fade, which is longer than a few 64-frame cycles.
+        for _ in 0..16 {
+            runner.run_cycle();
+        }
+        left.lock().unwrap().clear();
         played.store(0, Relaxed);
         heard.store(0, Relaxed);
         for _ in 0..4 {
             runner.run_cycle();
         }
         let card = left.lock().unwrap().clone();
-        assert_eq!(card.len(), 4 * 256);
+        assert_eq!(card.len(), 4 * engine.quantum());
         assert!(
             card.iter().all(|&x| x == 0.125),
-            "the card's stream was disturbed"
+            "the card's stream was disturbed: {:?}",
+            &card[..8.min(card.len())]
         );
         (played.load(Relaxed), heard.load(Relaxed))
     };
     assert_eq!(cycles(&mut runner), (4, 4));
     assert_eq!(f32::from_bits(last.load(Relaxed)), 0.25);
+    assert_eq!(engine.quantum(), engine.quantum_for_latency(64));
 
     assert!(engine.suspend_node(vsink, true).unwrap());
     assert!(
@@ -891,6 +900,7 @@ fn a_suspended_virtual_sink_stops_its_streams_and_recorders_while_the_card_plays
         (0, 0),
         "the suspended sink's stream or recorder ran"
     );
+    assert_eq!(engine.quantum(), 256, "a held stream still set the quantum");
 
     let card = engine.graph().node_by_name("test-sink").unwrap().id;
     assert!(
@@ -900,5 +910,6 @@ fn a_suspended_virtual_sink_stops_its_streams_and_recorders_while_the_card_plays
 
     assert!(engine.suspend_node(vsink, false).unwrap());
     assert_eq!(cycles(&mut runner), (4, 4));
+    assert_eq!(engine.quantum(), engine.quantum_for_latency(64));
     engine.shutdown_manual(runner).unwrap();
 }

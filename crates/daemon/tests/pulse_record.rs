@@ -484,6 +484,111 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
 }
 
 #[test]
+fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
+    require_tools!("pactl");
+    let d = pulse_util::start(&["--device", "null"]);
+    let vmic = load(&d, &["module-null-sink", "sink_name=vmic"]);
+    load(&d, &["module-null-source", "source_name=vsrc"]);
+    let index_of = |what: &str, name: &str| {
+        pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", what]))
+            .lines()
+            .find(|l| l.split('\t').nth(1) == Some(name))
+            .and_then(|l| l.split('\t').next().map(str::to_string))
+            .unwrap_or_else(|| panic!("no {what} {name}"))
+    };
+    let first = |what: &str, column: usize| {
+        pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", what]))
+            .lines()
+            .next()
+            .and_then(|l| l.split('\t').nth(column).map(str::to_string))
+    };
+    let bad = run_pa(
+        &d,
+        "pactl",
+        &[
+            "load-module",
+            "module-loopback",
+            "sink=vmic",
+            "sink_dont_move=maybe",
+        ],
+    );
+    assert!(!bad.status.success(), "a bad boolean was taken");
+    let pinned = load(
+        &d,
+        &[
+            "module-loopback",
+            "source=null-sink.monitor",
+            "sink=vmic",
+            "sink_dont_move=yes",
+            "source_dont_move=1",
+        ],
+    );
+    let input = first("sink-inputs", 0).expect("the loopback's sink input");
+    let output = first("source-outputs", 0).expect("the loopback's source output");
+    for (cmd, stream, to) in [
+        ("move-sink-input", &input, "null-sink"),
+        ("move-source-output", &output, "vsrc"),
+    ] {
+        let out = run_pa(&d, "pactl", &[cmd, stream, to]);
+        assert!(!out.status.success(), "{cmd} moved a pinned loopback");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Invalid argument"), "{cmd}: {err}");
+    }
+    assert_eq!(first("sink-inputs", 1), Some(index_of("sinks", "vmic")));
+    assert!(
+        d.log_text()
+            .contains("was loaded with sink_dont_move and stays")
+    );
+    // Its sink goes: the loopback goes too instead of moving to another sink.
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &vmic]));
+    assert!(
+        wait_until(WAIT, || !pa_ok(
+            &d,
+            &run_pa(&d, "pactl", &["list", "short", "modules"])
+        )
+        .lines()
+        .any(|l| l.split('\t').next() == Some(pinned.as_str()))),
+        "the pinned loopback outlived its sink"
+    );
+    assert_eq!(count_lines(&d, "sink-inputs"), 0);
+    // Without the flags a loopback is rescued to the default sink, as any stream...
+    let vmic = load(&d, &["module-null-sink", "sink_name=vmic"]);
+    let free = load(&d, &["module-loopback", "source=vsrc", "sink=vmic"]);
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &vmic]));
+    assert!(
+        wait_until(WAIT, || first("sink-inputs", 1)
+            == Some(index_of("sinks", "null-sink"))),
+        "the free loopback was not rescued"
+    );
+    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
+    assert!(
+        modules
+            .lines()
+            .any(|l| l.split('\t').next() == Some(free.as_str())),
+        "{modules}"
+    );
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &free]));
+    // ...unless the default sink's monitor is its source: then it goes (it stayed,
+    // playing to no sink, listed on sink 4294967295).
+    let vmic = load(&d, &["module-null-sink", "sink_name=vmic"]);
+    let looped = load(
+        &d,
+        &["module-loopback", "source=null-sink.monitor", "sink=vmic"],
+    );
+    pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &vmic]));
+    assert!(
+        wait_until(WAIT, || !pa_ok(
+            &d,
+            &run_pa(&d, "pactl", &["list", "short", "modules"])
+        )
+        .lines()
+        .any(|l| l.split('\t').next() == Some(looped.as_str()))),
+        "a loopback with nowhere to play stayed loaded"
+    );
+    assert_eq!(count_lines(&d, "sink-inputs"), 0);
+}
+
+#[test]
 fn a_remapped_source_records_one_channel_of_its_master() {
     require_tools!("pactl", "paplay", "parec");
     let d = pulse_util::start(&["--device", "null"]);

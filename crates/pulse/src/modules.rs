@@ -75,6 +75,11 @@ pub struct ModuleRec {
     pub pipe_in: Option<Arc<crate::pipe::PipeIn>>,
     /// module-suspend-on-idle: unloading it stops idle suspends.
     pub idle_suspend: bool,
+    /// A loopback's `sink_dont_move`: its sink input cannot be moved, and it is
+    /// unloaded when its sink goes.
+    pub sink_dont_move: bool,
+    /// A loopback's `source_dont_move`: its source output cannot be moved.
+    pub source_dont_move: bool,
 }
 
 /// The module PulseAudio suspends idle devices with; quaverd lists it (as loaded at
@@ -97,6 +102,8 @@ impl ModuleRec {
             pipe: None,
             pipe_in: None,
             idle_suspend: false,
+            sink_dont_move: false,
+            source_dont_move: false,
         }
     }
 
@@ -706,6 +713,18 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
                     .default_sink(&graph)
                     .ok_or_else(|| fail("no sink".into()))?,
             };
+            for (key, flag) in [
+                ("sink_dont_move", &mut rec.sink_dont_move),
+                ("source_dont_move", &mut rec.source_dont_move),
+            ] {
+                if let Some(v) = args.get(key) {
+                    *flag = parse_bool(key, v).map_err(&fail)?;
+                }
+            }
+            if rec.sink_dont_move {
+                // As PulseAudio's: gone with its sink instead of rescued to another.
+                rec.needs.push(sink.node);
+            }
             let src = &graph.nodes[&source.node];
             let map = match (args.get("channel_map"), args.get("channels")) {
                 (Some(m), _) => parse_channel_map(&unescape(m))
@@ -1057,12 +1076,19 @@ pub fn unload_orphans(srv: &Server) {
                 graph.nodes.get(n).is_some_and(crate::server::is_loop)
                     && crate::server::loop_source(&graph, *n).is_none()
             };
+            // A loop whose sink went and that no other sink could take (the default
+            // sink's monitor was its source) plays nowhere: PulseAudio kills it too.
+            let sinkless_loop = |n: &NodeId| {
+                graph.nodes.get(n).is_some_and(crate::server::is_loop)
+                    && stream_target(&graph, *n).is_none()
+            };
             let idx = st
                 .modules
                 .iter()
                 .find(|(_, m)| {
                     m.needs.iter().any(|n| !graph.nodes.contains_key(n))
                         || m.nodes.iter().any(sourceless_loop)
+                        || m.nodes.iter().any(sinkless_loop)
                 })
                 .map(|(&i, _)| i);
             idx.and_then(|i| st.modules.remove(&i).map(|m| (i, m)))

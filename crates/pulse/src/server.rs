@@ -497,6 +497,22 @@ impl Server {
             .filter(|n| n.kind == kind || (!playback && is_loop(n)))
             .ok_or(PulseError::NoEntity)?;
         let dev_node = graph.nodes.get(&dev.node).ok_or(PulseError::NoEntity)?;
+        let pinned = self.lock().modules.values().any(|m| {
+            m.nodes.contains(&index)
+                && if playback {
+                    m.sink_dont_move
+                } else {
+                    m.source_dont_move
+                }
+        });
+        if pinned {
+            tracing::info!(
+                "pulse: {} was loaded with {}_dont_move and stays",
+                node.name,
+                if playback { "sink" } else { "source" }
+            );
+            return Err(PulseError::Invalid);
+        }
         // A loopback moved as a source output changes the source it records.
         let inputs_of_loop = !playback && is_loop(node);
         let old = if inputs_of_loop {

@@ -2123,6 +2123,7 @@ mod tests {
             mute: false,
             latency_ms: None,
             playback_lead_frames: None,
+            suspended: false,
             ports: Vec::new(),
             callback: Some(CallbackNodeInfo {
                 mode: "sync".into(),

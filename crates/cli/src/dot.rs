@@ -53,6 +53,9 @@ fn node_label(node: &NodeInfo) -> String {
         (!ports.is_empty()).then(|| format!("{{{}}}", ports.join("|")))
     };
     let mut middle = format!("{}|{}", escape(&node.name), escape(&node.kind));
+    if node.suspended {
+        middle.push_str("|suspended");
+    }
     if node.mute || (node.volume - 1.0).abs() > 1e-6 {
         middle.push('|');
         middle.push_str(&escape(&crate::values::format_volume(
@@ -130,6 +133,7 @@ mod tests {
             mute: false,
             latency_ms: None,
             playback_lead_frames: None,
+            suspended: false,
             ports,
             callback: None,
         }

@@ -332,7 +332,11 @@ pub fn ls_text(g: &GraphInfo) -> String {
             t.row(vec![
                 n.id.to_string(),
                 n.name.clone(),
-                n.kind.clone(),
+                if n.suspended {
+                    format!("{} (suspended)", n.kind)
+                } else {
+                    n.kind.clone()
+                },
                 format_volume(n.volume, n.mute),
                 n.description.clone(),
             ]);
@@ -407,6 +411,7 @@ mod tests {
                     mute: false,
                     latency_ms: None,
                     playback_lead_frames: None,
+                    suspended: false,
                     ports: vec![
                         PortInfo {
                             id: 10,
@@ -432,6 +437,7 @@ mod tests {
                     mute: true,
                     latency_ms: Some(20.0),
                     playback_lead_frames: None,
+                    suspended: false,
                     ports: vec![PortInfo {
                         id: 30,
                         name: "FL".into(),
@@ -449,6 +455,7 @@ mod tests {
                     mute: false,
                     latency_ms: None,
                     playback_lead_frames: None,
+                    suspended: false,
                     ports: vec![],
                     callback: Some(quaver_protocol::CallbackNodeInfo {
                         mode: "async".into(),

@@ -1136,6 +1136,7 @@ impl NativeServer {
                         .filter(|_| n.kind == NodeKind::DeviceSink)
                         .and_then(|i| stats.devices.get(i))
                         .map(|d| d.margin_frames.load(std::sync::atomic::Ordering::Relaxed)),
+                    suspended: n.suspended,
                     ports: n
                         .inputs
                         .iter()

@@ -879,6 +879,14 @@ fn a_module_sink_suspends_on_its_own_while_the_card_plays_on() {
     assert_eq!(state("sinks", "vmic"), "SUSPENDED");
     assert_eq!(state("sources", "vmic.monitor"), "SUSPENDED");
     assert_ne!(state("sinks", "file-sink"), "SUSPENDED");
+    // The engine's own view says so too.
+    let nodes = ok(&d.run(&["ls"]));
+    let row = nodes
+        .lines()
+        .find(|l| l.contains(" vmic "))
+        .unwrap_or_default();
+    assert!(row.contains("sink (suspended)"), "{nodes}");
+    assert!(ok(&d.run(&["graph"])).contains("{vmic|sink|suspended}"));
     // A monitor follows its sink, as in PulseAudio.
     let out = run_pa(&d, "pactl", &["suspend-source", "vmic.monitor", "1"]);
     assert!(!out.status.success(), "a monitor was suspended on its own");

@@ -215,6 +215,7 @@ mod tests {
             mute: false,
             latency_ms: None,
             playback_lead_frames: None,
+            suspended: false,
             ports: ports
                 .iter()
                 .map(|&(id, n, direction)| PortInfo {
@@ -235,6 +236,7 @@ mod tests {
             nodes: vec![
                 NodeInfo {
                     playback_lead_frames: Some(256),
+                    suspended: false,
                     ..node(
                         1,
                         "null-sink",

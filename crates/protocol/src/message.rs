@@ -790,6 +790,10 @@ pub struct NodeInfo {
     /// other nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub playback_lead_frames: Option<u64>,
+    /// Suspended on its own (a virtual sink): it and the streams it holds do not run
+    /// (added within v1; absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
 }
 
 /// How a callback client node runs, in [`NodeInfo`].
@@ -1032,6 +1036,7 @@ mod tests {
                 mute: false,
                 latency_ms: Some(5.3),
                 playback_lead_frames: None,
+                suspended: false,
                 ports: vec![PortInfo {
                     id: 10,
                     name: "FL".into(),

@@ -1072,23 +1072,20 @@ pub fn unload_orphans(srv: &Server) {
         let graph = srv.engine.graph();
         let orphan = {
             let mut st = srv.lock();
-            let sourceless_loop = |n: &NodeId| {
+            // A loop without a source has nothing to play; one whose sink went and
+            // that no other sink could take (the default sink's monitor was its
+            // source) plays nowhere: PulseAudio kills it too.
+            let stranded_loop = |n: &NodeId| {
                 graph.nodes.get(n).is_some_and(crate::server::is_loop)
-                    && crate::server::loop_source(&graph, *n).is_none()
-            };
-            // A loop whose sink went and that no other sink could take (the default
-            // sink's monitor was its source) plays nowhere: PulseAudio kills it too.
-            let sinkless_loop = |n: &NodeId| {
-                graph.nodes.get(n).is_some_and(crate::server::is_loop)
-                    && stream_target(&graph, *n).is_none()
+                    && (crate::server::loop_source(&graph, *n).is_none()
+                        || stream_target(&graph, *n).is_none())
             };
             let idx = st
                 .modules
                 .iter()
                 .find(|(_, m)| {
                     m.needs.iter().any(|n| !graph.nodes.contains_key(n))
-                        || m.nodes.iter().any(sourceless_loop)
-                        || m.nodes.iter().any(sinkless_loop)
+                        || m.nodes.iter().any(stranded_loop)
                 })
                 .map(|(&i, _)| i);
             idx.and_then(|i| st.modules.remove(&i).map(|m| (i, m)))

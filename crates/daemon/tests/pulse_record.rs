@@ -502,6 +502,11 @@ fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
             .next()
             .and_then(|l| l.split('\t').nth(column).map(str::to_string))
     };
+    let loaded = |index: &str| {
+        pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]))
+            .lines()
+            .any(|l| l.split('\t').next() == Some(index))
+    };
     let bad = run_pa(
         &d,
         "pactl",
@@ -542,12 +547,7 @@ fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
     // Its sink goes: the loopback goes too instead of moving to another sink.
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &vmic]));
     assert!(
-        wait_until(WAIT, || !pa_ok(
-            &d,
-            &run_pa(&d, "pactl", &["list", "short", "modules"])
-        )
-        .lines()
-        .any(|l| l.split('\t').next() == Some(pinned.as_str()))),
+        wait_until(WAIT, || !loaded(&pinned)),
         "the pinned loopback outlived its sink"
     );
     assert_eq!(count_lines(&d, "sink-inputs"), 0);
@@ -560,13 +560,7 @@ fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
             == Some(index_of("sinks", "null-sink"))),
         "the free loopback was not rescued"
     );
-    let modules = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "modules"]));
-    assert!(
-        modules
-            .lines()
-            .any(|l| l.split('\t').next() == Some(free.as_str())),
-        "{modules}"
-    );
+    assert!(loaded(&free), "the rescued loopback was unloaded");
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &free]));
     // ...unless the default sink's monitor is its source: then it goes (it stayed,
     // playing to no sink, listed on sink 4294967295).
@@ -577,12 +571,7 @@ fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
     );
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &vmic]));
     assert!(
-        wait_until(WAIT, || !pa_ok(
-            &d,
-            &run_pa(&d, "pactl", &["list", "short", "modules"])
-        )
-        .lines()
-        .any(|l| l.split('\t').next() == Some(looped.as_str()))),
+        wait_until(WAIT, || !loaded(&looped)),
         "a loopback with nowhere to play stayed loaded"
     );
     assert_eq!(count_lines(&d, "sink-inputs"), 0);

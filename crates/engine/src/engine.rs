@@ -755,13 +755,16 @@ impl Engine {
         if self.shared.max_fill == 0 {
             return 0;
         }
-        if graph.nodes.values().any(|n| {
+        // What a suspended sink holds does not run, so it limits nothing.
+        let stopped = crate::plan::stopped_nodes(graph);
+        let running = || graph.nodes.values().filter(|n| !stopped.contains(&n.id));
+        if running().any(|n| {
             matches!(n.kind, NodeKind::RecordStream | NodeKind::Filter)
                 || (n.kind == NodeKind::PlaybackStream && !n.inputs.is_empty())
         }) {
             return 0;
         }
-        let Some(latency) = graph.nodes.values().filter_map(|n| n.latency_frames).min() else {
+        let Some(latency) = running().filter_map(|n| n.latency_frames).min() else {
             return 0;
         };
         let fill = (latency as usize).min(self.shared.max_fill);

@@ -421,3 +421,53 @@ fn a_playback_node_fed_from_the_graph_stops_the_filling_ahead() {
     );
     assert_eq!(r.underruns(), 0);
 }
+
+/// Plays silence (a stream that needs nothing from the graph).
+struct Quiet;
+
+impl quaver_engine::Processor for Quiet {
+    fn process(
+        &mut self,
+        _cx: &quaver_engine::CycleInfo,
+        _inputs: quaver_dsp::Planar<'_>,
+        outputs: &mut quaver_dsp::PlanarMut<'_>,
+    ) {
+        for ch in 0..outputs.channels() {
+            outputs.channel_mut(ch).fill(0.0);
+        }
+    }
+}
+
+#[test]
+fn a_low_latency_stream_held_by_a_suspended_sink_lets_the_card_fill_ahead_again() {
+    let mut r = rig();
+    // A virtual sink with a 5 ms stream: the card must wake every few ms for it...
+    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
+    v.inputs = ChannelMap::stereo();
+    v.outputs = ChannelMap::stereo();
+    let vsink = r.engine.add_node(v, Some(Box::new(Copy))).unwrap();
+    let mut low = NodeSpec::new("low", NodeKind::PlaybackStream);
+    low.outputs = ChannelMap::stereo();
+    low.latency_frames = Some(240);
+    r.engine.add_node(low, Some(Box::new(Quiet))).unwrap();
+    r.engine.link("low", "vsink").unwrap();
+    r.run_until(2 * S);
+    let before = r.wakeups();
+    r.run_until(4 * S);
+    let held_back = r.wakeups() - before;
+    // ...until that sink is suspended: then only the music's 2 s request counts.
+    assert!(r.engine.suspend_node(vsink, true).unwrap());
+    r.run_until(6 * S);
+    let before = r.wakeups();
+    r.run_until(10 * S);
+    let filling = r.wakeups() - before;
+    assert!(
+        held_back > 100,
+        "{held_back} wakeups in 2 s with a 5 ms stream"
+    );
+    assert!(
+        filling <= 4,
+        "{filling} wakeups in 4 s with the 5 ms stream held by a suspended sink"
+    );
+    assert_eq!(r.underruns(), 0);
+}

@@ -6,7 +6,7 @@
 use crate::EngineError;
 use crate::graph::{Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
 use crate::node::Processor;
-use crate::plan::{NodeSlot, Plan, compile};
+use crate::plan::{NodeSlot, Plan, compile, stopped_nodes};
 use crate::rt::{Garbage, MAX_DEVICES, RtEvent, RtRunner, RtStats, ToRt};
 use crate::sched::{MemoryLock, RtOutcome, RtThread, Scheduler};
 use crate::timing::{NodeTimes, NodeTiming, SlotMark};
@@ -751,12 +751,11 @@ impl Engine {
     /// streams use the graph. Record streams, filters and playback streams fed from the
     /// graph (a loopback) keep one quantum per wakeup: capture is read in bursts while
     /// filling ahead, and what is computed from other nodes cannot be rewound.
-    fn fill_for(&self, graph: &Graph, quantum: usize) -> usize {
+    fn fill_for(&self, graph: &Graph, stopped: &HashSet<NodeId>, quantum: usize) -> usize {
         if self.shared.max_fill == 0 {
             return 0;
         }
         // What a suspended sink holds does not run, so it limits nothing.
-        let stopped = crate::plan::stopped_nodes(graph);
         let running = || graph.nodes.values().filter(|n| !stopped.contains(&n.id));
         if running().any(|n| {
             matches!(n.kind, NodeKind::RecordStream | NodeKind::Filter)
@@ -775,9 +774,8 @@ impl Engine {
         }
     }
 
-    fn quantum_for(&self, graph: &Graph) -> usize {
+    fn quantum_for(&self, graph: &Graph, stopped: &HashSet<NodeId>) -> usize {
         // A stream held by a suspended sink asks nothing of the running graph.
-        let stopped = crate::plan::stopped_nodes(graph);
         graph
             .nodes
             .values()
@@ -800,9 +798,11 @@ impl Engine {
         ctl: &mut Control,
         new_nodes: &HashSet<NodeId>,
     ) -> Result<(), EngineError> {
-        ctl.quantum = self.quantum_for(&ctl.graph);
-        let (mut plan, current) = compile(&ctl.graph, ctl.quantum, &ctl.published, new_nodes);
-        plan.fill = self.fill_for(&ctl.graph, ctl.quantum);
+        let stopped = stopped_nodes(&ctl.graph);
+        ctl.quantum = self.quantum_for(&ctl.graph, &stopped);
+        let (mut plan, current) =
+            compile(&ctl.graph, &stopped, ctl.quantum, &ctl.published, new_nodes);
+        plan.fill = self.fill_for(&ctl.graph, &stopped, ctl.quantum);
         plan.held = ctl.held;
         ctl.published = current;
         self.send(ctl, ToRt::Plan(Box::new(plan)))

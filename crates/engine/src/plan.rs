@@ -160,19 +160,20 @@ fn all_in(peers: impl Iterator<Item = NodeId>, set: &HashSet<NodeId>) -> bool {
     peers.peek().is_some() && peers.all(|p| set.contains(&p))
 }
 
-/// Compiles `graph` into a plan. `previous` holds the port pairs of the plan before
-/// this one, so new links fade in and removed ones fade out; `new_nodes` are nodes that
-/// appear in this plan for the first time: their links start at full gain, because a
-/// new stream's first sample is its true start, not a cut into running audio.
+/// Compiles `graph` into a plan, leaving out the `stopped` nodes ([`stopped_nodes`]).
+/// `previous` holds the port pairs of the plan before this one, so new links fade in and
+/// removed ones fade out; `new_nodes` are nodes that appear in this plan for the first
+/// time: their links start at full gain, because a new stream's first sample is its true
+/// start, not a cut into running audio.
 pub(crate) fn compile(
     graph: &Graph,
+    stopped: &HashSet<NodeId>,
     quantum: usize,
     previous: &HashSet<(PortId, PortId)>,
     new_nodes: &HashSet<NodeId>,
 ) -> (Plan, HashSet<(PortId, PortId)>) {
     let current: HashSet<(PortId, PortId)> =
         graph.links.values().map(|l| (l.output, l.input)).collect();
-    let stopped = stopped_nodes(graph);
     let mut plan = Plan {
         quantum,
         // Streams of a suspended virtual sink wait for it, not for the card.

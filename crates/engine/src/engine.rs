@@ -648,11 +648,7 @@ impl Engine {
     /// devices and every other node go on. Returns whether anything changed.
     pub fn suspend_node(&self, node: NodeId, on: bool) -> Result<bool, EngineError> {
         let mut ctl = self.lock();
-        let n = ctl
-            .graph
-            .nodes
-            .get_mut(&node)
-            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?;
+        let n = ctl.graph.node_mut(node)?;
         if n.device.is_some() {
             // A device stops with its clock: that is `hold`.
             return Err(EngineError::Invalid(format!(
@@ -974,11 +970,7 @@ impl Engine {
     /// request). The quantum follows with the next plan.
     pub fn set_latency(&self, node: NodeId, frames: Option<u32>) -> Result<(), EngineError> {
         let mut ctl = self.lock();
-        let n = ctl
-            .graph
-            .nodes
-            .get_mut(&node)
-            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?;
+        let n = ctl.graph.node_mut(node)?;
         if n.latency_frames == frames {
             return Ok(());
         }

@@ -518,6 +518,13 @@ impl Graph {
         outs.iter().zip(ins).map(|(o, i)| (*o, *i)).collect()
     }
 
+    /// The node `id`, to change it.
+    pub fn node_mut(&mut self, id: NodeId) -> Result<&mut Node, EngineError> {
+        self.nodes
+            .get_mut(&id)
+            .ok_or_else(|| EngineError::NoSuchNode(id.to_string()))
+    }
+
     /// Resolves a link request ("node" or "node:port" on each side) into port pairs.
     pub fn link_pairs(
         &self,

@@ -6,7 +6,10 @@
 //! Every cycle runs under an allocation guard: filling ahead, rewinding and replaying
 //! are real-time work too.
 
+mod common;
+
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, violation_count};
+use common::{Dc, Thru};
 
 use quaver_devices::{DacProbe, SimCard, SimConfig, VirtualClock};
 use quaver_dsp::ChannelMap;
@@ -377,22 +380,6 @@ fn the_real_time_thread_is_woken_from_a_long_sleep_to_rewind() {
     engine.shutdown().unwrap();
 }
 
-/// Copies its inputs to its outputs, like the PulseAudio front-end's loopback.
-struct Copy;
-
-impl quaver_engine::Processor for Copy {
-    fn process(
-        &mut self,
-        _cx: &quaver_engine::CycleInfo,
-        inputs: quaver_dsp::Planar<'_>,
-        outputs: &mut quaver_dsp::PlanarMut<'_>,
-    ) {
-        for ch in 0..outputs.channels() {
-            outputs.channel_mut(ch).copy_from_slice(inputs.channel(ch));
-        }
-    }
-}
-
 #[test]
 fn a_playback_node_fed_from_the_graph_stops_the_filling_ahead() {
     // A loopback is a playback node whose audio is computed from other nodes in the
@@ -406,7 +393,7 @@ fn a_playback_node_fed_from_the_graph_stops_the_filling_ahead() {
     let mut spec = NodeSpec::new("loop", NodeKind::PlaybackStream);
     spec.inputs = ChannelMap::stereo();
     spec.outputs = ChannelMap::stereo();
-    r.engine.add_node(spec, Some(Box::new(Copy))).unwrap();
+    r.engine.add_node(spec, Some(Box::new(Thru))).unwrap();
     r.engine.link("music", "loop").unwrap();
     r.engine.link("loop", "sim-sink").unwrap();
     r.run_until(7 * S);
@@ -422,22 +409,6 @@ fn a_playback_node_fed_from_the_graph_stops_the_filling_ahead() {
     assert_eq!(r.underruns(), 0);
 }
 
-/// Plays silence (a stream that needs nothing from the graph).
-struct Quiet;
-
-impl quaver_engine::Processor for Quiet {
-    fn process(
-        &mut self,
-        _cx: &quaver_engine::CycleInfo,
-        _inputs: quaver_dsp::Planar<'_>,
-        outputs: &mut quaver_dsp::PlanarMut<'_>,
-    ) {
-        for ch in 0..outputs.channels() {
-            outputs.channel_mut(ch).fill(0.0);
-        }
-    }
-}
-
 #[test]
 fn a_low_latency_stream_held_by_a_suspended_sink_lets_the_card_fill_ahead_again() {
     let mut r = rig();
@@ -445,11 +416,11 @@ fn a_low_latency_stream_held_by_a_suspended_sink_lets_the_card_fill_ahead_again(
     let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
     v.inputs = ChannelMap::stereo();
     v.outputs = ChannelMap::stereo();
-    let vsink = r.engine.add_node(v, Some(Box::new(Copy))).unwrap();
+    let vsink = r.engine.add_node(v, Some(Box::new(Thru))).unwrap();
     let mut low = NodeSpec::new("low", NodeKind::PlaybackStream);
     low.outputs = ChannelMap::stereo();
     low.latency_frames = Some(240);
-    r.engine.add_node(low, Some(Box::new(Quiet))).unwrap();
+    r.engine.add_node(low, Some(Box::new(Dc(0.0)))).unwrap();
     r.engine.link("low", "vsink").unwrap();
     r.run_until(2 * S);
     let before = r.wakeups();

@@ -834,14 +834,7 @@ fn sink_state(d: &Daemon) -> String {
 fn a_module_sink_suspends_on_its_own_while_the_card_plays_on() {
     require_tools!("pactl", "paplay", "parec");
     let mut d = pulse_util::start(&["--device", "file:out.wav"]);
-    pa_ok(
-        &d,
-        &run_pa(
-            &d,
-            "pactl",
-            &["load-module", "module-null-sink", "sink_name=vmic"],
-        ),
-    );
+    load_module(&d, &["module-null-sink", "sink_name=vmic"]);
     let state = |what: &str, name: &str| {
         pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", what]))
             .lines()

@@ -222,12 +222,6 @@ fn module_null_sink_plays_into_its_monitor_and_unloads() {
     assert!(!bad.status.success());
 }
 
-fn load(d: &Daemon, args: &[&str]) -> String {
-    let mut a = vec!["load-module"];
-    a.extend(args);
-    pa_ok(d, &run_pa(d, "pactl", &a)).trim().to_string()
-}
-
 #[test]
 fn combine_remap_and_loopback_modules_route_in_the_graph() {
     require_tools!("pactl", "paplay");
@@ -241,7 +235,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
         .nth(1)
         .unwrap()
         .to_string();
-    load(&d, &["module-combine-sink", "sink_name=both"]);
+    load_module(&d, &["module-combine-sink", "sink_name=both"]);
     let input = noise_s16(48000, 5, 20000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     pa_ok(&d, &run_pa(&d, "paplay", &["-d", "both", "in.wav"]));
@@ -252,7 +246,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
 
     // Remap: left and right swapped on the way to the master.
     let mut d = pulse_util::start(&["--device", "file:out.wav"]);
-    load(
+    load_module(
         &d,
         &[
             "module-remap-sink",
@@ -283,7 +277,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
         ],
     );
     assert!(!bad.status.success(), "a loop onto itself must fail");
-    let m = load(
+    let m = load_module(
         &d,
         &[
             "module-loopback",
@@ -382,7 +376,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
             .to_string()
     };
     let idle = quantum(&d);
-    let m = load(
+    let m = load_module(
         &d,
         &[
             "module-loopback",
@@ -397,7 +391,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
     let outputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "source-outputs"]));
     assert!(outputs.contains("media.name = \"Loopback to "), "{outputs}");
     assert!(outputs.contains(&format!("Owner Module: {m}")), "{outputs}");
-    let other = load(&d, &["module-null-sink", "sink_name=other"]);
+    let other = load_module(&d, &["module-null-sink", "sink_name=other"]);
     let index_of = |what: &str, name: &str| {
         pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", what]))
             .lines()
@@ -445,7 +439,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
         "{}",
         modules(&d)
     );
-    let m = load(
+    let m = load_module(
         &d,
         &[
             "module-loopback",
@@ -461,7 +455,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
     let index: u32 = short.split('\t').next().unwrap().parse().unwrap();
     let mut raw = RawClient::ready(&d, "killer");
     // A module's sink is no sink input: killing it by that index is refused.
-    let extra = load(&d, &["module-null-sink", "sink_name=extra"]);
+    let extra = load_module(&d, &["module-null-sink", "sink_name=extra"]);
     let extra_index: u32 = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]))
         .lines()
         .find(|l| l.contains("\textra\t"))
@@ -487,8 +481,8 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
 fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
     require_tools!("pactl");
     let d = pulse_util::start(&["--device", "null"]);
-    let vmic = load(&d, &["module-null-sink", "sink_name=vmic"]);
-    load(&d, &["module-null-source", "source_name=vsrc"]);
+    let vmic = load_module(&d, &["module-null-sink", "sink_name=vmic"]);
+    load_module(&d, &["module-null-source", "source_name=vsrc"]);
     let index_of = |what: &str, name: &str| {
         pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", what]))
             .lines()
@@ -518,7 +512,7 @@ fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
         ],
     );
     assert!(!bad.status.success(), "a bad boolean was taken");
-    let pinned = load(
+    let pinned = load_module(
         &d,
         &[
             "module-loopback",
@@ -552,8 +546,8 @@ fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
     );
     assert_eq!(count_lines(&d, "sink-inputs"), 0);
     // Without the flags a loopback is rescued to the default sink, as any stream...
-    let vmic = load(&d, &["module-null-sink", "sink_name=vmic"]);
-    let free = load(&d, &["module-loopback", "source=vsrc", "sink=vmic"]);
+    let vmic = load_module(&d, &["module-null-sink", "sink_name=vmic"]);
+    let free = load_module(&d, &["module-loopback", "source=vsrc", "sink=vmic"]);
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &vmic]));
     assert!(
         wait_until(WAIT, || first("sink-inputs", 1)
@@ -564,8 +558,8 @@ fn a_loopback_loaded_with_dont_move_stays_put_and_goes_with_its_sink() {
     pa_ok(&d, &run_pa(&d, "pactl", &["unload-module", &free]));
     // ...unless the default sink's monitor is its source: then it goes (it stayed,
     // playing to no sink, listed on sink 4294967295).
-    let vmic = load(&d, &["module-null-sink", "sink_name=vmic"]);
-    let looped = load(
+    let vmic = load_module(&d, &["module-null-sink", "sink_name=vmic"]);
+    let looped = load_module(
         &d,
         &["module-loopback", "source=null-sink.monitor", "sink=vmic"],
     );
@@ -582,7 +576,7 @@ fn a_remapped_source_records_one_channel_of_its_master() {
     require_tools!("pactl", "paplay", "parec");
     let d = pulse_util::start(&["--device", "null"]);
     // The right channel of the null sink's monitor as a mono source.
-    load(
+    load_module(
         &d,
         &[
             "module-remap-source",
@@ -633,8 +627,8 @@ fn a_remapped_source_records_one_channel_of_its_master() {
     assert_eq!(sources.lines().count(), 3, "{sources}");
     // The virtual microphone recipe: a null sink and a source remapped from its
     // monitor. Unloading the sink unloads the remap too, as in PulseAudio.
-    let sink = load(&d, &["module-null-sink", "sink_name=vmic"]);
-    load(
+    let sink = load_module(&d, &["module-null-sink", "sink_name=vmic"]);
+    load_module(
         &d,
         &[
             "module-remap-source",
@@ -663,7 +657,7 @@ fn a_remapped_source_records_one_channel_of_its_master() {
 fn a_null_source_records_silence() {
     require_tools!("pactl", "parec");
     let d = pulse_util::start(&["--device", "null"]);
-    load(
+    load_module(
         &d,
         &[
             "module-null-source",

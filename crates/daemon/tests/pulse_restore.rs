@@ -416,14 +416,7 @@ const DEVICE_RESTORE: Option<&str> = Some("module-device-restore");
 fn device_restore_says_every_sink_takes_pcm_and_refuses_other_formats() {
     require_tools!("pactl");
     let d = pulse_util::start(&["--device", "null"]);
-    pa_ok(
-        &d,
-        &run_pa(
-            &d,
-            "pactl",
-            &["load-module", "module-null-sink", "sink_name=vmic"],
-        ),
-    );
+    load_module(&d, &["module-null-sink", "sink_name=vmic"]);
     let sinks: Vec<u32> = ["null-sink", "vmic"]
         .iter()
         .map(|n| sink_index(&d, n).parse().unwrap())

@@ -374,6 +374,13 @@ pub fn record_monitor_at(
     read_raw_s16(&d.path("rec.raw"))
 }
 
+/// `pactl load-module ARGS` against `d`, which must succeed; returns the module index.
+pub fn load_module(d: &Daemon, args: &[&str]) -> String {
+    let mut a = vec!["load-module"];
+    a.extend(args);
+    pa_ok(d, &run_pa(d, "pactl", &a)).trim().to_string()
+}
+
 /// Writes `toml` as the daemon's config file in a directory for [`start_in`].
 pub fn write_config(dir: &tempfile::TempDir, toml: &str) {
     let cfg = dir.path().join("config/quaver");

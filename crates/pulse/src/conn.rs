@@ -1171,25 +1171,16 @@ impl Conn {
                 ConnMsg::Moved(node) => self.send_moved(node),
                 ConnMsg::NodeSuspended(node, on) => self.tell_suspended(Some(node), on),
                 ConnMsg::DevicesSuspended(on) => self.tell_suspended(None, on),
-                ConnMsg::DeviceRestoreEvent(kind, index) => {
-                    self.out().command_with(CommandTag::Extension as u32, |ts| {
-                        ts.write_u32(crate::modules::DEVICE_RESTORE_MODULE)
-                            .expect("vec");
-                        ts.write_string(Some(cstr(crate::devrestore::MODULE_NAME)))
-                            .expect("vec");
-                        ts.write_u32(crate::devrestore::EVENT).expect("vec");
-                        ts.write_u32(kind).expect("vec");
-                        ts.write_u32(index).expect("vec");
-                    })
-                }
-                ConnMsg::RestoreEvent => {
-                    self.out().command_with(CommandTag::Extension as u32, |ts| {
-                        ts.write_u32(crate::modules::RESTORE_MODULE).expect("vec");
-                        ts.write_string(Some(crate::restore::module_cname()))
-                            .expect("vec");
-                        ts.write_u32(crate::restore::sub::EVENT).expect("vec");
-                    })
-                }
+                ConnMsg::DeviceRestoreEvent(kind, index) => self.extension_event(
+                    crate::modules::DEVICE_RESTORE_MODULE,
+                    crate::devrestore::MODULE_NAME,
+                    &[crate::devrestore::EVENT, kind, index],
+                ),
+                ConnMsg::RestoreEvent => self.extension_event(
+                    crate::modules::RESTORE_MODULE,
+                    crate::restore::MODULE_NAME,
+                    &[crate::restore::sub::EVENT],
+                ),
             }
         }
         let mut out = Out {
@@ -1407,6 +1398,18 @@ impl Conn {
             }
             _ => Err(PulseError::NotSupported),
         }
+    }
+
+    /// An extension's event to this client: EXTENSION from the server, addressed by the
+    /// module's index and name, then the extension's words (its EVENT subcommand first).
+    fn extension_event(&mut self, module: u32, name: &str, words: &[u32]) {
+        self.out().command_with(CommandTag::Extension as u32, |ts| {
+            ts.write_u32(module).expect("vec");
+            ts.write_string(Some(cstr(name))).expect("vec");
+            for &w in words {
+                ts.write_u32(w).expect("vec");
+            }
+        })
     }
 
     /// EXTENSION module-device-restore ([`crate::devrestore`]): every sink takes PCM,

@@ -27,7 +27,6 @@ use quaver_engine::graph::Graph;
 use quaver_engine::{NodeId, NodeKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::{PoisonError, mpsc};
 
@@ -605,11 +604,6 @@ pub fn default_path() -> Option<PathBuf> {
     env("XDG_STATE_HOME")
         .or_else(|| env("HOME").map(|h| h.join(".local/state")))
         .map(|d| d.join("quaver/restore.toml"))
-}
-
-/// The extension's module name as the C string clients compare against.
-pub fn module_cname() -> CString {
-    CString::new(MODULE_NAME).expect("no NUL")
 }
 
 /// Where the extension request in `payload` is addressed (module index, module name)

@@ -1489,19 +1489,20 @@ impl Conn {
             e.pulse()
         };
         let (index, name, at) = restore::split_target(payload).map_err(bad)?;
-        let device_restore = match (index, name.as_deref()) {
-            (Some(i), None) => i == crate::modules::DEVICE_RESTORE_MODULE,
-            (None, Some(n)) => n == crate::devrestore::MODULE_NAME,
-            _ => false,
+        // Exactly one of index and name, as PulseAudio requires.
+        if index.is_some() == name.is_some() {
+            return Err(PulseError::Invalid);
+        }
+        let addressed = |module: u32, module_name: &str| {
+            index == Some(module) || name.as_deref() == Some(module_name)
         };
-        if device_restore {
+        if addressed(
+            crate::modules::DEVICE_RESTORE_MODULE,
+            crate::devrestore::MODULE_NAME,
+        ) {
             return self.device_restore(seq, &payload[at..]);
         }
-        let ours = match (index, name.as_deref()) {
-            (Some(i), None) => i == crate::modules::RESTORE_MODULE,
-            (None, Some(n)) => n == restore::MODULE_NAME,
-            _ => return Err(PulseError::Invalid),
-        };
+        let ours = addressed(crate::modules::RESTORE_MODULE, restore::MODULE_NAME);
         let srv = self.srv.clone();
         let Some(store) = srv.restore.as_ref().filter(|_| ours) else {
             return Err(PulseError::NoExtension);

@@ -170,6 +170,8 @@ struct Control {
     to_rt: rtrb::Producer<ToRt>,
     free_slots: Vec<usize>,
     published: HashSet<(PortId, PortId)>,
+    /// The nodes the published plan leaves out ([`stopped_nodes`]).
+    stopped: HashSet<NodeId>,
     watchers: Vec<std::sync::mpsc::Sender<GraphEvent>>,
     quantum: usize,
     garbage: rtrb::Consumer<Garbage>,
@@ -373,6 +375,7 @@ impl Engine {
             to_rt,
             free_slots: (0..config.max_nodes).rev().collect(),
             published: HashSet::new(),
+            stopped: HashSet::new(),
             watchers: Vec::new(),
             quantum: config.quantum_default,
             garbage,
@@ -796,11 +799,18 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let stopped = stopped_nodes(&ctl.graph);
         ctl.quantum = self.quantum_for(&ctl.graph, &stopped);
-        let (mut plan, current) =
-            compile(&ctl.graph, &stopped, ctl.quantum, &ctl.published, new_nodes);
+        let (mut plan, current) = compile(
+            &ctl.graph,
+            &stopped,
+            &ctl.stopped,
+            ctl.quantum,
+            &ctl.published,
+            new_nodes,
+        );
         plan.fill = self.fill_for(&ctl.graph, &stopped, ctl.quantum);
         plan.held = ctl.held;
         ctl.published = current;
+        ctl.stopped = stopped;
         self.send(ctl, ToRt::Plan(Box::new(plan)))
     }
 

@@ -47,6 +47,9 @@ pub(crate) struct Step {
     pub links: Range<usize>,
     pub device: Option<DeviceRole>,
     pub stream: bool,
+    /// Runs in the plan's first cycle only: a node that stopped in this plan, rendering
+    /// the cycle in which its links to running nodes fade out.
+    pub once: bool,
 }
 
 /// An immutable, fully resolved execution plan.
@@ -161,19 +164,37 @@ fn all_in(peers: impl Iterator<Item = NodeId>, set: &HashSet<NodeId>) -> bool {
 }
 
 /// Compiles `graph` into a plan, leaving out the `stopped` nodes ([`stopped_nodes`]).
-/// `previous` holds the port pairs of the plan before this one, so new links fade in and
-/// removed ones fade out; `new_nodes` are nodes that appear in this plan for the first
-/// time: their links start at full gain, because a new stream's first sample is its true
-/// start, not a cut into running audio.
+/// `previous` holds the port pairs of the plan before this one (links between running
+/// nodes), so new links fade in and removed ones fade out; `was_stopped` is that plan's
+/// stopped set. `new_nodes` are nodes that appear in this plan for the first time: their
+/// links start at full gain, because a new stream's first sample is its true start, not a
+/// cut into running audio.
+///
+/// A node that stops while it plays into running nodes (a remap sink into the card) runs
+/// once more, with what feeds it, so its links fade out over real audio instead of
+/// cutting; when it resumes, those links fade in. Links between nodes that stopped and
+/// resume together carry on at full gain: a held stream continues where it stopped.
 pub(crate) fn compile(
     graph: &Graph,
     stopped: &HashSet<NodeId>,
+    was_stopped: &HashSet<NodeId>,
     quantum: usize,
     previous: &HashSet<(PortId, PortId)>,
     new_nodes: &HashSet<NodeId>,
 ) -> (Plan, HashSet<(PortId, PortId)>) {
-    let current: HashSet<(PortId, PortId)> =
-        graph.links.values().map(|l| (l.output, l.input)).collect();
+    let node_of = |p: &PortId| graph.ports.get(p).map(|p| p.node);
+    let current: HashSet<(PortId, PortId)> = graph
+        .links
+        .values()
+        .map(|l| (l.output, l.input))
+        .filter(|(o, i)| {
+            [o, i]
+                .iter()
+                .all(|p| node_of(p).is_some_and(|n| !stopped.contains(&n)))
+        })
+        .collect();
+    let once = stopping_audibly(graph, stopped, was_stopped, previous);
+    let runs = |n: NodeId| !stopped.contains(&n) || once.contains(&n);
     let mut plan = Plan {
         quantum,
         // Streams of a suspended virtual sink wait for it, not for the card.
@@ -195,7 +216,7 @@ pub(crate) fn compile(
         .topo_order_with(&fading)
         .unwrap_or_else(|| graph.topo_order());
     for id in order {
-        if stopped.contains(&id) {
+        if !runs(id) {
             continue;
         }
         let node = &graph.nodes[&id];
@@ -203,7 +224,7 @@ pub(crate) fn compile(
         let mut push = |out: PortId, inp: PortId, fade: Fade| {
             let (o, i) = (&graph.ports[&out], &graph.ports[&inp]);
             // A stopped node's outputs are stale: nothing reads them.
-            if stopped.contains(&o.node) {
+            if !runs(o.node) {
                 return;
             }
             plan.links.push(PlanLink {
@@ -213,23 +234,36 @@ pub(crate) fn compile(
                 fade,
             });
         };
+        let mut carried = Vec::new();
         for l in graph.links.values() {
             if graph.ports[&l.input].node != id {
                 continue;
             }
-            let fresh = new_nodes.contains(&graph.ports[&l.output].node)
-                || new_nodes.contains(&graph.ports[&l.input].node);
-            let fade = if previous.contains(&(l.output, l.input)) || fresh {
+            let src = graph.ports[&l.output].node;
+            // From a node running its last cycle into a running one: faded out below.
+            if stopped.contains(&src) && !stopped.contains(&id) {
+                continue;
+            }
+            let fresh = new_nodes.contains(&src) || new_nodes.contains(&id);
+            let resumed_together = was_stopped.contains(&src) && was_stopped.contains(&id);
+            let fade = if previous.contains(&(l.output, l.input)) || fresh || resumed_together {
                 Fade::Steady
             } else {
                 Fade::In
             };
+            // Into a node running its last cycle, only what fed it before counts.
+            if once.contains(&id) && fade != Fade::Steady {
+                continue;
+            }
+            if once.contains(&id) {
+                carried.push((l.output, l.input));
+            }
             push(l.output, l.input, fade);
         }
         // A link that vanished fades out for one cycle, but only if both of its
         // nodes are still there (a removed node's buffers are gone).
         for &(o, i) in previous {
-            if current.contains(&(o, i)) {
+            if current.contains(&(o, i)) || carried.contains(&(o, i)) {
                 continue;
             }
             match (graph.ports.get(&o), graph.ports.get(&i)) {
@@ -247,7 +281,44 @@ pub(crate) fn compile(
             links: start..plan.links.len(),
             device,
             stream: node.kind.is_stream(),
+            once: once.contains(&id),
         });
     }
     (plan, current)
+}
+
+/// The nodes that stop in this plan while they played into running nodes, and the
+/// nodes stopping with them that they are linked with (the streams that fed them, the
+/// recorders of their monitors): they run the plan's first cycle, in which those links
+/// fade out, so a recorder gets every frame its stream played.
+fn stopping_audibly(
+    graph: &Graph,
+    stopped: &HashSet<NodeId>,
+    was_stopped: &HashSet<NodeId>,
+    previous: &HashSet<(PortId, PortId)>,
+) -> HashSet<NodeId> {
+    let stopping = |n: &NodeId| stopped.contains(n) && !was_stopped.contains(n);
+    let pairs: Vec<(NodeId, NodeId)> = previous
+        .iter()
+        .filter_map(|(o, i)| Some((graph.ports.get(o)?.node, graph.ports.get(i)?.node)))
+        .collect();
+    let mut once: HashSet<NodeId> = pairs
+        .iter()
+        .filter(|(o, i)| stopping(o) && !stopped.contains(i))
+        .map(|&(o, _)| o)
+        .collect();
+    loop {
+        let before = once.len();
+        for (o, i) in &pairs {
+            if once.contains(i) && stopping(o) {
+                once.insert(*o);
+            }
+            if once.contains(o) && stopping(i) {
+                once.insert(*i);
+            }
+        }
+        if once.len() == before {
+            return once;
+        }
+    }
 }

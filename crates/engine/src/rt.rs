@@ -452,13 +452,7 @@ impl RtRunner {
         if self.gone[0] {
             return;
         }
-        let fill = if self.plan.fill > 0
-            && self.plan.steps.iter().filter(|s| s.stream).all(|s| {
-                self.slots[s.slot]
-                    .as_ref()
-                    .and_then(|n| n.processor.as_ref())
-                    .is_none_or(|p| p.ready(q))
-            }) {
+        let fill = if self.plan.fill > 0 && self.streams_ready(q) {
             self.plan.fill
         } else {
             0
@@ -505,17 +499,28 @@ impl RtRunner {
         }
     }
 
-    /// In freewheel mode, waits (bounded) until every stream can fill a cycle.
-    fn freewheel_wait(&mut self, q: usize) {
-        let start = quaver_rt::monotonic_ns();
-        loop {
-            let ready = self.plan.steps.iter().filter(|s| s.stream).all(|s| {
+    /// True when every stream the plan runs on each cycle can deliver `q` frames. *RT*.
+    fn streams_ready(&self, q: usize) -> bool {
+        self.plan
+            .steps
+            .iter()
+            .filter(|s| s.stream && !s.once)
+            .all(|s| {
                 self.slots[s.slot]
                     .as_ref()
                     .and_then(|n| n.processor.as_ref())
                     .is_none_or(|p| p.ready(q))
-            });
-            if ready || quaver_rt::monotonic_ns() - start > FREEWHEEL_MAX_WAIT_NS || self.shutdown {
+            })
+    }
+
+    /// In freewheel mode, waits (bounded) until every stream can fill a cycle.
+    fn freewheel_wait(&mut self, q: usize) {
+        let start = quaver_rt::monotonic_ns();
+        loop {
+            if self.streams_ready(q)
+                || quaver_rt::monotonic_ns() - start > FREEWHEEL_MAX_WAIT_NS
+                || self.shutdown
+            {
                 return;
             }
             sleep_until_ns(quaver_rt::monotonic_ns() + FREEWHEEL_POLL_NS);
@@ -702,6 +707,9 @@ impl RtRunner {
         let ramp = self.ramp_frames.min(q);
         for si in 0..self.plan.steps.len() {
             let step = self.plan.steps[si].clone();
+            if step.once && !first {
+                continue;
+            }
             // A split-phase node's outputs exist only once it finished: finish the ones
             // this step reads from (the others keep running in parallel).
             for li in step.links.clone() {

@@ -913,3 +913,75 @@ fn a_suspended_virtual_sink_stops_its_streams_and_recorders_while_the_card_plays
     assert_eq!(engine.quantum(), engine.quantum_for_latency(64));
     engine.shutdown_manual(runner).unwrap();
 }
+
+/// A virtual sink that plays into the card (a remap or combine sink) and is suspended
+/// must not cut the card's sound mid-wave, nor jump back in at full level on resume.
+#[test]
+fn suspending_a_virtual_sink_that_feeds_the_card_fades_it_out_and_back_in() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+    let q = 256;
+    let dev = RecordingDevice::new(RATE, 64 * q);
+    let left = dev.left.clone();
+    let (engine, mut runner) = Engine::new_manual(config(q), vec![Box::new(dev)]).unwrap();
+    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
+    v.inputs = ChannelMap::stereo();
+    v.outputs = ChannelMap::stereo();
+    let vsink = engine.add_node(v, Some(Box::new(Thru))).unwrap();
+    engine.link("vsink", "test-sink").unwrap();
+    let played = Arc::new(AtomicUsize::new(0));
+    let mut a = NodeSpec::new("dc", NodeKind::PlaybackStream);
+    a.outputs = ChannelMap::stereo();
+    engine
+        .add_node(a, Some(Box::new(Counted(played.clone(), 0.5))))
+        .unwrap();
+    engine.link("dc", "vsink").unwrap();
+    // A recorder of the sink's monitor.
+    let heard = Arc::new(AtomicUsize::new(0));
+    let mut r = NodeSpec::new("rec", NodeKind::RecordStream);
+    r.inputs = ChannelMap::stereo();
+    engine
+        .add_node(
+            r,
+            Some(Box::new(Probe(heard.clone(), Arc::new(AtomicU32::new(0))))),
+        )
+        .unwrap();
+    engine.link("vsink", "rec").unwrap();
+    settle(&mut runner, &[&left]);
+    played.store(0, Relaxed);
+    heard.store(0, Relaxed);
+    for _ in 0..4 {
+        runner.run_cycle();
+    }
+    engine.suspend_node(vsink, true).unwrap();
+    for _ in 0..3 {
+        runner.run_cycle();
+    }
+    engine.suspend_node(vsink, false).unwrap();
+    for _ in 0..3 {
+        runner.run_cycle();
+    }
+    let out = left.lock().unwrap().clone();
+    assert_eq!(out.len(), 10 * q);
+    let cycle = |k: usize| &out[k * q..(k + 1) * q];
+    assert!(cycle(3).iter().all(|&s| s == 0.5));
+    assert!(
+        max_step(&out) <= 0.5 / 64.0 + 1e-6,
+        "the suspend or the resume clicked: max step {} (cycles 4 and 7 start {} and {})",
+        max_step(&out),
+        cycle(4)[0],
+        cycle(7)[0]
+    );
+    assert!(
+        cycle(5).iter().chain(cycle(6)).all(|&s| s == 0.0),
+        "silent while suspended"
+    );
+    assert!(
+        cycle(9).iter().all(|&s| s == 0.5),
+        "steady after the resume"
+    );
+    // The stream played one cycle into the fade-out, and the monitor's recorder got it.
+    assert_eq!(played.load(Relaxed), 4 + 1 + 3);
+    assert_eq!(heard.load(Relaxed), played.load(Relaxed));
+    engine.shutdown_manual(runner).unwrap();
+}

@@ -357,6 +357,7 @@ impl Engine {
             freewheel,
             cycle: 0,
             position: 0,
+            queued_until: 0,
             pending: Vec::with_capacity(config.max_nodes),
             idle_frames: 0,
             running: false,

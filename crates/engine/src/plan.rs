@@ -86,6 +86,9 @@ pub struct NodeSlot {
     pub(crate) pending: bool,
     /// The processor has produced output (what a rewind would have to take back).
     pub(crate) rendered: bool,
+    /// Where its output last ended on the driver's queue (`RtRunner::queued_until`): a
+    /// rewind takes back from this node only what it rendered into the rewound span.
+    pub(crate) rendered_until: u64,
     /// Split-phase nodes: the RT thread's time in `begin` this cycle, ns (per-node
     /// timing adds the `finish` part).
     pub(crate) begin_ns: u64,
@@ -109,6 +112,7 @@ impl NodeSlot {
             volume_on_inputs: kind.volume_on_inputs(),
             pending: false,
             rendered: false,
+            rendered_until: 0,
             begin_ns: 0,
         }
     }

@@ -256,6 +256,9 @@ pub struct RtRunner {
     pub(crate) cycle: u64,
     /// Frames processed since the engine started (the graph's frame clock).
     pub(crate) position: u64,
+    /// Frames rendered for the driver, less those rewound: the end of what is queued,
+    /// on the scale of each slot's `rendered_until`.
+    pub(crate) queued_until: u64,
     /// Slots of split-phase nodes begun this cycle and not finished yet; its capacity
     /// (one per slot) is reserved up front so pushing never allocates.
     pub(crate) pending: Vec<usize>,
@@ -489,14 +492,22 @@ impl RtRunner {
         if frames == 0 {
             return;
         }
+        // Only what a node rendered into the rewound span is its to take back: a stream
+        // held by a suspended sink last played long before it, and would replay that.
+        let start = self.queued_until.saturating_sub(frames as u64);
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if let Some(slot) = slot
                 && slot.rendered
                 && let Some(p) = slot.processor.as_mut()
             {
-                p.rewind(frames, self.discard[i]);
+                let mine = slot.rendered_until.saturating_sub(start) as usize;
+                if mine > 0 || self.discard[i] {
+                    p.rewind(mine, self.discard[i]);
+                }
+                slot.rendered_until = slot.rendered_until.min(start);
             }
         }
+        self.queued_until = start;
     }
 
     /// True when every stream the plan runs on each cycle can deliver `q` frames. *RT*.
@@ -620,6 +631,7 @@ impl RtRunner {
         self.first_cycle_of_plan = false;
         self.cycle += 1;
         self.position += q as u64;
+        self.queued_until += q as u64;
         // With per-node timing the last node boundary is the end of the cycle's work.
         let end = end.unwrap_or_else(quaver_rt::monotonic_ns);
         let busy = end.saturating_sub(t0);
@@ -732,6 +744,7 @@ impl RtRunner {
                 volume_on_inputs,
                 pending,
                 rendered,
+                rendered_until,
                 begin_ns,
             } = &mut *cur;
             for ch in 0..inputs.channels() {
@@ -780,10 +793,12 @@ impl RtRunner {
                         p.begin(cx, inputs.view(q), &mut outputs.view_mut(q));
                         *pending = true;
                         *rendered = true;
+                        *rendered_until = self.queued_until + q as u64;
                     }
                     Some(p) => {
                         p.process(cx, inputs.view(q), &mut outputs.view_mut(q));
                         *rendered = true;
+                        *rendered_until = self.queued_until + q as u64;
                     }
                     None => outputs.view_mut(q).fill_silence(),
                 },

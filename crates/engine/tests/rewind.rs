@@ -442,3 +442,85 @@ fn a_low_latency_stream_held_by_a_suspended_sink_lets_the_card_fill_ahead_again(
     );
     assert_eq!(r.underruns(), 0);
 }
+
+/// Counts up, one value per frame (both channels), without end.
+struct Ramp(f32);
+
+impl FrameSource for Ramp {
+    fn available(&self) -> usize {
+        1 << 24
+    }
+    fn read(&mut self, out: &mut [f32]) -> usize {
+        for f in out.chunks_exact_mut(2) {
+            self.0 += 1.0;
+            f.fill(self.0);
+        }
+        out.len() / 2
+    }
+    fn draining(&self) -> bool {
+        false
+    }
+    fn report(&mut self, _played: u64, _delay: u32, _xruns: u32, _started: bool) {}
+}
+
+/// Keeps every left-channel sample it is given (in room reserved up front: it runs
+/// under the allocation guard).
+struct Tape(Arc<std::sync::Mutex<Vec<f32>>>);
+
+impl quaver_engine::Processor for Tape {
+    fn process(
+        &mut self,
+        _cx: &quaver_engine::CycleInfo,
+        inputs: quaver_dsp::Planar<'_>,
+        _outputs: &mut quaver_dsp::PlanarMut<'_>,
+    ) {
+        let mut t = self.0.lock().unwrap();
+        let room = t.capacity() - t.len();
+        let s = inputs.channel(0);
+        t.extend_from_slice(&s[..s.len().min(room)]);
+    }
+}
+
+#[test]
+fn a_rewind_while_a_stream_is_held_does_not_replay_what_it_played_before() {
+    let mut r = rig();
+    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
+    v.inputs = ChannelMap::stereo();
+    v.outputs = ChannelMap::stereo();
+    let vsink = r.engine.add_node(v, Some(Box::new(Thru))).unwrap();
+    let mut s = NodeSpec::new("ramp", NodeKind::PlaybackStream);
+    s.outputs = ChannelMap::stereo();
+    // Linked as they are added: a new node's links start at full gain.
+    r.engine
+        .add_node_linked(s, Some(adapter(&r.engine, Ramp(0.0))), Some("vsink"))
+        .unwrap();
+    let tape = Arc::new(std::sync::Mutex::new(Vec::with_capacity(1 << 20)));
+    let mut rec = NodeSpec::new("rec", NodeKind::RecordStream);
+    rec.inputs = ChannelMap::stereo();
+    r.engine
+        .add_node_linked(rec, Some(Box::new(Tape(tape.clone()))), Some("vsink"))
+        .unwrap();
+    r.run_until(S);
+    // Held: the card fills ahead for the music again, and a pause of the music rewinds
+    // it, long after the held stream last played.
+    assert!(r.engine.suspend_node(vsink, true).unwrap());
+    r.run_until(3 * S);
+    r.mid_sleep();
+    let rewinds = r.rewinds();
+    r.paused.store(true, Ordering::Relaxed);
+    r.engine.rewind().unwrap();
+    r.run_until(r.clock.now() + S / 10);
+    assert_eq!(r.rewinds(), rewinds + 1, "pausing rewound the card");
+    r.paused.store(false, Ordering::Relaxed);
+    assert!(r.engine.suspend_node(vsink, false).unwrap());
+    r.run_until(r.clock.now() + S);
+    let t = tape.lock().unwrap();
+    assert!(t.len() > 48_000, "recorded {} frames", t.len());
+    let repeat = t.windows(2).position(|w| w[1] != w[0] + 1.0);
+    assert_eq!(
+        repeat.map(|i| (t[i], t[i + 1])),
+        None,
+        "the held stream's monitor jumped (frame {repeat:?} of {})",
+        t.len()
+    );
+}

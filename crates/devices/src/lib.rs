@@ -86,6 +86,17 @@ pub struct DeviceInfo {
     pub freewheel: bool,
 }
 
+/// Where a follower's hardware stands at the start of a cycle ([`Device::follow`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FollowerLevels {
+    /// Playback frames queued ahead of the hardware; `None` without playback.
+    pub play_queued: Option<usize>,
+    /// Frames captured and not read yet; `None` without capture.
+    pub cap_avail: Option<usize>,
+    /// The streams were restarted by this call (after an xrun): the levels start over.
+    pub restarted: bool,
+}
+
 /// What [`Device::wait`] found when the next cycle became due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitStatus {
@@ -243,6 +254,18 @@ pub trait Device: Send {
     /// `None` for no limit. The engine never asks for more. *control*, after opening.
     fn max_quantum(&self) -> Option<usize> {
         None
+    }
+
+    /// For a follower (a device the engine writes and reads every cycle while another
+    /// device's clock paces the cycles, so its own `wait` is never called): restarts the
+    /// streams after an xrun since the last call (prefilled for `quantum`, as `wait` would),
+    /// then reads the hardware pointer once. The engine steers its rate from these
+    /// levels, since no two clocks run at exactly the same speed. `None` where the device
+    /// keeps no clock of its own (the null and file sinks take whatever pace they get).
+    /// *RT*, once per cycle, before `write` and `read`.
+    fn follow(&mut self, quantum: usize) -> Result<Option<FollowerLevels>, DeviceError> {
+        let _ = quantum;
+        Ok(None)
     }
 
     /// How late the last [`Device::wait`] returned after its deadline, in ns, for

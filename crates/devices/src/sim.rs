@@ -31,7 +31,10 @@
 
 use crate::clock::{RealClock, SimClock};
 use crate::margin::{Margin, MarginConfig};
-use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, WaitStatus, check_format};
+use crate::{
+    Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, FollowerLevels, WaitStatus,
+    check_format,
+};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use rustix::fd::BorrowedFd;
 use std::io;
@@ -683,6 +686,28 @@ impl Device for SimCard {
 
     fn max_fill(&self) -> usize {
         self.cfg.buffer_frames
+    }
+
+    fn follow(&mut self, quantum: usize) -> Result<Option<FollowerLevels>, DeviceError> {
+        if self.unplugged {
+            return Err(self.gone());
+        }
+        self.check_quantum(quantum)?;
+        if !self.running {
+            return Ok(None);
+        }
+        // A clock read (the model catching up), then one pointer read, as `wait` does.
+        self.sync();
+        self.counters.pointer_queries += 1;
+        let restarted = self.xrun_pending;
+        if restarted {
+            self.restart(self.hw, quantum);
+        }
+        Ok(Some(FollowerLevels {
+            play_queued: Some(self.play_appl.saturating_sub(self.hw) as usize),
+            cap_avail: Some(self.hw.saturating_sub(self.cap_appl) as usize),
+            restarted,
+        }))
     }
 
     fn set_fill(&mut self, frames: usize) {

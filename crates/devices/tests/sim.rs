@@ -567,3 +567,56 @@ fn pointer_queries_per_wakeup_average_at_most_one_over_a_long_run() {
         "{spiky:?}"
     );
 }
+
+/// Runs `cycles` follower cycles of `q` frames, the clock paced by someone else (the
+/// test advances it one quantum at a time): follow → read → write, as the engine does.
+/// Returns how many `follow` calls reported a restart.
+fn follow_cycles(dev: &mut SimCard, clock: &VirtualClock, q: usize, cycles: usize) -> usize {
+    let mut buf = PlanarBuf::new(2, q);
+    let mut restarts = 0;
+    for _ in 0..cycles {
+        clock.advance(Duration::from_nanos(q as u64 * 1_000_000_000 / 48_000));
+        let levels = dev
+            .follow(q)
+            .unwrap()
+            .expect("a sim card has a clock to follow");
+        restarts += levels.restarted as usize;
+        dev.read(&mut buf.view_mut(q)).unwrap();
+        dev.write(buf.view(q)).unwrap();
+    }
+    restarts
+}
+
+#[test]
+fn a_follower_that_xran_restarts_at_the_next_cycle_instead_of_going_silent() {
+    let q = 256;
+    let clock = VirtualClock::new();
+    let mut dev = SimCard::with_clock(cfg(4096, 256), Box::new(clock.clone())).unwrap();
+    dev.start(q).unwrap();
+    assert_eq!(follow_cycles(&mut dev, &clock, q, 100), 0);
+    // Right after a write: the margin (the period) plus the cycle just written.
+    let levels = dev.follow(q).unwrap().unwrap();
+    assert!(
+        levels
+            .play_queued
+            .is_some_and(|l| (2 * q..=2 * q + 1).contains(&l)),
+        "{levels:?}"
+    );
+    assert_eq!(dev.counters().underruns, 0);
+    // A stall: nothing written for 100 ms.
+    clock.advance(Duration::from_millis(100));
+    assert_eq!(
+        follow_cycles(&mut dev, &clock, q, 1),
+        1,
+        "the xrun was not recovered"
+    );
+    assert_eq!(dev.counters().underruns, 1);
+    // Playing again: what is written is played, with no further xrun.
+    assert_eq!(follow_cycles(&mut dev, &clock, q, 400), 0);
+    assert_eq!(dev.counters().underruns, 1);
+    let levels = dev.follow(q).unwrap().unwrap();
+    assert!(
+        levels.play_queued.is_some_and(|l| l > 0),
+        "nothing queued after the restart: {levels:?}"
+    );
+}

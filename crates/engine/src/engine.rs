@@ -325,6 +325,25 @@ impl Engine {
             .map(|_| NodeTimes::default())
             .collect();
         let freewheel = infos[0].freewheel;
+        let followers = infos
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                if i == 0 {
+                    return Ok(None);
+                }
+                crate::follow::Follower::new(
+                    rate,
+                    info.playback.as_ref().map(|c| c.len()),
+                    info.capture.as_ref().map(|c| c.len()),
+                    config.quantum_max,
+                )
+                .map(Some)
+                .map_err(|e| {
+                    EngineError::Config(format!("device {}: rate matching: {e}", info.name))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let runner = RtRunner {
             slots: (0..config.max_nodes).map(|_| None).collect(),
             plan: Box::new(Plan {
@@ -332,6 +351,7 @@ impl Engine {
                 ..Plan::default()
             }),
             devices,
+            followers,
             gone: [false; MAX_DEVICES],
             closed: [false; MAX_DEVICES],
             start_fades: std::array::from_fn(|_| quaver_dsp::volume::GainRamp::new(1.0)),

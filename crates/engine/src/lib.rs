@@ -14,6 +14,7 @@
 
 pub mod callback;
 pub mod engine;
+pub mod follow;
 pub mod graph;
 pub mod node;
 pub mod plan;

@@ -237,6 +237,8 @@ pub struct RtRunner {
     /// Per device: the fade-in applied to playback after each start or resume (unity
     /// once done), so the first sound after a suspend does not click.
     pub(crate) start_fades: [GainRamp; MAX_DEVICES],
+    /// Per device, the rate matching of a follower (`None` for the driver, device 0).
+    pub(crate) followers: Vec<Option<crate::follow::Follower>>,
     /// Length of those fades, frames.
     pub(crate) start_fade_frames: usize,
     pub(crate) from_ctl: Consumer<ToRt>,
@@ -403,6 +405,9 @@ impl RtRunner {
                     }
                 }
             }
+            if let Some(f) = self.followers[i].as_mut() {
+                f.reset();
+            }
             if self.devices[i].fades_in_on_start() {
                 self.start_fades[i] = GainRamp::new(0.0);
                 self.start_fades[i].set_target(1.0, self.start_fade_frames);
@@ -410,6 +415,31 @@ impl RtRunner {
         }
         self.fallback_deadline = quaver_rt::monotonic_ns();
         self.running = true;
+    }
+
+    /// Reads every follower's levels and steers its converters for this cycle. *RT*.
+    fn follow_devices(&mut self, q: usize) {
+        for i in 1..self.devices.len() {
+            let Some(f) = self.followers[i].as_mut() else {
+                continue;
+            };
+            if self.gone[i] {
+                f.active = false;
+                continue;
+            }
+            match self.devices[i].follow(q) {
+                Ok(Some(levels)) => {
+                    f.active = true;
+                    f.update(levels, q, self.rate);
+                }
+                Ok(None) => f.active = false,
+                Err(error) => {
+                    f.active = false;
+                    self.retire(Garbage::DeviceError { device: i, error });
+                    self.mark_gone(i);
+                }
+            }
+        }
     }
 
     fn mark_gone(&mut self, i: usize) {
@@ -603,6 +633,7 @@ impl RtRunner {
         if self.freewheel {
             self.freewheel_wait(q);
         }
+        self.follow_devices(q);
         let t0 = quaver_rt::monotonic_ns();
         let cx = CycleInfo {
             frames: q,
@@ -774,8 +805,22 @@ impl RtRunner {
                     if self.start_fades[d].is_ramping() {
                         self.start_fades[d].apply(&mut inputs.view_mut(q));
                     }
-                    if !self.gone[d] && self.devices[d].write(inputs.view(q)).is_err() {
-                        self.mark_gone(d);
+                    if !self.gone[d] {
+                        let ok = match self.followers[d].as_mut() {
+                            Some(f) if f.active && f.play.is_some() => {
+                                let side = f.play.as_mut().expect("checked above");
+                                let dev = &mut self.devices[d];
+                                let mut ok = true;
+                                side.resampler.process_push(inputs.view(q), &mut |piece| {
+                                    ok &= dev.write(piece).is_ok();
+                                });
+                                ok
+                            }
+                            _ => self.devices[d].write(inputs.view(q)).is_ok(),
+                        };
+                        if !ok {
+                            self.mark_gone(d);
+                        }
                     }
                     for ch in 0..outputs.channels().min(inputs.channels()) {
                         outputs.channel_mut(ch)[..q].copy_from_slice(&inputs.channel(ch)[..q]);
@@ -783,7 +828,25 @@ impl RtRunner {
                 }
                 Some(DeviceRole::Source(d)) => {
                     let mut out = outputs.view_mut(q);
-                    if self.gone[d] || self.devices[d].read(&mut out).is_err() {
+                    let ok = !self.gone[d]
+                        && match self.followers[d].as_mut() {
+                            Some(f) if f.active && f.cap_hold => {
+                                out.fill_silence();
+                                true
+                            }
+                            Some(f) if f.active && f.cap.is_some() => {
+                                let side = f.cap.as_mut().expect("checked above");
+                                let dev = &mut self.devices[d];
+                                let mut ok = true;
+                                side.resampler.process_pull(&mut out, &mut |scratch| {
+                                    ok &= dev.read(scratch).is_ok();
+                                    scratch.frames()
+                                });
+                                ok
+                            }
+                            _ => self.devices[d].read(&mut out).is_ok(),
+                        };
+                    if !ok {
                         out.fill_silence();
                         self.mark_gone(d);
                     }

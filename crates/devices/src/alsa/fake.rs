@@ -568,6 +568,60 @@ mod tests {
         assert_eq!(rig.dev.playback_delay(), 256 + 192 - 14); // 300 µs of processing
     }
 
+    /// Follower cycles: the clock moves a quantum at a time (another device paces
+    /// them); `follow`, then read and write, as the engine drives a follower. Returns the
+    /// last levels and how many calls restarted the streams.
+    fn follow_run(rig: &mut Rig, q: usize, cycles: usize) -> (crate::FollowerLevels, usize) {
+        let mut last = crate::FollowerLevels::default();
+        let mut restarts = 0;
+        for _ in 0..cycles {
+            rig.clock
+                .advance(Duration::from_nanos(q as u64 * 1_000_000_000 / 48_000));
+            last = rig
+                .dev
+                .follow(q)
+                .unwrap()
+                .expect("a running PCM has levels");
+            restarts += last.restarted as usize;
+            rig.dev.read(&mut rig.inb.view_mut(q)).unwrap();
+            rig.dev.write(rig.out.view(q)).unwrap();
+        }
+        (last, restarts)
+    }
+
+    #[test]
+    fn a_follower_reads_its_levels_once_a_cycle_and_recovers_from_an_xrun() {
+        let q = 256;
+        let mut rig = Rig::new(RigConfig {
+            capture: true,
+            ..RigConfig::default()
+        });
+        rig.dev.start(q).unwrap();
+        let (levels, restarts) = follow_run(&mut rig, q, 200);
+        assert_eq!(restarts, 0);
+        let queued = levels.play_queued.expect("playback");
+        assert!(
+            (1..=q + rig.dev.margin.current()).contains(&queued),
+            "{levels:?}"
+        );
+        assert!(levels.cap_avail.is_some_and(|a| a <= 2 * q), "{levels:?}");
+        // One status per PCM per cycle: the follower's only pointer reads.
+        assert_eq!(rig.dev.counters().pointer_queries, 2 * 200);
+        // A stall: the playback runs dry and the capture overflows.
+        rig.clock.advance(Duration::from_millis(300));
+        let (_, restarts) = follow_run(&mut rig, q, 1);
+        assert_eq!(restarts, 1, "the xrun was not recovered");
+        let underruns = rig.dev.counters().underruns;
+        assert!(underruns >= 1);
+        let (levels, restarts) = follow_run(&mut rig, q, 200);
+        assert_eq!(
+            restarts, 0,
+            "it kept xrunning after the restart: {levels:?}"
+        );
+        assert_eq!(rig.dev.counters().underruns, underruns);
+        assert!(levels.play_queued.is_some_and(|l| l > 0), "{levels:?}");
+    }
+
     #[test]
     fn drift_is_learned_by_the_dll_and_wakeups_stay_single_query() {
         for ppm in [-800.0, 250.0] {

@@ -49,7 +49,10 @@ mod fake;
 use crate::clock::{RealClock, SimClock};
 use crate::margin::{Margin, MarginChange, MarginConfig, us_to_frames};
 use crate::pacer::Pacer;
-use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, WaitStatus, check_format};
+use crate::{
+    Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, FollowerLevels, WaitStatus,
+    check_format,
+};
 use dll::Dll;
 use pcm::{AlsaError, Direction, HwRequest, HwSetup, Pcm, PcmFormat, PcmIo, Status};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
@@ -603,6 +606,9 @@ impl Device for AlsaDevice {
     }
     fn rewind(&mut self, keep: usize) -> usize {
         self.driver.rewind(keep)
+    }
+    fn follow(&mut self, quantum: usize) -> Result<Option<FollowerLevels>, DeviceError> {
+        self.driver.follow(quantum)
     }
     fn write(&mut self, buf: Planar<'_>) -> Result<(), DeviceError> {
         self.driver.write(buf)
@@ -1167,6 +1173,32 @@ impl<P: PcmIo> Driver<P> {
         }
         self.restart(quantum)?;
         Ok(true)
+    }
+
+    /// [`Device::follow`]: recovers a pending xrun as `wait` would, then one reading.
+    fn follow(&mut self, quantum: usize) -> Result<Option<FollowerLevels>, DeviceError> {
+        self.check_quantum(quantum)?;
+        if !self.running || self.paced_by_clock {
+            return Ok(None);
+        }
+        let mut restarted = false;
+        // A reading may itself find the xrun: recover then and read again, once.
+        for _ in 0..2 {
+            if self.pending != Pending::None {
+                if !self.recover(quantum)? {
+                    return Ok(None);
+                }
+                restarted = true;
+            }
+            if let Some(r) = self.query()? {
+                return Ok(Some(FollowerLevels {
+                    play_queued: self.play.is_some().then_some(r.play_queued as usize),
+                    cap_avail: self.cap.is_some().then_some(r.cap_avail as usize),
+                    restarted,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     fn wait(

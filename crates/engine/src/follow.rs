@@ -1,0 +1,223 @@
+//! Follower devices kept in step with the driver's clock.
+//!
+//! Every device of an engine runs at the same nominal rate, but each card has its own
+//! crystal: a second card plays a little faster or slower than the one that paces the
+//! cycles (tens to hundreds of ppm), so its queue drains or grows until it under- or
+//! overruns — a click every few minutes, or, before followers recovered, silence for
+//! good. Each cycle the engine reads a follower's levels ([`Device::follow`]) and
+//! resamples what it writes to the follower, and what it reads from it, by a ratio a PI
+//! loop steers to hold each level where it was after the start. Devices without a clock
+//! of their own (null, file) answer `None` and are written as before.
+//!
+//! [`Device::follow`]: quaver_devices::Device::follow
+
+use quaver_dsp::resample::{ResampleError, ResampleQuality, StreamResampler};
+
+/// Proportional gain, per second of level error (the loop settles in a few seconds).
+const KP: f64 = 2.0;
+/// Integral gain, per second² (with [`KP`]: critically damped, about 1 rad/s).
+const KI: f64 = 1.0;
+/// Most the ratio moves either way: well beyond real crystal drift (a few hundred ppm),
+/// and small enough that one late cycle on a loaded machine, which reads as a level
+/// error of its lateness, bends the pitch by at most 3.5 cents for that cycle.
+pub const MAX_CORRECTION: f64 = 0.002;
+
+/// Frames of capture a follower keeps ready beyond a cycle (at most a cycle): 10.7 ms
+/// at 48 kHz, for the driver waking late.
+const CAPTURE_HEADROOM: usize = 512;
+
+/// Steers one direction of a follower: the level it should hold, and the integral.
+#[derive(Debug, Default)]
+pub(crate) struct RateLoop {
+    target: Option<f64>,
+    integral: f64,
+}
+
+impl RateLoop {
+    /// Forgets the target: the next reading (after a start or restart) sets it.
+    pub(crate) fn reset(&mut self) {
+        *self = RateLoop::default();
+    }
+
+    /// Takes one reading of `level` frames, `dt` seconds after the previous one at
+    /// `rate` Hz; returns the converter ratio (output/input) for this cycle: below 1
+    /// when the level is above its target. The first reading sets the target, `raise`
+    /// frames above the level read. *RT*.
+    pub(crate) fn update(&mut self, level: usize, raise: usize, dt: f64, rate: f64) -> f64 {
+        let level = level as f64;
+        let target = *self.target.get_or_insert(level + raise as f64);
+        let error = (level - target) / rate;
+        let bound = MAX_CORRECTION / KI;
+        self.integral = (self.integral + error * dt).clamp(-bound, bound);
+        1.0 - (KP * error + KI * self.integral).clamp(-MAX_CORRECTION, MAX_CORRECTION)
+    }
+}
+
+/// One direction of a follower: its converter and its loop.
+pub(crate) struct Side {
+    pub(crate) resampler: StreamResampler,
+    pub(crate) rate_loop: RateLoop,
+}
+
+impl Side {
+    fn new(rate: u32, channels: usize, max_frames: usize) -> Result<Self, ResampleError> {
+        Ok(Side {
+            resampler: StreamResampler::new(
+                rate,
+                rate,
+                channels,
+                ResampleQuality::Medium,
+                max_frames,
+            )?,
+            rate_loop: RateLoop::default(),
+        })
+    }
+
+    /// Feeds a reading and sets the converter's ratio for this cycle. *RT*.
+    fn steer(&mut self, level: usize, raise: usize, dt: f64, rate: f64) {
+        // Below 1 when the level is high. Playback then writes fewer frames than the
+        // graph made (output/input below 1); capture makes the graph's frames from more
+        // of the follower's (output/input below 1 too): either way the level falls.
+        let r = self.rate_loop.update(level, raise, dt, rate);
+        self.resampler.set_ratio_relative(r);
+    }
+}
+
+/// The playback and capture sides of one follower device.
+pub(crate) struct Follower {
+    pub(crate) play: Option<Side>,
+    pub(crate) cap: Option<Side>,
+    /// The device answered [`quaver_devices::Device::follow`] with levels this cycle: its
+    /// audio goes through the converters.
+    pub(crate) active: bool,
+    /// Far too little is captured for this cycle (the quantum grew several-fold): the
+    /// graph gets silence once and the capture builds up.
+    pub(crate) cap_hold: bool,
+    /// The quantum of the last reading: a new one moves the levels to keep.
+    quantum: usize,
+}
+
+impl Follower {
+    /// Builds the converters for a device with these channel counts (control thread).
+    pub(crate) fn new(
+        rate: u32,
+        playback: Option<usize>,
+        capture: Option<usize>,
+        max_frames: usize,
+    ) -> Result<Self, ResampleError> {
+        Ok(Follower {
+            play: playback
+                .map(|c| Side::new(rate, c, max_frames))
+                .transpose()?,
+            cap: capture
+                .map(|c| Side::new(rate, c, max_frames))
+                .transpose()?,
+            active: false,
+            cap_hold: false,
+            quantum: 0,
+        })
+    }
+
+    /// Starts over: after the device (re)started, its levels are new. *RT*.
+    pub(crate) fn reset(&mut self) {
+        for side in [self.play.as_mut(), self.cap.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            side.rate_loop.reset();
+            side.resampler.reset();
+        }
+    }
+
+    /// New levels to keep, keeping the audio in the converters (a quantum change). *RT*.
+    fn retarget(&mut self) {
+        for side in [self.play.as_mut(), self.cap.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            side.rate_loop.reset();
+        }
+    }
+
+    /// Applies this cycle's reading. *RT*.
+    pub(crate) fn update(&mut self, levels: quaver_devices::FollowerLevels, q: usize, rate: u32) {
+        if levels.restarted {
+            self.reset();
+        } else if q != self.quantum {
+            self.retarget();
+        }
+        self.quantum = q;
+        let (dt, rate) = (q as f64 / rate as f64, rate as f64);
+        if let (Some(side), Some(level)) = (self.play.as_mut(), levels.play_queued) {
+            // Right after a start the queue holds the device's prefill less a cycle:
+            // its own margin, which is the level to keep.
+            side.steer(level, 0, dt, rate);
+        }
+        if let (Some(side), Some(level)) = (self.cap.as_mut(), levels.cap_avail) {
+            // Capture starts with about one cycle ready, exactly what a cycle reads:
+            // the steering would read past the hardware half the time. Aim higher (the
+            // loop gets there by reading a little less at first), by up to a cycle but
+            // never so much that a big cycle on a small ring overflows it.
+            // Far too little for this cycle (the quantum just grew several-fold): hold.
+            // Reading anyway would read past the hardware every cycle until the loop,
+            // at its slow rate, had built the level up.
+            self.cap_hold = level < q / 2;
+            if !self.cap_hold {
+                side.steer(level, q.min(CAPTURE_HEADROOM), dt, rate);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_holds_the_level_against_a_steady_drift() {
+        // A follower 300 ppm fast drains 300 ppm of a frame per frame written; the loop
+        // must find a ratio 300 ppm above 1 and hold the level near where it started.
+        let (rate, q) = (48_000.0, 256usize);
+        let dt = q as f64 / rate;
+        let mut l = RateLoop::default();
+        let mut level = 512.0f64;
+        let mut worst: f64 = 0.0;
+        let mut r = 1.0;
+        for cycle in 0..(60.0 / dt) as usize {
+            r = l.update(level.round() as usize, 0, dt, rate);
+            level += q as f64 * r - q as f64 * 1.0003;
+            if cycle as f64 * dt > 10.0 {
+                worst = worst.max((level - 512.0).abs());
+            }
+        }
+        assert!((r - 1.0003).abs() < 20e-6, "settled ratio {r}");
+        assert!(worst < 4.0, "level strayed {worst} frames after settling");
+    }
+
+    #[test]
+    fn capture_holds_back_a_cycle_when_too_little_is_ready_for_it() {
+        let mut f = Follower::new(48_000, Some(2), Some(2), 4096).unwrap();
+        let levels = |cap| quaver_devices::FollowerLevels {
+            play_queued: Some(256),
+            cap_avail: Some(cap),
+            restarted: false,
+        };
+        f.update(levels(256), 256, 48_000);
+        assert!(!f.cap_hold, "a cycle's worth is enough");
+        // The quantum grew to 2048 with 300 frames captured: reading a cycle would read
+        // past the hardware; the graph gets silence once while the capture builds up.
+        f.update(levels(300), 2048, 48_000);
+        assert!(f.cap_hold);
+        f.update(levels(2348), 2048, 48_000);
+        assert!(!f.cap_hold);
+    }
+
+    #[test]
+    fn one_late_reading_moves_the_ratio_by_at_most_the_bound() {
+        let mut l = RateLoop::default();
+        // A 100 ms stall reads as the level 4800 frames low for one cycle.
+        l.update(5000, 0, 0.005, 48_000.0);
+        let r = l.update(200, 0, 0.005, 48_000.0);
+        assert!((r - (1.0 + MAX_CORRECTION)).abs() < 1e-12, "{r}");
+    }
+}

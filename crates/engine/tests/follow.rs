@@ -1,0 +1,194 @@
+//! A second card on its own clock: the engine keeps it in step with the driver.
+//!
+//! Two simulated cards share one virtual clock; the follower's crystal runs 1000 ppm
+//! fast or slow (a real one: tens to a few hundred ppm). Without rate matching its queue
+//! drains or grows by 48 frames a second until it under- or overruns. Every cycle runs
+//! under an allocation guard: the converters are real-time work.
+
+mod common;
+
+use assert_no_alloc::{AllocDisabler, assert_no_alloc, violation_count};
+use common::Dc;
+use quaver_devices::{SimCard, SimConfig, VirtualClock};
+use quaver_dsp::ChannelMap;
+use quaver_engine::{Engine, EngineConfig, NodeKind, NodeSpec};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
+
+#[global_allocator]
+static A: AllocDisabler = AllocDisabler;
+
+const RATE: u32 = 48_000;
+
+/// Counts the cycles whose every sample was within 1 % of 0.25, and the others.
+struct Level(Arc<AtomicUsize>, Arc<AtomicUsize>);
+
+impl quaver_engine::Processor for Level {
+    fn process(
+        &mut self,
+        _cx: &quaver_engine::CycleInfo,
+        inputs: quaver_dsp::Planar<'_>,
+        _outputs: &mut quaver_dsp::PlanarMut<'_>,
+    ) {
+        let s = inputs.channel(0);
+        let good = s.iter().all(|&x| (x - 0.25).abs() < 0.0025);
+        if good { &self.0 } else { &self.1 }.fetch_add(1, Relaxed);
+    }
+}
+
+struct Run {
+    underruns: u64,
+    overruns: u64,
+    /// The follower's playback queue after the first second, and its range after that.
+    first: u64,
+    range: (u64, u64),
+    good: usize,
+    bad_late: usize,
+    /// The smallest quantum the engine ran.
+    min_quantum: usize,
+}
+
+/// Plays a steady 0.25 into a follower `drift_ppm` off for `seconds` of virtual time at
+/// `quantum` frames; with `retune`, the stream asks for 64 frames of latency from 20 s
+/// to 40 s (the quantum drops to 32 frames and then grows back).
+fn run(drift_ppm: f64, seconds: u64, quantum: usize, retune: bool) -> Run {
+    let clock = VirtualClock::new();
+    let card = |drift_ppm: f64, loopback: bool| SimConfig {
+        rate: RATE,
+        drift_ppm,
+        loopback,
+        ..SimConfig::default()
+    };
+    let driver = SimCard::with_clock(card(0.0, false), Box::new(clock.clone())).unwrap();
+    let follower = SimCard::with_clock(card(drift_ppm, true), Box::new(clock.clone()))
+        .unwrap()
+        .with_name("sim2");
+    let config = EngineConfig {
+        rt_priority: 0,
+        suspend_timeout: None,
+        quantum_default: quantum,
+        ..EngineConfig::default()
+    };
+    let (engine, mut runner) =
+        Engine::new_manual(config, vec![Box::new(driver), Box::new(follower)]).unwrap();
+    let mut s = NodeSpec::new("dc", NodeKind::PlaybackStream);
+    s.outputs = ChannelMap::stereo();
+    let dc = engine
+        .add_node_linked(s, Some(Box::new(Dc(0.25))), Some("sim2-sink"))
+        .unwrap();
+    // What the follower played, captured back through its loopback.
+    let (good, bad) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut r = NodeSpec::new("rec", NodeKind::RecordStream);
+    r.inputs = ChannelMap::stereo();
+    let level = Level(good.clone(), bad.clone());
+    engine
+        .add_node_linked(r, Some(Box::new(level)), Some("sim2-source"))
+        .unwrap();
+    let stats = engine.stats();
+    let queued = || stats.devices[1].playback_delay.load(Relaxed);
+    let mut first = 0;
+    let mut range = (u64::MAX, 0);
+    let mut bad_at_3s = 0;
+    let mut min_quantum = usize::MAX;
+    for _ in 0..1_000_000 {
+        let t = clock.now();
+        if t >= seconds * 1_000_000_000 {
+            break;
+        }
+        assert!(assert_no_alloc(|| runner.run_cycle()));
+        assert_eq!(violation_count(), 0, "allocation in the real-time cycle");
+        engine.collect();
+        min_quantum = min_quantum.min(engine.quantum());
+        if t >= 1_000_000_000 {
+            if first == 0 {
+                first = queued();
+            }
+            range = (range.0.min(queued()), range.1.max(queued()));
+        }
+        if t < 3_000_000_000 {
+            bad_at_3s = bad.load(Relaxed);
+        }
+        if retune && t >= 20_000_000_000 && engine.quantum() == quantum && t < 40_000_000_000 {
+            engine.set_latency(dc, Some(64)).unwrap();
+        }
+        if retune && t >= 40_000_000_000 && engine.quantum() != quantum {
+            engine.set_latency(dc, None).unwrap();
+        }
+    }
+    let run = Run {
+        underruns: stats.devices[1].underruns.load(Relaxed),
+        overruns: stats.devices[1].overruns.load(Relaxed),
+        first,
+        range,
+        good: good.load(Relaxed),
+        bad_late: bad.load(Relaxed) - bad_at_3s,
+        min_quantum,
+    };
+    engine.shutdown_manual(runner).unwrap();
+    run
+}
+
+fn check(drift_ppm: f64) {
+    let r = run(drift_ppm, 60, 256, false);
+    assert_eq!(
+        (r.underruns, r.overruns),
+        (0, 0),
+        "the {drift_ppm} ppm follower xran"
+    );
+    // 48 frames a second of drift would have moved the queue by 2800 frames in a minute.
+    assert!(
+        r.range.0 + 64 >= r.first && r.range.1 <= r.first + 64,
+        "the follower's queue wandered: {} after 1 s, then {:?}",
+        r.first,
+        r.range
+    );
+    assert!(r.good > 10_000, "{} clean cycles captured", r.good);
+    assert_eq!(
+        r.bad_late, 0,
+        "the follower's loopback broke up after the start"
+    );
+}
+
+#[test]
+fn a_fast_follower_card_stays_in_step_for_a_minute() {
+    check(1000.0);
+}
+
+#[test]
+fn a_slow_follower_card_stays_in_step_for_a_minute() {
+    check(-1000.0);
+}
+
+#[test]
+fn a_follower_card_rides_through_quantum_changes() {
+    for drift_ppm in [300.0, -300.0] {
+        // Back from 32 to 1024 frames: far more than the card's margin.
+        let r = run(drift_ppm, 60, 1024, true);
+        assert_eq!(r.min_quantum, 32, "the quantum never dropped");
+        assert_eq!(
+            (r.underruns, r.overruns),
+            (0, 0),
+            "the {drift_ppm} ppm follower xran"
+        );
+        // The capture holds back one cycle when the quantum grows (too little is
+        // captured for the bigger cycle): a short gap, not a break every cycle.
+        assert!(
+            r.bad_late <= 4,
+            "{drift_ppm} ppm: {} broken cycles in the follower's loopback",
+            r.bad_late
+        );
+    }
+}
+
+#[test]
+fn a_follower_whose_ring_holds_only_two_cycles_stays_in_step() {
+    // 4096-frame cycles on an 8192-frame ring: no room to aim the capture a whole
+    // cycle higher, nor to read past what is there.
+    for drift_ppm in [500.0, -500.0] {
+        let r = run(drift_ppm, 120, 4096, false);
+        assert_eq!((r.underruns, r.overruns), (0, 0), "{drift_ppm} ppm");
+        assert_eq!(r.bad_late, 0, "{drift_ppm} ppm: broken cycles");
+        assert!(r.good > 1000, "{} clean cycles", r.good);
+    }
+}

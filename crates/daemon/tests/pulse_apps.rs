@@ -125,6 +125,31 @@ fn mpv_ao_pulse_plays_bit_exact() {
     assert_contains_exactly(&out, &input, "mpv --ao=pulse");
 }
 
+/// libcanberra, through which desktops play their event sounds (GTK and GNOME's
+/// `canberra-gtk-play`, here under Xvfb since it opens a display): a file played as an
+/// event sound arrives whole.
+#[test]
+fn canberra_gtk_play_plays_an_event_sound_bit_exact() {
+    require_app!(
+        "gnome-session-canberra libcanberra-pulse xvfb xauth",
+        "canberra-gtk-play",
+        "xvfb-run"
+    );
+    let (out, input) = play_into_file(
+        "xvfb-run",
+        &[
+            "-a",
+            "canberra-gtk-play",
+            "-f",
+            "in.wav",
+            "-d",
+            "quaver test sound",
+        ],
+        79,
+    );
+    assert_contains_exactly(&out, &input, "canberra-gtk-play");
+}
+
 #[test]
 fn ffmpeg_pulse_output_plays_bit_exact() {
     require_app!("ffmpeg", "ffmpeg");

@@ -653,3 +653,80 @@ fn monitor_record_streams_report_the_sink_latency() {
     let source = latency_of(&mut c, "null-source");
     assert_eq!(source.sink_usec, 0);
 }
+
+/// A sink's state says whether something plays into it, as PulseAudio counts it: a
+/// corked stream does not make it RUNNING, and neither does a loopback held because the
+/// sink it records from is suspended.
+#[test]
+fn a_sink_is_idle_while_its_only_input_is_corked_or_held() {
+    require_tools!("pactl");
+    let d = pulse_util::start(&["--device", "null"]);
+    let state = |name: &str| {
+        let text = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+        text.lines()
+            .find(|l| l.split('\t').nth(1) == Some(name))
+            .and_then(|l| l.split('\t').nth(4))
+            .unwrap_or_else(|| panic!("no sink {name}: {text}"))
+            .to_string()
+    };
+    let card = pa_ok(&d, &run_pa(&d, "pactl", &["get-default-sink"]))
+        .trim()
+        .to_string();
+    let card_index = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]))
+        .lines()
+        .find(|l| l.split('\t').nth(1) == Some(card.as_str()))
+        .and_then(|l| l.split('\t').next())
+        .expect("the card is listed")
+        .to_string();
+    let mut c = RawClient::ready(&d, "cork");
+    let ch = create_44k1_s16_stereo(&mut c, true, false);
+    assert_eq!(state(&card), "IDLE", "a corked stream counted as playing");
+    let clients = || {
+        pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "clients"]))
+            .lines()
+            .count()
+    };
+    let sub = spawn_pa(&d, "pactl", &["subscribe"]);
+    assert!(
+        wait_until(WAIT, || clients() >= 3),
+        "pactl subscribe did not connect"
+    );
+    let cork = |c: &mut RawClient, cork: bool| {
+        let seq = c.send(&Command::CorkPlaybackStream(CorkStreamParams {
+            channel: ch,
+            cork,
+        }));
+        c.reply_to(seq, |_| {}).unwrap();
+    };
+    cork(&mut c, false);
+    assert_eq!(state(&card), "RUNNING");
+    cork(&mut c, true);
+    assert_eq!(state(&card), "IDLE");
+    // Each state change is announced as a change of the sink, as PulseAudio does.
+    std::thread::sleep(Duration::from_millis(300));
+    let out = interrupt(sub);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let needle = format!("Event 'change' on sink #{card_index}");
+    assert!(
+        text.matches(&needle).count() >= 2,
+        "no two {needle:?} in:\n{text}"
+    );
+
+    // A loopback from a null sink's monitor into the card: held while that sink is
+    // suspended.
+    load_module(&d, &["module-null-sink", "sink_name=vmic"]);
+    load_module(
+        &d,
+        &[
+            "module-loopback",
+            "source=vmic.monitor",
+            &format!("sink={card}"),
+        ],
+    );
+    assert_eq!(state(&card), "RUNNING");
+    pa_ok(&d, &run_pa(&d, "pactl", &["suspend-sink", "vmic", "1"]));
+    assert_eq!(state("vmic"), "SUSPENDED");
+    assert_eq!(state(&card), "IDLE", "a held loopback counted as playing");
+    pa_ok(&d, &run_pa(&d, "pactl", &["suspend-sink", "vmic", "0"]));
+    assert_eq!(state(&card), "RUNNING");
+}

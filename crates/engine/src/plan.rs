@@ -123,7 +123,7 @@ impl NodeSlot {
 /// suspended sink is not read) or all come from them (a recorder of its monitor gets
 /// nothing). A node with no links at all keeps running, and so does every device: a
 /// device keeps its own clock and stops only with the others ([`crate::Engine::hold`]).
-pub(crate) fn stopped_nodes(graph: &Graph) -> HashSet<NodeId> {
+pub fn stopped_nodes(graph: &Graph) -> HashSet<NodeId> {
     let mut stopped: HashSet<NodeId> = graph
         .nodes
         .values()

@@ -2359,6 +2359,16 @@ impl Conn {
             Ev::Changed,
             node,
         );
+        // The device's state may have changed with it (RUNNING ↔ IDLE), which
+        // PulseAudio announces as a change of the sink or source.
+        let graph = self.srv.engine.graph();
+        if playback {
+            if let Some(sink) = crate::server::stream_target(&graph, node) {
+                self.srv.broadcast(Fac::Sink, Ev::Changed, sink);
+            }
+        } else if let Some(source) = crate::server::record_source_index(&graph, node) {
+            self.srv.broadcast(Fac::Source, Ev::Changed, source);
+        }
     }
 
     /// Whether the client runs as our user — as PulseAudio, shared memory is only used
@@ -2438,6 +2448,16 @@ impl Conn {
             Ev::Changed,
             node,
         );
+        // The device's state may have changed with it (RUNNING ↔ IDLE), which
+        // PulseAudio announces as a change of the sink or source.
+        let graph = self.srv.engine.graph();
+        if playback {
+            if let Some(sink) = crate::server::stream_target(&graph, node) {
+                self.srv.broadcast(Fac::Sink, Ev::Changed, sink);
+            }
+        } else if let Some(source) = crate::server::record_source_index(&graph, node) {
+            self.srv.broadcast(Fac::Source, Ev::Changed, source);
+        }
     }
 
     fn set_stream_volume(

@@ -9,8 +9,8 @@ use pulseaudio::protocol::{
     SourceOutputInfo, SourceState, Volume,
 };
 use quaver_dsp::ChannelMap;
-use quaver_engine::NodeKind;
 use quaver_engine::graph::{Graph, Node};
+use quaver_engine::{NodeId, NodeKind};
 use std::ffi::CString;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -26,6 +26,9 @@ pub struct Snapshot {
     pub quantum: usize,
     /// Devices suspended for idleness.
     pub suspended: bool,
+    /// Nodes the engine does not run (held by a suspended sink, see
+    /// [`quaver_engine::plan::stopped_nodes`]).
+    pub stopped: std::collections::HashSet<quaver_engine::NodeId>,
     /// Default sink.
     pub default_sink: Option<Device>,
     /// Default source.
@@ -99,6 +102,7 @@ impl Server {
             rate: status.rate,
             quantum: status.quantum,
             suspended: status.devices.iter().any(|d| d.suspended),
+            stopped: quaver_engine::plan::stopped_nodes(&graph),
             graph,
             default_sink,
             default_source,
@@ -129,15 +133,30 @@ impl Server {
         frames_to_usec(2 * snap.quantum as u64, snap.rate)
     }
 
-    fn has_inputs(graph: &Graph, node: &Node) -> bool {
-        graph.links.values().any(|l| node.inputs.contains(&l.input))
+    /// Whether `peer` moves audio through a link with a device: not held by a suspended
+    /// sink, and not a corked stream (PulseAudio counts neither as using the device).
+    fn active_peer(snap: &Snapshot, st: &State, peer: Option<NodeId>) -> bool {
+        peer.is_some_and(|p| {
+            !snap.stopped.contains(&p) && !st.streams.get(&p).is_some_and(|r| r.corked)
+        })
     }
 
-    fn has_readers(graph: &Graph, node: &Node) -> bool {
-        graph
-            .links
-            .values()
-            .any(|l| node.outputs.contains(&l.output))
+    /// A sink is RUNNING while something plays into it.
+    fn has_inputs(snap: &Snapshot, st: &State, node: &Node) -> bool {
+        let g = &snap.graph;
+        g.links.values().any(|l| {
+            node.inputs.contains(&l.input)
+                && Self::active_peer(snap, st, g.ports.get(&l.output).map(|p| p.node))
+        })
+    }
+
+    /// A source is RUNNING while something records from it.
+    fn has_readers(snap: &Snapshot, st: &State, node: &Node) -> bool {
+        let g = &snap.graph;
+        g.links.values().any(|l| {
+            node.outputs.contains(&l.output)
+                && Self::active_peer(snap, st, g.ports.get(&l.input).map(|p| p.node))
+        })
     }
 
     /// The sink record of a device-sink node.
@@ -160,7 +179,7 @@ impl Server {
             props,
             state: if snap.suspended || node.suspended {
                 SinkState::Suspended
-            } else if Self::has_inputs(&snap.graph, node) {
+            } else if Self::has_inputs(snap, st, node) {
                 SinkState::Running
             } else {
                 SinkState::Idle
@@ -231,7 +250,7 @@ impl Server {
             // A monitor's node is its sink's: it is suspended with it.
             state: if snap.suspended || node.suspended {
                 SourceState::Suspended
-            } else if Self::has_readers(&snap.graph, node) {
+            } else if Self::has_readers(snap, st, node) {
                 SourceState::Running
             } else {
                 SourceState::Idle

@@ -2359,16 +2359,6 @@ impl Conn {
             Ev::Changed,
             node,
         );
-        // The device's state may have changed with it (RUNNING ↔ IDLE), which
-        // PulseAudio announces as a change of the sink or source.
-        let graph = self.srv.engine.graph();
-        if playback {
-            if let Some(sink) = crate::server::stream_target(&graph, node) {
-                self.srv.broadcast(Fac::Sink, Ev::Changed, sink);
-            }
-        } else if let Some(source) = crate::server::record_source_index(&graph, node) {
-            self.srv.broadcast(Fac::Source, Ev::Changed, source);
-        }
     }
 
     /// Whether the client runs as our user — as PulseAudio, shared memory is only used
@@ -2439,15 +2429,7 @@ impl Conn {
                 None => return,
             }
         };
-        self.srv.broadcast(
-            if playback {
-                Fac::SinkInput
-            } else {
-                Fac::SourceOutput
-            },
-            Ev::Changed,
-            node,
-        );
+        self.stream_changed(node, playback);
         // The device's state may have changed with it (RUNNING ↔ IDLE), which
         // PulseAudio announces as a change of the sink or source.
         let graph = self.srv.engine.graph();

@@ -257,12 +257,15 @@ pub trait Device: Send {
     }
 
     /// For a follower (a device the engine writes and reads every cycle while another
-    /// device's clock paces the cycles, so its own `wait` is never called): restarts the
-    /// streams after an xrun since the last call (prefilled for `quantum`, as `wait` would),
-    /// then reads the hardware pointer once. The engine steers its rate from these
-    /// levels, since no two clocks run at exactly the same speed. `None` where the device
-    /// keeps no clock of its own (the null and file sinks take whatever pace they get).
-    /// *RT*, once per cycle, before `write` and `read`.
+    /// device's clock paces the cycles, so its own `wait` is never called). Called once
+    /// per cycle where the driver's `wait` is, just before it, with the quantum of the
+    /// cycle to come: restarts the streams after an xrun since the last call (prefilled
+    /// for `quantum`, as `wait` would); when `quantum` is the largest since the start,
+    /// queues the growth as silence (the driver may wait for a whole new quantum of
+    /// capture before the cycle, so the last one written must last that long); then reads
+    /// the hardware pointer once. The engine steers its rate from these levels, since no
+    /// two clocks run at exactly the same speed. `None` where the device keeps no clock
+    /// of its own (the null and file sinks take whatever pace they get). *RT*.
     fn follow(&mut self, quantum: usize) -> Result<Option<FollowerLevels>, DeviceError> {
         let _ = quantum;
         Ok(None)

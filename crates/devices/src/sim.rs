@@ -214,6 +214,8 @@ pub struct SimCard {
     fill: usize,
     /// Woken at the watermark (or rewound) and still topping the ring up to `fill`.
     refilling: bool,
+    /// The largest quantum [`Device::follow`] saw since the last (re)start (0: none).
+    follow_quantum: usize,
     probe: Option<DacProbe>,
 }
 
@@ -315,6 +317,7 @@ impl SimCard {
             margin,
             fill: 0,
             refilling: false,
+            follow_quantum: 0,
             probe: None,
             cfg,
         })
@@ -483,6 +486,7 @@ impl SimCard {
         self.play_appl = at;
         self.queue_silence((quantum + self.watermark(quantum)) as u64);
         self.xrun_pending = false;
+        self.follow_quantum = quantum;
     }
 
     fn queue_silence(&mut self, frames: u64) {
@@ -702,6 +706,11 @@ impl Device for SimCard {
         let restarted = self.xrun_pending;
         if restarted {
             self.restart(self.hw, quantum);
+        } else if quantum > self.follow_quantum {
+            // The wait plays a quantum of it before this cycle writes the next one.
+            let room = self.size - self.play_appl.saturating_sub(self.hw).min(self.size);
+            self.queue_silence(((quantum - self.follow_quantum) as u64).min(room));
+            self.follow_quantum = quantum;
         }
         Ok(Some(FollowerLevels {
             play_queued: Some(self.play_appl.saturating_sub(self.hw) as usize),

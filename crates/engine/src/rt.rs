@@ -603,6 +603,9 @@ impl RtRunner {
             self.discard.fill(false);
         }
         self.set_driver_fill(q);
+        // Before the driver's wait, as if the followers waited with it: a restart's
+        // prefill and a grown quantum's silence must cover that wait.
+        self.follow_devices(q);
         if !self.wait_driver(q) {
             self.ring_service();
             return true;
@@ -633,7 +636,6 @@ impl RtRunner {
         if self.freewheel {
             self.freewheel_wait(q);
         }
-        self.follow_devices(q);
         let t0 = quaver_rt::monotonic_ns();
         let cx = CycleInfo {
             frames: q,

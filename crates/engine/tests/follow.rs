@@ -49,10 +49,20 @@ struct Run {
     min_quantum: usize,
 }
 
+/// What the stream asks for while it plays.
+#[derive(Clone, Copy, PartialEq)]
+enum Latency {
+    /// Nothing: the quantum stays.
+    Steady,
+    /// 64 frames from 20 s to 40 s: the quantum drops to 32 frames and grows back.
+    DropAndBack,
+    /// 8192 frames from 5 s on: the quantum grows to 4096 frames while playing.
+    Grow,
+}
+
 /// Plays a steady 0.25 into a follower `drift_ppm` off for `seconds` of virtual time at
-/// `quantum` frames; with `retune`, the stream asks for 64 frames of latency from 20 s
-/// to 40 s (the quantum drops to 32 frames and then grows back).
-fn run(drift_ppm: f64, seconds: u64, quantum: usize, retune: bool) -> Run {
+/// `quantum` frames, the stream's latency request changing as `latency` says.
+fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
     let clock = VirtualClock::new();
     let card = |drift_ppm: f64, loopback: bool| SimConfig {
         rate: RATE,
@@ -109,11 +119,15 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, retune: bool) -> Run {
         if t < 3_000_000_000 {
             bad_at_3s = bad.load(Relaxed);
         }
+        let retune = latency == Latency::DropAndBack;
         if retune && t >= 20_000_000_000 && engine.quantum() == quantum && t < 40_000_000_000 {
             engine.set_latency(dc, Some(64)).unwrap();
         }
         if retune && t >= 40_000_000_000 && engine.quantum() != quantum {
             engine.set_latency(dc, None).unwrap();
+        }
+        if latency == Latency::Grow && t >= 5_000_000_000 && engine.quantum() == quantum {
+            engine.set_latency(dc, Some(8192)).unwrap();
         }
     }
     let run = Run {
@@ -130,7 +144,7 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, retune: bool) -> Run {
 }
 
 fn check(drift_ppm: f64) {
-    let r = run(drift_ppm, 60, 256, false);
+    let r = run(drift_ppm, 60, 256, Latency::Steady);
     assert_eq!(
         (r.underruns, r.overruns),
         (0, 0),
@@ -164,7 +178,7 @@ fn a_slow_follower_card_stays_in_step_for_a_minute() {
 fn a_follower_card_rides_through_quantum_changes() {
     for drift_ppm in [300.0, -300.0] {
         // Back from 32 to 1024 frames: far more than the card's margin.
-        let r = run(drift_ppm, 60, 1024, true);
+        let r = run(drift_ppm, 60, 1024, Latency::DropAndBack);
         assert_eq!(r.min_quantum, 32, "the quantum never dropped");
         assert_eq!(
             (r.underruns, r.overruns),
@@ -186,9 +200,30 @@ fn a_follower_whose_ring_holds_only_two_cycles_stays_in_step() {
     // 4096-frame cycles on an 8192-frame ring: no room to aim the capture a whole
     // cycle higher, nor to read past what is there.
     for drift_ppm in [500.0, -500.0] {
-        let r = run(drift_ppm, 120, 4096, false);
+        let r = run(drift_ppm, 120, 4096, Latency::Steady);
         assert_eq!((r.underruns, r.overruns), (0, 0), "{drift_ppm} ppm");
         assert_eq!(r.bad_late, 0, "{drift_ppm} ppm: broken cycles");
         assert!(r.good > 1000, "{} clean cycles", r.good);
     }
+}
+
+#[test]
+fn a_follower_card_plays_on_when_the_quantum_grows_while_it_plays() {
+    // From 1024 to 4096 frames on an 8192-frame ring: before the first long cycle the
+    // driver waits for a whole new quantum of capture, and plays the growth as silence
+    // to last that long; the follower must do the same, not run dry (an xrun, then a
+    // restart that left it holding a quantum too much: a full ring on every write).
+    let r = run(100.0, 30, 1024, Latency::Grow);
+    assert_eq!((r.underruns, r.overruns), (0, 0));
+    // That silence, in the loopback: two cycles, not a break every cycle.
+    assert!(
+        r.bad_late <= 2,
+        "{} broken cycles in the follower's loopback",
+        r.bad_late
+    );
+    assert!(
+        r.range.1 < 8192,
+        "the follower's ring was full after a write: {:?}",
+        r.range
+    );
 }

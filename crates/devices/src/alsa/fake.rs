@@ -620,6 +620,15 @@ mod tests {
         );
         assert_eq!(rig.dev.counters().underruns, underruns);
         assert!(levels.play_queued.is_some_and(|l| l > 0), "{levels:?}");
+        // The quantum grows to 1024: the growth is queued as silence, once.
+        let before = rig.dev.follow(q).unwrap().unwrap().play_queued.unwrap();
+        let grown = rig.dev.follow(1024).unwrap().unwrap().play_queued.unwrap();
+        assert_eq!(grown, before + 1024 - q);
+        let again = rig.dev.follow(1024).unwrap().unwrap().play_queued.unwrap();
+        assert_eq!(again, grown, "the growth was queued twice");
+        let (_, restarts) = follow_run(&mut rig, 1024, 50);
+        assert_eq!(restarts, 0);
+        assert_eq!(rig.dev.counters().underruns, underruns);
     }
 
     #[test]

@@ -745,6 +745,8 @@ pub(crate) struct Driver<P: PcmIo> {
     fill: usize,
     /// Woken (or rewound) and still topping the ring up to `fill`.
     refilling: bool,
+    /// The largest quantum [`Device::follow`] saw since the last restart (0: none).
+    follow_quantum: usize,
 }
 
 fn is_gone(err: i32) -> bool {
@@ -788,6 +790,7 @@ impl<P: PcmIo> Driver<P> {
             closes_when_idle: true,
             fill: 0,
             refilling: false,
+            follow_quantum: 0,
             info,
         }
     }
@@ -983,6 +986,7 @@ impl<P: PcmIo> Driver<P> {
         });
         self.dll.reset(now, 0);
         self.pending = Pending::None;
+        self.follow_quantum = quantum;
         self.unpaced_readings = 0;
         self.play_delay = queued as usize;
         self.cap_delay = 0;
@@ -1175,6 +1179,30 @@ impl<P: PcmIo> Driver<P> {
         Ok(true)
     }
 
+    /// A follower whose quantum grew by `growth`: as much silence, as far as the ring has
+    /// room (see [`Device::follow`]). Uses the last reading.
+    fn top_up(&mut self, growth: usize) -> Result<(), DeviceError> {
+        let Some(side) = self.play.as_mut() else {
+            return Ok(());
+        };
+        // The wait plays a quantum of it before the cycle writes the next one.
+        let queued = self.reading.map_or(0, |r| r.play_queued as usize);
+        let n = growth.min(side.buffer.saturating_sub(queued));
+        if n == 0 {
+            return Ok(());
+        }
+        match side.pcm.write_silence(n) {
+            Ok(w) => {
+                side.appl += w as u64;
+                if let Some(r) = self.reading.as_mut() {
+                    r.play_queued += w as u64;
+                }
+                Ok(())
+            }
+            Err(e) => self.transfer_failed(e),
+        }
+    }
+
     /// [`Device::follow`]: recovers a pending xrun as `wait` would, then one reading.
     fn follow(&mut self, quantum: usize) -> Result<Option<FollowerLevels>, DeviceError> {
         self.check_quantum(quantum)?;
@@ -1189,6 +1217,11 @@ impl<P: PcmIo> Driver<P> {
                     return Ok(None);
                 }
                 restarted = true;
+            }
+            if !restarted && quantum > self.follow_quantum {
+                let growth = quantum - self.follow_quantum;
+                self.follow_quantum = quantum;
+                self.top_up(growth)?;
             }
             if let Some(r) = self.query()? {
                 return Ok(Some(FollowerLevels {

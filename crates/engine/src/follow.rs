@@ -153,12 +153,7 @@ impl Follower {
             side.steer(level, 0, dt, rate);
         }
         if let (Some(side), Some(level)) = (self.cap.as_mut(), levels.cap_avail) {
-            // Read just before the driver's wait: what the last read left (after a start,
-            // nothing). The wait adds about a cycle, exactly what the cycle reads, so
-            // steering to the first level would read past the hardware half the time.
-            // Aim higher (the loop gets there by reading a little less at first), by up to
-            // a cycle but never so much that a big cycle on a small ring overflows it.
-            // Far below it — half a cycle, and more than the loop's own wander (the
+            // Far below its level — half a cycle, and more than the loop's own wander (the
             // driver's wait before a grown quantum can be shorter than the new cycle):
             // reading would run past the hardware every cycle until the loop, at its slow
             // rate, caught up. Give the graph silence for one cycle instead while the
@@ -169,6 +164,12 @@ impl Follower {
                 .target
                 .is_some_and(|t| (level + far) as f64 <= t);
             if !self.cap_hold {
+                // Read just before the driver's wait: what the last read left (after a
+                // start, nothing). The wait adds about a cycle, exactly what the cycle
+                // reads, so steering to the first level would read past the hardware half
+                // the time. Aim higher (the loop gets there by reading a little less at
+                // first), by up to a cycle but never so much that a big cycle on a small
+                // ring overflows it.
                 side.steer(level, q.min(CAPTURE_HEADROOM), dt, rate);
             }
         }

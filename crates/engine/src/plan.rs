@@ -208,11 +208,23 @@ pub(crate) fn compile(
             .any(|n| (n.kind.is_stream() || n.keep_awake) && !stopped.contains(&n.id)),
         ..Plan::default()
     };
+    // Links this plan carries on from the previous one: between running nodes, and into
+    // a node running its last cycle from what fed it before. The others of `previous`
+    // fade out.
+    let kept: HashSet<(PortId, PortId)> = graph
+        .links
+        .values()
+        .map(|l| (l.output, l.input))
+        .filter(|p| {
+            current.contains(p)
+                || (previous.contains(p) && node_of(&p.1).is_some_and(|n| once.contains(&n)))
+        })
+        .collect();
     // Fading-out links still carry audio for one cycle: order their source before their
     // destination too, or the destination would fade out the source's previous cycle.
     let fading: Vec<(PortId, PortId)> = previous
         .iter()
-        .filter(|p| !current.contains(p))
+        .filter(|p| !kept.contains(p))
         .filter(|(o, i)| graph.ports.contains_key(o) && graph.ports.contains_key(i))
         .copied()
         .collect();
@@ -238,7 +250,6 @@ pub(crate) fn compile(
                 fade,
             });
         };
-        let mut carried = Vec::new();
         for l in graph.links.values() {
             if graph.ports[&l.input].node != id {
                 continue;
@@ -256,23 +267,16 @@ pub(crate) fn compile(
                 Fade::In
             };
             // Into a node running its last cycle, only what fed it before counts.
-            if once.contains(&id) && fade != Fade::Steady {
+            if once.contains(&id) && !kept.contains(&(l.output, l.input)) {
                 continue;
-            }
-            if once.contains(&id) {
-                carried.push((l.output, l.input));
             }
             push(l.output, l.input, fade);
         }
         // A link that vanished fades out for one cycle, but only if both of its
         // nodes are still there (a removed node's buffers are gone).
-        for &(o, i) in previous {
-            if current.contains(&(o, i)) || carried.contains(&(o, i)) {
-                continue;
-            }
-            match (graph.ports.get(&o), graph.ports.get(&i)) {
-                (Some(_), Some(ip)) if ip.node == id => push(o, i, Fade::Out),
-                _ => {}
+        for &(o, i) in &fading {
+            if graph.ports[&i].node == id {
+                push(o, i, Fade::Out);
             }
         }
         let device = node.device.and_then(|d| match node.kind {

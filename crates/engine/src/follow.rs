@@ -11,7 +11,9 @@
 //!
 //! [`Device::follow`]: quaver_devices::Device::follow
 
+use quaver_devices::Device;
 use quaver_dsp::resample::{ResampleError, ResampleQuality, StreamResampler};
+use quaver_dsp::{Planar, PlanarMut};
 
 /// Proportional gain, per second of level error (the loop settles in a few seconds).
 const KP: f64 = 2.0;
@@ -117,12 +119,16 @@ impl Follower {
         })
     }
 
-    /// Starts over: after the device (re)started, its levels are new. *RT*.
-    pub(crate) fn reset(&mut self) {
-        for side in [self.play.as_mut(), self.cap.as_mut()]
+    /// Both sides, those the device has.
+    fn sides(&mut self) -> impl Iterator<Item = &mut Side> {
+        [self.play.as_mut(), self.cap.as_mut()]
             .into_iter()
             .flatten()
-        {
+    }
+
+    /// Starts over: after the device (re)started, its levels are new. *RT*.
+    pub(crate) fn reset(&mut self) {
+        for side in self.sides() {
             side.rate_loop.reset();
             side.resampler.reset();
         }
@@ -130,12 +136,40 @@ impl Follower {
 
     /// New levels to keep, keeping the audio in the converters (a quantum change). *RT*.
     fn retarget(&mut self) {
-        for side in [self.play.as_mut(), self.cap.as_mut()]
-            .into_iter()
-            .flatten()
-        {
+        for side in self.sides() {
             side.rate_loop.reset();
         }
+    }
+
+    /// Writes a cycle to `dev` through the playback converter: whether it succeeded, or
+    /// `None` when the follower is not steered this cycle (write it as it is). *RT*.
+    pub(crate) fn write(&mut self, dev: &mut dyn Device, buf: Planar<'_>) -> Option<bool> {
+        let side = self.play.as_mut().filter(|_| self.active)?;
+        let mut ok = true;
+        side.resampler.process_push(buf, &mut |piece| {
+            ok &= dev.write(piece).is_ok();
+        });
+        Some(ok)
+    }
+
+    /// Fills a cycle from `dev` through the capture converter (silence while holding):
+    /// whether it succeeded, or `None` when the follower is not steered this cycle (read
+    /// it as it is). *RT*.
+    pub(crate) fn read(&mut self, dev: &mut dyn Device, out: &mut PlanarMut<'_>) -> Option<bool> {
+        if !self.active {
+            return None;
+        }
+        if self.cap_hold {
+            out.fill_silence();
+            return Some(true);
+        }
+        let side = self.cap.as_mut()?;
+        let mut ok = true;
+        side.resampler.process_pull(out, &mut |scratch| {
+            ok &= dev.read(scratch).is_ok();
+            scratch.frames()
+        });
+        Some(ok)
     }
 
     /// Applies this cycle's reading. *RT*.

@@ -808,18 +808,10 @@ impl RtRunner {
                         self.start_fades[d].apply(&mut inputs.view_mut(q));
                     }
                     if !self.gone[d] {
-                        let ok = match self.followers[d].as_mut() {
-                            Some(f) if f.active && f.play.is_some() => {
-                                let side = f.play.as_mut().expect("checked above");
-                                let dev = &mut self.devices[d];
-                                let mut ok = true;
-                                side.resampler.process_push(inputs.view(q), &mut |piece| {
-                                    ok &= dev.write(piece).is_ok();
-                                });
-                                ok
-                            }
-                            _ => self.devices[d].write(inputs.view(q)).is_ok(),
-                        };
+                        let ok = self.followers[d]
+                            .as_mut()
+                            .and_then(|f| f.write(self.devices[d].as_mut(), inputs.view(q)))
+                            .unwrap_or_else(|| self.devices[d].write(inputs.view(q)).is_ok());
                         if !ok {
                             self.mark_gone(d);
                         }
@@ -831,23 +823,10 @@ impl RtRunner {
                 Some(DeviceRole::Source(d)) => {
                     let mut out = outputs.view_mut(q);
                     let ok = !self.gone[d]
-                        && match self.followers[d].as_mut() {
-                            Some(f) if f.active && f.cap_hold => {
-                                out.fill_silence();
-                                true
-                            }
-                            Some(f) if f.active && f.cap.is_some() => {
-                                let side = f.cap.as_mut().expect("checked above");
-                                let dev = &mut self.devices[d];
-                                let mut ok = true;
-                                side.resampler.process_pull(&mut out, &mut |scratch| {
-                                    ok &= dev.read(scratch).is_ok();
-                                    scratch.frames()
-                                });
-                                ok
-                            }
-                            _ => self.devices[d].read(&mut out).is_ok(),
-                        };
+                        && self.followers[d]
+                            .as_mut()
+                            .and_then(|f| f.read(self.devices[d].as_mut(), &mut out))
+                            .unwrap_or_else(|| self.devices[d].read(&mut out).is_ok());
                     if !ok {
                         out.fill_silence();
                         self.mark_gone(d);

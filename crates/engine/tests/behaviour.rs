@@ -841,11 +841,7 @@ fn a_suspended_virtual_sink_stops_its_streams_and_recorders_while_the_card_plays
     let dev = RecordingDevice::new(RATE, 4096);
     let left = dev.left.clone();
     let (engine, mut runner) = Engine::new_manual(config(256), vec![Box::new(dev)]).unwrap();
-    // A virtual sink (a null sink's node: no device, its outputs are its monitor).
-    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
-    v.inputs = ChannelMap::stereo();
-    v.outputs = ChannelMap::stereo();
-    let vsink = engine.add_node(v, Some(Box::new(Thru))).unwrap();
+    let vsink = common::virtual_sink(&engine);
     let played = Arc::new(AtomicUsize::new(0));
     let mut a = NodeSpec::new("a", NodeKind::PlaybackStream);
     a.outputs = ChannelMap::stereo();
@@ -924,10 +920,7 @@ fn suspending_a_virtual_sink_that_feeds_the_card_fades_it_out_and_back_in() {
     let dev = RecordingDevice::new(RATE, 64 * q);
     let left = dev.left.clone();
     let (engine, mut runner) = Engine::new_manual(config(q), vec![Box::new(dev)]).unwrap();
-    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
-    v.inputs = ChannelMap::stereo();
-    v.outputs = ChannelMap::stereo();
-    let vsink = engine.add_node(v, Some(Box::new(Thru))).unwrap();
+    let vsink = common::virtual_sink(&engine);
     engine.link("vsink", "test-sink").unwrap();
     let played = Arc::new(AtomicUsize::new(0));
     let mut a = NodeSpec::new("dc", NodeKind::PlaybackStream);

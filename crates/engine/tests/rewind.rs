@@ -413,10 +413,7 @@ fn a_playback_node_fed_from_the_graph_stops_the_filling_ahead() {
 fn a_low_latency_stream_held_by_a_suspended_sink_lets_the_card_fill_ahead_again() {
     let mut r = rig();
     // A virtual sink with a 5 ms stream: the card must wake every few ms for it...
-    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
-    v.inputs = ChannelMap::stereo();
-    v.outputs = ChannelMap::stereo();
-    let vsink = r.engine.add_node(v, Some(Box::new(Thru))).unwrap();
+    let vsink = common::virtual_sink(&r.engine);
     let mut low = NodeSpec::new("low", NodeKind::PlaybackStream);
     low.outputs = ChannelMap::stereo();
     low.latency_frames = Some(240);
@@ -484,10 +481,7 @@ impl quaver_engine::Processor for Tape {
 #[test]
 fn a_rewind_while_a_stream_is_held_does_not_replay_what_it_played_before() {
     let mut r = rig();
-    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
-    v.inputs = ChannelMap::stereo();
-    v.outputs = ChannelMap::stereo();
-    let vsink = r.engine.add_node(v, Some(Box::new(Thru))).unwrap();
+    let vsink = common::virtual_sink(&r.engine);
     let mut s = NodeSpec::new("ramp", NodeKind::PlaybackStream);
     s.outputs = ChannelMap::stereo();
     // Linked as they are added: a new node's links start at full gain.

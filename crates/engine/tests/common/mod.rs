@@ -7,7 +7,7 @@ pub mod client;
 
 use quaver_devices::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
-use quaver_engine::{CycleInfo, Processor};
+use quaver_engine::{CycleInfo, Engine, NodeId, NodeKind, NodeSpec, Processor};
 use std::sync::{Arc, Mutex};
 
 /// A playback+capture device for tests: `wait` returns at once, `write` appends channel
@@ -137,4 +137,13 @@ impl Processor for Thru {
             outputs.channel_mut(ch).copy_from_slice(inputs.channel(ch));
         }
     }
+}
+
+/// Adds "vsink", a virtual sink as a null sink's node is (no device; its stereo outputs
+/// are its monitor, a copy of its inputs).
+pub fn virtual_sink(engine: &Engine) -> NodeId {
+    let mut v = NodeSpec::new("vsink", NodeKind::DeviceSink);
+    v.inputs = ChannelMap::stereo();
+    v.outputs = ChannelMap::stereo();
+    engine.add_node(v, Some(Box::new(Thru))).unwrap()
 }

@@ -60,6 +60,11 @@ impl Default for CallbackSection {
     }
 }
 
+/// Whether the engine's thread sends playback requests itself unless configured:
+/// at `paplay --latency-msec=20` it took the daemon from ~630 to ~510 wakeups/s and a
+/// third less CPU (docs/pulse.md, "Requests from the RT thread").
+const RT_REQUESTS_DEFAULT: bool = true;
+
 /// `[pulse]` table.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -88,6 +93,9 @@ pub struct PulseSection {
     /// The front-end's I/O thread runs SCHED_FIFO while a playback stream leaves its
     /// client less than this many ms to answer a request (0: never).
     pub realtime_io_below_ms: u32,
+    /// The engine's thread sends playback streams' requests to their clients itself
+    /// (one wakeup per request instead of two).
+    pub rt_requests: bool,
     /// Remember stream volumes, mutes and devices by kind of stream (stream restore).
     pub stream_restore: bool,
     /// Stream restore's file; default `$XDG_STATE_HOME/quaver/restore.toml`.
@@ -114,6 +122,7 @@ impl Default for PulseSection {
             srbchannel: true,
             memfd_record: true,
             realtime_io_below_ms: 8,
+            rt_requests: RT_REQUESTS_DEFAULT,
             stream_restore: true,
             restore_file: None,
             modules: Vec::new(),

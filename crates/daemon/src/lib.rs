@@ -148,6 +148,7 @@ pub fn run(cfg: Config) -> Result<()> {
                     srbchannel: cfg.pulse.srbchannel,
                     memfd_record: cfg.pulse.memfd_record,
                     realtime_io_below_usec: cfg.pulse.realtime_io_below_ms as u64 * 1000,
+                    rt_requests: cfg.pulse.rt_requests,
                     stream_restore: restore_mode(&cfg),
                     cookie_path: cfg.pulse.cookie.clone(),
                     modules: cfg.pulse.modules.clone(),

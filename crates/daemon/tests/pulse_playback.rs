@@ -220,6 +220,56 @@ fn paplay_latency_msec_drives_the_quantum() {
     );
 }
 
+/// Plays 2 s of noise with `paplay --latency-msec=20` into a file sink (with
+/// `config` as quaverd's configuration), checks it arrived bit-exact and returns the
+/// stream's (requests, sent by the RT thread) from the log.
+fn low_latency_requests(config: &str) -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(&dir, config);
+    let mut d = pulse_util::start_in(dir, &["--device", "file:out.wav"]);
+    let input = noise_s16(48000 * 2, 29, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    pa_ok(&d, &run_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]));
+    let out_path = d.path("out.wav");
+    let log = d.stop();
+    let (_, out) = read_wav_s16(&out_path);
+    assert_contains_exactly(&out, &input, "paplay --latency-msec=20");
+    let counts: Vec<(u64, u64)> = log
+        .lines()
+        .filter(|l| l.contains("by the RT thread"))
+        .filter_map(|l| {
+            let rest = l.split(" sent ").nth(1)?;
+            let mut w = rest.split_whitespace();
+            let all = w.next()?.parse().ok()?;
+            let rt = w.nth(1)?.parse().ok()?;
+            Some((all, rt))
+        })
+        .collect();
+    let [(all, rt)] = counts[..] else {
+        panic!("one stream's request counts expected: {counts:?}\n{log}");
+    };
+    // Two seconds of 20 ms buffering take well over a hundred requests.
+    assert!(all >= 100, "{all} requests\n{log}");
+    (all, rt)
+}
+
+#[test]
+fn a_low_latency_stream_gets_its_requests_from_the_rt_thread_and_arrives_bit_exact() {
+    require_tools!("paplay");
+    // Apart from the ones around the start, the RT thread sent them.
+    let (all, rt) = low_latency_requests("");
+    assert!(
+        rt * 10 >= all * 9,
+        "{rt} of {all} requests sent by the RT thread"
+    );
+    // Switched off, the I/O thread sends every one, and the audio is the same.
+    let (all, rt) = low_latency_requests("[pulse]\nrt_requests = false\n");
+    assert_eq!(
+        rt, 0,
+        "{rt} of {all} requests sent by the RT thread when off"
+    );
+}
+
 #[test]
 fn aplay_through_the_alsa_pulse_plugin_is_bit_exact() {
     require_tools!("aplay");

@@ -13,6 +13,7 @@ use crate::convert::{
 };
 use crate::export::ExportPool;
 use crate::introspect::{cstr, prop_str};
+use crate::rtwire::RtWire;
 use crate::server::{
     ConnHandle, ConnMsg, Device, Server, StreamIo, StreamRec, record_source_index, stream_target,
 };
@@ -300,9 +301,45 @@ struct Playback {
     last_data: Option<Instant>,
     /// The `consumed` count the RT side was last asked to ring the bell at.
     armed_wake: u64,
+    /// Whether the RT side may send this stream's requests itself (a unix socket).
+    rt_requests: bool,
+    /// REQUESTs sent, and how many of them the RT side sent (logged at the end).
+    requests: u64,
+    rt_sent: u64,
+}
+
+impl Drop for Playback {
+    fn drop(&mut self) {
+        // No request for a stream that is gone.
+        self.disarm();
+        tracing::debug!(
+            "pulse: playback channel {} sent {} requests, {} of them by the RT thread",
+            self.channel,
+            self.requests,
+            self.rt_sent
+        );
+    }
 }
 
 impl Playback {
+    /// Takes back the request armed for the RT side, accounting it if it went out, so
+    /// that nothing about the stream's requests changes under us until the next arm.
+    fn disarm(&mut self) {
+        let Some(sent) = self.shared.request.disarm() else {
+            return;
+        };
+        if sent.consumed > self.seen_consumed {
+            self.missing += ((sent.consumed - self.seen_consumed) * self.fs as u64) as i64;
+            self.seen_consumed = sent.consumed;
+        }
+        self.missing -= sent.length as i64;
+        self.asked += sent.length as i64;
+        self.requests += 1;
+        self.rt_sent += 1;
+        let ago = quaver_rt::monotonic_ns().saturating_sub(sent.at_ns);
+        self.last_request = Instant::now().checked_sub(std::time::Duration::from_nanos(ago));
+    }
+
     fn read_index(&self) -> i64 {
         (self.shared.consumed.load(Acquire) * self.fs as u64) as i64
     }
@@ -362,6 +399,7 @@ impl Playback {
 
     /// Drops everything queued (FLUSH): the write index falls back to the read index.
     fn flush(&mut self) {
+        self.disarm();
         self.pending.clear();
         self.carry.clear();
         self.shared.flush_to.store(self.pushed, Release);
@@ -384,6 +422,7 @@ impl Playback {
 
     /// A memblock from the client.
     fn write(&mut self, seek: SeekMode, offset: i64, data: &[u8], out: &mut Out) {
+        self.disarm();
         self.last_data = Some(Instant::now());
         self.asked = (self.asked - data.len() as i64).max(0);
         let old = self.write_index;
@@ -455,6 +494,7 @@ impl Playback {
 
     /// Reports what the RT side did and asks for more data; returns drain acks to send.
     fn service(&mut self, out: &mut Out) {
+        self.disarm();
         let sh = self.shared.clone();
         let consumed = sh.consumed.load(Acquire);
         if consumed > self.seen_consumed {
@@ -513,6 +553,7 @@ impl Playback {
                 length: self.missing.min(u32::MAX as i64) as u32,
             }));
             self.asked += self.missing;
+            self.requests += 1;
             self.last_request = Some(Instant::now());
             self.missing = 0;
         }
@@ -525,8 +566,31 @@ impl Playback {
         if sh.flush_to.load(Relaxed) > removed {
             wake = consumed;
         }
-        sh.wake_at.store(wake, Release);
         self.armed_wake = wake;
+        // In the steady state the RT side sends the next request itself when the
+        // stream gets there, and this thread wakes only for the answer. Not before the
+        // client's first data (it must have the stream's channel before a request on it
+        // can arrive by another path than the creation reply), nor while anything else
+        // needs this thread at that point (a full ring, a flush, prebuffering, a drain).
+        let steady = self.rt_requests
+            && self.last_data.is_some()
+            && self.pending.is_empty()
+            && sh.flush_to.load(Relaxed) <= removed
+            && !prebuffering
+            && self.drains.is_empty()
+            && sh.flags.load(Relaxed) & F_CORKED == 0;
+        if steady {
+            sh.request.arm(
+                self.channel,
+                wake,
+                self.seen_consumed,
+                self.missing,
+                self.fs as u32,
+            );
+            sh.wake_at.store(NEVER, Release);
+        } else {
+            sh.wake_at.store(wake, Release);
+        }
     }
 }
 
@@ -699,6 +763,8 @@ pub(crate) struct Conn {
     /// Socket output queued before the srbchannel took over; it leaves first, so the
     /// client sees packets in order.
     sock_tail: Vec<u8>,
+    /// The socket as the RT thread may write requests to it (unix sockets only).
+    wire: Option<Arc<RtWire>>,
     /// The client's credentials as last received (SCM_CREDENTIALS; with SO_PASSCRED
     /// every read has some: those the client passed, else the kernel's).
     creds: Option<rustix::net::UCred>,
@@ -737,6 +803,12 @@ impl Conn {
             // Receive the credentials libpulse passes with AUTH.
             rustix::net::sockopt::set_socket_passcred(s, true)?;
         }
+        // Over TCP a send may go out in part far more readily, and remote clients are
+        // not the ones whose wakeups matter: their requests stay with this thread.
+        let wire = match &sock {
+            Sock::Unix(s) if srv.opts.rt_requests => Some(Arc::new(RtWire::new(s)?)),
+            _ => None,
+        };
         Ok(Conn {
             client: handle.client,
             srv,
@@ -765,6 +837,7 @@ impl Conn {
             },
             out_fds: VecDeque::new(),
             sock_tail: Vec::new(),
+            wire,
             held_releases: Vec::with_capacity(MAX_HELD_RELEASES),
             creds: None,
             auth_creds: None,
@@ -902,7 +975,40 @@ impl Conn {
         self.cleanup();
     }
 
+    /// Writes what is queued for the client, holding the socket against the RT thread's
+    /// requests ([`RtWire`]) while any of it is left.
     fn flush_out(&mut self) -> Result<(), String> {
+        let Some(wire) = self.wire.clone() else {
+            return self.write_out();
+        };
+        match wire.acquire() {
+            Err(e) => return Err(e.to_string()),
+            Ok(Some(rest)) => {
+                // The rest of a request the RT thread tore goes first.
+                if self.srb_active() {
+                    self.sock_tail.splice(0..0, rest);
+                } else {
+                    for (off, ..) in self.out_fds.iter_mut() {
+                        *off += rest.len();
+                    }
+                    self.out.splice(0..0, rest);
+                }
+            }
+            Ok(None) => {}
+        }
+        let r = self.write_out();
+        let left = if self.srb_active() {
+            &self.sock_tail
+        } else {
+            &self.out
+        };
+        if left.is_empty() {
+            wire.release();
+        }
+        r
+    }
+
+    fn write_out(&mut self) -> Result<(), String> {
         if self.srb_active() {
             while !self.sock_tail.is_empty() {
                 match self.sock.write(&self.sock_tail) {
@@ -2733,6 +2839,9 @@ impl Conn {
     }
 
     fn cleanup(&mut self) {
+        if let Some(w) = &self.wire {
+            w.close();
+        }
         let nodes: Vec<NodeId> = self
             .playback
             .values()
@@ -2914,7 +3023,7 @@ impl Conn {
             attr.pre_buffering / fs as u32,
             corked,
         ));
-        let source = PlaySource::new(shared.clone(), consumer, ch);
+        let source = PlaySource::new(shared.clone(), consumer, ch).with_wire(self.wire.clone());
         let format = StreamFormat {
             rate: spec.sample_rate,
             channels: map_from_pa(&map),
@@ -3025,6 +3134,9 @@ impl Conn {
                 last_request: None,
                 last_data: None,
                 armed_wake: 0,
+                rt_requests: self.wire.is_some(),
+                requests: 0,
+                rt_sent: 0,
             },
         );
         let reply = CreatePlaybackStreamReply {

@@ -31,6 +31,7 @@ pub mod listener;
 pub mod modules;
 pub mod pipe;
 pub mod restore;
+pub mod rtwire;
 mod scache;
 mod server;
 mod shm;

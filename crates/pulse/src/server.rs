@@ -39,6 +39,9 @@ pub struct PulseOptions {
     /// has to answer a request) is below this many µs, the I/O thread runs SCHED_FIFO
     /// ([`IO_RT_PRIORITY`]); 0: never.
     pub realtime_io_below_usec: u64,
+    /// Let the RT thread send playback streams' requests to unix-socket clients itself
+    /// ([`crate::rtwire`]).
+    pub rt_requests: bool,
     /// Where stream restore keeps its entries (see [`crate::restore`]).
     pub stream_restore: RestoreMode,
     /// The auth cookie TCP clients present (`[pulse] cookie`); `None`:
@@ -78,6 +81,7 @@ impl Default for PulseOptions {
             srbchannel: true,
             memfd_record: true,
             realtime_io_below_usec: 8_000,
+            rt_requests: false,
             // A library default must not write into the user's state directory.
             stream_restore: RestoreMode::Memory,
             cookie_path: None,

@@ -4,16 +4,20 @@
 //!
 //! The front-end's I/O thread decodes the client's samples and pushes them (playback), or
 //! pops and encodes them (record). Everything here runs on the RT thread: no allocation,
-//! no locks, no blocking; the only system call is the write that rings the I/O thread's
+//! no locks, no blocking; one system call is the write that rings the I/O thread's
 //! [`Bell`], made only when the I/O thread asked for it (a request threshold, a drain
 //! target, a fragment) or when something it must report happened (stream started,
 //! underflow, overflow), and at most once until the I/O thread has woken: however many
-//! streams cross a threshold in one cycle, the I/O thread wakes once.
+//! streams cross a threshold in one cycle, the I/O thread wakes once. The one other
+//! system call is a non-blocking `send` of a stream's REQUEST to its client, when the
+//! connection armed one ([`crate::rtwire`]): that replaces the ring, at most once per
+//! pass of the I/O thread.
 //!
 //! PulseAudio's prebuffering lives here rather than in the engine's adapter: a stream
 //! starts once `prebuf` bytes are queued (or on TRIGGER/DRAIN), and after running dry it
 //! waits for `prebuf` again, as `pa_memblockq` does.
 
+use crate::rtwire::{ArmedRequest, RtWire, Sent};
 use quaver_engine::stream::{FrameSink, FrameSource};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -43,6 +47,8 @@ pub struct Bell {
     /// an underrun log tells a late wakeup from a missing ring).
     written_ns: AtomicU64,
     taken_ns: AtomicU64,
+    /// Requests the RT side sent itself since the waiter's last pass ([`Bell::may_send`]).
+    sends: AtomicU32,
 }
 
 impl Bell {
@@ -54,6 +60,7 @@ impl Bell {
             rung: AtomicBool::new(false),
             written_ns: AtomicU64::new(0),
             taken_ns: AtomicU64::new(0),
+            sends: AtomicU32::new(0),
         })
     }
 
@@ -84,6 +91,20 @@ impl Bell {
             self.written_ns.store(quaver_rt::monotonic_ns(), Relaxed);
             let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
         }
+    }
+
+    /// Whether the RT side may send a request itself (`crate::rtwire`) rather than
+    /// ring: once per pass of the waiter, and not while a ring is pending. Sending
+    /// saves a wakeup only when it is the one thing the waiter would have woken for;
+    /// when several streams are due in one cycle, one wakeup serves them all anyway and
+    /// the RT thread should not spend its cycle on their sockets.
+    pub fn may_send(&self) -> bool {
+        !self.rung.load(Acquire) && self.sends.swap(1, AcqRel) == 0
+    }
+
+    /// Called by the waiter at the start of each pass: the RT side may send again.
+    pub fn new_pass(&self) {
+        self.sends.store(0, Release);
     }
 
     /// Called by the waiter after waking, before it looks at what changed: consumes
@@ -148,6 +169,8 @@ pub struct PlayShared {
     pub rate: AtomicU32,
     /// The I/O thread's doorbell.
     pub bell: Arc<Bell>,
+    /// The next REQUEST, when the connection lets the RT side send it.
+    pub request: ArmedRequest,
 }
 
 impl PlayShared {
@@ -172,6 +195,7 @@ impl PlayShared {
             rate: AtomicU32::new(0),
             drain_at: AtomicU64::new(NEVER),
             bell,
+            request: ArmedRequest::default(),
         }
     }
 
@@ -201,6 +225,8 @@ pub struct PlaySource {
     /// memblockq drops writes behind its read index.
     debt: u64,
     flush_seen: u64,
+    /// The client's socket, where the RT side may send the stream's requests itself.
+    wire: Option<Arc<RtWire>>,
 }
 
 impl PlaySource {
@@ -218,7 +244,14 @@ impl PlaySource {
             notify: false,
             debt: 0,
             flush_seen: 0,
+            wire: None,
         }
+    }
+
+    /// Lets the RT side send the stream's armed requests on `wire`.
+    pub fn with_wire(mut self, wire: Option<Arc<RtWire>>) -> Self {
+        self.wire = wire;
+        self
     }
 
     fn queued(&self) -> usize {
@@ -374,6 +407,27 @@ impl FrameSource for PlaySource {
         s.played.store(self.played, Release);
         s.delay.store(delay, Relaxed);
         s.prebuffering.store(self.in_prebuf, Relaxed);
+        if let Some(wire) = &self.wire
+            && let Some(packet) = s.request.due(self.consumed)
+        {
+            match if s.bell.may_send() {
+                wire.try_send(&packet)
+            } else {
+                Sent::No
+            } {
+                Sent::Whole => s.request.sent(),
+                Sent::Torn => {
+                    // The connection thread must finish the packet before the client
+                    // can answer it.
+                    s.request.sent();
+                    self.notify = true;
+                }
+                Sent::No => {
+                    s.request.unsent();
+                    self.notify = true;
+                }
+            }
+        }
         let wake = s.wake_at.load(Acquire);
         if self.consumed >= wake
             && s.wake_at

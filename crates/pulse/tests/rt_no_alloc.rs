@@ -2,15 +2,18 @@
 //! `PlaySource` and `RecSink` run thousands of cycles — resampling, channel mixing,
 //! prebuffering, underruns, cork, flush, trigger, drain, a full record ring — under an
 //! allocation guard, while the "connection" side feeds and drains the rings outside it.
+//! The playback stream also sends its armed requests to a client socket itself.
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
 use quaver_dsp::resample::ResampleQuality;
 use quaver_dsp::{ChannelMap, PlanarBuf};
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{CycleInfo, Processor};
+use quaver_pulse::rtwire::{REQUEST_LEN, RtWire};
 use quaver_pulse::transport::{
     Bell, F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, PlayShared, PlaySource, RecShared, RecSink,
 };
+use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -25,8 +28,13 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
     // Playback: mono 44.1 kHz into a stereo node (mixing + resampling).
     let play = Arc::new(PlayShared::new(bell.clone(), 2048, false));
     let (mut tx, rx) = rtrb::RingBuffer::new(16384);
+    let (ours, mut client) = std::os::unix::net::UnixStream::pair().unwrap();
+    client.set_nonblocking(true).unwrap();
+    let wire = Arc::new(RtWire::new(&ours).unwrap());
+    let mut requests = 0usize;
+    let mut got = vec![0u8; 64 * 1024];
     let mut player = PlaybackAdapter::new(
-        PlaySource::new(play.clone(), rx, 1),
+        PlaySource::new(play.clone(), rx, 1).with_wire(Some(wire)),
         &StreamFormat {
             rate: 44100,
             channels: ChannelMap::mono(),
@@ -98,6 +106,21 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
         }
         play.wake_at
             .store(play.consumed.load(Relaxed) + 100, Relaxed);
+        // Every fifth cycle a pass of the connection thread: take back the last armed
+        // request, arm the next, read what reached the client.
+        if cycle % 5 == 0 {
+            play.request.disarm();
+            bell.new_pass();
+            bell.take();
+            let consumed = play.consumed.load(Relaxed);
+            play.request.arm(1, consumed + 100, consumed, 0, 4);
+            while let Ok(n) = client.read(&mut got) {
+                if n == 0 {
+                    break;
+                }
+                requests += n;
+            }
+        }
         // The recorder stops reading for a while, so its ring overflows.
         if cycle % 3 == 0 && !(500..560).contains(&(cycle % 1000)) {
             let n = rrx.slots();
@@ -129,6 +152,10 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
     assert!(
         rec.overflows.load(Relaxed) >= 1,
         "the record ring overflowed"
+    );
+    assert!(
+        requests >= REQUEST_LEN * 100 && requests.is_multiple_of(REQUEST_LEN),
+        "the RT side sent requests: {requests} bytes"
     );
     assert_eq!(violation_count(), 0, "allocations in the RT path");
 }

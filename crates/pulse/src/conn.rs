@@ -303,6 +303,8 @@ struct Playback {
     armed_wake: u64,
     /// Whether the RT side may send this stream's requests itself (a unix socket).
     rt_requests: bool,
+    /// Whether a request is armed for the RT side (as of the last service).
+    armed: bool,
     /// REQUESTs sent, and how many of them the RT side sent (logged at the end).
     requests: u64,
     rt_sent: u64,
@@ -591,6 +593,7 @@ impl Playback {
         } else {
             sh.wake_at.store(wake, Release);
         }
+        self.armed = steady;
     }
 }
 
@@ -790,6 +793,11 @@ impl Conn {
                 bytes_to_usec(w as u64, &p.spec)
             })
             .min()
+    }
+
+    /// Playback streams with a request armed for the RT thread.
+    pub(crate) fn armed_requests(&self) -> usize {
+        self.playback.values().filter(|p| p.armed).count()
     }
 
     /// A new connection on `sock` (made non-blocking here).
@@ -3135,6 +3143,7 @@ impl Conn {
                 last_data: None,
                 armed_wake: 0,
                 rt_requests: self.wire.is_some(),
+                armed: false,
                 requests: 0,
                 rt_sent: 0,
             },

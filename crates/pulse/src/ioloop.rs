@@ -442,6 +442,8 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
         for (key, why) in dead.drain(..) {
             bury(&mut conns, &ep, &mut srb_keys, key, &why);
         }
+        io.bell
+            .set_armed(conns.values().map(|e| e.conn.armed_requests()).sum());
         if below > 0 {
             let urgent = conns
                 .values()

@@ -4,9 +4,9 @@
 //!
 //! Why: with the connection thread sending every REQUEST, each request cost the server
 //! two wakeups — the RT side's bell (the stream crossed its threshold), then the
-//! client's data. At `paplay --latency-msec=20` those bell wakeups were a third of the
-//! daemon's ~630 wakeups a second, and each wakeup costs ~20–30 µs of kernel time on a
-//! VM. A REQUEST is 40 bytes whose contents are known in advance except its length, so
+//! client's data. At `paplay --latency-msec=20` the connection thread woke ~250 times
+//! a second, half of them for the bell, and a wakeup costs ~20–30 µs of kernel time on
+//! a VM. A REQUEST is 40 bytes whose contents are known in advance except its length, so
 //! the RT thread can send it with one non-blocking `send` and the connection thread
 //! wakes only for the answer.
 //!
@@ -14,8 +14,9 @@
 //!
 //! - **The socket has one writer at a time** ([`RtWire`]): the RT thread writes only
 //!   when the connection thread holds no unsent output for the socket, by taking a
-//!   try-lock it never waits for. When it cannot, it rings the bell as before and the
-//!   connection thread sends the request: the RT thread never blocks, never spins.
+//!   try-lock it never waits for. When it cannot (or should not: see
+//!   `Bell::may_send`), it rings the bell as before and the connection thread sends the
+//!   request: the RT thread never blocks, never spins.
 //! - **The accounts stay with the connection thread** ([`ArmedRequest`]): it arms a
 //!   request with its own view (bytes missing at a read position), the RT thread only
 //!   adds what it consumed since, and the connection thread takes the result back

@@ -766,7 +766,8 @@ pub(crate) struct Conn {
     /// Socket output queued before the srbchannel took over; it leaves first, so the
     /// client sees packets in order.
     sock_tail: Vec<u8>,
-    /// The socket as the RT thread may write requests to it (unix sockets only).
+    /// The socket as the RT thread may write requests to it: made with the first
+    /// playback stream (most connections never play), unix sockets only.
     wire: Option<Arc<RtWire>>,
     /// The client's credentials as last received (SCM_CREDENTIALS; with SO_PASSCRED
     /// every read has some: those the client passed, else the kernel's).
@@ -795,6 +796,26 @@ impl Conn {
             .min()
     }
 
+    /// The wire for the RT thread's requests, made on first use; `None` over TCP (a send
+    /// may go out in part far more readily, and remote clients are not the ones whose
+    /// wakeups matter), when `[pulse] rt_requests` is off, or if the socket cannot be
+    /// duplicated (the requests then stay with this thread).
+    fn rt_wire(&mut self) -> Option<Arc<RtWire>> {
+        if self.wire.is_none()
+            && self.srv.opts.rt_requests
+            && let Sock::Unix(s) = &self.sock
+        {
+            match RtWire::new(s) {
+                Ok(w) => self.wire = Some(Arc::new(w)),
+                Err(e) => tracing::warn!(
+                    "pulse client {}: requests stay with the I/O thread: {e}",
+                    self.client
+                ),
+            }
+        }
+        self.wire.clone()
+    }
+
     /// Playback streams with a request armed for the RT thread.
     pub(crate) fn armed_requests(&self) -> usize {
         self.playback.values().filter(|p| p.armed).count()
@@ -811,12 +832,6 @@ impl Conn {
             // Receive the credentials libpulse passes with AUTH.
             rustix::net::sockopt::set_socket_passcred(s, true)?;
         }
-        // Over TCP a send may go out in part far more readily, and remote clients are
-        // not the ones whose wakeups matter: their requests stay with this thread.
-        let wire = match &sock {
-            Sock::Unix(s) if srv.opts.rt_requests => Some(Arc::new(RtWire::new(s)?)),
-            _ => None,
-        };
         Ok(Conn {
             client: handle.client,
             srv,
@@ -845,7 +860,7 @@ impl Conn {
             },
             out_fds: VecDeque::new(),
             sock_tail: Vec::new(),
-            wire,
+            wire: None,
             held_releases: Vec::with_capacity(MAX_HELD_RELEASES),
             creds: None,
             auth_creds: None,
@@ -3031,7 +3046,7 @@ impl Conn {
             attr.pre_buffering / fs as u32,
             corked,
         ));
-        let source = PlaySource::new(shared.clone(), consumer, ch).with_wire(self.wire.clone());
+        let source = PlaySource::new(shared.clone(), consumer, ch).with_wire(self.rt_wire());
         let format = StreamFormat {
             rate: spec.sample_rate,
             channels: map_from_pa(&map),

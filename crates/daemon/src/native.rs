@@ -893,6 +893,9 @@ impl NativeServer {
         spec.max_outputs = max_out as usize;
         spec.keep_awake = true;
         spec.owner = Some(client);
+        // JACK programs assume power-of-two buffer sizes (FFT blocks, partitioned
+        // convolution), as JACK itself gives them.
+        spec.pow2_quantum = true;
         spec.latency_frames = p.quantum.map(|q| {
             self.engine
                 .latency_for_quantum(q as usize)

@@ -363,8 +363,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
         !holds(&b),
         "the loopback muted at its source output passed audio on"
     );
-    // latency_msec is the loop's latency request: the graph's quantum follows it
-    // (10 ms on the null sink, one period in flight: 256 frames).
+    // latency_msec is the loop's latency request: the graph's quantum follows it.
     let d = pulse_util::start(&["--device", "null"]);
     let quantum = |d: &Daemon| {
         let status = common::ok(&d.run(&["status"]));
@@ -385,7 +384,9 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
             "latency_msec=10",
         ],
     );
-    assert_eq!(quantum(&d), "256", "idle quantum was {idle}");
+    // 10 ms = 480 frames, one quantum in flight on the null sink: 384, the ladder's
+    // step below.
+    assert_eq!(quantum(&d), "384", "idle quantum was {idle}");
     // Its capture side is a source output, moved like one (and not onto the monitor
     // of its own sink: a cycle).
     let outputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "source-outputs"]));

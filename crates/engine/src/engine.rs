@@ -231,10 +231,24 @@ pub struct Engine {
 /// quantum and then some.
 const HOLD_WAIT: Duration = Duration::from_secs(2);
 
-fn round_quantum(frames: usize) -> usize {
-    // Powers of two keep buffer math simple and match what every peer offers.
+/// The largest power of two at most `frames` (1 for 0).
+fn round_pow2(frames: usize) -> usize {
     let f = frames.max(1);
     1usize << (usize::BITS - 1 - f.leading_zeros())
+}
+
+/// The largest quantum at most `frames` on the ladder of powers of two and their
+/// halfway steps (…, 128, 192, 256, 384, …). Rounding down to a power of two alone can
+/// cost up to half the requested latency in extra wakeups: a 5 ms request at 48 kHz
+/// (240 frames) ran 128-frame cycles, 375 wakeups/s; 192 frames run 250/s and still fit
+/// the request. Every step is a multiple of 16 from 32 up, so buffers stay aligned.
+fn round_quantum(frames: usize) -> usize {
+    let p = round_pow2(frames);
+    if p >= 4 && frames >= p + p / 2 {
+        p + p / 2
+    } else {
+        p
+    }
 }
 
 impl Engine {
@@ -271,7 +285,7 @@ impl Engine {
             .filter_map(|d| d.max_quantum().map(|m| (d.info().name.clone(), m)))
             .min_by_key(|e| e.1)
         {
-            let cap = round_quantum(limit);
+            let cap = round_pow2(limit);
             if cap < config.quantum_min {
                 return Err(EngineError::Config(format!(
                     "device {name} allows at most {limit} frames per cycle, below quantum_min {}",
@@ -692,14 +706,14 @@ impl Engine {
     /// The quantum a node asking for `latency` frames gets on its own: the latency
     /// divided by the quanta the devices hold in flight (two on a double-buffered card:
     /// one plays while the next is filled; one on the null sink), rounded down to a
-    /// power of two, within the configured bounds.
+    /// power of two or the step halfway to the next one, within the configured bounds.
     pub fn quantum_for_latency(&self, latency: usize) -> usize {
         let c = &self.shared.config;
         round_quantum(latency / self.shared.periods).clamp(c.quantum_min, c.quantum_max)
     }
 
     /// The latency request that makes `quantum` (the inverse of
-    /// [`Engine::quantum_for_latency`] for powers of two within the bounds); also the
+    /// [`Engine::quantum_for_latency`] for quanta on its ladder within the bounds); also the
     /// device latency a graph running at `quantum` has.
     pub fn latency_for_quantum(&self, quantum: usize) -> usize {
         quantum.saturating_mul(self.shared.periods)
@@ -796,17 +810,21 @@ impl Engine {
 
     fn quantum_for(&self, graph: &Graph, stopped: &HashSet<NodeId>) -> usize {
         // A stream held by a suspended sink asks nothing of the running graph.
-        graph
-            .nodes
-            .values()
-            .filter(|n| !stopped.contains(&n.id))
+        let running = || graph.nodes.values().filter(|n| !stopped.contains(&n.id));
+        let q = running()
             .filter_map(|n| n.latency_frames)
             .map(|l| self.quantum_for_latency(l as usize))
             .min()
             .unwrap_or_else(|| {
                 let c = &self.shared.config;
                 c.quantum_default.clamp(c.quantum_min, c.quantum_max)
-            })
+            });
+        // The bounds are powers of two, so rounding down stays within them.
+        if running().any(|n| n.pow2_quantum) {
+            round_pow2(q)
+        } else {
+            q
+        }
     }
 
     fn publish(&self, ctl: &mut Control) -> Result<(), EngineError> {
@@ -1370,12 +1388,19 @@ fn close_all(devices: Vec<Box<dyn Device>>) -> Result<(), EngineError> {
 
 #[cfg(test)]
 mod tests {
-    use super::round_quantum;
+    use super::{round_pow2, round_quantum};
 
     #[test]
-    fn quantum_rounds_down_to_power_of_two() {
-        assert_eq!(round_quantum(960), 512);
+    fn quantum_rounds_down_to_a_power_of_two_or_the_step_halfway() {
+        assert_eq!(round_quantum(960), 768);
+        assert_eq!(round_quantum(767), 512);
         assert_eq!(round_quantum(1024), 1024);
+        assert_eq!(round_quantum(240), 192);
+        assert_eq!(round_quantum(191), 128);
+        assert_eq!(round_quantum(3), 2);
+        assert_eq!(round_quantum(6), 6);
         assert_eq!(round_quantum(0), 1);
+        assert_eq!(round_pow2(960), 512);
+        assert_eq!(round_pow2(192), 128);
     }
 }

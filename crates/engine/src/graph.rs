@@ -117,6 +117,9 @@ pub struct NodeSpec {
     pub max_outputs: usize,
     /// Keeps the devices from suspending while the node exists (callback clients).
     pub keep_awake: bool,
+    /// The node's client only takes power-of-two quanta (JACK clients); while it runs,
+    /// the graph's quantum is rounded down to one.
+    pub pow2_quantum: bool,
 }
 
 impl NodeSpec {
@@ -137,6 +140,7 @@ impl NodeSpec {
             max_inputs: 0,
             max_outputs: 0,
             keep_awake: false,
+            pow2_quantum: false,
         }
     }
 
@@ -184,6 +188,8 @@ pub struct Node {
     pub max_outputs: usize,
     /// Keeps the devices awake while the node exists.
     pub keep_awake: bool,
+    /// Only power-of-two quanta while this node runs ([`NodeSpec::pow2_quantum`]).
+    pub pow2_quantum: bool,
     /// A device node whose device failed or went away: policy routes nothing to it.
     pub gone: bool,
     /// Suspended on its own ([`crate::Engine::suspend_node`]): it and the streams that
@@ -253,6 +259,7 @@ impl Graph {
             max_inputs: spec.input_capacity(),
             max_outputs: spec.output_capacity(),
             keep_awake: spec.keep_awake,
+            pow2_quantum: spec.pow2_quantum,
             gone: false,
             suspended: false,
         };

@@ -142,26 +142,54 @@ fn quantum_follows_the_smallest_latency_request() {
     let dev = RecordingDevice::new(RATE, 0);
     let (engine, mut runner) = Engine::new_manual(config(1024), vec![Box::new(dev)]).unwrap();
     assert_eq!(engine.quantum(), 1024);
-    let a = source(&engine, "a", 0.0, Some(960)); // 20 ms → quantum 256 (≤ L/2)
-    assert_eq!(engine.quantum(), 256);
-    let b = source(&engine, "b", 0.0, Some(100)); // → 32 (clamped to min 32)
-    assert_eq!(engine.quantum(), 32);
+    // 20 ms over two periods in flight: 480 frames → 384, the ladder's step below.
+    let a = source(&engine, "a", 0.0, Some(960));
+    assert_eq!(engine.quantum(), 384);
+    let b = source(&engine, "b", 0.0, Some(100)); // 50 → 48
+    assert_eq!(engine.quantum(), 48);
     settle(&mut runner, &[]);
-    assert_eq!(engine.status().quantum, 32);
+    assert_eq!(engine.status().quantum, 48);
     assert_eq!(
         engine
             .stats()
             .quantum
             .load(std::sync::atomic::Ordering::Relaxed),
-        32
+        48
     );
     engine.remove_node(b).unwrap();
-    assert_eq!(engine.quantum(), 256);
+    assert_eq!(engine.quantum(), 384);
+    let c = source(&engine, "c", 0.0, Some(40)); // 20 → clamped to min 32
+    assert_eq!(engine.quantum(), 32);
+    engine.remove_node(c).unwrap();
     engine.remove_node(a).unwrap();
     assert_eq!(engine.quantum(), 1024);
     // A huge request is clamped to the maximum.
-    source(&engine, "c", 0.0, Some(1 << 20));
+    source(&engine, "d", 0.0, Some(1 << 20));
     assert_eq!(engine.quantum(), 4096);
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn a_node_that_needs_powers_of_two_rounds_the_quantum_down_to_one() {
+    let dev = RecordingDevice::new(RATE, 0);
+    let (engine, mut runner) = Engine::new_manual(config(1024), vec![Box::new(dev)]).unwrap();
+    let a = source(&engine, "a", 0.0, Some(480)); // 240 → 192
+    assert_eq!(engine.quantum(), 192);
+    let mut s = NodeSpec::new("jack-like", NodeKind::Filter);
+    s.inputs = ChannelMap::stereo();
+    s.pow2_quantum = true;
+    s.latency_frames = Some(1024);
+    let j = engine.add_node(s, Some(Box::new(Dc(0.0)))).unwrap();
+    assert_eq!(
+        engine.quantum(),
+        128,
+        "192 rounded down while the node runs"
+    );
+    settle(&mut runner, &[]);
+    assert_eq!(engine.status().quantum, 128);
+    engine.remove_node(j).unwrap();
+    assert_eq!(engine.quantum(), 192);
+    engine.remove_node(a).unwrap();
     engine.shutdown_manual(runner).unwrap();
 }
 

@@ -405,7 +405,7 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 continue;
             };
             let t0 = clock.as_ref().map(|_| quaver_rt::monotonic_ns());
-            let pumped = guarded(&mut e.conn, Conn::pump);
+            let pumped = guarded(&mut e.conn, |c| c.pump(all));
             if let (Some(c), Some(t0)) = (clock.as_mut(), t0) {
                 c.conn_step(e.conn.client(), t0);
             }

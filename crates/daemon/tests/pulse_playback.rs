@@ -384,3 +384,44 @@ fn paplay_sends_audio_by_memfd_or_inline_as_configured() {
         assert_eq!(by_memfd, memfd, "memfd = {memfd}:\n{log}");
     }
 }
+
+/// The scheduling policy of the daemon's PulseAudio I/O thread (0: normal, 1: FIFO).
+fn io_thread_policy(d: &Daemon) -> Option<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", d.pid())).ok()?;
+    tasks.flatten().find_map(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+        if comm.trim() != "quaver-pulse-io" {
+            return None;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+        // Field 41 of stat; the fields after the command name start at field 3.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(38)?
+            .parse()
+            .ok()
+    })
+}
+
+#[test]
+fn a_lone_20_ms_stream_makes_the_io_thread_realtime_and_a_second_one_undoes_it() {
+    require_tools!("paplay");
+    let d = pulse_util::start(&["--device", "null"]);
+    let input = noise_s16(48000 * 2 * 20, 5, 8000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    assert_eq!(io_thread_policy(&d), Some(0), "normal while nothing plays");
+    if d.log_text().contains("SCHED_FIFO refused") {
+        eprintln!("SKIPPED: SCHED_FIFO is not permitted here");
+        return;
+    }
+    let first = spawn_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]);
+    let lone = wait_until(WAIT, || io_thread_policy(&d) == Some(1));
+    let second = spawn_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]);
+    let shared = wait_until(WAIT, || io_thread_policy(&d) == Some(0));
+    interrupt(first);
+    interrupt(second);
+    let log = d.log_text();
+    assert!(lone, "SCHED_FIFO for a lone 20 ms stream\n{log}");
+    assert!(shared, "normal again with two, for the batching\n{log}");
+}

@@ -787,9 +787,9 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// The shortest time any of this client's playing streams gives it to answer a
-    /// request (tlength − minreq), µs; `None` without an uncorked playback stream.
-    pub(crate) fn shortest_low_water_usec(&self) -> Option<u64> {
+    /// The time each of this client's uncorked playback streams gives it to answer a
+    /// request (tlength − minreq), µs.
+    pub(crate) fn low_waters_usec(&self) -> impl Iterator<Item = u64> + '_ {
         self.playback
             .values()
             .filter(|p| p.shared.flags.load(Relaxed) & F_CORKED == 0)
@@ -800,7 +800,6 @@ impl Conn {
                     .saturating_sub(p.attr.minimum_request_length);
                 bytes_to_usec(w as u64, &p.spec)
             })
-            .min()
     }
 
     /// The wire for the RT thread's requests, made on first use; `None` over TCP (a send

@@ -36,8 +36,8 @@ pub struct PulseOptions {
     /// Send memfd clients their record audio as references into a memfd pool of ours.
     pub memfd_record: bool,
     /// While a playback stream's low-water time (tlength − minreq: how long the client
-    /// has to answer a request) is below this many µs, the I/O thread runs SCHED_FIFO
-    /// ([`IO_RT_PRIORITY`]); 0: never.
+    /// has to answer a request) is below this many µs, or the only one below twice
+    /// this, the I/O thread runs SCHED_FIFO ([`IO_RT_PRIORITY`]); 0: never.
     pub realtime_io_below_usec: u64,
     /// Let the RT thread send playback streams' requests to unix-socket clients itself
     /// ([`crate::rtwire`]).

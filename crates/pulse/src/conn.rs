@@ -495,8 +495,8 @@ impl Playback {
     }
 
     /// Reports what the RT side did and asks for more data; returns drain acks to send.
-    /// `rung`: the pass was woken by the bell (some stream reached its threshold).
-    fn service(&mut self, out: &mut Out, rung: bool) {
+    /// `due`: in this pass some playback stream reached its request threshold.
+    fn service(&mut self, out: &mut Out, due: bool) {
         self.disarm();
         let sh = self.shared.clone();
         let consumed = sh.consumed.load(Acquire);
@@ -547,14 +547,16 @@ impl Playback {
         // Awake anyway, ask for anything PulseAudio would (minreq); the bell is only
         // armed for the larger threshold. Streams woken together are then topped up
         // together and reach their thresholds in the same cycle again: one wakeup
-        // serves all of them instead of one each. When the bell woke us (another
-        // stream got to its threshold) half a minreq will do: a cycle may consume less
-        // than minreq (192-frame cycles take 176 frames of a 44.1 kHz stream, whose
-        // minreq at 20 ms is 220), and a stream one cycle behind would otherwise never
-        // be topped up with the others; 8 such streams started apart kept two bells
-        // per threshold, ~900 wakeups/s instead of ~600.
+        // serves all of them instead of one each. When a playback stream got to its
+        // threshold, half a minreq will do: a cycle may consume less than minreq
+        // (192-frame cycles take 176 frames of a 44.1 kHz stream, whose minreq at 20 ms
+        // is 220), and a stream one cycle behind would otherwise never be topped up with
+        // the others; 8 such streams started apart kept two bells per threshold, ~900
+        // wakeups/s instead of ~520. Not for other bells: a monitor record stream rings
+        // every cycle or two, and topping up at each of them kept a 20 ms stream's
+        // queue full, its latency through the monitor 16.8 ms instead of 11.
         let minreq = self.attr.minimum_request_length as i64;
-        let floor = if rung { minreq / 2 } else { minreq };
+        let floor = if due { minreq / 2 } else { minreq };
         let prebuffering = sh.prebuffering.load(Relaxed) || self.queued_frames() == 0;
         if self.missing > 0 && (self.missing >= floor || prebuffering) {
             out.command(&Command::Request(pa::Request {
@@ -787,6 +789,14 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Whether one of this client's playback streams has got to the point its wakeup was
+    /// set for (its request threshold).
+    pub(crate) fn playback_due(&self) -> bool {
+        self.playback
+            .values()
+            .any(|p| p.shared.consumed.load(Acquire) >= p.armed_wake)
+    }
+
     /// The time each of this client's uncorked playback streams gives it to answer a
     /// request (tlength − minreq), µs.
     pub(crate) fn low_waters_usec(&self) -> impl Iterator<Item = u64> + '_ {
@@ -974,11 +984,11 @@ impl Conn {
         Ok(())
     }
 
-    /// Services the streams (`rung`: the I/O thread's pass was woken by the RT side's
-    /// bell), forwards queued messages and writes what the socket takes; `Err` ends the
+    /// Services the streams (`due`: some playback stream, of any client, reached its
+    /// request threshold in this pass), forwards queued messages and writes what the socket takes; `Err` ends the
     /// connection with that reason.
-    pub(crate) fn pump(&mut self, rung: bool) -> Result<(), String> {
-        self.service(rung);
+    pub(crate) fn pump(&mut self, due: bool) -> Result<(), String> {
+        self.service(due);
         if !self.out.is_empty() || self.held_releases.len() >= MAX_HELD_RELEASES {
             self.send_held_releases();
         }
@@ -1291,7 +1301,7 @@ impl Conn {
     }
 
     /// Services streams and forwards what other threads queued for this client.
-    fn service(&mut self, rung: bool) {
+    fn service(&mut self, due: bool) {
         let msgs: Vec<ConnMsg> = self
             .handle
             .queue
@@ -1324,7 +1334,7 @@ impl Conn {
             version: self.version,
         };
         for p in self.playback.values_mut() {
-            p.service(&mut out, rung);
+            p.service(&mut out, due);
         }
         for r in self.record.values_mut() {
             r.service(&mut out, self.pool.as_mut());

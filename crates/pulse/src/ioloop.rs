@@ -407,6 +407,7 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
         }
         touched.sort_unstable();
         touched.dedup();
+        let due = all && conns.values().any(|e| e.conn.playback_due());
         for key in &touched {
             if dead.iter().any(|(k, _)| k == key) {
                 continue;
@@ -415,7 +416,7 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 continue;
             };
             let t0 = clock.as_ref().map(|_| quaver_rt::monotonic_ns());
-            let pumped = guarded(&mut e.conn, |c| c.pump(all));
+            let pumped = guarded(&mut e.conn, |c| c.pump(due));
             if let (Some(c), Some(t0)) = (clock.as_mut(), t0) {
                 c.conn_step(e.conn.client(), t0);
             }

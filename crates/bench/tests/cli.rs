@@ -403,8 +403,12 @@ fn a_bench_told_to_stop_stops_the_daemon_it_started() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // The serving daemon, not the `quaverd --version` the bench runs briefly first (found
+    // once and gone before its environment could be read).
     let is_quaverd = |pid: &u32| {
         std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "quaverd")
+            && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"--config"))
     };
     let t0 = Instant::now();
     let daemon = loop {

@@ -985,8 +985,8 @@ impl Conn {
     }
 
     /// Services the streams (`due`: some playback stream, of any client, reached its
-    /// request threshold in this pass), forwards queued messages and writes what the socket takes; `Err` ends the
-    /// connection with that reason.
+    /// request threshold in this pass), forwards queued messages and writes what the
+    /// socket takes; `Err` ends the connection with that reason.
     pub(crate) fn pump(&mut self, due: bool) -> Result<(), String> {
         self.service(due);
         if !self.out.is_empty() || self.held_releases.len() >= MAX_HELD_RELEASES {

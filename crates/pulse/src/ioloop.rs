@@ -453,14 +453,20 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
         for (key, why) in dead.drain(..) {
             bury(&mut conns, &ep, &mut srb_keys, key, &why);
         }
-        io.bell
-            .set_armed(conns.values().map(|e| e.conn.armed_requests()).sum());
-        if below > 0 {
-            let (mut short, mut low) = (false, 0usize);
-            for w in conns.values().flat_map(|e| e.conn.low_waters_usec()) {
-                short |= w < below;
-                low += usize::from(w < LONE_FACTOR * below);
+        // One walk over the streams for both the RT side's lone-sender rule and the
+        // I/O thread's priority.
+        let (mut armed, mut short, mut low) = (0usize, false, 0usize);
+        for e in conns.values() {
+            armed += e.conn.armed_requests();
+            if below > 0 {
+                for w in e.conn.low_waters_usec() {
+                    short |= w < below;
+                    low += usize::from(w < LONE_FACTOR * below);
+                }
             }
+        }
+        io.bell.set_armed(armed);
+        if below > 0 {
             priority.follow(short || low == 1);
         }
         if let Some(c) = clock {

@@ -822,7 +822,12 @@ impl Conn {
             && let Sock::Unix(s) = &self.sock
         {
             match RtWire::new(s) {
-                Ok(w) => self.wire = Some(Arc::new(w)),
+                Ok(w) => {
+                    if let Some(srb) = self.srb.as_ref().filter(|s| s.active) {
+                        w.use_srb(srb.out());
+                    }
+                    self.wire = Some(Arc::new(w));
+                }
                 Err(e) => tracing::warn!(
                     "pulse client {}: requests stay with the I/O thread: {e}",
                     self.client
@@ -1037,12 +1042,10 @@ impl Conn {
             Ok(None) => {}
         }
         let r = self.write_out();
-        let left = if self.srb_active() {
-            &self.sock_tail
-        } else {
-            &self.out
-        };
-        if left.is_empty() {
+        // With the srbchannel the RT thread writes its requests into the ring, so it
+        // waits for both: what the socket still holds, and a packet the full ring took
+        // only part of.
+        if self.sock_tail.is_empty() && self.out.is_empty() {
             wire.release();
         }
         r
@@ -1511,6 +1514,9 @@ impl Conn {
                 match self.srb.as_mut() {
                     Some(s) if !s.active && s.tag == seq && self.out_fds.is_empty() => {
                         s.active = true;
+                        if let Some(w) = &self.wire {
+                            w.use_srb(s.out());
+                        }
                         self.sock_tail.append(&mut self.out);
                         tracing::debug!("pulse client {}: srbchannel enabled", self.client);
                     }
@@ -2921,10 +2927,11 @@ impl Conn {
         }
         if let Some(s) = self.srb.as_ref().filter(|s| s.active) {
             tracing::debug!(
-                "pulse client {}: srbchannel carried {} bytes in, {} bytes out",
+                "pulse client {}: srbchannel carried {} bytes in, {} bytes out ({} requests written by the RT thread)",
                 self.client,
                 s.bytes_in,
-                s.bytes_out
+                s.bytes_out(),
+                self.wire.as_ref().map_or(0, |w| w.srb_sent())
             );
         }
         if nodes.is_empty() {

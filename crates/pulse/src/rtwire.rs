@@ -1,6 +1,7 @@
 //! Requests sent by the RT thread itself: a playback stream's next REQUEST, armed by
-//! the connection thread and written to the client's socket by the RT thread in the
-//! cycle the stream has played far enough for it.
+//! the connection thread and written to the client's socket (or, once the client took
+//! the srbchannel, into its ring) by the RT thread in the cycle the stream has played
+//! far enough for it.
 //!
 //! Why: with the connection thread sending every REQUEST, each request cost the server
 //! two wakeups — the RT side's bell (the stream crossed its threshold), then the
@@ -13,8 +14,9 @@
 //! Two rules keep this safe:
 //!
 //! - **The socket has one writer at a time** ([`RtWire`]): the RT thread writes only
-//!   when the connection thread holds no unsent output for the socket, by taking a
-//!   try-lock it never waits for. When it cannot (or should not: see
+//!   when the connection thread holds no unsent output for the socket (nor for the
+//!   srbchannel's ring, once that carries the output), by taking a try-lock it never
+//!   waits for. When it cannot (or should not: see
 //!   `Bell::may_send`), it rings the bell as before and the connection thread sends the
 //!   request: the RT thread never blocks, never spins.
 //! - **The accounts stay with the connection thread** ([`ArmedRequest`]): it arms a
@@ -23,9 +25,11 @@
 //!   (disarming) before it changes anything about the stream. A request the RT thread
 //!   sent is accounted exactly as if the connection thread had sent it at that moment.
 
+use crate::srb::SrbOut;
 use rustix::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
+use std::sync::{Arc, OnceLock};
 
 /// Bytes of a REQUEST packet: the 20-byte descriptor and four tagged u32s.
 pub const REQUEST_LEN: usize = 40;
@@ -84,6 +88,11 @@ pub struct RtWire {
     /// The unsent tail of a torn packet, 8 bytes per word, and its length.
     torn: [AtomicU64; REQUEST_LEN.div_ceil(8)],
     torn_len: AtomicU32,
+    /// The srbchannel's ring once it carries the connection's output: requests go
+    /// there instead of the socket.
+    srb: OnceLock<Arc<SrbOut>>,
+    /// Requests the RT thread wrote into the srbchannel's ring (logged at the end).
+    srb_sent: AtomicU64,
 }
 
 impl RtWire {
@@ -95,11 +104,23 @@ impl RtWire {
             owner: AtomicU32::new(FREE),
             torn: Default::default(),
             torn_len: AtomicU32::new(0),
+            srb: OnceLock::new(),
+            srb_sent: AtomicU64::new(0),
         })
     }
 
-    /// RT side: sends `packet` if nobody else is writing to the socket. Never blocks
-    /// and never waits for the lock.
+    /// Requests the RT thread wrote into the srbchannel's ring.
+    pub fn srb_sent(&self) -> u64 {
+        self.srb_sent.load(Relaxed)
+    }
+
+    /// Connection side: the srbchannel carries the output from now on; so do requests.
+    pub fn use_srb(&self, out: Arc<SrbOut>) {
+        let _ = self.srb.set(out);
+    }
+
+    /// RT side: sends `packet` if nobody else is writing to the socket (or the ring).
+    /// Never blocks and never waits for the lock; never tears a packet into the ring.
     pub fn try_send(&self, packet: &[u8]) -> Sent {
         if self
             .owner
@@ -107,6 +128,15 @@ impl RtWire {
             .is_err()
         {
             return Sent::No;
+        }
+        if let Some(srb) = self.srb.get() {
+            let whole = srb.write_whole(packet);
+            self.owner.store(FREE, Release);
+            if !whole {
+                return Sent::No;
+            }
+            self.srb_sent.fetch_add(1, Relaxed);
+            return Sent::Whole;
         }
         use rustix::net::{SendFlags, send};
         let r = send(&self.fd, packet, SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
@@ -366,6 +396,44 @@ mod tests {
         let mut rest = Vec::new();
         client.read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty(), "the client sees the end");
+    }
+
+    #[test]
+    fn with_the_srbchannel_requests_go_whole_into_its_ring_or_not_at_all() {
+        use crate::srb::Srb;
+        let (ours, client) = UnixStream::pair().unwrap();
+        client.set_nonblocking(true).unwrap();
+        let mut srb = Srb::new(1, 2).unwrap();
+        let wire = RtWire::new(&ours).unwrap();
+        wire.use_srb(srb.out());
+        let mut at = 0;
+        assert_eq!(wire.try_send(&request_packet(1, 10)), Sent::Whole);
+        assert_eq!(wire.srb_sent(), 1);
+        assert_eq!(srb.client_read(&mut at), request_packet(1, 10));
+        assert!(
+            (&client).read(&mut [0u8; 8]).is_err(),
+            "nothing on the socket"
+        );
+        // Held by the connection thread: nothing.
+        assert_eq!(wire.acquire(), Ok(None));
+        assert_eq!(wire.try_send(&request_packet(1, 20)), Sent::No);
+        // A ring with room for less than a packet takes none of it, and the
+        // connection thread gets the socket back untorn.
+        let fill = vec![7u8; srb.room() - (REQUEST_LEN - 1)];
+        assert_eq!(srb.write(&fill).unwrap(), fill.len());
+        wire.release();
+        assert_eq!(wire.try_send(&request_packet(1, 30)), Sent::No);
+        assert_eq!(srb.room(), REQUEST_LEN - 1);
+        assert_eq!(wire.acquire(), Ok(None));
+        assert_eq!(srb.client_read(&mut at), fill);
+        // A packet that crosses the ring's end goes in two pieces, read back whole.
+        let fill = vec![8u8; srb.room() - 20 - at];
+        assert_eq!(srb.write(&fill).unwrap(), fill.len());
+        assert_eq!(srb.client_read(&mut at), fill);
+        assert_eq!(srb.room() - at, 20, "20 bytes before the end");
+        wire.release();
+        assert_eq!(wire.try_send(&request_packet(1, 40)), Sent::Whole);
+        assert_eq!(srb.client_read(&mut at), request_packet(1, 40));
     }
 
     #[test]

@@ -3604,3 +3604,96 @@ mod peak_tests {
         assert_eq!(p.acc, [0.0, 0.05]);
     }
 }
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+    use crate::rtwire::request_packet;
+    use crate::transport::Bell;
+
+    /// Bytes of a 44.1 kHz s16 stereo frame.
+    const FS: u64 = 4;
+
+    /// A 44.1 kHz s16 stereo stream with `paplay --latency-msec=20`'s attributes
+    /// (tlength 15 ms, minreq 5 ms = 220 frames), past prebuffering with audio queued,
+    /// nothing missing.
+    fn stream() -> Playback {
+        let spec = SampleSpec {
+            format: SampleFormat::S16Le,
+            channels: 2,
+            sample_rate: 44100,
+        };
+        let attr = BufferAttr {
+            max_length: 4 * 1024 * 1024,
+            target_length: 2644,
+            pre_buffering: 1768,
+            minimum_request_length: 880,
+            fragment_size: 0,
+        };
+        let shared = Arc::new(PlayShared::new(Arc::new(Bell::new().unwrap()), 0, false));
+        shared.prebuffering.store(false, Relaxed);
+        let (producer, _consumer) = rtrb::RingBuffer::new(4096 * 2);
+        let mut p = Playback {
+            node: 1,
+            channel: 0,
+            spec,
+            codec: Codec::of(SampleFormat::S16Le).unwrap(),
+            fs: FS as usize,
+            ch: 2,
+            attr,
+            configured_usec: 4000,
+            shared,
+            ring: producer,
+            ring_frames: 4096,
+            pending: VecDeque::new(),
+            carry: Vec::new(),
+            decoded: Vec::new(),
+            write_index: 0,
+            missing: 0,
+            pushed: 0,
+            seen_consumed: 0,
+            seen_starts: 0,
+            seen_underruns: 0,
+            drains: Vec::new(),
+            variable_rate: None,
+            asked: 0,
+            last_request: None,
+            last_data: None,
+            armed_wake: 0,
+            rt_requests: false,
+            armed: false,
+            requests: 0,
+            rt_sent: 0,
+        };
+        p.push(&[0.0; 2 * 1000]);
+        p
+    }
+
+    /// What `service` sends after the RT side consumed `frames`, in a pass where a
+    /// playback stream reached its threshold (`due`) or not.
+    fn serviced(frames: u64, due: bool) -> Vec<u8> {
+        let mut p = stream();
+        p.shared.consumed.store(frames, Release);
+        let mut buf = Vec::new();
+        let mut out = Out {
+            buf: &mut buf,
+            version: pa::MAX_VERSION,
+        };
+        p.service(&mut out, due);
+        buf
+    }
+
+    #[test]
+    fn a_stream_is_topped_up_from_half_a_minreq_only_in_a_pass_a_threshold_rang() {
+        // 192-frame cycles at 48 kHz take 176 frames of a 44.1 kHz stream: less than
+        // its 220-frame minreq. Topped up with the stream whose threshold rang, it
+        // stays in step with it instead of ringing a bell of its own a cycle later.
+        assert_eq!(serviced(176, true), request_packet(0, (176 * FS) as u32));
+        // Below half a minreq, nothing.
+        assert!(serviced(109, true).is_empty());
+        // Woken for anything else (a monitor's record bell), minreq as PulseAudio asks:
+        // topping up then kept the queue full and the latency high.
+        assert!(serviced(176, false).is_empty());
+        assert_eq!(serviced(220, false), request_packet(0, (220 * FS) as u32));
+    }
+}

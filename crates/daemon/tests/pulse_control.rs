@@ -453,6 +453,96 @@ fn many_clients_connecting_at_once_are_all_served() {
     assert_eq!(ready, 256);
 }
 
+/// The scheduling policy (0 normal, 1 SCHED_FIFO, 6 SCHED_DEADLINE) of the daemon's
+/// thread named `name`, from /proc.
+fn thread_policy(d: &Daemon, name: &str) -> Option<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", d.pid())).ok()?;
+    tasks.flatten().find_map(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+        if comm.trim() != name {
+            return None;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+        // Field 41 of stat; the fields after the command name start at field 3.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(38)?
+            .parse()
+            .ok()
+    })
+}
+
+/// Acceptance 8's other half: 32 low-latency streams while the daemon runs under the
+/// RLIMIT_RTTIME RealtimeKit imposes on the processes it promotes (200 ms of real-time
+/// CPU without a blocking call, then the kernel kills the process). Stock PulseAudio 16
+/// was killed by it on this machine kind (its sink thread spun); quaverd's real-time
+/// threads block every cycle, the engine's in its clock and the I/O thread in epoll.
+#[test]
+fn thirty_two_low_latency_streams_under_realtimekits_rttime_limit_leave_the_daemon_alive() {
+    use std::os::unix::process::CommandExt;
+    require_tools!("paplay", "pactl");
+    let mut cmd = Process::new(quaverd_bin());
+    cmd.args(["--realtime-priority", "20", "--log-level", "debug"])
+        .args(["--device", "null"]);
+    // SAFETY: only setrlimit, which is async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 200_000,
+                rlim_max: 200_000,
+            };
+            if libc::setrlimit(libc::RLIMIT_RTTIME, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut d = pulse_util::start_cmd(tempfile::tempdir().unwrap(), cmd);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
+    assert!(
+        limits.lines().any(|l| l.starts_with("Max realtime timeout")
+            && l.split_whitespace().filter(|w| *w == "200000").count() == 2),
+        "{limits}"
+    );
+    // 3 s of 44.1 kHz noise: every stream resamples into the 48 kHz sink.
+    let input = noise_s16(44100 * 2 * 3, 32, 3000);
+    write_wav_s16(&d.path("in.wav"), 44100, 2, &input);
+    let players: Vec<_> = (0..32)
+        .map(|_| spawn_pa(&d, "paplay", &["--latency-msec=5", "in.wav"]))
+        .collect();
+    let realtime = wait_until(WAIT, || {
+        thread_policy(&d, "quaver-rt") == Some(1) && thread_policy(&d, "quaver-pulse-io") == Some(1)
+    });
+    let log = d.log_text();
+    if !realtime
+        && (log.contains("real-time scheduling refused") || log.contains("SCHED_FIFO refused"))
+    {
+        for p in players {
+            interrupt(p);
+        }
+        eprintln!("SKIPPED: SCHED_FIFO is not permitted here");
+        return;
+    }
+    for p in players {
+        let out = wait_output(p, WAIT);
+        assert!(
+            out.status.success(),
+            "a paplay failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            d.log_text()
+        );
+    }
+    let alive = d.child.as_mut().unwrap().try_wait().unwrap();
+    assert!(alive.is_none(), "quaverd died: {alive:?}\n{}", d.log_text());
+    pa_ok(&d, &run_pa(&d, "pactl", &["info"]));
+    assert!(
+        realtime,
+        "both real-time threads were SCHED_FIFO while the streams played\n{log}"
+    );
+    d.stop();
+}
+
 #[test]
 fn a_recorder_that_never_reads_does_not_disturb_playback() {
     require_tools!("parec", "paplay", "pactl");

@@ -42,6 +42,11 @@ pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
     ready(Daemon::start_in(dir, args))
 }
 
+/// Like [`start`] for a prepared quaverd command (see `common::Daemon::start_cmd`).
+pub fn start_cmd(dir: tempfile::TempDir, cmd: std::process::Command) -> Daemon {
+    ready(Daemon::start_cmd(dir, cmd))
+}
+
 fn ready(d: Daemon) -> Daemon {
     let sock = pulse_socket(&d);
     assert!(

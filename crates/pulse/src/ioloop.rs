@@ -299,7 +299,6 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
         if let Some(c) = clock.as_mut() {
             c.woke(&io.bell);
         }
-        io.bell.new_pass();
         let mut all = false;
         touched.clear();
         srb_woken.clear();

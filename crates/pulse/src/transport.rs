@@ -47,8 +47,6 @@ pub struct Bell {
     /// an underrun log tells a late wakeup from a missing ring).
     written_ns: AtomicU64,
     taken_ns: AtomicU64,
-    /// Requests the RT side sent itself since the waiter's last pass ([`Bell::may_send`]).
-    sends: AtomicU32,
     /// Set by the waiter while at most one stream has a request armed.
     solo: AtomicBool,
 }
@@ -62,7 +60,6 @@ impl Bell {
             rung: AtomicBool::new(false),
             written_ns: AtomicU64::new(0),
             taken_ns: AtomicU64::new(0),
-            sends: AtomicU32::new(0),
             solo: AtomicBool::new(true),
         })
     }
@@ -97,25 +94,21 @@ impl Bell {
     }
 
     /// Whether the RT side may send a request itself (`crate::rtwire`) rather than
-    /// ring: while one stream plays that way, once per pass of the waiter, and not
-    /// while a ring is pending. Sending saves a wakeup only when it is the one thing
+    /// ring: while at most one stream has a request armed, and not while a ring is
+    /// pending. (An armed request goes out once; only the waiter re-arms it, once per
+    /// pass.) Sending saves a wakeup only when it is the one thing
     /// the waiter would have woken for. Several streams are kept aligned by the bell
     /// anyway (a bell wakeup tops up every stream, so they reach their thresholds in
     /// the same cycle and share the next wakeup): sending for them too saved nothing
     /// measurable (8 streams at 20 ms: 660–700 wakeups/s either way) and would only put
     /// their sockets on the RT thread's cycle.
     pub fn may_send(&self) -> bool {
-        self.solo.load(Acquire) && !self.rung.load(Acquire) && self.sends.swap(1, AcqRel) == 0
+        self.solo.load(Acquire) && !self.rung.load(Acquire)
     }
 
     /// Called by the waiter after each pass with the number of armed requests.
     pub fn set_armed(&self, armed: usize) {
         self.solo.store(armed <= 1, Release);
-    }
-
-    /// Called by the waiter at the start of each pass: the RT side may send again.
-    pub fn new_pass(&self) {
-        self.sends.store(0, Release);
     }
 
     /// Called by the waiter after waking, before it looks at what changed: consumes
@@ -648,11 +641,9 @@ mod tests {
     }
 
     #[test]
-    fn the_rt_side_sends_once_per_pass_for_a_lone_stream_only() {
+    fn the_rt_side_sends_for_a_lone_stream_only() {
         let b = bell();
         assert!(b.may_send());
-        assert!(!b.may_send(), "once per pass");
-        b.new_pass();
         b.set_armed(2);
         assert!(
             !b.may_send(),
@@ -660,7 +651,6 @@ mod tests {
         );
         b.set_armed(1);
         assert!(b.may_send());
-        b.new_pass();
         b.ring();
         assert!(!b.may_send(), "a ring is pending: that wakeup serves it");
     }

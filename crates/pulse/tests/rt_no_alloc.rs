@@ -2,7 +2,8 @@
 //! `PlaySource` and `RecSink` run thousands of cycles — resampling, channel mixing,
 //! prebuffering, underruns, cork, flush, trigger, drain, a full record ring — under an
 //! allocation guard, while the "connection" side feeds and drains the rings outside it.
-//! The playback stream also sends its armed requests to a client socket itself.
+//! The playback stream also sends its armed requests to a client itself: on its socket,
+//! or into the srbchannel's ring (which nobody reads here, so it also fills up).
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
 use quaver_dsp::resample::ResampleQuality;
@@ -22,6 +23,15 @@ static A: AllocDisabler = AllocDisabler;
 
 #[test]
 fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
+    transport_cycles(false);
+}
+
+#[test]
+fn pulse_stream_transport_allocates_nothing_in_the_cycle_with_the_srbchannel() {
+    transport_cycles(true);
+}
+
+fn transport_cycles(srbchannel: bool) {
     let bell = Arc::new(Bell::new().unwrap());
     let rate = 48000;
     let max_q = 1024;
@@ -31,10 +41,14 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
     let (ours, mut client) = std::os::unix::net::UnixStream::pair().unwrap();
     client.set_nonblocking(true).unwrap();
     let wire = Arc::new(RtWire::new(&ours).unwrap());
+    let srb = quaver_pulse::srb::Srb::new(1, 1).unwrap();
+    if srbchannel {
+        wire.use_srb(srb.out());
+    }
     let mut requests = 0usize;
     let mut got = vec![0u8; 64 * 1024];
     let mut player = PlaybackAdapter::new(
-        PlaySource::new(play.clone(), rx, 1).with_wire(Some(wire)),
+        PlaySource::new(play.clone(), rx, 1).with_wire(Some(wire.clone())),
         &StreamFormat {
             rate: 44100,
             channels: ChannelMap::mono(),
@@ -110,7 +124,6 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
         // request, arm the next, read what reached the client.
         if cycle % 5 == 0 {
             play.request.disarm();
-            bell.new_pass();
             bell.take();
             let consumed = play.consumed.load(Relaxed);
             play.request.arm(1, consumed + 100, consumed, 0, 4);
@@ -153,10 +166,21 @@ fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
         rec.overflows.load(Relaxed) >= 1,
         "the record ring overflowed"
     );
-    assert!(
-        requests >= REQUEST_LEN * 100 && requests.is_multiple_of(REQUEST_LEN),
-        "the RT side sent requests: {requests} bytes"
-    );
+    if srbchannel {
+        // Half the block is our ring: it fills up (~800 requests), and the rest found it
+        // full and rang the bell instead, also without allocating.
+        assert!(requests == 0, "nothing on the socket: {requests} bytes");
+        let sent = wire.srb_sent() as usize;
+        assert!(
+            sent * REQUEST_LEN > quaver_pulse::srb::BLOCK_SIZE / 2 - 2 * REQUEST_LEN,
+            "the RT side filled the ring with requests: {sent}"
+        );
+    } else {
+        assert!(
+            requests >= REQUEST_LEN * 100 && requests.is_multiple_of(REQUEST_LEN),
+            "the RT side sent requests: {requests} bytes"
+        );
+    }
     assert_eq!(violation_count(), 0, "allocations in the RT path");
 }
 

@@ -228,6 +228,26 @@ pub enum Mode {
         /// says (checks the instrument: the measured latency must grow by it).
         #[arg(long, default_value_t = 0)]
         inject_delay_ms: u32,
+        /// Also count the underruns of N `paplay -v --latency-msec=L` clients per server
+        /// while CPU hogs oversubscribe every core (off by default: minutes of load).
+        #[arg(long)]
+        under_load: bool,
+        /// Under load: stream counts (default 1,8; 1 with --quick).
+        #[arg(long, value_delimiter = ',')]
+        under_load_streams: Option<Vec<usize>>,
+        /// Under load: the clients' --latency-msec.
+        #[arg(long, default_value_t = 20)]
+        under_load_latency_ms: u32,
+        /// Under load: seconds per window (default 20; 2 with --quick).
+        #[arg(long)]
+        under_load_seconds: Option<f64>,
+        /// Under load: rounds, the servers alternating within each (default 3; 1 with
+        /// --quick).
+        #[arg(long)]
+        under_load_rounds: Option<usize>,
+        /// Under load: CPU hogs per core.
+        #[arg(long, default_value_t = 3)]
+        under_load_hogs_per_core: usize,
         /// Options every mode takes.
         #[command(flatten)]
         common: Common,
@@ -544,9 +564,39 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             monitor_rounds,
             monitor_fragsize_ms,
             inject_delay_ms,
+            under_load,
+            under_load_streams,
+            under_load_latency_ms,
+            under_load_seconds,
+            under_load_rounds,
+            under_load_hogs_per_core,
             ..
         } => {
             let mut o = PeersOptions::new(quick);
+            if *under_load {
+                let mut u = crate::underload::UnderLoadOptions::new(quick);
+                if let Some(s) = under_load_streams {
+                    if s.is_empty() || s.contains(&0) {
+                        bail!("--under-load-streams takes stream counts of at least 1");
+                    }
+                    u.counts = s.clone();
+                }
+                if *under_load_latency_ms == 0 {
+                    bail!("--under-load-latency-ms must be at least 1");
+                }
+                u.latency_ms = *under_load_latency_ms;
+                if let Some(s) = under_load_seconds {
+                    if !(*s > 0.0 && s.is_finite()) {
+                        bail!("--under-load-seconds must be a positive number");
+                    }
+                    u.seconds = *s;
+                }
+                if let Some(r) = under_load_rounds {
+                    u.rounds = (*r).max(1);
+                }
+                u.hogs_per_core = (*under_load_hogs_per_core).max(1);
+                o.under_load = Some(u);
+            }
             if let Some(s) = streams {
                 o.counts = s.clone();
             }
@@ -556,7 +606,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             o.latencies = latencies.clone();
             o.load = !*no_load;
             if *no_monitor_latency {
-                if *no_load {
+                if *no_load && !*under_load {
                     bail!("--no-load and --no-monitor-latency together leave nothing to measure");
                 }
                 o.monitor = None;

@@ -52,6 +52,7 @@ pub mod stressor;
 pub mod svg;
 pub mod switch;
 pub mod synth;
+pub mod underload;
 
 use daemon::{Daemon, DaemonSpec};
 use std::path::PathBuf;

@@ -15,6 +15,8 @@
 //! - **monitor latency** ([`crate::monlat`]): for each N of
 //!   [`MonitorOptions::latencies_ms`], what a `paplay --latency-msec=N` stream measures
 //!   through the sink's monitor next to what the server reports, and its underruns.
+//! - **under load** ([`crate::underload`], `--under-load`): the underruns N
+//!   `paplay --latency-msec=L` clients are told of while CPU hogs oversubscribe every core.
 //!
 //! PipeWire is pipewire + wireplumber + pipewire-pulse (their costs add up), on a
 //! private D-Bus session bus (see [`crate::servers::Server::pipewire`]).
@@ -31,6 +33,7 @@ use crate::rng::Rng;
 use crate::servers::{Server, ServerKind};
 use crate::stats::Summary;
 use crate::svg::{Series, line_plot};
+use crate::underload::{UnderLoadOptions, UnderLoadPoint};
 use crate::{Ctx, load};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -94,6 +97,8 @@ pub struct PeersOptions {
     pub load: bool,
     /// The monitor-latency part (`None`: skipped).
     pub monitor: Option<MonitorOptions>,
+    /// The under-load part (`None`: skipped, the default).
+    pub under_load: Option<UnderLoadOptions>,
 }
 
 impl PeersOptions {
@@ -110,6 +115,7 @@ impl PeersOptions {
             latencies: vec![PeerLatency::Default, PeerLatency::Ms(20)],
             load: true,
             monitor: Some(MonitorOptions::new(quick)),
+            under_load: None,
         }
     }
 }
@@ -161,6 +167,9 @@ pub struct ServerResult {
     /// other repetitions still run).
     #[serde(default)]
     pub failures: Vec<String>,
+    /// Under-load windows, in the order they ran.
+    #[serde(default)]
+    pub under_load: Vec<UnderLoadPoint>,
 }
 
 fn one() -> usize {
@@ -190,6 +199,18 @@ pub struct PeersResults {
     pub monitor_rounds: usize,
     /// Its injected delay, ms (instrument check; 0 in real runs).
     pub monitor_inject_delay_ms: u32,
+    /// The under-load part's clients' latency, ms (`None`: not run).
+    #[serde(default)]
+    pub under_load_latency_ms: Option<u32>,
+    /// Its window per point, s.
+    #[serde(default)]
+    pub under_load_seconds: f64,
+    /// Its stream counts.
+    #[serde(default)]
+    pub under_load_counts: Vec<usize>,
+    /// Its stressor's command.
+    #[serde(default)]
+    pub under_load_stressor: String,
     /// Measured servers (quaverd first).
     pub servers: Vec<ServerResult>,
     /// Peers not measured, with the reason ("not installed", …).
@@ -206,7 +227,7 @@ pub const FILE_RATE: u32 = 44_100;
 
 /// Runs the comparison.
 pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
-    if o.load && crate::exec::which("paplay").is_none() {
+    if (o.load || o.under_load.is_some()) && crate::exec::which("paplay").is_none() {
         bail!("peers needs paplay (Debian: pulseaudio-utils) as the common client");
     }
     let mut kinds = vec![ServerKind::Quaverd];
@@ -252,7 +273,11 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
         0
     };
     let mon_steps = o.monitor.as_ref().map_or(0, |m| m.latencies_ms.len());
-    let steps = (kinds.len() * (load_steps + mon_steps)) as u64;
+    let under_steps = o
+        .under_load
+        .as_ref()
+        .map_or(0, |u| u.rounds.max(1) * u.counts.len());
+    let steps = (kinds.len() * (load_steps + mon_steps + under_steps)) as u64;
     let pb = ctx.progress.bar(steps, "peers");
     let mut results: Vec<ServerResult> = kinds
         .iter()
@@ -269,6 +294,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
             monitor_error: None,
             error: None,
             failures: Vec::new(),
+            under_load: Vec::new(),
         })
         .collect();
     let mut step = 0;
@@ -302,6 +328,18 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
             }
         }
     }
+    let mut under_load_stressor = String::new();
+    if let Some(u) = &o.under_load {
+        let (points, stressor) = crate::underload::run(ctx, &kinds, u, |msg| {
+            pb.set_message(msg);
+            step += 1;
+            pb.set_position(step);
+        })?;
+        for (r, p) in results.iter_mut().zip(points) {
+            r.under_load = p;
+        }
+        under_load_stressor = stressor;
+    }
     pb.finish_and_clear();
     let m = o.monitor.clone();
     Ok(PeersResults {
@@ -318,6 +356,13 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
         monitor_seconds: m.as_ref().map_or(0.0, |m| m.seconds),
         monitor_rounds: m.as_ref().map_or(1, |m| m.rounds.max(1)),
         monitor_inject_delay_ms: m.as_ref().map_or(0, |m| m.inject_delay_ms),
+        under_load_latency_ms: o.under_load.as_ref().map(|u| u.latency_ms),
+        under_load_seconds: o.under_load.as_ref().map_or(0.0, |u| u.seconds),
+        under_load_counts: o
+            .under_load
+            .as_ref()
+            .map_or(Vec::new(), |u| u.counts.clone()),
+        under_load_stressor,
         servers: results,
         skipped,
     })
@@ -410,7 +455,8 @@ fn monitor_servers(
         .collect()
 }
 
-fn start(ctx: &mut Ctx, kind: ServerKind) -> Result<Server> {
+/// Starts a fresh server of `kind`, headless in its own runtime directory.
+pub(crate) fn start(ctx: &mut Ctx, kind: ServerKind) -> Result<Server> {
     match kind {
         ServerKind::Quaverd => Server::quaverd(ctx),
         ServerKind::Pulseaudio => Server::pulseaudio(ctx),
@@ -974,6 +1020,9 @@ pub fn render(r: &PeersResults) -> ModeOutput {
         md.push_str(&m.markdown());
         md.push('\n');
     }
+    if let Some(lat) = r.under_load_latency_ms {
+        md.push_str(&render_under_load(r, lat));
+    }
     for s in &r.servers {
         let _ = writeln!(md, "- {}: {}", s.server.name(), s.version);
         if let Some(e) = &s.error {
@@ -1024,6 +1073,75 @@ pub fn render(r: &PeersResults) -> ModeOutput {
         summary,
         extra,
     }
+}
+
+/// The under-load table: per stream count and server, each round's underruns (all
+/// clients together), their median, and per stream and minute.
+fn render_under_load(r: &PeersResults, lat: u32) -> String {
+    let mut t = Table::new(&[
+        "streams",
+        "server",
+        "underruns per round",
+        "median",
+        "per stream per minute",
+        "failed rounds",
+    ]);
+    for &n in &r.under_load_counts {
+        for s in &r.servers {
+            let pts: Vec<&UnderLoadPoint> =
+                s.under_load.iter().filter(|p| p.streams == n).collect();
+            if pts.is_empty() {
+                continue;
+            }
+            let ok: Vec<f64> = pts
+                .iter()
+                .filter(|p| p.error.is_none())
+                .map(|p| p.total() as f64)
+                .collect();
+            let med = median(&ok);
+            let failed: Vec<String> = pts
+                .iter()
+                .filter_map(|p| {
+                    p.error
+                        .as_ref()
+                        .map(|e| format!("{}: {}", p.round, e.lines().next().unwrap_or("")))
+                })
+                .collect();
+            t.row(vec![
+                n.to_string(),
+                s.server.name().into(),
+                pts.iter()
+                    .map(|p| match &p.error {
+                        None => p.total().to_string(),
+                        Some(_) => format!("({}, failed)", p.total()),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                med.map_or("–".into(), |m| format!("{m:.0}")),
+                med.filter(|_| r.under_load_seconds > 0.0 && n > 0)
+                    .map_or("–".into(), |m| {
+                        format!("{:.1}", m / n as f64 * 60.0 / r.under_load_seconds)
+                    }),
+                if failed.is_empty() {
+                    "–".into()
+                } else {
+                    failed.join("; ")
+                },
+            ]);
+        }
+    }
+    format!(
+        "## Peers: underruns under load\n\nPer round and server: the server started fresh, \
+         then `{}` (CPU hogs oversubscribing every core), then N `paplay -v \
+         --latency-msec={lat}` clients of a 44.1 kHz s16 stereo WAV into the 48 kHz null \
+         sink for {:.0} s; each client's \"Stream underrun\" lines (one per UNDERFLOW the \
+         server sends) are counted. The rounds alternate between the servers. Lower is \
+         better; the clients themselves are delayed by the same load, so some underruns \
+         are theirs on every server.\n\n{}\n",
+        r.under_load_stressor,
+        r.under_load_seconds,
+        t.markdown()
+    )
 }
 
 #[cfg(test)]

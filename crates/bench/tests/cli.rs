@@ -541,6 +541,67 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
 }
 
 #[test]
+fn peers_under_load_counts_every_servers_underruns_under_cpu_hogs() {
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let o = bench(
+        &[
+            "peers",
+            "--quick",
+            "--no-load",
+            "--no-monitor-latency",
+            "--under-load",
+            "--under-load-streams",
+            "2",
+            "--under-load-seconds",
+            "1",
+            "--seed",
+            "9",
+        ],
+        dir.path(),
+    );
+    if quaver_bench::exec::which("paplay").is_none() {
+        assert!(!o.status.success());
+        assert!(String::from_utf8_lossy(&o.stderr).contains("paplay"));
+        return;
+    }
+    ok(&o);
+    let v = record(dir.path(), "peers");
+    check_common(&v, "peers", 9);
+    let r = &v["results"];
+    assert_eq!(r["under_load_latency_ms"], 20);
+    assert_eq!(r["under_load_counts"][0], 2);
+    let stressor = r["under_load_stressor"].as_str().unwrap();
+    assert!(stressor.contains("--cpu"), "{stressor}");
+    // Every measured server: one window of two clients, each client counted.
+    for s in r["servers"].as_array().unwrap() {
+        let pts = s["under_load"].as_array().unwrap();
+        assert_eq!(pts.len(), 1, "{s}");
+        assert!(pts[0]["error"].is_null(), "{}", pts[0]["error"]);
+        assert_eq!(pts[0]["streams"], 2);
+        assert_eq!(pts[0]["underruns"].as_array().unwrap().len(), 2);
+    }
+    let report = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "md"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .unwrap();
+    assert!(
+        report.contains("## Peers: underruns under load"),
+        "{report}"
+    );
+    let cmds = v["commands"].as_array().unwrap();
+    assert!(
+        cmds.iter().any(|c| {
+            let c = c.as_str().unwrap();
+            c.contains("paplay -v --latency-msec=20") && c.contains("under `")
+        }),
+        "{cmds:?}"
+    );
+}
+
+#[test]
 fn jack_quick_alternates_the_servers_windows() {
     let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();

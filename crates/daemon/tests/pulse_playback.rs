@@ -418,26 +418,45 @@ fn io_thread_policy(d: &Daemon) -> Option<u32> {
 }
 
 #[test]
-fn a_lone_20_ms_stream_makes_the_io_thread_realtime_and_a_second_one_undoes_it() {
+fn low_latency_streams_make_the_io_thread_realtime_until_none_plays() {
     require_tools!("paplay");
     let d = pulse_util::start(&["--device", "null"]);
     let input = noise_s16(48000 * 2 * 20, 5, 8000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     assert_eq!(io_thread_policy(&d), Some(0), "normal while nothing plays");
+    let streams = |d: &Daemon| d.log_text().matches(": playback ").count();
+    // A media player's 2 s of buffering leaves the thread normal, for the batching.
+    let media = spawn_pa(&d, "paplay", &["in.wav"]);
+    assert!(wait_until(WAIT, || streams(&d) == 1), "{}", d.log_text());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let normal_with_media = io_thread_policy(&d) == Some(0);
     let first = spawn_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]);
-    let lone = wait_until(WAIT, || {
+    let fifo = wait_until(WAIT, || {
         io_thread_policy(&d) == Some(1) || d.log_text().contains("SCHED_FIFO refused")
     });
     if d.log_text().contains("SCHED_FIFO refused") {
-        interrupt(first);
+        for c in [media, first] {
+            interrupt(c);
+        }
         eprintln!("SKIPPED: SCHED_FIFO is not permitted here");
         return;
     }
+    // A second one keeps it (the thread gathers their answers instead of giving up its
+    // priority for the batching, as it once did).
     let second = spawn_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]);
-    let shared = wait_until(WAIT, || io_thread_policy(&d) == Some(0));
+    assert!(wait_until(WAIT, || streams(&d) == 3), "{}", d.log_text());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let kept = io_thread_policy(&d) == Some(1);
     interrupt(first);
     interrupt(second);
+    let back = wait_until(WAIT, || io_thread_policy(&d) == Some(0));
+    interrupt(media);
     let log = d.log_text();
-    assert!(lone, "SCHED_FIFO for a lone 20 ms stream\n{log}");
-    assert!(shared, "normal again with two, for the batching\n{log}");
+    assert!(
+        normal_with_media,
+        "normal for a default-latency stream\n{log}"
+    );
+    assert!(fifo, "SCHED_FIFO for a 20 ms stream\n{log}");
+    assert!(kept, "SCHED_FIFO while two 20 ms streams play\n{log}");
+    assert!(back, "normal again with only the media stream\n{log}");
 }

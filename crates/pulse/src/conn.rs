@@ -842,6 +842,15 @@ impl Conn {
         self.playback.values().filter(|p| p.armed).count()
     }
 
+    /// Playing streams that were asked for data this connection has not sent yet (as of
+    /// the last pass; a request the RT thread sent counts once it was taken back).
+    pub(crate) fn awaiting_answers(&self) -> usize {
+        self.playback
+            .values()
+            .filter(|p| p.asked > 0 && p.shared.flags.load(Relaxed) & F_CORKED == 0)
+            .count()
+    }
+
     /// A new connection on `sock` (made non-blocking here).
     pub(crate) fn new(
         srv: Arc<Server>,

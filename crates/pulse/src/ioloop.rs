@@ -10,13 +10,14 @@
 //! from one main loop for the same reason. Nothing a connection does blocks: the engine's
 //! control calls queue a plan and return, sockets are non-blocking and buffered.
 //!
-//! The thread runs at normal priority on purpose. At nice −11 (PulseAudio's main-loop
-//! level) it preempted each client the moment that client's data arrived, so 32
-//! low-latency streams cost it 1 870 wakeups/s instead of 150: at normal priority the
-//! replies of several clients pile up while it waits for the CPU and are read in one pass.
-//! The exception is a stream that leaves its client only a few ms to answer a request
-//! (`PulseOptions::realtime_io_below_usec`), or the only one that leaves it under twice
-//! that ([`LONE_FACTOR`]): while one plays, the thread is SCHED_FIFO ([`IoPriority`]).
+//! The thread runs at normal priority while only long-buffered streams play. At nice −11
+//! (PulseAudio's main-loop level) it preempted each client the moment that client's data
+//! arrived, so 32 low-latency streams cost it 1 870 wakeups/s instead of 150: at normal
+//! priority the replies of several clients pile up while it waits for the CPU and are read
+//! in one pass. While a stream leaves its client less than twice
+//! `PulseOptions::realtime_io_below_usec` to answer a request ([`FIFO_FACTOR`]), the
+//! thread is SCHED_FIFO ([`IoPriority`]): it is then never kept from a client's answer
+//! by busy CPUs, and batches on purpose instead ([`GATHER_MAX_USEC`]).
 
 use crate::conn::Conn;
 use crate::server::{ConnHandle, IO_RT_PRIORITY, Server};
@@ -250,15 +251,30 @@ impl IoPriority {
     }
 }
 
-/// A lone stream whose client has less than this many times `realtime_io_below_usec` to
-/// answer also makes the I/O thread SCHED_FIFO. Alone it costs no wakeups: each of its
-/// answers wakes the thread anyway, and there is nothing to batch it with. Under load it
-/// matters: `paplay --latency-msec=20` (10 ms) under `stress-ng --cpu 6 --switch 2`
-/// underran 11, 73 and 8 times in 25 s with a normal thread, 0, 1 and 0 with SCHED_FIFO
-/// (every underrun logged: the request 8 ms old, its answer not read). Several such
-/// streams keep the normal thread, whose batching they need (8 streams: 570 wakeups/s
-/// normal, 1 070 SCHED_FIFO).
-const LONE_FACTOR: u64 = 2;
+/// A stream whose client has less than this many times `realtime_io_below_usec` to
+/// answer makes the I/O thread SCHED_FIFO. Under load it matters: `paplay
+/// --latency-msec=20` (10 ms) alone under `stress-ng --cpu 6 --switch 2` underran 11, 73
+/// and 8 times in 25 s with a normal thread, 0, 1 and 0 with SCHED_FIFO (every underrun
+/// logged: the request 8 ms old, its answer not read); 8 such streams under 6 CPU hogs,
+/// see [`GATHER_MAX_USEC`].
+const FIFO_FACTOR: u64 = 2;
+
+/// How long the SCHED_FIFO thread sleeps after a bell pass that asked several streams
+/// for data before it reads their answers (and, once per bell, after the first answer
+/// that woke it otherwise): at most this, and never more than an eighth of the shortest
+/// client's time to answer.
+///
+/// Why: at SCHED_FIFO the thread preempts each client the moment its answer arrives, so
+/// N streams asked together cost N wakeups (8 streams at 20 ms: 1 070/s against 570 for
+/// the normal thread, which waits for a CPU while the answers pile up). Sleeping a
+/// moment lets the clients run and answer, and one pass reads them all: by hand (5 s,
+/// per thread from /proc) 8 streams at 20 ms cost the thread 253–263 wakeups/s against
+/// 286–303 for the normal thread, 32 streams 288 against 644. And the thread keeps its
+/// priority, which is what keeps streams from underrunning while the CPUs are busy
+/// (`quaver-bench peers --under-load`, 8 streams at 20 ms under 6 CPU hogs on 2 cores,
+/// underruns per 20 s: normal thread 68, 47, 71; SCHED_FIFO without this 10, 3; with it
+/// 5, 19; PulseAudio 33, 22, 34 and 26, 25 in the same runs).
+const GATHER_MAX_USEC: u64 = 1_000;
 
 /// Serves every connection until the process ends.
 pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
@@ -279,6 +295,10 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
     };
     let mut priority = IoPriority::default();
     let below = srv.opts.realtime_io_below_usec;
+    // Streams asked for data and not answered, and the gathering wait, as of the last
+    // pass; whether this bell round has gathered already.
+    let (mut awaiting, mut gather_usec, mut gathered) = (0usize, 0u64, false);
+    let mut gather_now = false;
     loop {
         events.clear();
         // pa_fdsem: tell each srbchannel client we are about to sleep, unless it has
@@ -289,7 +309,14 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 pending |= e.conn.srb_before_poll();
             }
         }
-        let timeout = pending.then_some(&zero);
+        // Right after a bell pass that asked several streams for data, the thread
+        // sleeps a moment and then only looks: the answers come in that moment, and
+        // none of them has to wake it.
+        let after_bell = std::mem::take(&mut gather_now);
+        if after_bell {
+            std::thread::sleep(std::time::Duration::from_micros(gather_usec));
+        }
+        let timeout = (pending || after_bell).then_some(&zero);
         let mut clock = PassClock::start();
         match epoll::wait(&ep, spare_capacity(&mut events), timeout) {
             Ok(_) => {}
@@ -298,6 +325,31 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
         }
         if let Some(c) = clock.as_mut() {
             c.woke(&io.bell);
+        }
+        if events.iter().any(|e| e.data.u64() == BELL) {
+            gathered = false;
+        } else if after_bell {
+            gathered = true;
+        } else if priority.boosted && awaiting >= 2 && !gathered && gather_usec > 0 {
+            // Woken by the first of several answers: let the others come (see
+            // GATHER_MAX_USEC), then read whatever is ready in one pass.
+            gathered = true;
+            std::thread::sleep(std::time::Duration::from_micros(gather_usec));
+            let first = events.len();
+            match epoll::wait(&ep, spare_capacity(&mut events), Some(&zero)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            // Level-triggered: what woke us is reported again; keep one of each.
+            let mut i = first;
+            while i < events.len() {
+                let key = events[i].data.u64();
+                if events[..first].iter().any(|e| e.data.u64() == key) {
+                    events.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
         }
         let mut all = false;
         touched.clear();
@@ -452,22 +504,23 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
         for (key, why) in dead.drain(..) {
             bury(&mut conns, &ep, &mut srb_keys, key, &why);
         }
-        // One walk over the streams for both the RT side's lone-sender rule and the
-        // I/O thread's priority.
-        let (mut armed, mut short, mut low) = (0usize, false, 0usize);
+        // One walk over the streams for the RT side's lone-sender rule, the I/O thread's
+        // priority and its gathering wait.
+        let (mut armed, mut shortest) = (0usize, u64::MAX);
+        awaiting = 0;
         for e in conns.values() {
             armed += e.conn.armed_requests();
+            awaiting += e.conn.awaiting_answers();
             if below > 0 {
-                for w in e.conn.low_waters_usec() {
-                    short |= w < below;
-                    low += usize::from(w < LONE_FACTOR * below);
-                }
+                shortest = e.conn.low_waters_usec().fold(shortest, u64::min);
             }
         }
         io.bell.set_armed(armed);
         if below > 0 {
-            priority.follow(short || low == 1);
+            priority.follow(shortest < FIFO_FACTOR * below);
         }
+        gather_usec = (shortest / 8).min(GATHER_MAX_USEC);
+        gather_now = all && priority.boosted && awaiting >= 2 && gather_usec > 0;
         if let Some(c) = clock {
             c.finish(all);
         }

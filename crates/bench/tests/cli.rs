@@ -462,31 +462,36 @@ fn a_bench_told_to_stop_stops_the_daemon_it_started() {
     assert!(!made.exists(), "{} was left behind", made.display());
 }
 
+/// Runs `quaver-bench peers ARGS --seed SEED` in `dir`: its record, checked for what
+/// every mode records, or `None` when paplay is missing (then it must have said so).
+fn peers_record(args: &[&str], seed: u64, dir: &Path) -> Option<serde_json::Value> {
+    let seed_s = seed.to_string();
+    let mut all = vec!["peers"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--seed", &seed_s]);
+    let o = bench(&all, dir);
+    if quaver_bench::exec::which("paplay").is_none() {
+        assert!(!o.status.success());
+        assert!(String::from_utf8_lossy(&o.stderr).contains("paplay"));
+        return None;
+    }
+    ok(&o);
+    let v = record(dir, "peers");
+    check_common(&v, "peers", seed);
+    Some(v)
+}
+
 #[test]
 fn peers_quick_compares_quaverd_with_what_is_installed() {
     let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();
-    let o = bench(
-        &[
-            "peers",
-            "--quick",
-            "--streams",
-            "2",
-            "--monitor-latencies",
-            "20",
-            "--seed",
-            "8",
-        ],
+    let Some(v) = peers_record(
+        &["--quick", "--streams", "2", "--monitor-latencies", "20"],
+        8,
         dir.path(),
-    );
-    if quaver_bench::exec::which("paplay").is_none() {
-        assert!(!o.status.success());
-        assert!(String::from_utf8_lossy(&o.stderr).contains("paplay"));
+    ) else {
         return;
-    }
-    ok(&o);
-    let v = record(dir.path(), "peers");
-    check_common(&v, "peers", 8);
+    };
     let servers = v["results"]["servers"].as_array().unwrap();
     assert_eq!(servers[0]["server"], "quaverd");
     assert!(servers[0]["error"].is_null(), "{}", servers[0]["error"]);
@@ -544,9 +549,8 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
 fn peers_under_load_counts_every_servers_underruns_under_cpu_hogs() {
     let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();
-    let o = bench(
+    let Some(v) = peers_record(
         &[
-            "peers",
             "--quick",
             "--no-load",
             "--no-monitor-latency",
@@ -555,19 +559,12 @@ fn peers_under_load_counts_every_servers_underruns_under_cpu_hogs() {
             "2",
             "--under-load-seconds",
             "1",
-            "--seed",
-            "9",
         ],
+        9,
         dir.path(),
-    );
-    if quaver_bench::exec::which("paplay").is_none() {
-        assert!(!o.status.success());
-        assert!(String::from_utf8_lossy(&o.stderr).contains("paplay"));
+    ) else {
         return;
-    }
-    ok(&o);
-    let v = record(dir.path(), "peers");
-    check_common(&v, "peers", 9);
+    };
     let r = &v["results"];
     assert_eq!(r["under_load_latency_ms"], 20);
     assert_eq!(r["under_load_counts"][0], 2);

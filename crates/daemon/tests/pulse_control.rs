@@ -453,26 +453,6 @@ fn many_clients_connecting_at_once_are_all_served() {
     assert_eq!(ready, 256);
 }
 
-/// The scheduling policy (0 normal, 1 SCHED_FIFO, 6 SCHED_DEADLINE) of the daemon's
-/// thread named `name`, from /proc.
-fn thread_policy(d: &Daemon, name: &str) -> Option<u32> {
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", d.pid())).ok()?;
-    tasks.flatten().find_map(|t| {
-        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-        if comm.trim() != name {
-            return None;
-        }
-        let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
-        // Field 41 of stat; the fields after the command name start at field 3.
-        stat.rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(38)?
-            .parse()
-            .ok()
-    })
-}
-
 /// Acceptance 8's other half: 32 low-latency streams while the daemon runs under the
 /// RLIMIT_RTTIME RealtimeKit imposes on the processes it promotes (200 ms of real-time
 /// CPU without a blocking call, then the kernel kills the process). Stock PulseAudio 16

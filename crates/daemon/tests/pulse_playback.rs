@@ -400,21 +400,7 @@ fn paplay_sends_audio_by_memfd_or_inline_as_configured() {
 
 /// The scheduling policy of the daemon's PulseAudio I/O thread (0: normal, 1: FIFO).
 fn io_thread_policy(d: &Daemon) -> Option<u32> {
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", d.pid())).ok()?;
-    tasks.flatten().find_map(|t| {
-        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-        if comm.trim() != "quaver-pulse-io" {
-            return None;
-        }
-        let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
-        // Field 41 of stat; the fields after the command name start at field 3.
-        stat.rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(38)?
-            .parse()
-            .ok()
-    })
+    thread_policy(d, "quaver-pulse-io")
 }
 
 #[test]

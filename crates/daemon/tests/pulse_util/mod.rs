@@ -550,3 +550,23 @@ impl FrameReader {
         }
     }
 }
+
+/// The scheduling policy (0 normal, 1 SCHED_FIFO, 6 SCHED_DEADLINE) of the daemon's
+/// thread named `name`, from /proc.
+pub fn thread_policy(d: &Daemon, name: &str) -> Option<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", d.pid())).ok()?;
+    tasks.flatten().find_map(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+        if comm.trim() != name {
+            return None;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+        // Field 41 of stat; the fields after the command name start at field 3.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(38)?
+            .parse()
+            .ok()
+    })
+}

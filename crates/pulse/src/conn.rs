@@ -42,6 +42,29 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::{Instant, SystemTime};
 
+/// What the I/O thread needs to know of every playback stream after each pass.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlaybackSummary {
+    /// Streams with a request armed for the RT thread.
+    pub armed: usize,
+    /// Uncorked streams asked for data their client has not sent yet (as of the last
+    /// pass; a request the RT thread sent counts once it was taken back).
+    pub awaiting: usize,
+    /// The least time an uncorked stream gives its client to answer a request
+    /// (tlength − minreq), µs; `u64::MAX` with none.
+    pub shortest_low_water_usec: u64,
+}
+
+impl Default for PlaybackSummary {
+    fn default() -> Self {
+        PlaybackSummary {
+            armed: 0,
+            awaiting: 0,
+            shortest_low_water_usec: u64::MAX,
+        }
+    }
+}
+
 /// A client that lets this much output pile up unread is disconnected.
 const MAX_OUT: usize = 32 * 1024 * 1024;
 /// Record data is only queued while less than this is waiting for the socket.
@@ -797,19 +820,22 @@ impl Conn {
             .any(|p| p.shared.consumed.load(Acquire) >= p.armed_wake)
     }
 
-    /// The time each of this client's uncorked playback streams gives it to answer a
-    /// request (tlength − minreq), µs.
-    pub(crate) fn low_waters_usec(&self) -> impl Iterator<Item = u64> + '_ {
-        self.playback
-            .values()
-            .filter(|p| p.shared.flags.load(Relaxed) & F_CORKED == 0)
-            .map(|p| {
-                let w = p
-                    .attr
-                    .target_length
-                    .saturating_sub(p.attr.minimum_request_length);
-                bytes_to_usec(w as u64, &p.spec)
-            })
+    /// Adds this client's playback streams to `sum`, in one walk over them.
+    pub(crate) fn add_playback_to(&self, sum: &mut PlaybackSummary) {
+        for p in self.playback.values() {
+            sum.armed += usize::from(p.armed);
+            if p.shared.flags.load(Relaxed) & F_CORKED != 0 {
+                continue;
+            }
+            sum.awaiting += usize::from(p.asked > 0);
+            let w = p
+                .attr
+                .target_length
+                .saturating_sub(p.attr.minimum_request_length);
+            sum.shortest_low_water_usec = sum
+                .shortest_low_water_usec
+                .min(bytes_to_usec(w as u64, &p.spec));
+        }
     }
 
     /// The wire for the RT thread's requests, made on first use; `None` over TCP (a send
@@ -835,20 +861,6 @@ impl Conn {
             }
         }
         self.wire.clone()
-    }
-
-    /// Playback streams with a request armed for the RT thread.
-    pub(crate) fn armed_requests(&self) -> usize {
-        self.playback.values().filter(|p| p.armed).count()
-    }
-
-    /// Playing streams that were asked for data this connection has not sent yet (as of
-    /// the last pass; a request the RT thread sent counts once it was taken back).
-    pub(crate) fn awaiting_answers(&self) -> usize {
-        self.playback
-            .values()
-            .filter(|p| p.asked > 0 && p.shared.flags.load(Relaxed) & F_CORKED == 0)
-            .count()
     }
 
     /// A new connection on `sock` (made non-blocking here).

@@ -19,7 +19,7 @@
 //! thread is SCHED_FIFO ([`IoPriority`]): it is then never kept from a client's answer
 //! by busy CPUs, and batches on purpose instead ([`GATHER_MAX_USEC`]).
 
-use crate::conn::Conn;
+use crate::conn::{Conn, PlaybackSummary};
 use crate::server::{ConnHandle, IO_RT_PRIORITY, Server};
 use crate::tcp::Sock;
 use crate::transport::Bell;
@@ -506,16 +506,13 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
         }
         // One walk over the streams for the RT side's lone-sender rule, the I/O thread's
         // priority and its gathering wait.
-        let (mut armed, mut shortest) = (0usize, u64::MAX);
-        awaiting = 0;
+        let mut sum = PlaybackSummary::default();
         for e in conns.values() {
-            armed += e.conn.armed_requests();
-            awaiting += e.conn.awaiting_answers();
-            if below > 0 {
-                shortest = e.conn.low_waters_usec().fold(shortest, u64::min);
-            }
+            e.conn.add_playback_to(&mut sum);
         }
-        io.bell.set_armed(armed);
+        let shortest = sum.shortest_low_water_usec;
+        awaiting = sum.awaiting;
+        io.bell.set_armed(sum.armed);
         if below > 0 {
             priority.follow(shortest < FIFO_FACTOR * below);
         }

@@ -223,8 +223,9 @@ fn paplay_latency_msec_drives_the_quantum() {
 
 /// Plays 2 s of noise with `paplay --latency-msec=20` into a file sink (with
 /// `config` as quaverd's configuration), checks it arrived bit-exact and returns the
-/// stream's (requests, sent by the RT thread) from the log.
-fn low_latency_requests(config: &str) -> (u64, u64) {
+/// stream's (requests, sent by the RT thread, blocks the RT thread took in) from the
+/// log.
+fn low_latency_requests(config: &str) -> (u64, u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     write_config(&dir, config);
     let mut d = pulse_util::start_in(dir, &["--device", "file:out.wav"]);
@@ -235,7 +236,7 @@ fn low_latency_requests(config: &str) -> (u64, u64) {
     let log = d.stop();
     let (_, out) = read_wav_s16(&out_path);
     assert_contains_exactly(&out, &input, "paplay --latency-msec=20");
-    let counts: Vec<(u64, u64)> = log
+    let counts: Vec<(u64, u64, u64)> = log
         .lines()
         .filter(|l| l.contains("by the RT thread"))
         .filter_map(|l| {
@@ -243,10 +244,11 @@ fn low_latency_requests(config: &str) -> (u64, u64) {
             let mut w = rest.split_whitespace();
             let all = w.next()?.parse().ok()?;
             let rt = w.nth(1)?.parse().ok()?;
-            Some((all, rt))
+            let blocks = rest.split(" took in ").nth(1)?.split_whitespace().next()?;
+            Some((all, rt, blocks.parse().ok()?))
         })
         .collect();
-    let [(all, rt)] = counts[..] else {
+    let [(all, rt, blocks)] = counts[..] else {
         panic!("one stream's request counts expected: {counts:?}\n{log}");
     };
     // Two seconds of 20 ms buffering take well over a hundred requests.
@@ -264,23 +266,30 @@ fn low_latency_requests(config: &str) -> (u64, u64) {
         in_ring.iter().sum::<u64>() + 3 >= rt,
         "{in_ring:?} of {rt} RT requests through the ring\n{log}"
     );
-    (all, rt)
+    (all, rt, blocks)
 }
 
 #[test]
 fn a_low_latency_stream_gets_its_requests_from_the_rt_thread_and_arrives_bit_exact() {
     require_tools!("paplay");
-    // Apart from the ones around the start, the RT thread sent them.
-    let (all, rt) = low_latency_requests("");
+    // Apart from the ones around the start, the RT thread sent them, and took the
+    // answers in itself (paplay writes one block or two per request).
+    let (all, rt, blocks) = low_latency_requests("");
     assert!(
         rt * 10 >= all * 9,
         "{rt} of {all} requests sent by the RT thread"
     );
-    // Switched off, the I/O thread sends every one, and the audio is the same.
-    let (all, rt) = low_latency_requests("[pulse]\nrt_requests = false\n");
+    assert!(
+        blocks * 10 >= all * 8,
+        "{blocks} blocks taken in by the RT thread for {all} requests"
+    );
+    // Switched off, the I/O thread sends every one and takes every block, and the
+    // audio is the same.
+    let (all, rt, blocks) = low_latency_requests("[pulse]\nrt_requests = false\n");
     assert_eq!(
-        rt, 0,
-        "{rt} of {all} requests sent by the RT thread when off"
+        (rt, blocks),
+        (0, 0),
+        "requests sent and blocks taken in by the RT thread when off, of {all}"
     );
 }
 

@@ -58,7 +58,7 @@ pub trait Processor: Send {
 
     /// In freewheel mode, whether the node can deliver a whole cycle of `frames` now
     /// (a stream whose client has not written yet answers false). *RT*.
-    fn ready(&self, _frames: usize) -> bool {
+    fn ready(&mut self, _frames: usize) -> bool {
         true
     }
 

@@ -541,15 +541,16 @@ impl RtRunner {
     }
 
     /// True when every stream the plan runs on each cycle can deliver `q` frames. *RT*.
-    fn streams_ready(&self, q: usize) -> bool {
+    fn streams_ready(&mut self, q: usize) -> bool {
+        let slots = &mut self.slots;
         self.plan
             .steps
             .iter()
             .filter(|s| s.stream && !s.once)
             .all(|s| {
-                self.slots[s.slot]
-                    .as_ref()
-                    .and_then(|n| n.processor.as_ref())
+                slots[s.slot]
+                    .as_mut()
+                    .and_then(|n| n.processor.as_mut())
                     .is_none_or(|p| p.ready(q))
             })
     }

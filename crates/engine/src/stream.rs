@@ -13,6 +13,9 @@ use quaver_dsp::{ChannelMap, Planar, PlanarBuf, PlanarMut};
 
 /// Where a playback stream's frames come from. Every method is *RT*.
 pub trait FrameSource: Send {
+    /// Called before the source is looked at in a cycle: a source may take in what its
+    /// client delivered since the last cycle.
+    fn prepare(&mut self) {}
     /// Interleaved frames ready to read.
     fn available(&self) -> usize;
     /// Reads up to `out.len() / channels` interleaved frames; returns frames read.
@@ -552,6 +555,7 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
 
     fn process(&mut self, cx: &CycleInfo, _inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
         let q = cx.frames;
+        self.source.prepare();
         self.follow_rate();
         let draining = self.source.draining();
         if self.source.paused() {
@@ -585,7 +589,8 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
         );
     }
 
-    fn ready(&self, frames: usize) -> bool {
+    fn ready(&mut self, frames: usize) -> bool {
+        self.source.prepare();
         if self.source.paused() || self.history.as_ref().is_some_and(|h| h.pending >= frames) {
             return true;
         }

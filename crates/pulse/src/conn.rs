@@ -12,6 +12,7 @@ use crate::convert::{
     usec_to_bytes,
 };
 use crate::export::ExportPool;
+use crate::intake::{Lease, RtIntake};
 use crate::introspect::{cstr, prop_str};
 use crate::rtwire::RtWire;
 use crate::server::{
@@ -53,6 +54,8 @@ pub(crate) struct PlaybackSummary {
     /// The least time an uncorked stream gives its client to answer a request
     /// (tlength − minreq), µs; `u64::MAX` with none.
     pub shortest_low_water_usec: u64,
+    /// Connections whose intake the RT thread holds.
+    pub lent: usize,
 }
 
 impl Default for PlaybackSummary {
@@ -60,6 +63,7 @@ impl Default for PlaybackSummary {
         PlaybackSummary {
             armed: 0,
             awaiting: 0,
+            lent: 0,
             shortest_low_water_usec: u64::MAX,
         }
     }
@@ -74,6 +78,13 @@ const RECORD_OUT_LIMIT: usize = 512 * 1024;
 const REQUEST_RESERVE_USEC: u64 = 8_000;
 /// Most released client blocks held back to ride with the next message to the client.
 const MAX_HELD_RELEASES: usize = 32;
+/// The RT thread takes a stream's blocks in itself ([`crate::intake`]) only when the
+/// client is asked for data more often than this: each answer it takes saves the I/O
+/// thread a wakeup, but while it holds the intake the I/O thread looks every
+/// [`crate::ioloop`] watch period whether the RT thread still does.
+const LEND_BELOW_USEC: u64 = 50_000;
+/// The RT thread is taken to have stopped looking at a lent ring after this long.
+const INTAKE_STALE_NS: u64 = 100_000_000;
 /// Without ADJUST_LATENCY a record stream gets data at least this often.
 const TRADITIONAL_RECORD_USEC: u64 = 100_000;
 /// The protocol version this server speaks.
@@ -301,7 +312,8 @@ struct Playback {
     attr: BufferAttr,
     configured_usec: u64,
     shared: Arc<PlayShared>,
-    ring: rtrb::Producer<f32>,
+    /// The stream's ring; `None` while the RT thread's intake holds it.
+    ring: Option<rtrb::Producer<f32>>,
     ring_frames: usize,
     pending: VecDeque<f32>,
     carry: Vec<u8>,
@@ -331,6 +343,10 @@ struct Playback {
     /// REQUESTs sent, and how many of them the RT side sent (logged at the end).
     requests: u64,
     rt_sent: u64,
+    /// Blocks the RT thread took in itself ([`crate::intake`]), logged at the end.
+    rt_blocks: u64,
+    /// The intake's copy buffer, kept between leases.
+    lease_scratch: Vec<u8>,
 }
 
 impl Drop for Playback {
@@ -338,10 +354,11 @@ impl Drop for Playback {
         // No request for a stream that is gone.
         self.disarm();
         tracing::debug!(
-            "pulse: playback channel {} sent {} requests, {} of them by the RT thread",
+            "pulse: playback channel {} sent {} requests, {} of them by the RT thread, which took in {} blocks itself",
             self.channel,
             self.requests,
-            self.rt_sent
+            self.rt_sent,
+            self.rt_blocks
         );
     }
 }
@@ -357,10 +374,11 @@ impl Playback {
             self.missing += ((sent.consumed - self.seen_consumed) * self.fs as u64) as i64;
             self.seen_consumed = sent.consumed;
         }
-        self.missing -= sent.length as i64;
-        self.asked += sent.length as i64;
-        self.requests += 1;
-        self.rt_sent += 1;
+        let length = sent.length.min(i64::MAX as u64) as i64;
+        self.missing -= length;
+        self.asked += length;
+        self.requests += sent.count as u64;
+        self.rt_sent += sent.count as u64;
         let ago = quaver_rt::monotonic_ns().saturating_sub(sent.at_ns);
         self.last_request = Instant::now().checked_sub(std::time::Duration::from_nanos(ago));
     }
@@ -378,12 +396,15 @@ impl Playback {
     /// Moves pending samples into the ring as far as it has room.
     fn fill_ring(&mut self) {
         while !self.pending.is_empty() {
-            let room = self.ring.slots() / self.ch * self.ch;
+            let Some(ring) = self.ring.as_mut() else {
+                break;
+            };
+            let room = ring.slots() / self.ch * self.ch;
             let n = room.min(self.pending.len());
             if n == 0 {
                 break;
             }
-            let Ok(mut chunk) = self.ring.write_chunk(n) else {
+            let Ok(mut chunk) = ring.write_chunk(n) else {
                 break;
             };
             let (a, b) = chunk.as_mut_slices();
@@ -403,11 +424,13 @@ impl Playback {
     /// Queues decoded samples (whole frames) behind what is already queued.
     fn push(&mut self, samples: &[f32]) {
         let mut rest = samples;
-        if self.pending.is_empty() {
-            let room = self.ring.slots() / self.ch * self.ch;
+        if self.pending.is_empty()
+            && let Some(ring) = self.ring.as_mut()
+        {
+            let room = ring.slots() / self.ch * self.ch;
             let n = room.min(samples.len());
             if n > 0
-                && let Ok(mut chunk) = self.ring.write_chunk(n)
+                && let Ok(mut chunk) = ring.write_chunk(n)
             {
                 let (a, b) = chunk.as_mut_slices();
                 let split = a.len();
@@ -517,9 +540,38 @@ impl Playback {
         (coalesced - coalesced % fs).max(minreq)
     }
 
+    /// Frames between two requests in the steady state, when the RT thread may take
+    /// the answers in itself; 0 when it may not (see [`LEND_BELOW_USEC`]).
+    fn lend_period(&self) -> u64 {
+        let fs = self.fs as i64;
+        let threshold = self.request_threshold();
+        if bytes_to_usec(threshold.max(0) as u64, &self.spec) >= LEND_BELOW_USEC {
+            return 0;
+        }
+        ((threshold + fs - 1) / fs).max(1) as u64
+    }
+
+    /// Takes back what the RT thread's intake did with the stream while it held it.
+    fn take_lease(&mut self, l: crate::intake::Lease) {
+        self.ring = Some(l.producer);
+        self.pushed = l.pushed;
+        self.shared.pushed.store(self.pushed, Release);
+        let written = l.written.min(i64::MAX as u64) as i64;
+        self.write_index = self.write_index.saturating_add(written);
+        self.asked = (self.asked - written).max(0);
+        self.rt_blocks += l.blocks;
+        if l.last_data_ns > 0 {
+            let ago = quaver_rt::monotonic_ns().saturating_sub(l.last_data_ns);
+            self.last_data = Instant::now().checked_sub(std::time::Duration::from_nanos(ago));
+        }
+        self.lease_scratch = l.scratch;
+    }
+
     /// Reports what the RT side did and asks for more data; returns drain acks to send.
-    /// `due`: in this pass some playback stream reached its request threshold.
-    fn service(&mut self, out: &mut Out, due: bool) {
+    /// `due`: in this pass some playback stream reached its request threshold. `lone`:
+    /// the stream is its connection's only one and the RT thread may take its answers
+    /// in (so it also re-arms each next request itself).
+    fn service(&mut self, out: &mut Out, due: bool, lone: bool) {
         self.disarm();
         let sh = self.shared.clone();
         let consumed = sh.consumed.load(Acquire);
@@ -614,12 +666,14 @@ impl Playback {
             && self.drains.is_empty()
             && sh.flags.load(Relaxed) & F_CORKED == 0;
         if steady {
+            let period = if lone { self.lend_period() } else { 0 };
             sh.request.arm(
                 self.channel,
                 wake,
                 self.seen_consumed,
                 self.missing,
                 self.fs as u32,
+                period,
             );
             sh.wake_at.store(NEVER, Release);
         } else {
@@ -762,6 +816,13 @@ struct Upload {
     data: Vec<u8>,
 }
 
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // The RT thread must be done with the client's pool before it is unmapped.
+        self.reclaim_intake();
+    }
+}
+
 /// One client connection: its socket, buffered output and streams.
 pub(crate) struct Conn {
     srv: Arc<Server>,
@@ -809,6 +870,13 @@ pub(crate) struct Conn {
     /// Client blocks already copied out whose release has not been sent yet (see
     /// [`Conn::send_held_releases`]).
     held_releases: Vec<u32>,
+    /// What the RT thread needs to take a lone low-latency stream's blocks in itself
+    /// ([`crate::intake`]); made with the wire.
+    intake: Option<Arc<RtIntake>>,
+    /// The pool the client's last block came from (the one a lease lends).
+    last_shm_id: Option<u32>,
+    /// The RT thread's intake found the client's ring corrupt.
+    intake_corrupt: bool,
 }
 
 impl Conn {
@@ -822,12 +890,15 @@ impl Conn {
 
     /// Adds this client's playback streams to `sum`, in one walk over them.
     pub(crate) fn add_playback_to(&self, sum: &mut PlaybackSummary) {
+        let lent = self.intake_lent();
+        sum.lent += usize::from(lent);
         for p in self.playback.values() {
             sum.armed += usize::from(p.armed);
             if p.shared.flags.load(Relaxed) & F_CORKED != 0 {
                 continue;
             }
-            sum.awaiting += usize::from(p.asked > 0);
+            // Answers the RT thread takes in do not wake this thread: nothing to gather.
+            sum.awaiting += usize::from(p.asked > 0 && !lent);
             let w = p
                 .attr
                 .target_length
@@ -904,6 +975,9 @@ impl Conn {
             sock_tail: Vec::new(),
             wire: None,
             held_releases: Vec::with_capacity(MAX_HELD_RELEASES),
+            intake: None,
+            last_shm_id: None,
+            intake_corrupt: false,
             creds: None,
             auth_creds: None,
         })
@@ -934,14 +1008,110 @@ impl Conn {
     }
 
     /// Before the I/O thread sleeps; true when the client already posted a wakeup.
+    /// Not while the RT thread takes the ring in: then nobody sleeps on the client's
+    /// posts, and they cost it no pipe write either.
     pub(crate) fn srb_before_poll(&mut self) -> bool {
+        if self.intake_lent() {
+            return false;
+        }
         self.srb.as_mut().is_some_and(|s| s.before_poll())
+    }
+
+    /// Whether the RT thread holds the intake.
+    pub(crate) fn intake_lent(&self) -> bool {
+        self.intake.as_ref().is_some_and(|i| i.lent())
+    }
+
+    /// Takes the intake back from the RT thread, with what it did meanwhile.
+    fn reclaim_intake(&mut self) {
+        let Some(l) = self.intake.as_ref().and_then(|i| i.reclaim()) else {
+            return;
+        };
+        if let Some(srb) = self.srb.as_mut() {
+            srb.set_read_index(l.rd, l.ring_bytes);
+        }
+        self.held_releases.extend_from_slice(&l.releases[..l.held]);
+        self.shm_bytes += l.written;
+        self.intake_corrupt |= l.corrupt;
+        if let Some(p) = self.playback.get_mut(&l.channel) {
+            p.take_lease(l);
+        }
+    }
+
+    /// Lends the intake to the RT thread when it can take the client's blocks in: a
+    /// lone playback stream in its steady state with requests close together
+    /// ([`LEND_BELOW_USEC`]), the srbchannel between packets, blocks from a mapped pool.
+    fn lend_intake(&mut self) {
+        let Some(intake) = self.intake.clone() else {
+            return;
+        };
+        if intake.lent() || self.closing || self.playback.len() != 1 || !self.srb_active() {
+            return;
+        }
+        if !self.srb_reader.at_boundary() || self.held_releases.len() >= MAX_HELD_RELEASES {
+            return;
+        }
+        let Some(shm_id) = self.last_shm_id else {
+            return;
+        };
+        let Some((pool, pool_len)) = self.memfds.get(&shm_id).and_then(|p| p.mapping()) else {
+            return;
+        };
+        let srb = self.srb.as_ref().expect("active");
+        let (out, rd) = (srb.out(), srb.read_index());
+        let p = self.playback.values_mut().next().expect("one stream");
+        if !p.armed || !p.carry.is_empty() || !p.pending.is_empty() || p.lend_period() == 0 {
+            return;
+        }
+        let Some(producer) = p.ring.take() else {
+            return;
+        };
+        let mut scratch = std::mem::take(&mut p.lease_scratch);
+        // libpulse's blocks are at most one pool slot (64 KiB); larger ones go to us.
+        scratch.resize(64 * 1024, 0);
+        intake.lend(Lease {
+            srb: out,
+            rd,
+            pool,
+            pool_len,
+            shm_id,
+            channel: p.channel,
+            frame_bytes: p.fs,
+            channels: p.ch,
+            codec: p.codec,
+            max_frames: p.attr.max_length as u64 / p.fs as u64,
+            producer,
+            pushed: p.pushed,
+            scratch,
+            written: 0,
+            blocks: 0,
+            ring_bytes: 0,
+            releases: [0; crate::intake::MAX_RELEASES],
+            held: 0,
+            last_data_ns: 0,
+            corrupt: false,
+        });
     }
 
     /// After the I/O thread woke: takes the wakeup and handles what the ring holds.
     /// `Ok(true)` when the connection needs a pump (packets came, or output waits for
     /// room the client may have made).
     pub(crate) fn on_srb(&mut self, woken: bool) -> Result<bool, String> {
+        if let Some(i) = self.intake.as_ref().filter(|i| i.lent()) {
+            // The RT thread reads the ring; unless it stopped looking (its stream's
+            // device stopped, say) while something waits there.
+            let waiting = self
+                .srb
+                .as_ref()
+                .is_some_and(|s| s.in_fill().is_none_or(|n| n > 0));
+            if !(waiting && i.since_look_ns() > INTAKE_STALE_NS) {
+                return Ok(false);
+            }
+        }
+        self.reclaim_intake();
+        if std::mem::take(&mut self.intake_corrupt) {
+            return Err("srbchannel ring count out of range".into());
+        }
         let Some(srb) = self.srb.as_mut() else {
             return Ok(false);
         };
@@ -986,6 +1156,8 @@ impl Conn {
     /// Reads and handles every whole packet the socket has; `Err` ends the connection
     /// with that reason ("closed" when the client hung up cleanly).
     pub(crate) fn on_readable(&mut self, buf: &mut [u8]) -> Result<(), String> {
+        // Whatever the client sends may concern its stream.
+        self.reclaim_intake();
         loop {
             match self.sock.read_with_fds(buf, &mut self.fds, &mut self.creds) {
                 Ok(0) => {
@@ -1014,11 +1186,13 @@ impl Conn {
     /// request threshold in this pass), forwards queued messages and writes what the
     /// socket takes; `Err` ends the connection with that reason.
     pub(crate) fn pump(&mut self, due: bool) -> Result<(), String> {
+        self.reclaim_intake();
         self.service(due);
         if !self.out.is_empty() || self.held_releases.len() >= MAX_HELD_RELEASES {
             self.send_held_releases();
         }
         self.flush_out()?;
+        self.lend_intake();
         if self.closing {
             return Err("killed".into());
         }
@@ -1176,6 +1350,9 @@ impl Conn {
             } => {
                 // One buffer for every block: no allocation per block.
                 let mut data = std::mem::take(&mut self.shm_scratch);
+                if memfd {
+                    self.last_shm_id = Some(shm_id);
+                }
                 self.read_shm(shm_id, index, length, memfd, &mut data);
                 // The bytes are copied out: the block can go back to the client, with
                 // the next message it gets.
@@ -1353,12 +1530,13 @@ impl Conn {
                 ),
             }
         }
+        let lone = self.intake.is_some() && self.srb_active() && self.playback.len() == 1;
         let mut out = Out {
             buf: &mut self.out,
             version: self.version,
         };
         for p in self.playback.values_mut() {
-            p.service(&mut out, due);
+            p.service(&mut out, due, lone);
         }
         for r in self.record.values_mut() {
             r.service(&mut out, self.pool.as_mut());
@@ -2906,6 +3084,7 @@ impl Conn {
     }
 
     fn cleanup(&mut self) {
+        self.reclaim_intake();
         if let Some(w) = &self.wire {
             w.close();
         }
@@ -3091,7 +3270,14 @@ impl Conn {
             attr.pre_buffering / fs as u32,
             corked,
         ));
-        let source = PlaySource::new(shared.clone(), consumer, ch).with_wire(self.rt_wire());
+        let wire = self.rt_wire();
+        // The channel this stream is about to get (assigned below, once it exists).
+        let intake = wire
+            .as_ref()
+            .map(|_| self.intake.get_or_insert_default().clone());
+        let source = PlaySource::new(shared.clone(), consumer, ch)
+            .with_wire(wire)
+            .with_intake(intake, self.next_channel);
         let format = StreamFormat {
             rate: spec.sample_rate,
             channels: map_from_pa(&map),
@@ -3185,7 +3371,7 @@ impl Conn {
                 attr,
                 configured_usec: fixed.configured_sink_usec,
                 shared,
-                ring: producer,
+                ring: Some(producer),
                 ring_frames,
                 pending: VecDeque::new(),
                 carry: Vec::new(),
@@ -3206,6 +3392,8 @@ impl Conn {
                 armed: false,
                 requests: 0,
                 rt_sent: 0,
+                rt_blocks: 0,
+                lease_scratch: Vec::new(),
             },
         );
         let reply = CreatePlaybackStreamReply {
@@ -3664,7 +3852,7 @@ mod request_tests {
             attr,
             configured_usec: 4000,
             shared,
-            ring: producer,
+            ring: Some(producer),
             ring_frames: 4096,
             pending: VecDeque::new(),
             carry: Vec::new(),
@@ -3685,6 +3873,8 @@ mod request_tests {
             armed: false,
             requests: 0,
             rt_sent: 0,
+            rt_blocks: 0,
+            lease_scratch: Vec::new(),
         };
         p.push(&[0.0; 2 * 1000]);
         p
@@ -3700,7 +3890,7 @@ mod request_tests {
             buf: &mut buf,
             version: pa::MAX_VERSION,
         };
-        p.service(&mut out, due);
+        p.service(&mut out, due, false);
         buf
     }
 

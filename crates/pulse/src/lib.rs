@@ -25,6 +25,7 @@ pub mod convert;
 pub mod devrestore;
 mod dispatch;
 mod export;
+pub mod intake;
 mod introspect;
 mod ioloop;
 pub mod listener;

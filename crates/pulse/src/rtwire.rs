@@ -225,20 +225,31 @@ pub struct ArmedRequest {
     base_consumed: AtomicU64,
     base_bytes: AtomicI64,
     frame_bytes: AtomicU32,
-    /// What was sent: the `consumed` count it was computed at and its length.
+    /// Frames between two requests when the RT thread re-arms the next one itself
+    /// (0: the connection re-arms): while the RT thread also takes the answers in
+    /// ([`crate::intake`]), the connection does not wake to do it.
+    period: AtomicU64,
+    /// What was sent since the arm: the `consumed` count of the last request, the
+    /// bytes of all of them and how many.
     sent_consumed: AtomicU64,
-    sent_len: AtomicU32,
+    sent_len: AtomicU64,
+    sent_count: AtomicU32,
     sent_ns: AtomicU64,
+    /// The request claimed by `due` and not yet sent: its `consumed` count and length.
+    claimed_consumed: AtomicU64,
+    claimed_len: AtomicU32,
 }
 
 /// A request the RT thread sent: the `consumed` count it covers and its length in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SentRequest {
-    /// Frames consumed when it was sent.
+    /// Frames consumed when the last of them was sent.
     pub consumed: u64,
-    /// Bytes requested.
-    pub length: u32,
-    /// CLOCK_MONOTONIC ns when it was sent.
+    /// Bytes requested, all of them together.
+    pub length: u64,
+    /// How many requests went out.
+    pub count: u32,
+    /// CLOCK_MONOTONIC ns when the last one was sent.
     pub at_ns: u64,
 }
 
@@ -246,7 +257,9 @@ impl ArmedRequest {
     /// Connection side (after [`ArmedRequest::disarm`]): send a REQUEST on `channel`
     /// when `consumed` reaches `at`, for `base_bytes` plus what was consumed past
     /// `base_consumed` (`frame_bytes` per frame). `base_bytes` is negative when the
-    /// client wrote more than it was asked for.
+    /// client wrote more than it was asked for. With `period` > 0 the RT thread arms
+    /// each next request itself, `period` frames after the last, for what was consumed
+    /// since (a request asks for everything missing, so nothing is left over).
     pub fn arm(
         &self,
         channel: u32,
@@ -254,31 +267,42 @@ impl ArmedRequest {
         base_consumed: u64,
         base_bytes: i64,
         frame_bytes: u32,
+        period: u64,
     ) {
         self.channel.store(channel, Relaxed);
         self.at.store(at, Relaxed);
         self.base_consumed.store(base_consumed, Relaxed);
         self.base_bytes.store(base_bytes, Relaxed);
         self.frame_bytes.store(frame_bytes, Relaxed);
+        self.period.store(period, Relaxed);
+        self.sent_len.store(0, Relaxed);
+        self.sent_count.store(0, Relaxed);
         self.state.store(ARMED, Release);
     }
 
-    /// Connection side: nothing is armed any more; returns the request the RT thread
-    /// sent since the last disarm, if it did. Waits out a send under way.
+    /// Connection side: nothing is armed any more; returns what the RT thread sent
+    /// since the arm, if anything. Waits out a send under way.
     pub fn disarm(&self) -> Option<SentRequest> {
         loop {
-            match self.state.compare_exchange(ARMED, IDLE, AcqRel, Acquire) {
-                Ok(_) | Err(IDLE) => return None,
-                Err(SENT) => {
-                    let sent = SentRequest {
+            match self.state.load(Acquire) {
+                IDLE => return None,
+                SENDING => std::thread::yield_now(),
+                s => {
+                    if self
+                        .state
+                        .compare_exchange(s, IDLE, AcqRel, Acquire)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let count = self.sent_count.load(Relaxed);
+                    return (count > 0).then(|| SentRequest {
                         consumed: self.sent_consumed.load(Relaxed),
                         length: self.sent_len.load(Relaxed),
+                        count,
                         at_ns: self.sent_ns.load(Relaxed),
-                    };
-                    self.state.store(IDLE, Release);
-                    return Some(sent);
+                    });
                 }
-                Err(_) => std::thread::yield_now(),
             }
         }
     }
@@ -300,20 +324,42 @@ impl ArmedRequest {
             .load(Relaxed)
             .saturating_add(played.min(i64::MAX as u64) as i64);
         let length = bytes.clamp(0, u32::MAX as i64) as u32;
-        self.sent_consumed.store(consumed, Relaxed);
-        self.sent_len.store(length, Relaxed);
-        self.sent_ns.store(quaver_rt::monotonic_ns(), Relaxed);
+        self.claimed_consumed.store(consumed, Relaxed);
+        self.claimed_len.store(length, Relaxed);
         Some(request_packet(self.channel.load(Relaxed), length))
     }
 
-    /// RT side: the claimed request went out.
+    /// RT side: the claimed request went out; re-armed for the next one if the
+    /// connection gave a period.
     pub fn sent(&self) {
-        self.state.store(SENT, Release);
+        let consumed = self.claimed_consumed.load(Relaxed);
+        self.sent_consumed.store(consumed, Relaxed);
+        self.sent_len
+            .fetch_add(self.claimed_len.load(Relaxed) as u64, Relaxed);
+        self.sent_count.fetch_add(1, Relaxed);
+        self.sent_ns.store(quaver_rt::monotonic_ns(), Relaxed);
+        let period = self.period.load(Relaxed);
+        if period > 0 {
+            self.base_consumed.store(consumed, Relaxed);
+            self.base_bytes.store(0, Relaxed);
+            self.at.store(consumed.saturating_add(period), Relaxed);
+            self.state.store(ARMED, Release);
+        } else {
+            self.state.store(SENT, Release);
+        }
     }
 
-    /// RT side: the claimed request did not go out; the connection thread sends it.
+    /// RT side: the claimed request did not go out; the connection thread sends it
+    /// (and whatever went out before it stays accounted).
     pub fn unsent(&self) {
-        self.state.store(IDLE, Release);
+        self.state.store(
+            if self.sent_count.load(Relaxed) > 0 {
+                SENT
+            } else {
+                IDLE
+            },
+            Release,
+        );
     }
 }
 
@@ -347,7 +393,7 @@ mod tests {
         let rq = ArmedRequest::default();
         assert!(rq.due(1_000).is_none(), "nothing armed");
         // 100 bytes missing at consumed 50; send at 80; 4 bytes a frame.
-        rq.arm(3, 80, 50, 100, 4);
+        rq.arm(3, 80, 50, 100, 4, 0);
         assert!(rq.due(79).is_none(), "not yet");
         let p = rq.due(96).expect("due");
         assert_eq!(p, request_packet(3, 100 + 46 * 4));
@@ -358,22 +404,48 @@ mod tests {
             Some(SentRequest {
                 consumed: 96,
                 length: 284,
+                count: 1,
                 at_ns: rq.sent_ns.load(Relaxed),
             })
         );
         assert_eq!(rq.disarm(), None, "taken back once");
         // A client that wrote ahead of its requests gets that much less.
-        rq.arm(3, 80, 50, -40, 4);
+        rq.arm(3, 80, 50, -40, 4, 0);
         assert_eq!(rq.due(80).unwrap(), request_packet(3, 30 * 4 - 40));
         rq.unsent();
         // Disarmed before it was due: nothing goes out.
-        rq.arm(3, 80, 50, 100, 4);
+        rq.arm(3, 80, 50, 100, 4, 0);
         assert_eq!(rq.disarm(), None);
         assert!(rq.due(100).is_none());
         // Claimed but not sent: the connection thread sends it itself.
-        rq.arm(3, 80, 50, 100, 4);
+        rq.arm(3, 80, 50, 100, 4, 0);
         assert!(rq.due(100).is_some());
         rq.unsent();
+        assert_eq!(rq.disarm(), None);
+    }
+
+    #[test]
+    fn with_a_period_the_rt_side_rearms_and_the_connection_gets_the_sum() {
+        let rq = ArmedRequest::default();
+        // 100 bytes missing at consumed 50; first at 80, then every 40 frames.
+        rq.arm(3, 80, 50, 100, 4, 40);
+        assert_eq!(rq.due(84).unwrap(), request_packet(3, 100 + 34 * 4));
+        rq.sent();
+        assert!(rq.due(123).is_none(), "next one at 124");
+        assert_eq!(rq.due(130).unwrap(), request_packet(3, 46 * 4));
+        rq.sent();
+        // The third cannot go out: the connection thread will send it, and the two
+        // before it stay accounted.
+        assert_eq!(rq.due(170).unwrap(), request_packet(3, 40 * 4));
+        rq.unsent();
+        assert!(rq.due(300).is_none(), "not re-armed after an unsent one");
+        let sent = rq.disarm().expect("two went out");
+        assert_eq!(
+            (sent.consumed, sent.length, sent.count),
+            (130, 236 + 184, 2)
+        );
+        // Everything missing at 50 plus everything consumed to 130 was asked for.
+        assert_eq!(sent.length as i64, 100 + (130 - 50) * 4);
         assert_eq!(rq.disarm(), None);
     }
 

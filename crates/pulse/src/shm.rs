@@ -115,6 +115,11 @@ impl ClientPool {
         self.map.is_some()
     }
 
+    /// The mapping (start, bytes), when the pool is mapped.
+    pub(crate) fn mapping(&self) -> Option<(*const u8, usize)> {
+        self.map.as_ref().map(|m| (m.ptr.cast_const(), m.len))
+    }
+
     /// Fills `dst` from `offset`; what lies beyond the pool's end reads as silence.
     /// Returns how many bytes came from the pool.
     pub(crate) fn read(&self, offset: u64, dst: &mut [u8]) -> usize {

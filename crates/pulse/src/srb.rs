@@ -154,6 +154,22 @@ impl Srb {
         self.out.clone()
     }
 
+    /// Bytes the client has in its ring; `None` when it corrupted the count.
+    pub fn in_fill(&self) -> Option<usize> {
+        self.out.in_fill()
+    }
+
+    /// Our index into the client's ring (handed to the RT thread with its intake).
+    pub(crate) fn read_index(&self) -> usize {
+        self.rd
+    }
+
+    /// Takes the index back from the RT thread's intake, with the bytes it read.
+    pub(crate) fn set_read_index(&mut self, rd: usize, bytes: u64) {
+        self.rd = rd % self.out.capacity;
+        self.bytes_in += bytes;
+    }
+
     /// Bytes sent through the ring.
     pub fn bytes_out(&self) -> u64 {
         self.out.bytes_out.load(Relaxed)
@@ -172,6 +188,19 @@ impl Srb {
         }
         o.at(WRITE_COUNT).fetch_sub(n as i32, SeqCst);
         v
+    }
+
+    /// Tests: the client's write into its ring at its index `at`.
+    #[doc(hidden)]
+    pub fn client_write(&self, at: &mut usize, data: &[u8]) {
+        let o = &self.out;
+        assert!(data.len() <= o.capacity - o.fill(READ_COUNT).expect("count in range"));
+        for &b in data {
+            // SAFETY: inside the client's ring in the mapping.
+            unsafe { *o.mem.ptr().add(self.readbuf + *at) = b };
+            *at = (*at + 1) % o.capacity;
+        }
+        o.at(READ_COUNT).fetch_add(data.len() as i32, SeqCst);
     }
 
     /// Tests: bytes our ring has room for.
@@ -378,6 +407,51 @@ impl SrbOut {
             self.put(&data[..n]);
         }
         Ok(n)
+    }
+
+    /// Bytes the client has in its ring; `None` when it corrupted the count. *RT*.
+    pub fn in_fill(&self) -> Option<usize> {
+        self.fill(READ_COUNT)
+    }
+
+    /// Copies `dst.len()` bytes of the client's ring from index `rd` (wrapping at the
+    /// ring's end); the caller checked that many are filled. *RT*.
+    pub(crate) fn peek_in(&self, rd: usize, dst: &mut [u8]) {
+        let mut at = rd % self.capacity;
+        let mut done = 0;
+        while done < dst.len() {
+            let n = (self.capacity - at).min(dst.len() - done);
+            // SAFETY: at + n <= capacity, inside the client's ring in the mapping. The
+            // client may scribble concurrently; bytes are copied before being looked at.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.mem.ptr().add(HEADER + at),
+                    dst[done..].as_mut_ptr(),
+                    n,
+                );
+            }
+            at = (at + n) % self.capacity;
+            done += n;
+        }
+    }
+
+    /// The first `n` bytes of the client's ring are read: gives them back to the client
+    /// (waking it if the ring was full and it may wait for room). False when the count
+    /// changed under us, which only a corrupting client does. *RT*.
+    pub(crate) fn consume_in(&self, n: usize) -> bool {
+        let prev = self.at(READ_COUNT).fetch_sub(n as i32, SeqCst);
+        if prev < n as i32 || prev as usize > self.capacity {
+            return false;
+        }
+        if prev as usize >= self.capacity {
+            self.post();
+        }
+        true
+    }
+
+    /// The ring's size in bytes (both rings have it).
+    pub fn capacity(&self) -> usize {
+        self.capacity
     }
 
     /// RT side, holding the connection's `RtWire`: writes all of `packet` or nothing

@@ -17,7 +17,8 @@
 //! starts once `prebuf` bytes are queued (or on TRIGGER/DRAIN), and after running dry it
 //! waits for `prebuf` again, as `pa_memblockq` does.
 
-use crate::rtwire::{ArmedRequest, RtWire, Sent};
+use crate::intake::{MAX_RELEASES, RELEASE_LEN, RtIntake};
+use crate::rtwire::{ArmedRequest, REQUEST_LEN, RtWire, Sent};
 use quaver_engine::stream::{FrameSink, FrameSource};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -231,6 +232,9 @@ pub struct PlaySource {
     flush_seen: u64,
     /// The client's socket, where the RT side may send the stream's requests itself.
     wire: Option<Arc<RtWire>>,
+    /// The connection's intake, when it may lend it to this stream, and its channel.
+    intake: Option<Arc<RtIntake>>,
+    channel: u32,
 }
 
 impl PlaySource {
@@ -249,7 +253,35 @@ impl PlaySource {
             debt: 0,
             flush_seen: 0,
             wire: None,
+            intake: None,
+            channel: 0,
         }
+    }
+
+    /// Lets the RT side take the stream's blocks in itself when its connection lends it
+    /// the intake for `channel` ([`crate::intake`]).
+    pub fn with_intake(mut self, intake: Option<Arc<RtIntake>>, channel: u32) -> Self {
+        self.intake = intake;
+        self.channel = channel;
+        self
+    }
+
+    /// Sends the armed request `packet`, after the block releases the intake holds when
+    /// it is lent to this stream (they go in the same write, or not at all).
+    fn send_request(&self, wire: &RtWire, packet: &[u8; REQUEST_LEN]) -> Sent {
+        let with_releases = self.intake.as_ref().and_then(|ik| {
+            ik.with_lease(self.channel, |l| {
+                let mut buf = [0u8; MAX_RELEASES * RELEASE_LEN + REQUEST_LEN];
+                let n = l.releases_into(&mut buf);
+                buf[n..n + REQUEST_LEN].copy_from_slice(packet);
+                let sent = wire.try_send(&buf[..n + REQUEST_LEN]);
+                if sent == Sent::Whole {
+                    l.held = 0;
+                }
+                (sent, true)
+            })
+        });
+        with_releases.unwrap_or_else(|| wire.try_send(packet))
     }
 
     /// Lets the RT side send the stream's armed requests on `wire`.
@@ -301,6 +333,15 @@ impl PlaySource {
 }
 
 impl FrameSource for PlaySource {
+    fn prepare(&mut self) {
+        if let Some(ik) = &self.intake
+            && ik.pull(self.channel, self.removed).handed_back
+        {
+            // Something in the ring is the I/O thread's: at once, not at the cycle's end.
+            self.shared.bell.ring();
+        }
+    }
+
     fn available(&self) -> usize {
         self.readable(self.shared.flags.load(Acquire))
     }
@@ -415,7 +456,7 @@ impl FrameSource for PlaySource {
             && let Some(packet) = s.request.due(self.consumed)
         {
             match if s.bell.may_send() {
-                wire.try_send(&packet)
+                self.send_request(wire, &packet)
             } else {
                 Sent::No
             } {

@@ -3,13 +3,15 @@
 //! prebuffering, underruns, cork, flush, trigger, drain, a full record ring — under an
 //! allocation guard, while the "connection" side feeds and drains the rings outside it.
 //! The playback stream also sends its armed requests to a client itself: on its socket,
-//! or into the srbchannel's ring (which nobody reads here, so it also fills up).
+//! or into the srbchannel's ring (which nobody reads here, so it also fills up); and
+//! with the intake lent, it takes the client's blocks out of the srbchannel itself.
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
 use quaver_dsp::resample::ResampleQuality;
 use quaver_dsp::{ChannelMap, PlanarBuf};
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{CycleInfo, Processor};
+use quaver_pulse::intake::{Lease, MAX_RELEASES, RtIntake};
 use quaver_pulse::rtwire::{REQUEST_LEN, RtWire};
 use quaver_pulse::transport::{
     Bell, F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, PlayShared, PlaySource, RecShared, RecSink,
@@ -23,21 +25,36 @@ static A: AllocDisabler = AllocDisabler;
 
 #[test]
 fn pulse_stream_transport_allocates_nothing_in_the_cycle() {
-    transport_cycles(false);
+    transport_cycles(false, false);
 }
 
 #[test]
 fn pulse_stream_transport_allocates_nothing_in_the_cycle_with_the_srbchannel() {
-    transport_cycles(true);
+    transport_cycles(true, false);
 }
 
-fn transport_cycles(srbchannel: bool) {
+#[test]
+fn pulse_stream_transport_allocates_nothing_in_the_cycle_taking_blocks_in_itself() {
+    transport_cycles(true, true);
+}
+
+/// A memfd block frame for channel 1: `len` bytes at `index` of pool 9.
+fn block_frame(id: u32, index: u32, len: u32) -> Vec<u8> {
+    let mut f = Vec::new();
+    for w in [16, 1, 0, 0, 0x8000_0000 | 0x2000_0000, id, 9, index, len] {
+        f.extend_from_slice(&u32::to_be_bytes(w));
+    }
+    f
+}
+
+fn transport_cycles(srbchannel: bool, intake: bool) {
     let bell = Arc::new(Bell::new().unwrap());
     let rate = 48000;
     let max_q = 1024;
     // Playback: mono 44.1 kHz into a stereo node (mixing + resampling).
     let play = Arc::new(PlayShared::new(bell.clone(), 2048, false));
-    let (mut tx, rx) = rtrb::RingBuffer::new(16384);
+    let (tx, rx) = rtrb::RingBuffer::new(16384);
+    let mut tx = Some(tx);
     let (ours, mut client) = std::os::unix::net::UnixStream::pair().unwrap();
     client.set_nonblocking(true).unwrap();
     let wire = Arc::new(RtWire::new(&ours).unwrap());
@@ -46,9 +63,47 @@ fn transport_cycles(srbchannel: bool) {
         wire.use_srb(srb.out());
     }
     let mut requests = 0usize;
+    // The client's pool: a sine in s16le mono.
+    let pool: Vec<u8> = (0..32 * 1024)
+        .flat_map(|k| ((8000.0 * (k as f32 * 0.05).sin()) as i16).to_le_bytes())
+        .collect();
+    let ik = Arc::new(RtIntake::default());
+    let (mut client_at, mut blocks, mut pushed, mut ring_at) = (0usize, 0u64, 0u64, 0usize);
+    let lend = |ik: &RtIntake, producer: rtrb::Producer<f32>, pushed: u64, rd: usize| {
+        ik.lend(Lease {
+            srb: srb.out(),
+            rd,
+            pool: pool.as_ptr(),
+            pool_len: pool.len(),
+            shm_id: 9,
+            channel: 1,
+            frame_bytes: 2,
+            channels: 1,
+            codec: quaver_pulse::convert::Codec::of(
+                quaver_pulse::pulseaudio::protocol::SampleFormat::S16Le,
+            )
+            .unwrap(),
+            max_frames: 16384,
+            producer,
+            pushed,
+            scratch: vec![0; 64 * 1024],
+            written: 0,
+            blocks: 0,
+            ring_bytes: 0,
+            releases: [0; MAX_RELEASES],
+            held: 0,
+            last_data_ns: 0,
+            corrupt: false,
+        })
+    };
+    if intake {
+        lend(&ik, tx.take().unwrap(), 0, 0);
+    }
     let mut got = vec![0u8; 64 * 1024];
     let mut player = PlaybackAdapter::new(
-        PlaySource::new(play.clone(), rx, 1).with_wire(Some(wire.clone())),
+        PlaySource::new(play.clone(), rx, 1)
+            .with_wire(Some(wire.clone()))
+            .with_intake(Some(ik.clone()), 1),
         &StreamFormat {
             rate: 44100,
             channels: ChannelMap::mono(),
@@ -86,7 +141,17 @@ fn transport_cycles(srbchannel: bool) {
         // Connection side (may allocate): feed, flip flags, drain the record ring.
         // Starved now and then (every 7th cycle, and cycles 800–899 of each thousand), so
         // the stream underruns, prebuffers again and restarts.
-        if cycle % 7 != 0 && !(800..900).contains(&(cycle % 1000)) {
+        let feed = cycle % 7 != 0 && !(800..900).contains(&(cycle % 1000));
+        if feed && intake {
+            // The client writes a block reference into its ring, keeping a few there
+            // (so the stream still starves when it stops).
+            let index = (cycle as u32 * 1400) % (pool.len() as u32 - 1400);
+            let f = block_frame(cycle as u32, index, 1400);
+            if srb.in_fill().is_some_and(|n| n < 4 * f.len()) {
+                srb.client_write(&mut client_at, &f);
+            }
+        }
+        if let Some(tx) = tx.as_mut().filter(|_| feed) {
             let n = tx.slots().min(700);
             if let Ok(mut c) = tx.write_chunk(n) {
                 let (a, b) = c.as_mut_slices();
@@ -126,7 +191,21 @@ fn transport_cycles(srbchannel: bool) {
             play.request.disarm();
             bell.take();
             let consumed = play.consumed.load(Relaxed);
-            play.request.arm(1, consumed + 100, consumed, 0, 4);
+            play.request.arm(
+                1,
+                consumed + 100,
+                consumed,
+                0,
+                4,
+                if intake { 100 } else { 0 },
+            );
+            // Take the intake back (the releases "sent") and lend it again.
+            if let Some(l) = ik.reclaim() {
+                blocks += l.blocks;
+                pushed = l.pushed;
+                ring_at = l.rd;
+                lend(&ik, l.producer, pushed, ring_at);
+            }
             while let Ok(n) = client.read(&mut got) {
                 if n == 0 {
                     break;
@@ -166,7 +245,14 @@ fn transport_cycles(srbchannel: bool) {
         rec.overflows.load(Relaxed) >= 1,
         "the record ring overflowed"
     );
-    if srbchannel {
+    if intake {
+        // Blocks went in until the ring of requests filled up and the client's ring
+        // with it (nobody plays the client here), all of them through the RT side.
+        let l = ik.reclaim().expect("lent");
+        blocks += l.blocks;
+        assert!(blocks >= 100, "the RT side took blocks in: {blocks}");
+        assert!(l.pushed >= pushed && ring_at < srb.out().capacity());
+    } else if srbchannel {
         // Half the block is our ring: it fills up (~800 requests), and the rest found it
         // full and rang the bell instead, also without allocating.
         assert!(requests == 0, "nothing on the socket: {requests} bytes");

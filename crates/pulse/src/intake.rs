@@ -1,0 +1,514 @@
+//! The RT thread's intake: in the steady state of a low-latency playback stream, the
+//! RT thread itself takes the client's blocks out of the srbchannel, so the I/O thread
+//! sleeps through the whole request/answer round.
+//!
+//! Why: with the RT thread sending the REQUESTs ([`crate::rtwire`]) the I/O thread still
+//! woke once per answer, to copy a few milliseconds of audio from the client's pool into
+//! the stream's ring. At `paplay --latency-msec=20` that was ~125 of the server's ~395
+//! wakeups a second, and a wakeup costs 17–30 µs of CPU on this VM whatever the work.
+//! The RT thread wakes every cycle anyway; looking at the ring then is one atomic load.
+//!
+//! The connection *lends* the intake ([`Lease`]: the client's ring position, the mapped
+//! pool its blocks live in, the stream's ring producer and how to decode) to the RT thread
+//! while nothing else needs it, and takes it back ([`RtIntake::reclaim`]) before it
+//! looks at the stream or the ring for any reason. The RT thread takes only what it can
+//! take whole: a memfd block for the lent stream, relative to the write index, that fits
+//! the stream's ring. At anything else (a command, a seek, a block for another stream,
+//! a full ring) it stops before the frame, hands the intake back and rings the I/O
+//! thread's bell, which then reads on from exactly there. The client is never told: the
+//! ring and its wakeup flag look the same to it, only nobody sleeps on the flag, so its
+//! posts cost it no pipe write either.
+
+use crate::convert::Codec;
+use crate::srb::SrbOut;
+use crate::wire::{
+    DESCRIPTOR_SIZE, FLAG_SEEK_MASK, FLAG_SHMDATA, FLAG_SHMDATA_MEMFD_BLOCK, FLAG_SHMRELEASE,
+    FLAG_SHMWRITABLE, SHM_INFO_SIZE,
+};
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// Block releases the RT thread holds before it hands the intake back (each is a
+/// 20-byte frame sent with the stream's next REQUEST).
+pub const MAX_RELEASES: usize = 16;
+/// Bytes of one release frame.
+pub const RELEASE_LEN: usize = DESCRIPTOR_SIZE;
+
+const IO: u32 = 0;
+const RT: u32 = 1;
+const BUSY: u32 = 2;
+const BACK: u32 = 3;
+
+/// What the RT thread needs to take blocks in for one stream, owned by whichever
+/// thread holds the intake.
+pub struct Lease {
+    /// The connection's srbchannel.
+    pub srb: Arc<SrbOut>,
+    /// Our index into the client's ring.
+    pub rd: usize,
+    /// The client's pool the blocks are in: its mapping (sealed against shrinking,
+    /// owned by the connection, which reclaims the lease before unmapping it).
+    pub pool: *const u8,
+    /// Bytes mapped at `pool`.
+    pub pool_len: usize,
+    /// The pool's shm id; blocks of any other pool go to the I/O thread.
+    pub shm_id: u32,
+    /// The lent stream's channel.
+    pub channel: u32,
+    /// Its frame size in bytes, samples per frame and sample coding.
+    pub frame_bytes: usize,
+    /// Samples per frame.
+    pub channels: usize,
+    /// How its samples are coded.
+    pub codec: Codec,
+    /// Most frames the stream may hold queued (its maxlength).
+    pub max_frames: u64,
+    /// The stream's ring, written here while lent.
+    pub producer: rtrb::Producer<f32>,
+    /// Frames ever pushed into the ring (the connection's count, carried on).
+    pub pushed: u64,
+    /// Where a block is copied before it is decoded (sized by the connection).
+    pub scratch: Vec<u8>,
+    /// Bytes of audio taken in since the lease was made, and in how many blocks.
+    pub written: u64,
+    /// Blocks taken in since the lease was made.
+    pub blocks: u64,
+    /// Ring bytes consumed since the lease was made.
+    pub ring_bytes: u64,
+    /// Blocks copied out whose release frame has not been sent.
+    pub releases: [u32; MAX_RELEASES],
+    /// How many of `releases` are held.
+    pub held: usize,
+    /// CLOCK_MONOTONIC ns of the last block taken in (0: none).
+    pub last_data_ns: u64,
+    /// Whether the client corrupted its ring's count (the connection ends it).
+    pub corrupt: bool,
+}
+
+/// One connection's intake, shared by the connection and its streams' RT readers.
+pub struct RtIntake {
+    state: AtomicU32,
+    lease: UnsafeCell<Option<Lease>>,
+    /// CLOCK_MONOTONIC ns when the RT thread last looked (the connection takes the
+    /// intake back when the RT thread stops looking, e.g. the stream's device stopped).
+    looked_ns: AtomicU64,
+}
+
+// SAFETY: `lease` is touched only by the holder of `state`: the connection while it is
+// IO or BACK (after its acquiring swap), the RT thread between its RT→BUSY exchange and
+// the release store that ends it. The pool pointer is only dereferenced by that holder,
+// and the connection keeps the mapping alive until it has reclaimed the lease.
+unsafe impl Sync for RtIntake {}
+// SAFETY: as above; every field is Send but the raw pool pointer, which is only a view
+// of a mapping the connection owns and outlives every lease.
+unsafe impl Send for RtIntake {}
+
+impl std::fmt::Debug for RtIntake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RtIntake")
+            .field("state", &self.state.load(Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RtIntake {
+    fn default() -> Self {
+        RtIntake {
+            state: AtomicU32::new(IO),
+            lease: UnsafeCell::new(None),
+            looked_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+/// What the RT thread's look at the ring came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pulled {
+    /// Frames pushed into the stream's ring.
+    pub frames: u64,
+    /// The intake went back to the I/O thread (the caller rings its bell).
+    pub handed_back: bool,
+}
+
+/// One frame at the front of the client's ring, as far as the RT thread cares.
+enum Front {
+    /// Not all of it is there yet.
+    Partial,
+    /// A block of the lent stream: (block id, index, length) in the lent pool.
+    Block(u32, u32, u32),
+    /// Anything else: the I/O thread's.
+    Other,
+}
+
+fn be(b: &[u8], i: usize) -> u32 {
+    u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+impl Lease {
+    fn front(&self, fill: usize) -> Front {
+        if fill < DESCRIPTOR_SIZE {
+            return Front::Partial;
+        }
+        let mut d = [0u8; DESCRIPTOR_SIZE + SHM_INFO_SIZE as usize];
+        self.srb.peek_in(self.rd, &mut d[..DESCRIPTOR_SIZE]);
+        let (length, channel, offset, flags) =
+            (be(&d, 0), be(&d, 4), (be(&d, 8), be(&d, 12)), be(&d, 16));
+        let ours = FLAG_SHMDATA | FLAG_SHMDATA_MEMFD_BLOCK;
+        // Relative seek (0) by 0 bytes, a memfd block, nothing else set.
+        if channel != self.channel
+            || length != SHM_INFO_SIZE
+            || offset != (0, 0)
+            || flags & ours != ours
+            || flags & !(ours | FLAG_SHMWRITABLE) != 0
+            || flags & FLAG_SEEK_MASK != 0
+        {
+            return Front::Other;
+        }
+        if fill < d.len() {
+            return Front::Partial;
+        }
+        self.srb.peek_in(self.rd, &mut d);
+        let (block, shm_id, index, len) = (be(&d, 20), be(&d, 24), be(&d, 28), be(&d, 32));
+        if shm_id != self.shm_id {
+            return Front::Other;
+        }
+        Front::Block(block, index, len)
+    }
+
+    /// Takes whole blocks of the lent stream from the front of the client's ring while
+    /// they fit; false when it stopped at something the I/O thread must see.
+    fn take(&mut self, removed: u64, now_ns: u64, pulled: &mut Pulled) -> bool {
+        loop {
+            let Some(fill) = self.srb.in_fill() else {
+                self.corrupt = true;
+                return false;
+            };
+            let (block, index, len) = match self.front(fill) {
+                Front::Partial => return true,
+                Front::Other => return false,
+                Front::Block(b, i, l) => (b, i as usize, l as usize),
+            };
+            let fs = self.frame_bytes;
+            let frames = len / fs;
+            let queued = self.pushed.saturating_sub(removed);
+            // A partial frame, a block past the pool's end, one larger than the copy
+            // buffer or than the stream may queue, and a full ring (the block would wait
+            // in the connection's overflow queue) are the I/O thread's to handle.
+            if len == 0
+                || !len.is_multiple_of(fs)
+                || index.checked_add(len).is_none_or(|end| end > self.pool_len)
+                || len > self.scratch.len()
+                || queued + frames as u64 > self.max_frames
+                || self.producer.slots() < frames * self.channels
+                || self.held == MAX_RELEASES
+            {
+                return false;
+            }
+            let bytes = &mut self.scratch[..len];
+            // SAFETY: index + len <= pool_len, inside the client's mapping, which is
+            // sealed against shrinking and outlives the lease. The client may write the
+            // block meanwhile; the bytes are copied before they are decoded.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.pool.add(index), bytes.as_mut_ptr(), len);
+            }
+            let n = frames * self.channels;
+            let Ok(mut chunk) = self.producer.write_chunk(n) else {
+                return false;
+            };
+            let (a, b) = chunk.as_mut_slices();
+            let split = a.len() / self.channels * fs;
+            self.codec.decode(&bytes[..split], a);
+            self.codec.decode(&bytes[split..], b);
+            chunk.commit_all();
+            let used = DESCRIPTOR_SIZE + SHM_INFO_SIZE as usize;
+            if !self.srb.consume_in(used) {
+                self.corrupt = true;
+                return false;
+            }
+            self.rd = (self.rd + used) % self.srb.capacity();
+            self.ring_bytes += used as u64;
+            self.pushed += frames as u64;
+            self.written += len as u64;
+            self.blocks += 1;
+            self.releases[self.held] = block;
+            self.held += 1;
+            self.last_data_ns = now_ns;
+            pulled.frames += frames as u64;
+        }
+    }
+
+    /// Writes the held releases as frames into `buf` (room for `MAX_RELEASES` frames)
+    /// and returns the bytes written; the caller clears `held` once they went out.
+    pub fn releases_into(&self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        for &id in &self.releases[..self.held] {
+            let f = &mut buf[n..n + RELEASE_LEN];
+            f.fill(0);
+            f[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+            f[8..12].copy_from_slice(&id.to_be_bytes());
+            f[16..20].copy_from_slice(&FLAG_SHMRELEASE.to_be_bytes());
+            n += RELEASE_LEN;
+        }
+        n
+    }
+}
+
+impl RtIntake {
+    /// Connection side: lends the intake to the RT thread. The caller reclaimed any
+    /// earlier lease and its own packet reader is between packets at `lease.rd`.
+    pub fn lend(&self, lease: Lease) {
+        debug_assert_eq!(self.state.load(Relaxed), IO);
+        // SAFETY: IO: the connection holds the intake.
+        unsafe { *self.lease.get() = Some(lease) };
+        self.looked_ns.store(quaver_rt::monotonic_ns(), Relaxed);
+        self.state.store(RT, Release);
+    }
+
+    /// Connection side: takes the intake back (waiting out an RT look under way) and
+    /// returns the lease, if one was out.
+    pub fn reclaim(&self) -> Option<Lease> {
+        loop {
+            match self.state.load(Acquire) {
+                IO => return None,
+                BUSY => std::thread::yield_now(),
+                s => {
+                    if self.state.compare_exchange(s, IO, AcqRel, Acquire).is_ok() {
+                        // SAFETY: IO now: the RT thread will not touch the lease.
+                        return unsafe { (*self.lease.get()).take() };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the RT thread holds the intake (the connection must not read the ring).
+    pub fn lent(&self) -> bool {
+        matches!(self.state.load(Acquire), RT | BUSY)
+    }
+
+    /// Whether the RT thread gave the intake back (the connection reclaims it and
+    /// reads on).
+    pub fn handed_back(&self) -> bool {
+        self.state.load(Acquire) == BACK
+    }
+
+    /// Nanoseconds since the RT thread last looked at the ring.
+    pub fn since_look_ns(&self) -> u64 {
+        quaver_rt::monotonic_ns().saturating_sub(self.looked_ns.load(Relaxed))
+    }
+
+    /// RT side: runs `f` on the lease if it is lent for `channel`; `f` returns whether
+    /// the RT thread keeps the intake (false hands it back). No allocation, no waiting.
+    pub fn with_lease<R>(
+        &self,
+        channel: u32,
+        f: impl FnOnce(&mut Lease) -> (R, bool),
+    ) -> Option<R> {
+        if self
+            .state
+            .compare_exchange(RT, BUSY, Acquire, Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        // SAFETY: BUSY: the RT thread holds the intake until the store below.
+        let lease = unsafe { (*self.lease.get()).as_mut() };
+        let Some(lease) = lease.filter(|l| l.channel == channel) else {
+            self.state.store(RT, Release);
+            return None;
+        };
+        let (r, keep) = f(lease);
+        self.state.store(if keep { RT } else { BACK }, Release);
+        Some(r)
+    }
+
+    /// RT side: takes in what the client's ring holds for stream `channel` (whose RT
+    /// reader has removed `removed` frames from its ring).
+    pub fn pull(&self, channel: u32, removed: u64) -> Pulled {
+        let now = quaver_rt::monotonic_ns();
+        self.looked_ns.store(now, Relaxed);
+        let mut pulled = Pulled::default();
+        let kept = self.with_lease(channel, |l| ((), l.take(removed, now, &mut pulled)));
+        pulled.handed_back = kept.is_some() && self.state.load(Relaxed) == BACK;
+        pulled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::srb::Srb;
+    use crate::wire::{Out, Packet, PacketReader};
+
+    /// A lease over `srb` for channel 5, s16le stereo, with a 64 KiB "pool" of ours.
+    fn lease(srb: &Srb, pool: &[u8], ring: usize) -> (Lease, rtrb::Consumer<f32>) {
+        let (producer, consumer) = rtrb::RingBuffer::new(ring);
+        let l = Lease {
+            srb: srb.out(),
+            rd: srb.read_index(),
+            pool: pool.as_ptr(),
+            pool_len: pool.len(),
+            shm_id: 9,
+            channel: 5,
+            frame_bytes: 4,
+            channels: 2,
+            codec: Codec::Pcm(quaver_dsp::format::SampleFormat::S16Le),
+            max_frames: 1_000,
+            producer,
+            pushed: 0,
+            scratch: vec![0; 4096],
+            written: 0,
+            blocks: 0,
+            ring_bytes: 0,
+            releases: [0; MAX_RELEASES],
+            held: 0,
+            last_data_ns: 0,
+            corrupt: false,
+        };
+        (l, consumer)
+    }
+
+    fn block(buf: &mut Vec<u8>, channel: u32, id: u32, shm: u32, index: u32, len: u32) {
+        Out {
+            buf,
+            version: pulseaudio::protocol::MAX_VERSION,
+        }
+        .shm_memblock(channel, 0, [id, shm, index, len]);
+    }
+
+    #[test]
+    fn blocks_of_the_lent_stream_are_taken_whole_and_anything_else_goes_back() {
+        let mut srb = Srb::new(1, 2).unwrap();
+        let mut at = 0;
+        // Frames of s16le stereo: sample k of the pool is k.
+        let pool: Vec<u8> = (0..4096u16)
+            .flat_map(|k| (k as i16).to_le_bytes())
+            .collect();
+        let (l, mut consumer) = lease(&srb, &pool, 2 * 1_000);
+        let ik = RtIntake::default();
+        assert!(!ik.lent());
+        ik.lend(l);
+        assert!(ik.lent());
+        assert_eq!(ik.pull(5, 0), Pulled::default(), "an empty ring");
+        let mut bytes = Vec::new();
+        block(&mut bytes, 5, 70, 9, 8, 16);
+        block(&mut bytes, 5, 71, 9, 24, 8);
+        // Half of the next descriptor: waits for the rest.
+        let mut cmd = Vec::new();
+        Out {
+            buf: &mut cmd,
+            version: pulseaudio::protocol::MAX_VERSION,
+        }
+        .command(&pulseaudio::protocol::Command::Request(
+            pulseaudio::protocol::Request {
+                channel: 1,
+                length: 2,
+            },
+        ));
+        srb.client_write(&mut at, &bytes);
+        srb.client_write(&mut at, &cmd[..10]);
+        assert_eq!(
+            ik.pull(5, 0),
+            Pulled {
+                frames: 6,
+                handed_back: false
+            }
+        );
+        assert_eq!(
+            ik.pull(5, 0),
+            Pulled::default(),
+            "a partial descriptor waits"
+        );
+        // Another stream's reader does not touch it.
+        srb.client_write(&mut at, &cmd[10..]);
+        assert_eq!(ik.pull(4, 0), Pulled::default());
+        assert!(ik.lent());
+        // A command: handed back, untouched.
+        assert_eq!(
+            ik.pull(5, 0),
+            Pulled {
+                frames: 0,
+                handed_back: true
+            }
+        );
+        assert!(ik.handed_back() && !ik.lent());
+        assert_eq!(
+            ik.pull(5, 0),
+            Pulled::default(),
+            "not the RT thread's any more"
+        );
+        let l = ik.reclaim().expect("lent");
+        assert_eq!((l.written, l.blocks, l.pushed, l.held), (24, 2, 6, 2));
+        assert_eq!(l.releases[..2], [70, 71]);
+        let got: Vec<f32> = consumer.read_chunk(12).unwrap().into_iter().collect();
+        // Samples 4..16 of the pool (bytes 8..32).
+        let want: Vec<f32> = (4..16).map(|k| k as f32 / 32768.0).collect();
+        assert_eq!(got, want);
+        // The connection reads on from where the RT thread stopped: the whole command.
+        srb.set_read_index(l.rd, l.ring_bytes);
+        let mut rest = Vec::new();
+        srb.read(&mut rest).unwrap();
+        let (used, p) = PacketReader::default().feed(&rest).unwrap();
+        assert_eq!(used, cmd.len());
+        assert!(matches!(p, Some(Packet::Control(_))));
+        // Releases go out as the frames the reader parses.
+        let mut buf = [0u8; MAX_RELEASES * RELEASE_LEN];
+        let n = l.releases_into(&mut buf);
+        assert_eq!(n, 2 * RELEASE_LEN);
+        let mut r = PacketReader::default();
+        r.enable_shm();
+        assert_eq!(
+            r.feed(&buf[..n]).unwrap(),
+            (RELEASE_LEN, Some(Packet::ShmRelease(70)))
+        );
+        assert_eq!(ik.reclaim().map(|l| l.blocks), None, "taken back once");
+    }
+
+    #[test]
+    fn what_does_not_fit_or_is_not_a_plain_block_goes_back_before_it_is_read() {
+        let pool = vec![0u8; 4096];
+        let cases: [(&str, u32, u32, u32, u32, u64, usize); 6] = [
+            ("another pool", 5, 8, 0, 16, 1_000, 2_000),
+            ("a partial frame", 5, 9, 0, 6, 1_000, 2_000),
+            ("past the pool's end", 5, 9, 4090, 16, 1_000, 2_000),
+            ("over maxlength", 5, 9, 0, 4000, 100, 2_000),
+            ("a full ring", 5, 9, 0, 4000, 10_000, 200),
+            ("another channel", 6, 9, 0, 16, 1_000, 2_000),
+        ];
+        for (what, channel, shm, index, len, max, ring) in cases {
+            let srb = Srb::new(1, 2).unwrap();
+            let mut at = 0;
+            let (mut l, _c) = lease(&srb, &pool, ring);
+            l.max_frames = max;
+            let ik = RtIntake::default();
+            ik.lend(l);
+            let mut bytes = Vec::new();
+            block(&mut bytes, channel, 1, shm, index, len);
+            srb.client_write(&mut at, &bytes);
+            let p = ik.pull(5, 0);
+            assert_eq!(
+                p,
+                Pulled {
+                    frames: 0,
+                    handed_back: true
+                },
+                "{what}"
+            );
+            let l = ik.reclaim().unwrap();
+            assert_eq!((l.rd, l.blocks), (0, 0), "{what}: nothing read");
+        }
+        // A seek is the connection's too.
+        let srb = Srb::new(1, 2).unwrap();
+        let mut at = 0;
+        let (l, _c) = lease(&srb, &pool, 2_000);
+        let ik = RtIntake::default();
+        ik.lend(l);
+        let mut bytes = Vec::new();
+        block(&mut bytes, 5, 1, 9, 0, 16);
+        bytes[19] = 1; // PA_SEEK_ABSOLUTE
+        srb.client_write(&mut at, &bytes);
+        assert!(ik.pull(5, 0).handed_back);
+    }
+}

@@ -266,10 +266,13 @@ impl PlaySource {
         self
     }
 
-    /// Sends the armed request `packet`, after the block releases the intake holds when
-    /// it is lent to this stream (they go in the same write, or not at all).
-    fn send_request(&self, wire: &RtWire, packet: &[u8; REQUEST_LEN]) -> Sent {
-        let with_releases = self.intake.as_ref().and_then(|ik| {
+    /// Sends the armed request `packet` when the intake is lent to this stream, after
+    /// the block releases it holds (in the same write, or not at all); `None` when it is
+    /// not lent. Then the RT thread sends whatever the bell says ([`Bell::may_send`]):
+    /// the I/O thread would not wake for this stream's answer either, so any request it
+    /// sent would be a wakeup of its own.
+    fn send_lent(&self, wire: &RtWire, packet: &[u8; REQUEST_LEN]) -> Option<Sent> {
+        self.intake.as_ref().and_then(|ik| {
             ik.with_lease(self.channel, |l| {
                 let mut buf = [0u8; MAX_RELEASES * RELEASE_LEN + REQUEST_LEN];
                 let n = l.releases_into(&mut buf);
@@ -280,8 +283,7 @@ impl PlaySource {
                 }
                 (sent, true)
             })
-        });
-        with_releases.unwrap_or_else(|| wire.try_send(packet))
+        })
     }
 
     /// Lets the RT side send the stream's armed requests on `wire`.
@@ -455,11 +457,14 @@ impl FrameSource for PlaySource {
         if let Some(wire) = &self.wire
             && let Some(packet) = s.request.due(self.consumed)
         {
-            match if s.bell.may_send() {
-                self.send_request(wire, &packet)
-            } else {
-                Sent::No
-            } {
+            let sent = self.send_lent(wire, &packet).unwrap_or_else(|| {
+                if s.bell.may_send() {
+                    wire.try_send(&packet)
+                } else {
+                    Sent::No
+                }
+            });
+            match sent {
                 Sent::Whole => s.request.sent(),
                 Sent::Torn => {
                     // The connection thread must finish the packet before the client

@@ -12,7 +12,7 @@ use crate::convert::{
     usec_to_bytes,
 };
 use crate::export::ExportPool;
-use crate::intake::{Lease, RtIntake};
+use crate::intake::{Lease, MAX_RELEASES, RtIntake, Taken};
 use crate::introspect::{cstr, prop_str};
 use crate::rtwire::RtWire;
 use crate::server::{
@@ -556,12 +556,13 @@ impl Playback {
         self.ring = Some(l.producer);
         self.pushed = l.pushed;
         self.shared.pushed.store(self.pushed, Release);
-        let written = l.written.min(i64::MAX as u64) as i64;
+        let t = l.taken;
+        let written = t.written.min(i64::MAX as u64) as i64;
         self.write_index = self.write_index.saturating_add(written);
         self.asked = (self.asked - written).max(0);
-        self.rt_blocks += l.blocks;
-        if l.last_data_ns > 0 {
-            let ago = quaver_rt::monotonic_ns().saturating_sub(l.last_data_ns);
+        self.rt_blocks += t.blocks;
+        if t.last_data_ns > 0 {
+            let ago = quaver_rt::monotonic_ns().saturating_sub(t.last_data_ns);
             self.last_data = Instant::now().checked_sub(std::time::Duration::from_nanos(ago));
         }
         self.lease_scratch = l.scratch;
@@ -1027,12 +1028,13 @@ impl Conn {
         let Some(l) = self.intake.as_ref().and_then(|i| i.reclaim()) else {
             return;
         };
+        let t = l.taken;
         if let Some(srb) = self.srb.as_mut() {
-            srb.set_read_index(l.rd, l.ring_bytes);
+            srb.set_read_index(l.rd, t.ring_bytes);
         }
-        self.held_releases.extend_from_slice(&l.releases[..l.held]);
-        self.shm_bytes += l.written;
-        self.intake_corrupt |= l.corrupt;
+        self.held_releases.extend_from_slice(&t.releases[..t.held]);
+        self.shm_bytes += t.written;
+        self.intake_corrupt |= t.corrupt;
         if let Some(p) = self.playback.get_mut(&l.channel) {
             p.take_lease(l);
         }
@@ -1048,7 +1050,8 @@ impl Conn {
         if intake.lent() || self.closing || self.playback.len() != 1 || !self.srb_active() {
             return;
         }
-        if !self.srb_reader.at_boundary() || self.held_releases.len() >= MAX_HELD_RELEASES {
+        // The releases still held go with the RT thread's next request.
+        if !self.srb_reader.at_boundary() || self.held_releases.len() > MAX_RELEASES {
             return;
         }
         let Some(shm_id) = self.last_shm_id else {
@@ -1083,14 +1086,9 @@ impl Conn {
             producer,
             pushed: p.pushed,
             scratch,
-            written: 0,
-            blocks: 0,
-            ring_bytes: 0,
-            releases: [0; crate::intake::MAX_RELEASES],
-            held: 0,
-            last_data_ns: 0,
-            corrupt: false,
+            taken: Taken::holding(&self.held_releases),
         });
+        self.held_releases.clear();
     }
 
     /// After the I/O thread woke: takes the wakeup and handles what the ring holds.

@@ -71,11 +71,19 @@ pub struct Lease {
     pub pushed: u64,
     /// Where a block is copied before it is decoded (sized by the connection).
     pub scratch: Vec<u8>,
-    /// Bytes of audio taken in since the lease was made, and in how many blocks.
+    /// What the holder did with the lease; the connection starts it with the releases
+    /// it still holds.
+    pub taken: Taken,
+}
+
+/// What was taken in under a lease, for the connection's accounts.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Taken {
+    /// Bytes of audio taken in.
     pub written: u64,
-    /// Blocks taken in since the lease was made.
+    /// Blocks taken in.
     pub blocks: u64,
-    /// Ring bytes consumed since the lease was made.
+    /// Bytes of the client's ring consumed.
     pub ring_bytes: u64,
     /// Blocks copied out whose release frame has not been sent.
     pub releases: [u32; MAX_RELEASES],
@@ -85,6 +93,17 @@ pub struct Lease {
     pub last_data_ns: u64,
     /// Whether the client corrupted its ring's count (the connection ends it).
     pub corrupt: bool,
+}
+
+impl Taken {
+    /// Nothing taken yet, with `held` releases to send (at most [`MAX_RELEASES`]).
+    pub fn holding(held: &[u32]) -> Taken {
+        let mut t = Taken::default();
+        let n = held.len().min(MAX_RELEASES);
+        t.releases[..n].copy_from_slice(&held[..n]);
+        t.held = n;
+        t
+    }
 }
 
 /// One connection's intake, shared by the connection and its streams' RT readers.
@@ -182,7 +201,7 @@ impl Lease {
     fn take(&mut self, removed: u64, now_ns: u64, pulled: &mut Pulled) -> bool {
         loop {
             let Some(fill) = self.srb.in_fill() else {
-                self.corrupt = true;
+                self.taken.corrupt = true;
                 return false;
             };
             let (block, index, len) = match self.front(fill) {
@@ -202,7 +221,7 @@ impl Lease {
                 || len > self.scratch.len()
                 || queued + frames as u64 > self.max_frames
                 || self.producer.slots() < frames * self.channels
-                || self.held == MAX_RELEASES
+                || self.taken.held == MAX_RELEASES
             {
                 return false;
             }
@@ -224,17 +243,18 @@ impl Lease {
             chunk.commit_all();
             let used = DESCRIPTOR_SIZE + SHM_INFO_SIZE as usize;
             if !self.srb.consume_in(used) {
-                self.corrupt = true;
+                self.taken.corrupt = true;
                 return false;
             }
             self.rd = (self.rd + used) % self.srb.capacity();
-            self.ring_bytes += used as u64;
+            let t = &mut self.taken;
+            t.ring_bytes += used as u64;
+            t.written += len as u64;
+            t.blocks += 1;
+            t.releases[t.held] = block;
+            t.held += 1;
+            t.last_data_ns = now_ns;
             self.pushed += frames as u64;
-            self.written += len as u64;
-            self.blocks += 1;
-            self.releases[self.held] = block;
-            self.held += 1;
-            self.last_data_ns = now_ns;
             pulled.frames += frames as u64;
         }
     }
@@ -243,7 +263,7 @@ impl Lease {
     /// and returns the bytes written; the caller clears `held` once they went out.
     pub fn releases_into(&self, buf: &mut [u8]) -> usize {
         let mut n = 0;
-        for &id in &self.releases[..self.held] {
+        for &id in &self.taken.releases[..self.taken.held] {
             let f = &mut buf[n..n + RELEASE_LEN];
             f.fill(0);
             f[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
@@ -330,8 +350,11 @@ impl RtIntake {
         let now = quaver_rt::monotonic_ns();
         self.looked_ns.store(now, Relaxed);
         let mut pulled = Pulled::default();
-        let kept = self.with_lease(channel, |l| ((), l.take(removed, now, &mut pulled)));
-        pulled.handed_back = kept.is_some() && self.state.load(Relaxed) == BACK;
+        let kept = self.with_lease(channel, |l| {
+            let keep = l.take(removed, now, &mut pulled);
+            (keep, keep)
+        });
+        pulled.handed_back = kept == Some(false);
         pulled
     }
 }
@@ -359,13 +382,7 @@ mod tests {
             producer,
             pushed: 0,
             scratch: vec![0; 4096],
-            written: 0,
-            blocks: 0,
-            ring_bytes: 0,
-            releases: [0; MAX_RELEASES],
-            held: 0,
-            last_data_ns: 0,
-            corrupt: false,
+            taken: Taken::holding(&[]),
         };
         (l, consumer)
     }
@@ -440,14 +457,15 @@ mod tests {
             "not the RT thread's any more"
         );
         let l = ik.reclaim().expect("lent");
-        assert_eq!((l.written, l.blocks, l.pushed, l.held), (24, 2, 6, 2));
-        assert_eq!(l.releases[..2], [70, 71]);
+        let t = l.taken;
+        assert_eq!((t.written, t.blocks, l.pushed, t.held), (24, 2, 6, 2));
+        assert_eq!(t.releases[..2], [70, 71]);
         let got: Vec<f32> = consumer.read_chunk(12).unwrap().into_iter().collect();
         // Samples 4..16 of the pool (bytes 8..32).
         let want: Vec<f32> = (4..16).map(|k| k as f32 / 32768.0).collect();
         assert_eq!(got, want);
         // The connection reads on from where the RT thread stopped: the whole command.
-        srb.set_read_index(l.rd, l.ring_bytes);
+        srb.set_read_index(l.rd, l.taken.ring_bytes);
         let mut rest = Vec::new();
         srb.read(&mut rest).unwrap();
         let (used, p) = PacketReader::default().feed(&rest).unwrap();
@@ -463,7 +481,7 @@ mod tests {
             r.feed(&buf[..n]).unwrap(),
             (RELEASE_LEN, Some(Packet::ShmRelease(70)))
         );
-        assert_eq!(ik.reclaim().map(|l| l.blocks), None, "taken back once");
+        assert!(ik.reclaim().is_none(), "taken back once");
     }
 
     #[test]
@@ -497,7 +515,7 @@ mod tests {
                 "{what}"
             );
             let l = ik.reclaim().unwrap();
-            assert_eq!((l.rd, l.blocks), (0, 0), "{what}: nothing read");
+            assert_eq!((l.rd, l.taken.blocks), (0, 0), "{what}: nothing read");
         }
         // A seek is the connection's too.
         let srb = Srb::new(1, 2).unwrap();

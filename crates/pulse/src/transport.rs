@@ -3,15 +3,17 @@
 //! through which it and the connection thread see each other.
 //!
 //! The front-end's I/O thread decodes the client's samples and pushes them (playback), or
-//! pops and encodes them (record). Everything here runs on the RT thread: no allocation,
+//! pops and encodes them (record); for a lone low-latency playback stream the RT thread
+//! may take its client's blocks in itself ([`crate::intake`]). Everything here runs on
+//! the RT thread: no allocation,
 //! no locks, no blocking; one system call is the write that rings the I/O thread's
 //! [`Bell`], made only when the I/O thread asked for it (a request threshold, a drain
 //! target, a fragment) or when something it must report happened (stream started,
 //! underflow, overflow), and at most once until the I/O thread has woken: however many
 //! streams cross a threshold in one cycle, the I/O thread wakes once. The one other
-//! system call is a non-blocking `send` of a stream's REQUEST to its client, when the
-//! connection armed one ([`crate::rtwire`]): that replaces the ring, at most once per
-//! pass of the I/O thread.
+//! system call is a non-blocking `send` of a stream's REQUEST to its client (or the
+//! srbchannel's wakeup pipe write), when the connection armed one ([`crate::rtwire`]):
+//! that replaces the ring.
 //!
 //! PulseAudio's prebuffering lives here rather than in the engine's adapter: a stream
 //! starts once `prebuf` bytes are queued (or on TRIGGER/DRAIN), and after running dry it
@@ -95,9 +97,9 @@ impl Bell {
     }
 
     /// Whether the RT side may send a request itself (`crate::rtwire`) rather than
-    /// ring: while at most one stream has a request armed, and not while a ring is
-    /// pending. (An armed request goes out once; only the waiter re-arms it, once per
-    /// pass.) Sending saves a wakeup only when it is the one thing
+    /// ring, for a stream whose intake it does not hold (those it always sends for:
+    /// see `PlaySource::send_lent`): while at most one stream has a request armed, and
+    /// not while a ring is pending. Sending saves a wakeup only when it is the one thing
     /// the waiter would have woken for. Several streams are kept aligned by the bell
     /// anyway (a bell wakeup tops up every stream, so they reach their thresholds in
     /// the same cycle and share the next wakeup): sending for them too saved nothing
@@ -279,7 +281,7 @@ impl PlaySource {
                 buf[n..n + REQUEST_LEN].copy_from_slice(packet);
                 let sent = wire.try_send(&buf[..n + REQUEST_LEN]);
                 if sent == Sent::Whole {
-                    l.held = 0;
+                    l.taken.held = 0;
                 }
                 (sent, true)
             })

@@ -11,7 +11,7 @@ use quaver_dsp::resample::ResampleQuality;
 use quaver_dsp::{ChannelMap, PlanarBuf};
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{CycleInfo, Processor};
-use quaver_pulse::intake::{Lease, MAX_RELEASES, RtIntake};
+use quaver_pulse::intake::{Lease, RtIntake, Taken};
 use quaver_pulse::rtwire::{REQUEST_LEN, RtWire};
 use quaver_pulse::transport::{
     Bell, F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, PlayShared, PlaySource, RecShared, RecSink,
@@ -87,13 +87,7 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
             producer,
             pushed,
             scratch: vec![0; 64 * 1024],
-            written: 0,
-            blocks: 0,
-            ring_bytes: 0,
-            releases: [0; MAX_RELEASES],
-            held: 0,
-            last_data_ns: 0,
-            corrupt: false,
+            taken: Taken::holding(&[]),
         })
     };
     if intake {
@@ -201,7 +195,7 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
             );
             // Take the intake back (the releases "sent") and lend it again.
             if let Some(l) = ik.reclaim() {
-                blocks += l.blocks;
+                blocks += l.taken.blocks;
                 pushed = l.pushed;
                 ring_at = l.rd;
                 lend(&ik, l.producer, pushed, ring_at);
@@ -249,7 +243,7 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
         // Blocks went in until the ring of requests filled up and the client's ring
         // with it (nobody plays the client here), all of them through the RT side.
         let l = ik.reclaim().expect("lent");
-        blocks += l.blocks;
+        blocks += l.taken.blocks;
         assert!(blocks >= 100, "the RT side took blocks in: {blocks}");
         assert!(l.pushed >= pushed && ring_at < srb.out().capacity());
     } else if srbchannel {

@@ -14,7 +14,7 @@ use crate::convert::{
 use crate::export::ExportPool;
 use crate::intake::{Lease, MAX_RELEASES, RtIntake, Taken};
 use crate::introspect::{cstr, prop_str};
-use crate::rtwire::RtWire;
+use crate::rtwire::{Periods, RtWire};
 use crate::server::{
     ConnHandle, ConnMsg, Device, Server, StreamIo, StreamRec, record_source_index, stream_target,
 };
@@ -354,11 +354,12 @@ impl Drop for Playback {
         // No request for a stream that is gone.
         self.disarm();
         tracing::debug!(
-            "pulse: playback channel {} sent {} requests, {} of them by the RT thread, which took in {} blocks itself",
+            "pulse: playback channel {} sent {} requests, {} of them by the RT thread, which took in {} blocks itself; {} answers came late",
             self.channel,
             self.requests,
             self.rt_sent,
-            self.rt_blocks
+            self.rt_blocks,
+            self.shared.late_answers.load(Relaxed)
         );
     }
 }
@@ -471,6 +472,18 @@ impl Playback {
     /// A memblock from the client.
     fn write(&mut self, seek: SeekMode, offset: i64, data: &[u8], out: &mut Out) {
         self.disarm();
+        let late_after = self.shared.late_after_ns.load(Relaxed);
+        if self.asked > 0
+            && late_after > 0
+            && self
+                .last_request
+                .is_some_and(|t| t.elapsed().as_nanos() > late_after as u128)
+        {
+            self.shared
+                .late_ns
+                .store(quaver_rt::monotonic_ns(), Relaxed);
+            self.shared.late_answers.fetch_add(1, Relaxed);
+        }
         self.last_data = Some(Instant::now());
         self.asked = (self.asked - data.len() as i64).max(0);
         let old = self.write_index;
@@ -531,24 +544,44 @@ impl Playback {
     /// stays queued. Fewer, larger requests mean fewer wakeups on both sides (each
     /// request costs the server a wakeup for the data and the client one to send it),
     /// and the queue the client sees is shorter on average, never below the reserve.
+    /// While the client answers late (see [`PlayShared::late`]) it is asked at half a
+    /// minreq instead, so it keeps nearly all of tlength queued.
     fn request_threshold(&self) -> i64 {
+        self.threshold(self.shared.late(quaver_rt::monotonic_ns()))
+    }
+
+    fn threshold(&self, late: bool) -> i64 {
         let tlength = self.attr.target_length as i64;
-        let reserve = usec_to_bytes(REQUEST_RESERVE_USEC, &self.spec) as i64;
-        let coalesced = (tlength / 2).min(tlength - reserve);
         let fs = self.fs as i64;
         let minreq = self.attr.minimum_request_length as i64;
+        if late {
+            return (minreq / 2 - minreq / 2 % fs).max(fs);
+        }
+        let reserve = usec_to_bytes(REQUEST_RESERVE_USEC, &self.spec) as i64;
+        let coalesced = (tlength / 2).min(tlength - reserve);
         (coalesced - coalesced % fs).max(minreq)
     }
 
+    /// How long an answer may take before the client counts as late: a quarter of what
+    /// the stream leaves queued when it asks (tlength less the normal threshold).
+    fn late_after_ns(&self) -> u64 {
+        let margin = (self.attr.target_length as i64 - self.threshold(false)).max(0) as u64;
+        bytes_to_usec(margin, &self.spec) * 1_000 / 4
+    }
+
     /// Frames between two requests in the steady state, when the RT thread may take
-    /// the answers in itself; 0 when it may not (see [`LEND_BELOW_USEC`]).
-    fn lend_period(&self) -> u64 {
+    /// the answers in itself; none when it may not (see [`LEND_BELOW_USEC`]).
+    fn lend_period(&self) -> Periods {
         let fs = self.fs as i64;
-        let threshold = self.request_threshold();
-        if bytes_to_usec(threshold.max(0) as u64, &self.spec) >= LEND_BELOW_USEC {
-            return 0;
+        let frames = |t: i64| ((t + fs - 1) / fs).max(1) as u64;
+        let normal = self.threshold(false);
+        if bytes_to_usec(normal.max(0) as u64, &self.spec) >= LEND_BELOW_USEC {
+            return Periods::NONE;
         }
-        ((threshold + fs - 1) / fs).max(1) as u64
+        Periods {
+            normal: frames(normal),
+            late: frames(self.threshold(true)),
+        }
     }
 
     /// Takes back what the RT thread's intake did with the stream while it held it.
@@ -667,7 +700,11 @@ impl Playback {
             && self.drains.is_empty()
             && sh.flags.load(Relaxed) & F_CORKED == 0;
         if steady {
-            let period = if lone { self.lend_period() } else { 0 };
+            let period = if lone {
+                self.lend_period()
+            } else {
+                Periods::NONE
+            };
             sh.request.arm(
                 self.channel,
                 wake,
@@ -1063,7 +1100,7 @@ impl Conn {
         let srb = self.srb.as_ref().expect("active");
         let (out, rd) = (srb.out(), srb.read_index());
         let p = self.playback.values_mut().next().expect("one stream");
-        if !p.armed || !p.carry.is_empty() || !p.pending.is_empty() || p.lend_period() == 0 {
+        if !p.armed || !p.carry.is_empty() || !p.pending.is_empty() || p.lend_period().normal == 0 {
             return;
         }
         let Some(producer) = p.ring.take() else {
@@ -3394,6 +3431,9 @@ impl Conn {
                 lease_scratch: Vec::new(),
             },
         );
+        if let Some(p) = self.playback.get(&channel) {
+            p.shared.late_after_ns.store(p.late_after_ns(), Relaxed);
+        }
         let reply = CreatePlaybackStreamReply {
             channel,
             stream_index: node,
@@ -3904,5 +3944,30 @@ mod request_tests {
         // topping up then kept the queue full and the latency high.
         assert!(serviced(176, false).is_empty());
         assert_eq!(serviced(220, false), request_packet(0, (220 * FS) as u32));
+    }
+
+    #[test]
+    fn a_client_that_answered_late_is_asked_at_half_a_minreq_for_a_while() {
+        let p = stream();
+        // tlength 661 frames: asked when 309 are missing (the 8 ms reserve stays
+        // queued), the answer late after a quarter of the 352 left (2 ms).
+        assert_eq!(p.request_threshold(), 309 * FS as i64);
+        assert_eq!(p.late_after_ns(), 352 * 1_000_000 / 44_100 * 1_000 / 4);
+        assert_eq!(
+            p.lend_period(),
+            Periods {
+                normal: 309,
+                late: 110
+            }
+        );
+        let now = quaver_rt::monotonic_ns();
+        p.shared.late_ns.store(now, Relaxed);
+        assert_eq!(p.request_threshold(), 110 * FS as i64, "half of minreq");
+        // Ten seconds on, it is asked as before.
+        p.shared.late_ns.store(
+            now.saturating_sub(crate::transport::LATE_HOLD_NS + 1),
+            Relaxed,
+        );
+        assert_eq!(p.request_threshold(), 309 * FS as i64);
     }
 }

@@ -364,6 +364,7 @@ mod tests {
     use super::*;
     use crate::srb::Srb;
     use crate::wire::{Out, Packet, PacketReader};
+    use std::sync::atomic::Ordering::Relaxed;
 
     /// A lease over `srb` for channel 5, s16le stereo, with a 64 KiB "pool" of ours.
     fn lease(srb: &Srb, pool: &[u8], ring: usize) -> (Lease, rtrb::Consumer<f32>) {
@@ -482,6 +483,63 @@ mod tests {
             (RELEASE_LEN, Some(Packet::ShmRelease(70)))
         );
         assert!(ik.reclaim().is_none(), "taken back once");
+    }
+
+    #[test]
+    fn an_answer_missing_at_the_first_look_after_its_request_is_late() {
+        use crate::rtwire::Periods;
+        use crate::transport::{Bell, PlayShared, PlaySource};
+        use quaver_engine::stream::FrameSource;
+        let srb = Srb::new(1, 2).unwrap();
+        let mut at = 0;
+        let pool = vec![0u8; 4096];
+        let (l, consumer) = lease(&srb, &pool, 2_000);
+        let shared = Arc::new(PlayShared::new(Arc::new(Bell::new().unwrap()), 0, false));
+        shared.late_after_ns.store(1, Relaxed);
+        let ik = Arc::new(RtIntake::default());
+        ik.lend(l);
+        let mut src = PlaySource::new(shared.clone(), consumer, 2).with_intake(Some(ik), 5);
+        let rq = &shared.request;
+        rq.arm(
+            5,
+            0,
+            0,
+            0,
+            4,
+            Periods {
+                normal: 10,
+                late: 2,
+            },
+        );
+        let ask = |consumed: u64| {
+            assert!(rq.due(consumed).is_some());
+            let late = shared.late(quaver_rt::monotonic_ns());
+            rq.sent(late);
+        };
+        let mut answer = || {
+            let mut b = Vec::new();
+            block(&mut b, 5, 1, 9, 0, 16);
+            srb.client_write(&mut at, &b);
+        };
+        // Answered before the RT thread's first look after the request: on time, even
+        // though a cycle went by (here: any time at all is over the limit).
+        ask(0);
+        answer();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        src.prepare();
+        assert!(!shared.late(quaver_rt::monotonic_ns()));
+        // Not there at the first look, there at the next: late.
+        ask(10);
+        src.prepare();
+        answer();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        src.prepare();
+        assert!(shared.late(quaver_rt::monotonic_ns()));
+        assert_eq!(shared.late_answers.load(Relaxed), 1);
+        // So the next request comes 2 frames on, not 10.
+        ask(20);
+        assert!(rq.due(21).is_none());
+        assert!(rq.due(22).is_some());
     }
 
     #[test]

@@ -229,6 +229,8 @@ pub struct ArmedRequest {
     /// (0: the connection re-arms): while the RT thread also takes the answers in
     /// ([`crate::intake`]), the connection does not wake to do it.
     period: AtomicU64,
+    /// The period while the client answers late (0: the same).
+    late_period: AtomicU64,
     /// What was sent since the arm: the `consumed` count of the last request, the
     /// bytes of all of them and how many.
     sent_consumed: AtomicU64,
@@ -238,6 +240,21 @@ pub struct ArmedRequest {
     /// The request claimed by `due` and not yet sent: its `consumed` count and length.
     claimed_consumed: AtomicU64,
     claimed_len: AtomicU32,
+}
+
+/// Frames between two requests the RT thread arms itself: normally, and while the
+/// client answers late (so it is asked sooner and keeps more queued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Periods {
+    /// The period while the client keeps up (0: the connection arms each request).
+    pub normal: u64,
+    /// The period after a late answer or an underrun.
+    pub late: u64,
+}
+
+impl Periods {
+    /// The connection re-arms every request.
+    pub const NONE: Periods = Periods { normal: 0, late: 0 };
 }
 
 /// A request the RT thread sent: the `consumed` count it covers and its length in bytes.
@@ -257,8 +274,8 @@ impl ArmedRequest {
     /// Connection side (after [`ArmedRequest::disarm`]): send a REQUEST on `channel`
     /// when `consumed` reaches `at`, for `base_bytes` plus what was consumed past
     /// `base_consumed` (`frame_bytes` per frame). `base_bytes` is negative when the
-    /// client wrote more than it was asked for. With `period` > 0 the RT thread arms
-    /// each next request itself, `period` frames after the last, for what was consumed
+    /// client wrote more than it was asked for. With a period the RT thread arms each
+    /// next request itself, that many frames after the last, for what was consumed
     /// since (a request asks for everything missing, so nothing is left over).
     pub fn arm(
         &self,
@@ -267,14 +284,15 @@ impl ArmedRequest {
         base_consumed: u64,
         base_bytes: i64,
         frame_bytes: u32,
-        period: u64,
+        period: Periods,
     ) {
         self.channel.store(channel, Relaxed);
         self.at.store(at, Relaxed);
         self.base_consumed.store(base_consumed, Relaxed);
         self.base_bytes.store(base_bytes, Relaxed);
         self.frame_bytes.store(frame_bytes, Relaxed);
-        self.period.store(period, Relaxed);
+        self.period.store(period.normal, Relaxed);
+        self.late_period.store(period.late, Relaxed);
         self.sent_len.store(0, Relaxed);
         self.sent_count.store(0, Relaxed);
         self.state.store(ARMED, Release);
@@ -329,16 +347,24 @@ impl ArmedRequest {
         Some(request_packet(self.channel.load(Relaxed), length))
     }
 
+    /// CLOCK_MONOTONIC ns when the RT thread last sent a request (0: never).
+    pub fn last_sent_ns(&self) -> u64 {
+        self.sent_ns.load(Relaxed)
+    }
+
     /// RT side: the claimed request went out; re-armed for the next one if the
-    /// connection gave a period.
-    pub fn sent(&self) {
+    /// connection gave a period (the late one while the client answers `late`).
+    pub fn sent(&self, late: bool) {
         let consumed = self.claimed_consumed.load(Relaxed);
         self.sent_consumed.store(consumed, Relaxed);
         self.sent_len
             .fetch_add(self.claimed_len.load(Relaxed) as u64, Relaxed);
         self.sent_count.fetch_add(1, Relaxed);
         self.sent_ns.store(quaver_rt::monotonic_ns(), Relaxed);
-        let period = self.period.load(Relaxed);
+        let mut period = self.period.load(Relaxed);
+        if late && period > 0 {
+            period = self.late_period.load(Relaxed).clamp(1, period);
+        }
         if period > 0 {
             self.base_consumed.store(consumed, Relaxed);
             self.base_bytes.store(0, Relaxed);
@@ -393,12 +419,12 @@ mod tests {
         let rq = ArmedRequest::default();
         assert!(rq.due(1_000).is_none(), "nothing armed");
         // 100 bytes missing at consumed 50; send at 80; 4 bytes a frame.
-        rq.arm(3, 80, 50, 100, 4, 0);
+        rq.arm(3, 80, 50, 100, 4, Periods::NONE);
         assert!(rq.due(79).is_none(), "not yet");
         let p = rq.due(96).expect("due");
         assert_eq!(p, request_packet(3, 100 + 46 * 4));
         assert!(rq.due(200).is_none(), "claimed once");
-        rq.sent();
+        rq.sent(false);
         assert_eq!(
             rq.disarm(),
             Some(SentRequest {
@@ -410,15 +436,15 @@ mod tests {
         );
         assert_eq!(rq.disarm(), None, "taken back once");
         // A client that wrote ahead of its requests gets that much less.
-        rq.arm(3, 80, 50, -40, 4, 0);
+        rq.arm(3, 80, 50, -40, 4, Periods::NONE);
         assert_eq!(rq.due(80).unwrap(), request_packet(3, 30 * 4 - 40));
         rq.unsent();
         // Disarmed before it was due: nothing goes out.
-        rq.arm(3, 80, 50, 100, 4, 0);
+        rq.arm(3, 80, 50, 100, 4, Periods::NONE);
         assert_eq!(rq.disarm(), None);
         assert!(rq.due(100).is_none());
         // Claimed but not sent: the connection thread sends it itself.
-        rq.arm(3, 80, 50, 100, 4, 0);
+        rq.arm(3, 80, 50, 100, 4, Periods::NONE);
         assert!(rq.due(100).is_some());
         rq.unsent();
         assert_eq!(rq.disarm(), None);
@@ -428,24 +454,38 @@ mod tests {
     fn with_a_period_the_rt_side_rearms_and_the_connection_gets_the_sum() {
         let rq = ArmedRequest::default();
         // 100 bytes missing at consumed 50; first at 80, then every 40 frames.
-        rq.arm(3, 80, 50, 100, 4, 40);
+        rq.arm(
+            3,
+            80,
+            50,
+            100,
+            4,
+            Periods {
+                normal: 40,
+                late: 10,
+            },
+        );
         assert_eq!(rq.due(84).unwrap(), request_packet(3, 100 + 34 * 4));
-        rq.sent();
+        rq.sent(false);
         assert!(rq.due(123).is_none(), "next one at 124");
         assert_eq!(rq.due(130).unwrap(), request_packet(3, 46 * 4));
-        rq.sent();
-        // The third cannot go out: the connection thread will send it, and the two
+        // The client answered late: the next one comes sooner.
+        rq.sent(true);
+        assert!(rq.due(139).is_none(), "next one at 140");
+        assert_eq!(rq.due(140).unwrap(), request_packet(3, 10 * 4));
+        rq.sent(false);
+        // The fourth cannot go out: the connection thread will send it, and the three
         // before it stay accounted.
-        assert_eq!(rq.due(170).unwrap(), request_packet(3, 40 * 4));
+        assert_eq!(rq.due(180).unwrap(), request_packet(3, 40 * 4));
         rq.unsent();
         assert!(rq.due(300).is_none(), "not re-armed after an unsent one");
-        let sent = rq.disarm().expect("two went out");
+        let sent = rq.disarm().expect("three went out");
         assert_eq!(
             (sent.consumed, sent.length, sent.count),
-            (130, 236 + 184, 2)
+            (140, 236 + 184 + 40, 3)
         );
-        // Everything missing at 50 plus everything consumed to 130 was asked for.
-        assert_eq!(sent.length as i64, 100 + (130 - 50) * 4);
+        // Everything missing at 50 plus everything consumed to 140 was asked for.
+        assert_eq!(sent.length as i64, 100 + (140 - 50) * 4);
         assert_eq!(rq.disarm(), None);
     }
 

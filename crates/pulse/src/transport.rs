@@ -39,6 +39,10 @@ pub const F_PREBUF: u32 = 8;
 /// "Never" for the wake thresholds.
 pub const NEVER: u64 = u64::MAX;
 
+/// How long a stream stays asked sooner after its client answered late or underran
+/// (PulseAudio's sinks similarly raise a watermark on an underrun and lower it slowly).
+pub const LATE_HOLD_NS: u64 = 10_000_000_000;
+
 /// An eventfd doorbell that is written at most once between two [`Bell::take`]s, so a
 /// burst of rings (many streams in one cycle, many events) costs one system call and
 /// one wakeup. Ringing is lock-free and RT-safe.
@@ -178,6 +182,14 @@ pub struct PlayShared {
     pub bell: Arc<Bell>,
     /// The next REQUEST, when the connection lets the RT side send it.
     pub request: ArmedRequest,
+    /// CLOCK_MONOTONIC ns of the client's last late answer or underrun (0: none):
+    /// for a while after it the client is asked sooner, so it keeps more queued.
+    pub late_ns: AtomicU64,
+    /// An answer that takes longer than this after its request is late (set by the
+    /// connection; 0: answers are not timed here).
+    pub late_after_ns: AtomicU64,
+    /// Late answers timed here (logged at the end).
+    pub late_answers: AtomicU32,
 }
 
 impl PlayShared {
@@ -203,7 +215,16 @@ impl PlayShared {
             drain_at: AtomicU64::new(NEVER),
             bell,
             request: ArmedRequest::default(),
+            late_ns: AtomicU64::new(0),
+            late_after_ns: AtomicU64::new(0),
+            late_answers: AtomicU32::new(0),
         }
+    }
+
+    /// Whether the client answered late or underran within the last `LATE_HOLD_NS`.
+    pub fn late(&self, now_ns: u64) -> bool {
+        let t = self.late_ns.load(Relaxed);
+        t != 0 && now_ns.saturating_sub(t) < LATE_HOLD_NS
     }
 
     /// Sets or clears flag bits.
@@ -237,6 +258,10 @@ pub struct PlaySource {
     /// The connection's intake, when it may lend it to this stream, and its channel.
     intake: Option<Arc<RtIntake>>,
     channel: u32,
+    /// When the last request this reader has seen went out, and the one whose answer
+    /// was last timed.
+    asked_ns: u64,
+    answered_ns: u64,
 }
 
 impl PlaySource {
@@ -257,6 +282,8 @@ impl PlaySource {
             wire: None,
             intake: None,
             channel: 0,
+            asked_ns: 0,
+            answered_ns: 0,
         }
     }
 
@@ -338,11 +365,29 @@ impl PlaySource {
 
 impl FrameSource for PlaySource {
     fn prepare(&mut self) {
-        if let Some(ik) = &self.intake
-            && ik.pull(self.channel, self.removed).handed_back
-        {
+        let Some(ik) = &self.intake else {
+            return;
+        };
+        let pulled = ik.pull(self.channel, self.removed);
+        if pulled.handed_back {
             // Something in the ring is the I/O thread's: at once, not at the cycle's end.
             self.shared.bell.ring();
+        }
+        // The first data after a request the RT side sent: did the client take long? An
+        // answer there at the first look after the request is on time, however long a
+        // cycle is; one that comes later is late once it took more than `late_after_ns`.
+        let s = &*self.shared;
+        let asked = s.request.last_sent_ns();
+        let first_look = asked != self.asked_ns;
+        self.asked_ns = asked;
+        if pulled.frames > 0 && asked != 0 && asked != self.answered_ns {
+            self.answered_ns = asked;
+            let now = quaver_rt::monotonic_ns();
+            let late_after = s.late_after_ns.load(Relaxed);
+            if !first_look && late_after > 0 && now.saturating_sub(asked) > late_after {
+                s.late_ns.store(now, Relaxed);
+                s.late_answers.fetch_add(1, Relaxed);
+            }
         }
     }
 
@@ -416,6 +461,9 @@ impl FrameSource for PlaySource {
                     .store(no_prebuf && flags & F_DRAIN == 0, Release);
                 if flags & F_DRAIN == 0 {
                     self.shared.underrun_at.store(self.consumed, Relaxed);
+                    self.shared
+                        .late_ns
+                        .store(quaver_rt::monotonic_ns(), Relaxed);
                     self.shared.underruns.fetch_add(1, Release);
                     self.notify = true;
                 }
@@ -467,11 +515,11 @@ impl FrameSource for PlaySource {
                 }
             });
             match sent {
-                Sent::Whole => s.request.sent(),
+                Sent::Whole => s.request.sent(s.late(quaver_rt::monotonic_ns())),
                 Sent::Torn => {
                     // The connection thread must finish the packet before the client
                     // can answer it.
-                    s.request.sent();
+                    s.request.sent(s.late(quaver_rt::monotonic_ns()));
                     self.notify = true;
                 }
                 Sent::No => {

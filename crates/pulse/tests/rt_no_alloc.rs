@@ -12,7 +12,7 @@ use quaver_dsp::{ChannelMap, PlanarBuf};
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
 use quaver_engine::{CycleInfo, Processor};
 use quaver_pulse::intake::{Lease, RtIntake, Taken};
-use quaver_pulse::rtwire::{REQUEST_LEN, RtWire};
+use quaver_pulse::rtwire::{Periods, REQUEST_LEN, RtWire};
 use quaver_pulse::transport::{
     Bell, F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, PlayShared, PlaySource, RecShared, RecSink,
 };
@@ -53,6 +53,8 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
     let max_q = 1024;
     // Playback: mono 44.1 kHz into a stereo node (mixing + resampling).
     let play = Arc::new(PlayShared::new(bell.clone(), 2048, false));
+    // Answers are timed (and found late when the client is starved below).
+    play.late_after_ns.store(1_000_000, Relaxed);
     let (tx, rx) = rtrb::RingBuffer::new(16384);
     let mut tx = Some(tx);
     let (ours, mut client) = std::os::unix::net::UnixStream::pair().unwrap();
@@ -191,7 +193,14 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
                 consumed,
                 0,
                 4,
-                if intake { 100 } else { 0 },
+                if intake {
+                    Periods {
+                        normal: 100,
+                        late: 20,
+                    }
+                } else {
+                    Periods::NONE
+                },
             );
             // Take the intake back (the releases "sent") and lend it again.
             if let Some(l) = ik.reclaim() {

@@ -24,6 +24,9 @@
 //!   adds what it consumed since, and the connection thread takes the result back
 //!   (disarming) before it changes anything about the stream. A request the RT thread
 //!   sent is accounted exactly as if the connection thread had sent it at that moment.
+//!   While the RT thread also takes the answers in ([`crate::intake`]) it arms each next
+//!   request itself, a period the connection gave after the last; the connection then
+//!   takes back the sum of all of them.
 
 use crate::srb::SrbOut;
 use rustix::fd::{AsFd, OwnedFd};

@@ -5,15 +5,14 @@
 //! The front-end's I/O thread decodes the client's samples and pushes them (playback), or
 //! pops and encodes them (record); for a lone low-latency playback stream the RT thread
 //! may take its client's blocks in itself ([`crate::intake`]). Everything here runs on
-//! the RT thread: no allocation,
-//! no locks, no blocking; one system call is the write that rings the I/O thread's
-//! [`Bell`], made only when the I/O thread asked for it (a request threshold, a drain
-//! target, a fragment) or when something it must report happened (stream started,
-//! underflow, overflow), and at most once until the I/O thread has woken: however many
-//! streams cross a threshold in one cycle, the I/O thread wakes once. The one other
-//! system call is a non-blocking `send` of a stream's REQUEST to its client (or the
-//! srbchannel's wakeup pipe write), when the connection armed one ([`crate::rtwire`]):
-//! that replaces the ring.
+//! the RT thread: no allocation, no locks, no blocking; one system call is the write
+//! that rings the I/O thread's [`Bell`], made only when the I/O thread asked for it (a
+//! request threshold, a drain target, a fragment) or when something it must report
+//! happened (stream started, underflow, overflow), and at most once until the I/O
+//! thread has woken: however many streams cross a threshold in one cycle, the I/O
+//! thread wakes once. The one other system call is a non-blocking `send` of a stream's
+//! REQUEST to its client (or the srbchannel's wakeup pipe write), when the connection
+//! armed one ([`crate::rtwire`]): that replaces the ring.
 //!
 //! PulseAudio's prebuffering lives here rather than in the engine's adapter: a stream
 //! starts once `prebuf` bytes are queued (or on TRIGGER/DRAIN), and after running dry it
@@ -297,9 +296,9 @@ impl PlaySource {
 
     /// Sends the armed request `packet` when the intake is lent to this stream, after
     /// the block releases it holds (in the same write, or not at all); `None` when it is
-    /// not lent. Then the RT thread sends whatever the bell says ([`Bell::may_send`]):
-    /// the I/O thread would not wake for this stream's answer either, so any request it
-    /// sent would be a wakeup of its own.
+    /// not lent, and the bell's rule decides ([`Bell::may_send`]). A lent stream's
+    /// requests always go from here: the I/O thread does not wake for its answers, so a
+    /// request it sent would cost a wakeup of its own.
     fn send_lent(&self, wire: &RtWire, packet: &[u8; REQUEST_LEN]) -> Option<Sent> {
         self.intake.as_ref().and_then(|ik| {
             ik.with_lease(self.channel, |l| {

@@ -343,6 +343,64 @@ fn two_low_latency_streams_taken_in_by_the_rt_thread_both_arrive_bit_exact() {
     );
 }
 
+/// A 20 ms stream whose blocks the RT thread takes in goes through what other clients
+/// do to it — a volume change, its sink suspended and resumed, a move to another sink
+/// — and its client still gets every answer: it plays to the end and its drain is
+/// acknowledged (a command the RT thread hands to the I/O thread).
+#[test]
+fn a_stream_taken_in_by_the_rt_thread_is_moved_suspended_and_drained() {
+    require_tools!("paplay", "pactl");
+    let mut d = pulse_util::start(&["--device", "null"]);
+    pa_ok(
+        &d,
+        &run_pa(
+            &d,
+            "pactl",
+            &["load-module", "module-null-sink", "sink_name=other"],
+        ),
+    );
+    let input = noise_s16(48000 * 2 * 4, 47, 8000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let player = spawn_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]);
+    let mut index = String::new();
+    assert!(wait_until(WAIT, || {
+        let l = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+        index = l.split('\t').next().unwrap_or("").trim().to_string();
+        !index.is_empty()
+    }));
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(400));
+    pause();
+    for args in [
+        &["set-sink-input-volume", &index, "50%"][..],
+        &["suspend-sink", "null-sink", "1"],
+        &["suspend-sink", "null-sink", "0"],
+        &["move-sink-input", &index, "other"],
+        &["list", "sink-inputs"],
+    ] {
+        pa_ok(&d, &run_pa(&d, "pactl", args));
+        pause();
+    }
+    let l = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
+    assert!(l.contains(&index), "the stream is still there: {l}");
+    pa_ok(&d, &wait_output(player, WAIT));
+    let log = d.stop();
+    let took: Vec<u64> = log
+        .lines()
+        .filter_map(|l| {
+            l.split(" took in ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(
+        took.len() == 1 && took[0] >= 100,
+        "blocks taken in by the RT thread: {took:?}\n{log}"
+    );
+}
+
 #[test]
 fn aplay_through_the_alsa_pulse_plugin_is_bit_exact() {
     require_tools!("aplay");

@@ -293,12 +293,7 @@ fn move_sink_input_while_playing_loses_nothing() {
     let input = noise_s16(48000 * 3, 31, 20000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     let player = spawn_pa(&d, "paplay", &["--latency-msec=50", "in.wav"]);
-    let mut index = String::new();
-    assert!(wait_until(WAIT, || {
-        let l = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
-        index = l.split('\t').next().unwrap_or("").trim().to_string();
-        !index.is_empty()
-    }));
+    let index = wait_sink_input(&d);
     std::thread::sleep(std::time::Duration::from_millis(500));
     pa_ok(
         &d,

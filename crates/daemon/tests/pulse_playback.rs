@@ -326,17 +326,7 @@ fn two_low_latency_streams_taken_in_by_the_rt_thread_both_arrive_bit_exact() {
     assert!(out.len() >= at + b.len(), "the second stream is cut short");
     assert!(out[at..at + b.len()] == b[..], "the second stream differs");
     // Both streams' answers went through the RT thread.
-    let took: Vec<u64> = log
-        .lines()
-        .filter_map(|l| {
-            l.split(" took in ")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let took = blocks_taken_in(&log);
     assert!(
         took.len() == 2 && took.iter().all(|&n| n >= 100),
         "blocks taken in by the RT thread per stream: {took:?}\n{log}"
@@ -362,12 +352,7 @@ fn a_stream_taken_in_by_the_rt_thread_is_moved_suspended_and_drained() {
     let input = noise_s16(48000 * 2 * 4, 47, 8000);
     write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
     let player = spawn_pa(&d, "paplay", &["--latency-msec=20", "in.wav"]);
-    let mut index = String::new();
-    assert!(wait_until(WAIT, || {
-        let l = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sink-inputs"]));
-        index = l.split('\t').next().unwrap_or("").trim().to_string();
-        !index.is_empty()
-    }));
+    let index = wait_sink_input(&d);
     let pause = || std::thread::sleep(std::time::Duration::from_millis(400));
     pause();
     for args in [
@@ -384,17 +369,7 @@ fn a_stream_taken_in_by_the_rt_thread_is_moved_suspended_and_drained() {
     assert!(l.contains(&index), "the stream is still there: {l}");
     pa_ok(&d, &wait_output(player, WAIT));
     let log = d.stop();
-    let took: Vec<u64> = log
-        .lines()
-        .filter_map(|l| {
-            l.split(" took in ")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let took = blocks_taken_in(&log);
     assert!(
         took.len() == 1 && took[0] >= 100,
         "blocks taken in by the RT thread: {took:?}\n{log}"

@@ -131,6 +131,32 @@ pub fn interrupt(child: Child) -> Output {
     wait_output(child, WAIT)
 }
 
+/// Waits (bounded) for a sink input to appear and returns the first one's index.
+pub fn wait_sink_input(d: &Daemon) -> String {
+    let mut index = String::new();
+    assert!(
+        wait_until(WAIT, || {
+            let l = pa_ok(d, &run_pa(d, "pactl", &["list", "short", "sink-inputs"]));
+            index = l.split('\t').next().unwrap_or("").trim().to_string();
+            !index.is_empty()
+        }),
+        "no sink input appeared\n{}",
+        d.log_text()
+    );
+    index
+}
+
+/// The "took in N blocks" counts of every playback stream's end-of-stream debug line:
+/// the blocks the RT thread took out of the srbchannel itself.
+pub fn blocks_taken_in(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| {
+            let rest = l.split(" took in ").nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .collect()
+}
+
 /// Reads interleaved little-endian s16 samples from a raw file.
 pub fn read_raw_s16(path: &Path) -> Vec<i16> {
     std::fs::read(path)

@@ -528,6 +528,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1));
         src.prepare();
         assert!(!shared.late(quaver_rt::monotonic_ns()));
+        assert_eq!(shared.pushed.load(Relaxed), 4, "the pushed count follows");
         // Not there at the first look, there at the next: late.
         ask(10);
         src.prepare();

@@ -147,7 +147,7 @@ pub struct PlayShared {
     pub flags: AtomicU32,
     /// Prebuffer threshold in frames (0: start as soon as there is data).
     pub prebuf: AtomicU32,
-    /// Frames pushed into the ring (written by the connection).
+    /// Frames pushed into the ring (by the connection, or the RT thread's intake).
     pub pushed: AtomicU64,
     /// Frames read from the ring for playback.
     pub consumed: AtomicU64,
@@ -368,6 +368,11 @@ impl FrameSource for PlaySource {
             return;
         };
         let pulled = ik.pull(self.channel, self.removed);
+        if pulled.frames > 0 {
+            // The connection's count, carried on while the RT thread pushes (the
+            // introspection's buffer figure reads it).
+            self.shared.pushed.fetch_add(pulled.frames, Release);
+        }
         if pulled.handed_back {
             // Something in the ring is the I/O thread's: at once, not at the cycle's end.
             self.shared.bell.ring();

@@ -608,6 +608,9 @@ impl Playback {
     fn service(&mut self, out: &mut Out, due: bool, lone: bool) {
         self.disarm();
         let sh = self.shared.clone();
+        // From the attributes as they are now (SET_PLAYBACK_STREAM_BUFFER_ATTR changes
+        // them).
+        sh.late_after_ns.store(self.late_after_ns(), Relaxed);
         let consumed = sh.consumed.load(Acquire);
         if consumed > self.seen_consumed {
             self.missing += ((consumed - self.seen_consumed) * self.fs as u64) as i64;
@@ -3431,9 +3434,6 @@ impl Conn {
                 lease_scratch: Vec::new(),
             },
         );
-        if let Some(p) = self.playback.get(&channel) {
-            p.shared.late_after_ns.store(p.late_after_ns(), Relaxed);
-        }
         let reply = CreatePlaybackStreamReply {
             channel,
             stream_index: node,
@@ -3969,5 +3969,22 @@ mod request_tests {
             Relaxed,
         );
         assert_eq!(p.request_threshold(), 309 * FS as i64);
+    }
+
+    #[test]
+    fn the_late_limit_follows_the_buffer_attributes() {
+        let mut p = stream();
+        let mut buf = Vec::new();
+        let mut out = Out {
+            buf: &mut buf,
+            version: pa::MAX_VERSION,
+        };
+        p.service(&mut out, false, false);
+        let before = p.shared.late_after_ns.load(Relaxed);
+        assert_eq!(before, p.late_after_ns());
+        // SET_PLAYBACK_STREAM_BUFFER_ATTR doubles tlength: more margin, a later limit.
+        p.attr.target_length *= 2;
+        p.service(&mut out, false, false);
+        assert!(p.shared.late_after_ns.load(Relaxed) > before);
     }
 }

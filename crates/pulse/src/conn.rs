@@ -1058,6 +1058,12 @@ impl Conn {
         self.srb.as_mut().is_some_and(|s| s.before_poll())
     }
 
+    /// Whether the RT thread could take this connection's blocks in: its only playback
+    /// stream, through an active srbchannel.
+    fn intake_possible(&self) -> bool {
+        self.intake.is_some() && self.srb_active() && self.playback.len() == 1
+    }
+
     /// Whether the RT thread holds the intake.
     pub(crate) fn intake_lent(&self) -> bool {
         self.intake.as_ref().is_some_and(|i| i.lent())
@@ -1087,7 +1093,7 @@ impl Conn {
         let Some(intake) = self.intake.clone() else {
             return;
         };
-        if intake.lent() || self.closing || self.playback.len() != 1 || !self.srb_active() {
+        if intake.lent() || self.closing || !self.intake_possible() {
             return;
         }
         // The releases still held go with the RT thread's next request.
@@ -1568,7 +1574,7 @@ impl Conn {
                 ),
             }
         }
-        let lone = self.intake.is_some() && self.srb_active() && self.playback.len() == 1;
+        let lone = self.intake_possible();
         let mut out = Out {
             buf: &mut self.out,
             version: self.version,

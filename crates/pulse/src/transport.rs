@@ -455,7 +455,11 @@ impl FrameSource for PlaySource {
             self.removed += n as u64;
         }
         let no_prebuf = self.shared.prebuf.load(Relaxed) == 0;
-        if n < want && !self.in_prebuf {
+        // A drain that took the last frame has run dry even when the read was served
+        // whole: otherwise, had the drain ended on a cycle's boundary, data written
+        // after its ack would play on without prebuffering or a STARTED.
+        let drained = flags & F_DRAIN != 0 && self.queued() == 0;
+        if (n < want || drained) && !self.in_prebuf {
             // The queue ran dry: an underrun unless the client is draining.
             if !self.dry {
                 self.dry = true;
@@ -785,6 +789,34 @@ mod tests {
         // TRIGGER starts it anyway.
         shared.set_flag(F_TRIGGER, true);
         assert_eq!(src.read(&mut out), 1);
+        assert_eq!(shared.starts.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn a_drain_ending_on_a_cycle_boundary_prebuffers_again() {
+        let b = bell();
+        let shared = Arc::new(PlayShared::new(b.clone(), 2, false));
+        let (mut tx, rx) = rtrb::RingBuffer::new(64);
+        let mut src = PlaySource::new(shared.clone(), rx, 1);
+        let mut out = [0f32; 4];
+        for x in 0..4 {
+            tx.push(x as f32).unwrap();
+        }
+        assert_eq!(src.read(&mut out), 4);
+        assert_eq!(shared.starts.load(Relaxed), 1);
+        for x in 0..4 {
+            tx.push(x as f32).unwrap();
+        }
+        shared.set_flag(F_DRAIN, true);
+        // The drain's last frames fill the read exactly.
+        assert_eq!(src.read(&mut out), 4);
+        shared.set_flag(F_DRAIN, false);
+        assert_eq!(shared.underruns.load(Relaxed), 0, "a drain is no underrun");
+        // One frame written after the drain's ack waits for prebuf, and then starts.
+        tx.push(1.0).unwrap();
+        assert_eq!(src.read(&mut out), 0);
+        tx.push(2.0).unwrap();
+        assert_eq!(src.read(&mut out), 2);
         assert_eq!(shared.starts.load(Relaxed), 2);
     }
 

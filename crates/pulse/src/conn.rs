@@ -656,19 +656,25 @@ impl Playback {
                 sh.drain_at.store(consumed + self.queued_frames(), Release);
             }
         }
-        // Awake anyway, ask for anything PulseAudio would (minreq); the bell is only
-        // armed for the larger threshold. Streams woken together are then topped up
-        // together and reach their thresholds in the same cycle again: one wakeup
-        // serves all of them instead of one each. When a playback stream got to its
-        // threshold, half a minreq will do: a cycle may consume less than minreq
-        // (192-frame cycles take 176 frames of a 44.1 kHz stream, whose minreq at 20 ms
-        // is 220), and a stream one cycle behind would otherwise never be topped up with
-        // the others; 8 such streams started apart kept two bells per threshold, ~900
-        // wakeups/s instead of ~520. Not for other bells: a monitor record stream rings
-        // every cycle or two, and topping up at each of them kept a 20 ms stream's
-        // queue full, its latency through the monitor 16.8 ms instead of 11.
+        // When a playback stream got to its threshold, top up every stream serviced
+        // with it from half a minreq: streams woken together are then topped up
+        // together and reach their thresholds in the same cycle again, so one wakeup
+        // serves all of them instead of one each. Half a minreq, as a cycle may consume
+        // less than minreq (192-frame cycles take 176 frames of a 44.1 kHz stream, whose
+        // minreq at 20 ms is 220), and a stream one cycle behind would otherwise never
+        // be topped up with the others; 8 such streams started apart kept two bells per
+        // threshold, ~900 wakeups/s instead of ~520. Not on other wakeups (a monitor
+        // record stream's bell every cycle or two, a client's command): there a stream
+        // is asked only for what its own threshold would ask. Topping up at those kept a
+        // 20 ms stream's queue full and its latency through the monitor up: 16.8 ms
+        // instead of 11 from half a minreq, and 15.9 from a whole minreq once a cycle
+        // consumed one (240-frame cycles).
         let minreq = self.attr.minimum_request_length as i64;
-        let floor = if due { minreq / 2 } else { minreq };
+        let floor = if due {
+            minreq / 2
+        } else {
+            self.request_threshold()
+        };
         let prebuffering = sh.prebuffering.load(Relaxed) || self.queued_frames() == 0;
         if self.missing > 0 && (self.missing >= floor || prebuffering) {
             out.command(&Command::Request(pa::Request {
@@ -3946,10 +3952,11 @@ mod request_tests {
         assert_eq!(serviced(176, true), request_packet(0, (176 * FS) as u32));
         // Below half a minreq, nothing.
         assert!(serviced(109, true).is_empty());
-        // Woken for anything else (a monitor's record bell), minreq as PulseAudio asks:
-        // topping up then kept the queue full and the latency high.
-        assert!(serviced(176, false).is_empty());
-        assert_eq!(serviced(220, false), request_packet(0, (220 * FS) as u32));
+        // Woken for anything else (a monitor's record bell, a command), only what the
+        // stream's own threshold asks: topping up there, even from a whole minreq, kept
+        // the queue full and the latency high once a cycle consumed a minreq.
+        assert!(serviced(220, false).is_empty());
+        assert_eq!(serviced(309, false), request_packet(0, (309 * FS) as u32));
     }
 
     #[test]

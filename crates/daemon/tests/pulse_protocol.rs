@@ -334,16 +334,16 @@ fn set_buffer_attr_moves_the_quantum() {
     ));
     let p = c.reply_to(seq, |_| {}).expect("attributes set");
     let set: pa::SetPlaybackStreamBufferAttrReply = c.decode(&p);
-    // 20 ms with ADJUST_LATENCY leaves 5 ms (240 frames) for the device: a 240-frame
-    // quantum on the null sink.
-    assert_eq!(set.configured_sink_latency, 240 * 1_000_000 / 48000);
+    // 20 ms with ADJUST_LATENCY leaves 5 ms (240 frames) for the device: 192 frames on
+    // the null sink.
+    assert_eq!(set.configured_sink_latency, 192 * 1_000_000 / 48000);
     assert!(
         set.buffer_attr.target_length < 3840,
         "{:?}",
         set.buffer_attr
     );
     assert!(
-        wait_until(WAIT, || quanta(&d).last() == Some(&240)),
+        wait_until(WAIT, || quanta(&d).last() == Some(&192)),
         "the quantum follows the new latency: {:?}",
         quanta(&d)
     );

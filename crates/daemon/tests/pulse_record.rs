@@ -384,9 +384,9 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
             "latency_msec=10",
         ],
     );
-    // 10 ms = 480 frames, one quantum in flight on the null sink: 480, a multiple of
-    // 16 as it is.
-    assert_eq!(quantum(&d), "480", "idle quantum was {idle}");
+    // 10 ms = 480 frames, one quantum in flight on the null sink: 384, the ladder's
+    // step below.
+    assert_eq!(quantum(&d), "384", "idle quantum was {idle}");
     // Its capture side is a source output, moved like one (and not onto the monitor
     // of its own sink: a cycle).
     let outputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "source-outputs"]));

@@ -237,16 +237,17 @@ fn round_pow2(frames: usize) -> usize {
     1usize << (usize::BITS - 1 - f.leading_zeros())
 }
 
-/// The largest quantum at most `frames`: a multiple of 16 from 32 frames up (so
-/// buffers stay aligned), a power of two below. Every frame rounded off is paid in
-/// wakeups: a 5 ms request at 48 kHz (240 frames) ran 128-frame cycles (375 wakeups/s)
-/// when quanta were powers of two, 192-frame ones (250/s) on a ladder of powers of two
-/// and their halfway steps, and runs 240-frame ones (200/s) now.
+/// The largest quantum at most `frames` on the ladder of powers of two and their
+/// halfway steps (…, 128, 192, 256, 384, …). Rounding down to a power of two alone can
+/// cost up to half the requested latency in extra wakeups: a 5 ms request at 48 kHz
+/// (240 frames) ran 128-frame cycles, 375 wakeups/s; 192 frames run 250/s and still fit
+/// the request. Every step is a multiple of 16 from 32 up, so buffers stay aligned.
 fn round_quantum(frames: usize) -> usize {
-    if frames >= 32 {
-        frames - frames % 16
+    let p = round_pow2(frames);
+    if p >= 4 && frames >= p + p / 2 {
+        p + p / 2
     } else {
-        round_pow2(frames)
+        p
     }
 }
 
@@ -705,14 +706,14 @@ impl Engine {
     /// The quantum a node asking for `latency` frames gets on its own: the latency
     /// divided by the quanta the devices hold in flight (two on a double-buffered card:
     /// one plays while the next is filled; one on the null sink), rounded down to a
-    /// multiple of 16 frames (a power of two below 32), within the configured bounds.
+    /// power of two or the step halfway to the next one, within the configured bounds.
     pub fn quantum_for_latency(&self, latency: usize) -> usize {
         let c = &self.shared.config;
         round_quantum(latency / self.shared.periods).clamp(c.quantum_min, c.quantum_max)
     }
 
     /// The latency request that makes `quantum` (the inverse of
-    /// [`Engine::quantum_for_latency`] for quanta it can return within the bounds); also the
+    /// [`Engine::quantum_for_latency`] for quanta on its ladder within the bounds); also the
     /// device latency a graph running at `quantum` has.
     pub fn latency_for_quantum(&self, quantum: usize) -> usize {
         quantum.saturating_mul(self.shared.periods)
@@ -1390,16 +1391,14 @@ mod tests {
     use super::{round_pow2, round_quantum};
 
     #[test]
-    fn quantum_rounds_down_to_a_multiple_of_16_or_a_power_of_two_below_32() {
-        assert_eq!(round_quantum(960), 960);
-        assert_eq!(round_quantum(767), 752);
+    fn quantum_rounds_down_to_a_power_of_two_or_the_step_halfway() {
+        assert_eq!(round_quantum(960), 768);
+        assert_eq!(round_quantum(767), 512);
         assert_eq!(round_quantum(1024), 1024);
-        assert_eq!(round_quantum(240), 240);
-        assert_eq!(round_quantum(60), 48);
-        assert_eq!(round_quantum(47), 32);
-        assert_eq!(round_quantum(31), 16);
+        assert_eq!(round_quantum(240), 192);
+        assert_eq!(round_quantum(191), 128);
         assert_eq!(round_quantum(3), 2);
-        assert_eq!(round_quantum(6), 4);
+        assert_eq!(round_quantum(6), 6);
         assert_eq!(round_quantum(0), 1);
         assert_eq!(round_pow2(960), 512);
         assert_eq!(round_pow2(192), 128);

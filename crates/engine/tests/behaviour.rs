@@ -142,9 +142,9 @@ fn quantum_follows_the_smallest_latency_request() {
     let dev = RecordingDevice::new(RATE, 0);
     let (engine, mut runner) = Engine::new_manual(config(1024), vec![Box::new(dev)]).unwrap();
     assert_eq!(engine.quantum(), 1024);
-    // 20 ms over two periods in flight: 480 frames, a multiple of 16 as it is.
+    // 20 ms over two periods in flight: 480 frames → 384, the ladder's step below.
     let a = source(&engine, "a", 0.0, Some(960));
-    assert_eq!(engine.quantum(), 480);
+    assert_eq!(engine.quantum(), 384);
     let b = source(&engine, "b", 0.0, Some(100)); // 50 → 48
     assert_eq!(engine.quantum(), 48);
     settle(&mut runner, &[]);
@@ -157,7 +157,7 @@ fn quantum_follows_the_smallest_latency_request() {
         48
     );
     engine.remove_node(b).unwrap();
-    assert_eq!(engine.quantum(), 480);
+    assert_eq!(engine.quantum(), 384);
     let c = source(&engine, "c", 0.0, Some(40)); // 20 → clamped to min 32
     assert_eq!(engine.quantum(), 32);
     engine.remove_node(c).unwrap();
@@ -173,8 +173,8 @@ fn quantum_follows_the_smallest_latency_request() {
 fn a_node_that_needs_powers_of_two_rounds_the_quantum_down_to_one() {
     let dev = RecordingDevice::new(RATE, 0);
     let (engine, mut runner) = Engine::new_manual(config(1024), vec![Box::new(dev)]).unwrap();
-    let a = source(&engine, "a", 0.0, Some(480)); // 240 over two periods
-    assert_eq!(engine.quantum(), 240);
+    let a = source(&engine, "a", 0.0, Some(480)); // 240 → 192
+    assert_eq!(engine.quantum(), 192);
     let mut s = NodeSpec::new("jack-like", NodeKind::Filter);
     s.inputs = ChannelMap::stereo();
     s.pow2_quantum = true;
@@ -183,12 +183,12 @@ fn a_node_that_needs_powers_of_two_rounds_the_quantum_down_to_one() {
     assert_eq!(
         engine.quantum(),
         128,
-        "240 rounded down while the node runs"
+        "192 rounded down while the node runs"
     );
     settle(&mut runner, &[]);
     assert_eq!(engine.status().quantum, 128);
     engine.remove_node(j).unwrap();
-    assert_eq!(engine.quantum(), 240);
+    assert_eq!(engine.quantum(), 192);
     engine.remove_node(a).unwrap();
     engine.shutdown_manual(runner).unwrap();
 }

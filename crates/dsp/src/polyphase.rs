@@ -130,6 +130,21 @@ struct Job<'a> {
     l: usize,
 }
 
+impl Job<'_> {
+    /// Where the output frame after the one at `(pos, frac)` starts. No division per
+    /// frame: the step is split once, at construction.
+    #[inline(always)]
+    fn next(&self, (mut pos, mut frac): (usize, usize)) -> (usize, usize) {
+        pos += self.step;
+        frac += self.rem;
+        if frac >= self.l {
+            frac -= self.l;
+            pos += 1;
+        }
+        (pos, frac)
+    }
+}
+
 /// Renders `n` output frames from window start `pos`, sub-phase `frac`, into `dst`
 /// (channel `c` at `dst[c * stride..]`); returns where the next frame starts. One
 /// loop for every frame and channel, compiled per instruction set, so nothing is
@@ -150,13 +165,7 @@ fn render_body<const N: usize>(
             let start = c * j.cap + pos;
             dst[c * stride + i] = dot_body(&j.buf[start..start + taps], row);
         }
-        // No division per frame: the step is split once, at construction.
-        pos += j.step;
-        frac += j.rem;
-        if frac >= j.l {
-            frac -= j.l;
-            pos += 1;
-        }
+        (pos, frac) = j.next((pos, frac));
     }
     (pos, frac)
 }
@@ -243,12 +252,7 @@ unsafe fn render_avx2_32(
             let s = _mm_add_ss(u, _mm_shuffle_ps(u, u, 1));
             dst[c * stride + i] = _mm_cvtss_f32(s);
         }
-        pos += j.step;
-        frac += j.rem;
-        if frac >= j.l {
-            frac -= j.l;
-            pos += 1;
-        }
+        (pos, frac) = j.next((pos, frac));
     }
     (pos, frac)
 }

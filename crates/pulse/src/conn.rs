@@ -667,8 +667,8 @@ impl Playback {
         // record stream's bell every cycle or two, a client's command): there a stream
         // is asked only for what its own threshold would ask. Topping up at those kept a
         // 20 ms stream's queue full and its latency through the monitor up: 16.8 ms
-        // instead of 11 from half a minreq, and 15.9 from a whole minreq once a cycle
-        // consumed one (240-frame cycles).
+        // instead of 11 from half a minreq, and 15.9 from a whole minreq in a trial of
+        // 240-frame cycles, where a cycle consumed one.
         let minreq = self.attr.minimum_request_length as i64;
         let floor = if due {
             minreq / 2

@@ -694,6 +694,20 @@ mod tests {
         b.take()
     }
 
+    /// A playback stream's RT side over a 64-sample ring: its bell, shared state, the
+    /// ring's producer (the connection's end) and the source.
+    fn play_source(
+        prebuf: u32,
+        corked: bool,
+        channels: usize,
+    ) -> (Arc<Bell>, Arc<PlayShared>, rtrb::Producer<f32>, PlaySource) {
+        let b = bell();
+        let shared = Arc::new(PlayShared::new(b.clone(), prebuf, corked));
+        let (tx, rx) = rtrb::RingBuffer::new(64);
+        let src = PlaySource::new(shared.clone(), rx, channels);
+        (b, shared, tx, src)
+    }
+
     #[test]
     fn a_burst_of_rings_writes_the_eventfd_once_until_taken() {
         let b = bell();
@@ -761,10 +775,7 @@ mod tests {
 
     #[test]
     fn prebuffers_then_plays_then_underruns_and_prebuffers_again() {
-        let b = bell();
-        let shared = Arc::new(PlayShared::new(b.clone(), 4, false));
-        let (mut tx, rx) = rtrb::RingBuffer::new(64);
-        let mut src = PlaySource::new(shared.clone(), rx, 2);
+        let (b, shared, mut tx, mut src) = play_source(4, false, 2);
         let mut out = [0f32; 8];
         for x in 0..6 {
             tx.push(x as f32).unwrap(); // 3 frames < prebuf 4
@@ -794,10 +805,7 @@ mod tests {
 
     #[test]
     fn a_drain_ending_on_a_cycle_boundary_prebuffers_again() {
-        let b = bell();
-        let shared = Arc::new(PlayShared::new(b.clone(), 2, false));
-        let (mut tx, rx) = rtrb::RingBuffer::new(64);
-        let mut src = PlaySource::new(shared.clone(), rx, 1);
+        let (_, shared, mut tx, mut src) = play_source(2, false, 1);
         let mut out = [0f32; 4];
         for x in 0..4 {
             tx.push(x as f32).unwrap();
@@ -822,10 +830,7 @@ mod tests {
 
     #[test]
     fn without_prebuf_the_read_index_runs_on_over_silence_and_late_data_is_dropped() {
-        let b = bell();
-        let shared = Arc::new(PlayShared::new(b.clone(), 0, false));
-        let (mut tx, rx) = rtrb::RingBuffer::new(64);
-        let mut src = PlaySource::new(shared.clone(), rx, 1);
+        let (_, shared, mut tx, mut src) = play_source(0, false, 1);
         let mut out = [9f32; 4];
         tx.push(1.0).unwrap();
         tx.push(2.0).unwrap();
@@ -850,10 +855,7 @@ mod tests {
 
     #[test]
     fn cork_flush_and_wake_thresholds() {
-        let b = bell();
-        let shared = Arc::new(PlayShared::new(b.clone(), 0, true));
-        let (mut tx, rx) = rtrb::RingBuffer::new(64);
-        let mut src = PlaySource::new(shared.clone(), rx, 1);
+        let (b, shared, mut tx, mut src) = play_source(0, true, 1);
         let mut out = [0f32; 4];
         for x in 0..10 {
             tx.push(x as f32).unwrap();

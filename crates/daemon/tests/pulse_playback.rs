@@ -293,6 +293,56 @@ fn a_low_latency_stream_gets_its_requests_from_the_rt_thread_and_arrives_bit_exa
     );
 }
 
+/// `paplay -v` asks for the stream's latency several times a second (its status line);
+/// with the intake lent, the RT thread answers those queries itself. What paplay prints
+/// stays what the connection would say (a few ms to a few tens: the 20 ms buffer and
+/// the device), the audio is bit-exact, and the log counts the RT thread's answers.
+#[test]
+fn a_low_latency_streams_latency_queries_are_answered_by_the_rt_thread() {
+    require_tools!("paplay");
+    let mut d = pulse_util::start(&["--device", "file:out.wav"]);
+    let input = noise_s16(48000 * 2, 31, 20000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let out = run_pa(&d, "paplay", &["-v", "--latency-msec=20", "in.wav"]);
+    pa_ok(&d, &out);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let out_path = d.path("out.wav");
+    let log = d.stop();
+    let (_, got) = read_wav_s16(&out_path);
+    assert_contains_exactly(&got, &input, "paplay -v --latency-msec=20");
+    // paplay rewrites its status line with '\r'.
+    let latencies: Vec<u64> = said
+        .split(['\r', '\n'])
+        .filter_map(|l| l.split("Latency: ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(latencies.len() >= 10, "paplay said:\n{said}");
+    // Past the first second the stream plays steadily: its buffer and the device.
+    let steady = &latencies[latencies.len() / 2..];
+    assert!(
+        steady.iter().all(|&us| (1_000..60_000).contains(&us)),
+        "{steady:?}"
+    );
+    let answered: Vec<u64> = log
+        .lines()
+        .filter_map(|l| {
+            l.split(" and answered ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let [answered] = answered[..] else {
+        panic!("one stream's answer count expected: {answered:?}\n{log}");
+    };
+    assert!(
+        answered * 2 >= latencies.len() as u64,
+        "{answered} of ~{} queries answered by the RT thread\n{log}",
+        latencies.len()
+    );
+}
+
 /// Two clients at 20 ms at once: each connection lends the RT thread its intake, which
 /// then takes both streams' blocks in (and sends both streams' requests); both arrive
 /// bit-exact. Their noise is placed so that it never overlaps in the mix: the first

@@ -345,6 +345,8 @@ struct Playback {
     rt_sent: u64,
     /// Blocks the RT thread took in itself ([`crate::intake`]), logged at the end.
     rt_blocks: u64,
+    /// Latency queries the RT thread answered itself, logged at the end.
+    rt_answers: u64,
     /// The intake's copy buffer, kept between leases.
     lease_scratch: Vec<u8>,
 }
@@ -354,11 +356,12 @@ impl Drop for Playback {
         // No request for a stream that is gone.
         self.disarm();
         tracing::debug!(
-            "pulse: playback channel {} sent {} requests, {} of them by the RT thread, which took in {} blocks itself; {} answers came late",
+            "pulse: playback channel {} sent {} requests, {} of them by the RT thread, which took in {} blocks and answered {} latency queries itself; {} answers came late",
             self.channel,
             self.requests,
             self.rt_sent,
             self.rt_blocks,
+            self.rt_answers,
             self.shared.late_answers.load(Relaxed)
         );
     }
@@ -594,6 +597,7 @@ impl Playback {
         self.write_index = self.write_index.saturating_add(written);
         self.asked = (self.asked - written).max(0);
         self.rt_blocks += t.blocks;
+        self.rt_answers += t.answered;
         if t.last_data_ns > 0 {
             let ago = quaver_rt::monotonic_ns().saturating_sub(t.last_data_ns);
             self.last_data = Instant::now().checked_sub(std::time::Duration::from_nanos(ago));
@@ -1135,6 +1139,8 @@ impl Conn {
             channels: p.ch,
             codec: p.codec,
             max_frames: p.attr.max_length as u64 / p.fs as u64,
+            rate: p.spec.sample_rate,
+            write_index: p.write_index,
             producer,
             pushed: p.pushed,
             scratch,
@@ -3443,6 +3449,7 @@ impl Conn {
                 requests: 0,
                 rt_sent: 0,
                 rt_blocks: 0,
+                rt_answers: 0,
                 lease_scratch: Vec::new(),
             },
         );
@@ -3924,6 +3931,7 @@ mod request_tests {
             requests: 0,
             rt_sent: 0,
             rt_blocks: 0,
+            rt_answers: 0,
             lease_scratch: Vec::new(),
         };
         p.push(&[0.0; 2 * 1000]);

@@ -18,12 +18,20 @@
 //! thread's bell, which then reads on from exactly there. The client is never told: the
 //! ring and its wakeup flag look the same to it, only nobody sleeps on the flag, so its
 //! posts cost it no pipe write either.
+//!
+//! One command is answered here too: GET_PLAYBACK_LATENCY for the lent stream, which
+//! libpulse sends several times a second for a stream with automatic timing updates
+//! (`paplay -v`, players that show a position). Everything its reply holds is in the
+//! stream's shared state or the lease, and handing the intake back for it cost an RT
+//! hand-back, an I/O-thread wakeup and a re-lend per query (~1.2 ms of CPU a second at
+//! 10–20 queries, a tenth of the server's whole cost for one 20 ms stream).
 
-use crate::convert::Codec;
+use crate::convert::{Codec, frames_to_usec};
+use crate::rtwire::{RtWire, Sent};
 use crate::srb::SrbOut;
 use crate::wire::{
-    DESCRIPTOR_SIZE, FLAG_SEEK_MASK, FLAG_SHMDATA, FLAG_SHMDATA_MEMFD_BLOCK, FLAG_SHMRELEASE,
-    FLAG_SHMWRITABLE, SHM_INFO_SIZE,
+    CONTROL_CHANNEL, DESCRIPTOR_SIZE, FLAG_SEEK_MASK, FLAG_SHMDATA, FLAG_SHMDATA_MEMFD_BLOCK,
+    FLAG_SHMRELEASE, FLAG_SHMWRITABLE, SHM_INFO_SIZE,
 };
 use std::cell::UnsafeCell;
 use std::sync::Arc;
@@ -35,6 +43,17 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 pub const MAX_RELEASES: usize = 16;
 /// Bytes of one release frame.
 pub const RELEASE_LEN: usize = DESCRIPTOR_SIZE;
+
+/// PA_COMMAND_GET_PLAYBACK_LATENCY.
+const COMMAND_GET_PLAYBACK_LATENCY: u32 = 14;
+/// PA_COMMAND_REPLY.
+const COMMAND_REPLY: u32 = 2;
+/// Bytes of a GET_PLAYBACK_LATENCY packet: the descriptor, then command, tag and channel
+/// (tagged u32s) and the client's time (a tagged timeval).
+pub const LATENCY_QUERY_LEN: usize = DESCRIPTOR_SIZE + 3 * 5 + 9;
+/// Bytes of its reply: the descriptor, command and tag, two usecs, a bool, two timevals,
+/// the write and read indexes (s64) and the underrun and playing counts (u64).
+pub const LATENCY_REPLY_LEN: usize = DESCRIPTOR_SIZE + 2 * 5 + 2 * 9 + 1 + 2 * 9 + 4 * 9;
 
 const IO: u32 = 0;
 const RT: u32 = 1;
@@ -65,6 +84,11 @@ pub struct Lease {
     pub codec: Codec,
     /// Most frames the stream may hold queued (its maxlength).
     pub max_frames: u64,
+    /// Its sample rate (for the device latency a latency reply gives in µs).
+    pub rate: u32,
+    /// The connection's write index (bytes) when it lent the intake; a latency reply
+    /// adds what was taken in since.
+    pub write_index: i64,
     /// The stream's ring, written here while lent.
     pub producer: rtrb::Producer<f32>,
     /// Frames ever pushed into the ring (the connection's count, carried on).
@@ -93,6 +117,8 @@ pub struct Taken {
     pub last_data_ns: u64,
     /// Whether the client corrupted its ring's count (the connection ends it).
     pub corrupt: bool,
+    /// GET_PLAYBACK_LATENCY queries the RT thread answered.
+    pub answered: u64,
 }
 
 impl Taken {
@@ -142,6 +168,27 @@ impl Default for RtIntake {
     }
 }
 
+/// Where and with what the RT side answers the lent stream's latency queries.
+pub struct Answer<'a> {
+    /// The client's wire (`None`: every query goes to the I/O thread).
+    pub wire: Option<&'a RtWire>,
+    /// The stream's state now, read only when a query is there.
+    pub timing: &'a dyn Fn() -> PlayTiming,
+}
+
+impl Answer<'_> {
+    /// Answers nothing: queries go to the I/O thread like any other command.
+    pub const NONE: Answer<'static> = Answer {
+        wire: None,
+        timing: &|| PlayTiming {
+            consumed: 0,
+            delay: 0,
+            playing: false,
+            start_at: 0,
+        },
+    };
+}
+
 /// What the RT thread's look at the ring came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pulled {
@@ -151,12 +198,29 @@ pub struct Pulled {
     pub handed_back: bool,
 }
 
+/// The lent stream as a latency reply reports it, read by the RT side when a query
+/// comes (the same shared state the connection reads for its replies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlayTiming {
+    /// Frames the stream has played into the graph (its read index).
+    pub consumed: u64,
+    /// Frames between the graph and the speaker.
+    pub delay: u32,
+    /// Whether it plays (started and not corked).
+    pub playing: bool,
+    /// The read index at which it last started.
+    pub start_at: u64,
+}
+
 /// One frame at the front of the client's ring, as far as the RT thread cares.
 enum Front {
     /// Not all of it is there yet.
     Partial,
     /// A block of the lent stream: (block id, index, length) in the lent pool.
     Block(u32, u32, u32),
+    /// GET_PLAYBACK_LATENCY for the lent stream: its tag and the client's timeval as
+    /// sent (seconds, microseconds below a second).
+    Query(u32, [u8; 8]),
     /// Anything else: the I/O thread's.
     Other,
 }
@@ -174,6 +238,13 @@ impl Lease {
         self.srb.peek_in(self.rd, &mut d[..DESCRIPTOR_SIZE]);
         let (length, channel, offset, flags) =
             (be(&d, 0), be(&d, 4), (be(&d, 8), be(&d, 12)), be(&d, 16));
+        if channel == CONTROL_CHANNEL
+            && length as usize == LATENCY_QUERY_LEN - DESCRIPTOR_SIZE
+            && offset == (0, 0)
+            && flags == 0
+        {
+            return self.query(fill);
+        }
         let ours = FLAG_SHMDATA | FLAG_SHMDATA_MEMFD_BLOCK;
         // Relative seek (0) by 0 bytes, a memfd block, nothing else set.
         if channel != self.channel
@@ -196,9 +267,111 @@ impl Lease {
         Front::Block(block, index, len)
     }
 
+    /// A control packet of a latency query's length at the front: the query for the
+    /// lent stream, exactly as libpulse encodes it, or the I/O thread's.
+    fn query(&self, fill: usize) -> Front {
+        if fill < LATENCY_QUERY_LEN {
+            return Front::Partial;
+        }
+        let mut p = [0u8; LATENCY_QUERY_LEN];
+        self.srb.peek_in(self.rd, &mut p);
+        let d = DESCRIPTOR_SIZE;
+        let tagged = [(d, b'L'), (d + 5, b'L'), (d + 10, b'L'), (d + 15, b'T')]
+            .iter()
+            .all(|&(at, t)| p[at] == t);
+        // A timeval's microseconds past a second are the decoder's to refuse.
+        if !tagged
+            || be(&p, d + 1) != COMMAND_GET_PLAYBACK_LATENCY
+            || be(&p, d + 11) != self.channel
+            || be(&p, d + 20) >= 1_000_000
+        {
+            return Front::Other;
+        }
+        let mut local = [0u8; 8];
+        local.copy_from_slice(&p[d + 16..d + 24]);
+        Front::Query(be(&p, d + 6), local)
+    }
+
+    /// The reply to a latency query with `tag` and the client's time `local`, as the
+    /// connection would answer it (`remote_ns`: our wall clock, ns since the epoch).
+    pub fn latency_reply(
+        &self,
+        tag: u32,
+        local: [u8; 8],
+        t: &PlayTiming,
+        remote_ns: u64,
+    ) -> [u8; LATENCY_REPLY_LEN] {
+        let fs = self.frame_bytes as u64;
+        let playing_for = if t.playing {
+            (t.consumed - t.start_at.min(t.consumed)) * fs
+        } else {
+            0
+        };
+        let write_index = self.write_index.saturating_add(self.taken.written as i64);
+        let mut p = [0u8; LATENCY_REPLY_LEN];
+        p[0..4].copy_from_slice(&((LATENCY_REPLY_LEN - DESCRIPTOR_SIZE) as u32).to_be_bytes());
+        p[4..8].copy_from_slice(&CONTROL_CHANNEL.to_be_bytes());
+        let mut at = DESCRIPTOR_SIZE;
+        let mut put = |tag: u8, bytes: &[u8]| {
+            p[at] = tag;
+            p[at + 1..at + 1 + bytes.len()].copy_from_slice(bytes);
+            at += 1 + bytes.len();
+        };
+        put(b'L', &COMMAND_REPLY.to_be_bytes());
+        put(b'L', &tag.to_be_bytes());
+        put(
+            b'U',
+            &frames_to_usec(t.delay as u64, self.rate).to_be_bytes(),
+        );
+        put(b'U', &0u64.to_be_bytes());
+        put(if t.playing { b'1' } else { b'0' }, &[]);
+        put(b'T', &local);
+        let (secs, usecs) = (remote_ns / 1_000_000_000, remote_ns % 1_000_000_000 / 1_000);
+        let mut remote = [0u8; 8];
+        remote[..4].copy_from_slice(&(secs as u32).to_be_bytes());
+        remote[4..].copy_from_slice(&(usecs as u32).to_be_bytes());
+        put(b'T', &remote);
+        put(b'r', &write_index.to_be_bytes());
+        put(b'r', &((t.consumed * fs) as i64).to_be_bytes());
+        put(b'R', &0u64.to_be_bytes());
+        put(b'R', &playing_for.to_be_bytes());
+        debug_assert_eq!(at, LATENCY_REPLY_LEN);
+        p
+    }
+
+    /// Answers the latency query at the front on `wire` and steps past it; false when
+    /// it cannot (the wire is not the srbchannel, or busy, or the ring is full): the I/O
+    /// thread then answers it.
+    fn answer(&mut self, tag: u32, local: [u8; 8], to: &Answer<'_>) -> bool {
+        let Some(wire) = to.wire.filter(|w| w.on_srb()) else {
+            return false;
+        };
+        // Wall clock, as the connection's replies give it: a vDSO read.
+        let remote_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let reply = self.latency_reply(tag, local, &(to.timing)(), remote_ns);
+        if wire.try_send(&reply) != Sent::Whole {
+            return false;
+        }
+        self.step(LATENCY_QUERY_LEN)
+    }
+
+    /// Consumes `used` bytes of the client's ring; false if its count was corrupt.
+    fn step(&mut self, used: usize) -> bool {
+        if !self.srb.consume_in(used) {
+            self.taken.corrupt = true;
+            return false;
+        }
+        self.rd = (self.rd + used) % self.srb.capacity();
+        self.taken.ring_bytes += used as u64;
+        true
+    }
+
     /// Takes whole blocks of the lent stream from the front of the client's ring while
-    /// they fit; false when it stopped at something the I/O thread must see.
-    fn take(&mut self, removed: u64, now_ns: u64, pulled: &mut Pulled) -> bool {
+    /// they fit, answering latency queries for it on the way; false when it stopped at
+    /// something the I/O thread must see.
+    fn take(&mut self, removed: u64, now_ns: u64, pulled: &mut Pulled, to: &Answer<'_>) -> bool {
         loop {
             let Some(fill) = self.srb.in_fill() else {
                 self.taken.corrupt = true;
@@ -207,6 +380,13 @@ impl Lease {
             let (block, index, len) = match self.front(fill) {
                 Front::Partial => return true,
                 Front::Other => return false,
+                Front::Query(tag, local) => {
+                    if !self.answer(tag, local, to) {
+                        return false;
+                    }
+                    self.taken.answered += 1;
+                    continue;
+                }
                 Front::Block(b, i, l) => (b, i as usize, l as usize),
             };
             let fs = self.frame_bytes;
@@ -241,14 +421,10 @@ impl Lease {
             self.codec.decode(&bytes[..split], a);
             self.codec.decode(&bytes[split..], b);
             chunk.commit_all();
-            let used = DESCRIPTOR_SIZE + SHM_INFO_SIZE as usize;
-            if !self.srb.consume_in(used) {
-                self.taken.corrupt = true;
+            if !self.step(DESCRIPTOR_SIZE + SHM_INFO_SIZE as usize) {
                 return false;
             }
-            self.rd = (self.rd + used) % self.srb.capacity();
             let t = &mut self.taken;
-            t.ring_bytes += used as u64;
             t.written += len as u64;
             t.blocks += 1;
             t.releases[t.held] = block;
@@ -345,13 +521,14 @@ impl RtIntake {
     }
 
     /// RT side: takes in what the client's ring holds for stream `channel` (whose RT
-    /// reader has removed `removed` frames from its ring).
-    pub fn pull(&self, channel: u32, removed: u64) -> Pulled {
+    /// reader has removed `removed` frames from its ring), answering its latency queries
+    /// as `to` says.
+    pub fn pull(&self, channel: u32, removed: u64, to: &Answer<'_>) -> Pulled {
         let now = quaver_rt::monotonic_ns();
         self.looked_ns.store(now, Relaxed);
         let mut pulled = Pulled::default();
         let kept = self.with_lease(channel, |l| {
-            let keep = l.take(removed, now, &mut pulled);
+            let keep = l.take(removed, now, &mut pulled, to);
             (keep, keep)
         });
         pulled.handed_back = kept == Some(false);
@@ -380,6 +557,8 @@ mod tests {
             channels: 2,
             codec: Codec::Pcm(quaver_dsp::format::SampleFormat::S16Le),
             max_frames: 1_000,
+            rate: 48_000,
+            write_index: 0,
             producer,
             pushed: 0,
             scratch: vec![0; 4096],
@@ -409,7 +588,11 @@ mod tests {
         assert!(!ik.lent());
         ik.lend(l);
         assert!(ik.lent());
-        assert_eq!(ik.pull(5, 0), Pulled::default(), "an empty ring");
+        assert_eq!(
+            ik.pull(5, 0, &Answer::NONE),
+            Pulled::default(),
+            "an empty ring"
+        );
         let mut bytes = Vec::new();
         block(&mut bytes, 5, 70, 9, 8, 16);
         block(&mut bytes, 5, 71, 9, 24, 8);
@@ -428,24 +611,24 @@ mod tests {
         srb.client_write(&mut at, &bytes);
         srb.client_write(&mut at, &cmd[..10]);
         assert_eq!(
-            ik.pull(5, 0),
+            ik.pull(5, 0, &Answer::NONE),
             Pulled {
                 frames: 6,
                 handed_back: false
             }
         );
         assert_eq!(
-            ik.pull(5, 0),
+            ik.pull(5, 0, &Answer::NONE),
             Pulled::default(),
             "a partial descriptor waits"
         );
         // Another stream's reader does not touch it.
         srb.client_write(&mut at, &cmd[10..]);
-        assert_eq!(ik.pull(4, 0), Pulled::default());
+        assert_eq!(ik.pull(4, 0, &Answer::NONE), Pulled::default());
         assert!(ik.lent());
         // A command: handed back, untouched.
         assert_eq!(
-            ik.pull(5, 0),
+            ik.pull(5, 0, &Answer::NONE),
             Pulled {
                 frames: 0,
                 handed_back: true
@@ -453,7 +636,7 @@ mod tests {
         );
         assert!(ik.handed_back() && !ik.lent());
         assert_eq!(
-            ik.pull(5, 0),
+            ik.pull(5, 0, &Answer::NONE),
             Pulled::default(),
             "not the RT thread's any more"
         );
@@ -483,6 +666,203 @@ mod tests {
             (RELEASE_LEN, Some(Packet::ShmRelease(70)))
         );
         assert!(ik.reclaim().is_none(), "taken back once");
+    }
+
+    /// GET_PLAYBACK_LATENCY for `channel` with `tag`, as libpulse writes it, at a time
+    /// `usecs` past the epoch.
+    fn latency_query(tag: u32, channel: u32, usecs: u64) -> Vec<u8> {
+        use pulseaudio::protocol::{Command, LatencyParams};
+        let mut b = Vec::new();
+        pulseaudio::protocol::write_command_message(
+            &mut b,
+            tag,
+            &Command::GetPlaybackLatency(LatencyParams {
+                channel,
+                now: std::time::UNIX_EPOCH + std::time::Duration::from_micros(usecs),
+            }),
+            pulseaudio::protocol::MAX_VERSION,
+        )
+        .unwrap();
+        assert_eq!(b.len(), LATENCY_QUERY_LEN);
+        b
+    }
+
+    const T0: u64 = 1_700_000_000_123_456;
+
+    fn timing() -> PlayTiming {
+        PlayTiming {
+            consumed: 300,
+            delay: 480,
+            playing: true,
+            start_at: 100,
+        }
+    }
+
+    #[test]
+    fn the_rt_sides_latency_reply_is_the_connections() {
+        use pulseaudio::protocol::PlaybackLatency;
+        use std::time::{Duration, UNIX_EPOCH};
+        let srb = Srb::new(1, 2).unwrap();
+        let pool = vec![0u8; 64];
+        let (mut l, _c) = lease(&srb, &pool, 64);
+        l.write_index = 1_000;
+        l.taken.written = 24;
+        let remote_ns = 1_800_000_000_987_654_321;
+        let local = {
+            let q = latency_query(1, 5, T0);
+            let mut t = [0u8; 8];
+            t.copy_from_slice(&q[LATENCY_QUERY_LEN - 8..]);
+            t
+        };
+        for playing in [true, false] {
+            let t = PlayTiming {
+                playing,
+                ..timing()
+            };
+            let mut want = Vec::new();
+            Out {
+                buf: &mut want,
+                version: pulseaudio::protocol::MAX_VERSION,
+            }
+            .reply(
+                0xABCD,
+                &PlaybackLatency {
+                    sink_usec: 10_000,
+                    source_usec: 0,
+                    playing,
+                    local_time: UNIX_EPOCH + Duration::from_micros(T0),
+                    remote_time: UNIX_EPOCH + Duration::from_nanos(remote_ns),
+                    write_offset: 1_024,
+                    read_offset: 1_200,
+                    underrun_for: 0,
+                    playing_for: if playing { 800 } else { 0 },
+                },
+            );
+            assert_eq!(
+                l.latency_reply(0xABCD, local, &t, remote_ns)[..],
+                want[..],
+                "playing: {playing}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_lent_streams_latency_queries_are_answered_between_its_blocks() {
+        use crate::rtwire::RtWire;
+        use pulseaudio::protocol::PlaybackLatency;
+        use std::time::{Duration, SystemTime, UNIX_EPOCH};
+        let (ours, _client) = std::os::unix::net::UnixStream::pair().unwrap();
+        let srb = Srb::new(1, 2).unwrap();
+        let wire = RtWire::new(&ours).unwrap();
+        wire.use_srb(srb.out());
+        let (mut at, mut back) = (0, 0);
+        let pool = vec![0u8; 4096];
+        let (mut l, _c) = lease(&srb, &pool, 2_000);
+        l.write_index = 1_000;
+        let ik = RtIntake::default();
+        ik.lend(l);
+        let mut bytes = Vec::new();
+        block(&mut bytes, 5, 1, 9, 0, 16);
+        bytes.extend(latency_query(77, 5, T0));
+        block(&mut bytes, 5, 2, 9, 16, 8);
+        srb.client_write(&mut at, &bytes);
+        let to = Answer {
+            wire: Some(&wire),
+            timing: &timing,
+        };
+        let before = SystemTime::now();
+        assert_eq!(
+            ik.pull(5, 0, &to),
+            Pulled {
+                frames: 6,
+                handed_back: false
+            }
+        );
+        let after = SystemTime::now();
+        let reply = srb.client_read(&mut back);
+        let (tag, r): (u32, PlaybackLatency) = pulseaudio::protocol::read_reply_message(
+            &mut &reply[..],
+            pulseaudio::protocol::MAX_VERSION,
+        )
+        .unwrap();
+        assert_eq!(reply.len(), LATENCY_REPLY_LEN);
+        assert_eq!(tag, 77);
+        // The write index counts what was taken in before the query, not after.
+        assert_eq!(
+            (r.sink_usec, r.playing, r.write_offset, r.read_offset),
+            (10_000, true, 1_016, 1_200)
+        );
+        assert_eq!((r.underrun_for, r.playing_for), (0, 800));
+        assert_eq!(r.local_time, UNIX_EPOCH + Duration::from_micros(T0));
+        let us = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_micros();
+        assert!((us(before)..=us(after)).contains(&us(r.remote_time)));
+        let l = ik.reclaim().unwrap();
+        assert_eq!((l.taken.answered, l.taken.blocks), (1, 2));
+        assert_eq!(l.taken.ring_bytes as usize, bytes.len());
+    }
+
+    #[test]
+    fn a_query_the_rt_side_cannot_answer_goes_back_unread() {
+        use crate::rtwire::RtWire;
+        let pool = vec![0u8; 4096];
+        let mut other_cmd = latency_query(7, 5, T0);
+        other_cmd[21..25].copy_from_slice(&15u32.to_be_bytes()); // GET_RECORD_LATENCY
+        let mut bad_usec = latency_query(7, 5, T0);
+        bad_usec[LATENCY_QUERY_LEN - 4..].copy_from_slice(&1_000_000u32.to_be_bytes());
+        let cases: [(&str, Vec<u8>, bool, bool); 5] = [
+            ("another stream's", latency_query(7, 6, T0), true, false),
+            ("another command", other_cmd, true, false),
+            ("microseconds past a second", bad_usec, true, false),
+            (
+                "the socket, not the srbchannel",
+                latency_query(7, 5, T0),
+                false,
+                false,
+            ),
+            (
+                "the connection holding the wire",
+                latency_query(7, 5, T0),
+                true,
+                true,
+            ),
+        ];
+        for (what, query, on_srb, held) in cases {
+            let (ours, _client) = std::os::unix::net::UnixStream::pair().unwrap();
+            let srb = Srb::new(1, 2).unwrap();
+            let wire = RtWire::new(&ours).unwrap();
+            if on_srb {
+                wire.use_srb(srb.out());
+            }
+            if held {
+                assert_eq!(wire.acquire(), Ok(None));
+            }
+            let (l, _c) = lease(&srb, &pool, 2_000);
+            let ik = RtIntake::default();
+            ik.lend(l);
+            let mut at = 0;
+            srb.client_write(&mut at, &query[..30]);
+            let to = Answer {
+                wire: Some(&wire),
+                timing: &timing,
+            };
+            assert_eq!(
+                ik.pull(5, 0, &to),
+                Pulled::default(),
+                "{what}: a part waits"
+            );
+            srb.client_write(&mut at, &query[30..]);
+            assert_eq!(
+                ik.pull(5, 0, &to),
+                Pulled {
+                    frames: 0,
+                    handed_back: true
+                },
+                "{what}"
+            );
+            let l = ik.reclaim().unwrap();
+            assert_eq!((l.rd, l.taken.answered), (0, 0), "{what}: nothing read");
+            assert!(srb.client_read(&mut 0).is_empty(), "{what}: nothing sent");
+        }
     }
 
     #[test]
@@ -564,7 +944,7 @@ mod tests {
             let mut bytes = Vec::new();
             block(&mut bytes, channel, 1, shm, index, len);
             srb.client_write(&mut at, &bytes);
-            let p = ik.pull(5, 0);
+            let p = ik.pull(5, 0, &Answer::NONE);
             assert_eq!(
                 p,
                 Pulled {
@@ -586,6 +966,6 @@ mod tests {
         block(&mut bytes, 5, 1, 9, 0, 16);
         bytes[19] = 1; // PA_SEEK_ABSOLUTE
         srb.client_write(&mut at, &bytes);
-        assert!(ik.pull(5, 0).handed_back);
+        assert!(ik.pull(5, 0, &Answer::NONE).handed_back);
     }
 }

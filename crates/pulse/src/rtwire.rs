@@ -122,6 +122,12 @@ impl RtWire {
         let _ = self.srb.set(out);
     }
 
+    /// Whether the srbchannel carries the output (a packet then goes whole or not at
+    /// all).
+    pub fn on_srb(&self) -> bool {
+        self.srb.get().is_some()
+    }
+
     /// RT side: sends `packet` if nobody else is writing to the socket (or the ring).
     /// Never blocks and never waits for the lock; never tears a packet into the ring.
     pub fn try_send(&self, packet: &[u8]) -> Sent {

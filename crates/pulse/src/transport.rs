@@ -18,7 +18,7 @@
 //! starts once `prebuf` bytes are queued (or on TRIGGER/DRAIN), and after running dry it
 //! waits for `prebuf` again, as `pa_memblockq` does.
 
-use crate::intake::{MAX_RELEASES, RELEASE_LEN, RtIntake};
+use crate::intake::{Answer, MAX_RELEASES, PlayTiming, RELEASE_LEN, RtIntake};
 use crate::rtwire::{ArmedRequest, REQUEST_LEN, RtWire, Sent};
 use quaver_engine::stream::{FrameSink, FrameSource};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -367,7 +367,18 @@ impl FrameSource for PlaySource {
         let Some(ik) = &self.intake else {
             return;
         };
-        let pulled = ik.pull(self.channel, self.removed);
+        let s = &*self.shared;
+        let timing = || PlayTiming {
+            consumed: s.consumed.load(Acquire),
+            delay: s.delay.load(Relaxed),
+            playing: s.playing.load(Acquire) && s.flags.load(Acquire) & F_CORKED == 0,
+            start_at: s.start_at.load(Relaxed),
+        };
+        let to = Answer {
+            wire: self.wire.as_deref(),
+            timing: &timing,
+        };
+        let pulled = ik.pull(self.channel, self.removed, &to);
         if pulled.frames > 0 {
             // The connection's count, carried on while the RT thread pushes (the
             // introspection's buffer figure reads it).

@@ -4,7 +4,8 @@
 //! allocation guard, while the "connection" side feeds and drains the rings outside it.
 //! The playback stream also sends its armed requests to a client itself: on its socket,
 //! or into the srbchannel's ring (which nobody reads here, so it also fills up); and
-//! with the intake lent, it takes the client's blocks out of the srbchannel itself.
+//! with the intake lent, it takes the client's blocks out of the srbchannel itself and
+//! answers the latency queries among them.
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
 use quaver_dsp::resample::ResampleQuality;
@@ -47,6 +48,24 @@ fn block_frame(id: u32, index: u32, len: u32) -> Vec<u8> {
     f
 }
 
+/// GET_PLAYBACK_LATENCY for channel 1, as libpulse writes it.
+fn latency_query(tag: u32) -> Vec<u8> {
+    use quaver_pulse::pulseaudio::protocol::{self as pa, Command, LatencyParams};
+    let mut b = Vec::new();
+    let params = LatencyParams {
+        channel: 1,
+        now: std::time::SystemTime::now(),
+    };
+    pa::write_command_message(
+        &mut b,
+        tag,
+        &Command::GetPlaybackLatency(params),
+        pa::MAX_VERSION,
+    )
+    .unwrap();
+    b
+}
+
 fn transport_cycles(srbchannel: bool, intake: bool) {
     let bell = Arc::new(Bell::new().unwrap());
     let rate = 48000;
@@ -71,6 +90,7 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
         .collect();
     let ik = Arc::new(RtIntake::default());
     let (mut client_at, mut blocks, mut pushed, mut ring_at) = (0usize, 0u64, 0u64, 0usize);
+    let mut answered = 0u64;
     let lend = |ik: &RtIntake, producer: rtrb::Producer<f32>, pushed: u64, rd: usize| {
         ik.lend(Lease {
             srb: srb.out(),
@@ -86,6 +106,8 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
             )
             .unwrap(),
             max_frames: 16384,
+            rate: 44100,
+            write_index: 0,
             producer,
             pushed,
             scratch: vec![0; 64 * 1024],
@@ -145,6 +167,10 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
             let f = block_frame(cycle as u32, index, 1400);
             if srb.in_fill().is_some_and(|n| n < 4 * f.len()) {
                 srb.client_write(&mut client_at, &f);
+                // A player showing its position asks for the latency now and then.
+                if cycle % 20 == 1 {
+                    srb.client_write(&mut client_at, &latency_query(cycle as u32));
+                }
             }
         }
         if let Some(tx) = tx.as_mut().filter(|_| feed) {
@@ -205,6 +231,7 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
             // Take the intake back (the releases "sent") and lend it again.
             if let Some(l) = ik.reclaim() {
                 blocks += l.taken.blocks;
+                answered += l.taken.answered;
                 pushed = l.pushed;
                 ring_at = l.rd;
                 lend(&ik, l.producer, pushed, ring_at);
@@ -253,7 +280,9 @@ fn transport_cycles(srbchannel: bool, intake: bool) {
         // with it (nobody plays the client here), all of them through the RT side.
         let l = ik.reclaim().expect("lent");
         blocks += l.taken.blocks;
+        answered += l.taken.answered;
         assert!(blocks >= 100, "the RT side took blocks in: {blocks}");
+        assert!(answered >= 5, "the RT side answered queries: {answered}");
         assert!(l.pushed >= pushed && ring_at < srb.out().capacity());
     } else if srbchannel {
         // Half the block is our ring: it fills up (~800 requests), and the rest found it

@@ -426,6 +426,75 @@ fn a_stream_taken_in_by_the_rt_thread_is_moved_suspended_and_drained() {
     );
 }
 
+/// While the sink of a stream whose blocks the RT thread takes in is suspended, the RT
+/// thread stops reading its client's ring; the I/O thread notices (the intake's watch)
+/// and takes the ring back, so the client's commands are still answered during the
+/// suspension: here `paplay -v`'s latency queries, whose answers it prints. Then the
+/// stream plays on to its end.
+#[test]
+fn a_lent_streams_client_is_answered_while_its_sink_is_suspended() {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    require_tools!("paplay", "pactl");
+    let mut d = pulse_util::start(&["--device", "null"]);
+    let input = noise_s16(48000 * 4, 53, 8000);
+    write_wav_s16(&d.path("in.wav"), 48000, 2, &input);
+    let mut player = spawn_pa(&d, "paplay", &["-v", "--latency-msec=20", "in.wav"]);
+    let mut err = player.stderr.take().expect("piped");
+    // When each status line (one per answered query) came; the pipe ends with paplay.
+    let reader = std::thread::spawn(move || {
+        let (mut at, mut line, mut buf) = (Vec::new(), Vec::new(), [0u8; 4096]);
+        while let Ok(n) = err.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            for &b in &buf[..n] {
+                if b == b'\r' || b == b'\n' {
+                    if String::from_utf8_lossy(&line).contains("Latency: ") {
+                        at.push(Instant::now());
+                    }
+                    line.clear();
+                } else {
+                    line.push(b);
+                }
+            }
+        }
+        at
+    });
+    wait_sink_input(&d);
+    std::thread::sleep(Duration::from_millis(500));
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["suspend-sink", "null-sink", "1"]),
+    );
+    let suspended = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    let resumed = Instant::now();
+    pa_ok(
+        &d,
+        &run_pa(&d, "pactl", &["suspend-sink", "null-sink", "0"]),
+    );
+    pa_ok(&d, &wait_output(player, WAIT));
+    let at = reader.join().expect("stderr reader");
+    let log = d.stop();
+    // The intake is taken back 100 ms after the RT thread's last look; paplay asks
+    // every 100 ms or less.
+    let during = at
+        .iter()
+        .filter(|&&t| t > suspended + Duration::from_millis(300) && t < resumed)
+        .count();
+    assert!(
+        during >= 3,
+        "{during} answers while suspended, of {} in all\n{log}",
+        at.len()
+    );
+    let took = blocks_taken_in(&log);
+    assert!(
+        took.len() == 1 && took[0] >= 50,
+        "blocks taken in by the RT thread: {took:?}\n{log}"
+    );
+}
+
 #[test]
 fn aplay_through_the_alsa_pulse_plugin_is_bit_exact() {
     require_tools!("aplay");

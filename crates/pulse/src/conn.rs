@@ -2519,23 +2519,19 @@ impl Conn {
             }
             Command::GetPlaybackLatency(q) => {
                 let p = self.playback.get(&q.channel).ok_or(PulseError::NoEntity)?;
-                let sh = &p.shared;
-                let consumed = sh.consumed.load(Acquire);
-                let playing = sh.playing.load(Acquire) && sh.flags.load(Acquire) & F_CORKED == 0;
+                let t = p.shared.timing();
+                let (sink_usec, read_offset, playing_for) =
+                    t.figures(p.fs as u64, p.spec.sample_rate);
                 let reply = PlaybackLatency {
-                    sink_usec: frames_to_usec(sh.delay.load(Relaxed) as u64, p.spec.sample_rate),
+                    sink_usec,
                     source_usec: 0,
-                    playing,
+                    playing: t.playing,
                     local_time: q.now,
                     remote_time: SystemTime::now(),
                     write_offset: p.write_index,
-                    read_offset: (consumed * p.fs as u64) as i64,
+                    read_offset,
                     underrun_for: 0,
-                    playing_for: if playing {
-                        (consumed - sh.start_at.load(Relaxed).min(consumed)) * p.fs as u64
-                    } else {
-                        0
-                    },
+                    playing_for,
                 };
                 self.out().reply(seq, &reply);
             }

@@ -212,6 +212,23 @@ pub struct PlayTiming {
     pub start_at: u64,
 }
 
+impl PlayTiming {
+    /// A latency reply's figures for a stream of `frame_bytes` frames at `rate`: the
+    /// device latency (µs), the read index and how long it has played (bytes).
+    pub fn figures(&self, frame_bytes: u64, rate: u32) -> (u64, i64, u64) {
+        let playing_for = if self.playing {
+            (self.consumed - self.start_at.min(self.consumed)) * frame_bytes
+        } else {
+            0
+        };
+        (
+            frames_to_usec(self.delay as u64, rate),
+            (self.consumed * frame_bytes) as i64,
+            playing_for,
+        )
+    }
+}
+
 /// One frame at the front of the client's ring, as far as the RT thread cares.
 enum Front {
     /// Not all of it is there yet.
@@ -301,12 +318,7 @@ impl Lease {
         t: &PlayTiming,
         remote_ns: u64,
     ) -> [u8; LATENCY_REPLY_LEN] {
-        let fs = self.frame_bytes as u64;
-        let playing_for = if t.playing {
-            (t.consumed - t.start_at.min(t.consumed)) * fs
-        } else {
-            0
-        };
+        let (sink_usec, read_index, playing_for) = t.figures(self.frame_bytes as u64, self.rate);
         let write_index = self.write_index.saturating_add(self.taken.written as i64);
         let mut p = [0u8; LATENCY_REPLY_LEN];
         p[0..4].copy_from_slice(&((LATENCY_REPLY_LEN - DESCRIPTOR_SIZE) as u32).to_be_bytes());
@@ -319,10 +331,7 @@ impl Lease {
         };
         put(b'L', &COMMAND_REPLY.to_be_bytes());
         put(b'L', &tag.to_be_bytes());
-        put(
-            b'U',
-            &frames_to_usec(t.delay as u64, self.rate).to_be_bytes(),
-        );
+        put(b'U', &sink_usec.to_be_bytes());
         put(b'U', &0u64.to_be_bytes());
         put(if t.playing { b'1' } else { b'0' }, &[]);
         put(b'T', &local);
@@ -332,7 +341,7 @@ impl Lease {
         remote[4..].copy_from_slice(&(usecs as u32).to_be_bytes());
         put(b'T', &remote);
         put(b'r', &write_index.to_be_bytes());
-        put(b'r', &((t.consumed * fs) as i64).to_be_bytes());
+        put(b'r', &read_index.to_be_bytes());
         put(b'R', &0u64.to_be_bytes());
         put(b'R', &playing_for.to_be_bytes());
         debug_assert_eq!(at, LATENCY_REPLY_LEN);

@@ -192,6 +192,17 @@ pub struct PlayShared {
 }
 
 impl PlayShared {
+    /// The stream's state as a latency reply reports it (both the connection's replies
+    /// and the RT thread's read it here).
+    pub fn timing(&self) -> PlayTiming {
+        PlayTiming {
+            consumed: self.consumed.load(Acquire),
+            delay: self.delay.load(Relaxed),
+            playing: self.playing.load(Acquire) && self.flags.load(Acquire) & F_CORKED == 0,
+            start_at: self.start_at.load(Relaxed),
+        }
+    }
+
     /// Fresh state; `corked` for streams created with START_CORKED.
     pub fn new(bell: Arc<Bell>, prebuf_frames: u32, corked: bool) -> Self {
         PlayShared {
@@ -368,12 +379,7 @@ impl FrameSource for PlaySource {
             return;
         };
         let s = &*self.shared;
-        let timing = || PlayTiming {
-            consumed: s.consumed.load(Acquire),
-            delay: s.delay.load(Relaxed),
-            playing: s.playing.load(Acquire) && s.flags.load(Acquire) & F_CORKED == 0,
-            start_at: s.start_at.load(Relaxed),
-        };
+        let timing = || s.timing();
         let to = Answer {
             wire: self.wire.as_deref(),
             timing: &timing,

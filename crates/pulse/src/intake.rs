@@ -29,6 +29,7 @@
 use crate::convert::{Codec, frames_to_usec};
 use crate::rtwire::{RtWire, Sent};
 use crate::srb::SrbOut;
+use crate::transport::PlayShared;
 use crate::wire::{
     CONTROL_CHANNEL, DESCRIPTOR_SIZE, FLAG_SEEK_MASK, FLAG_SHMDATA, FLAG_SHMDATA_MEMFD_BLOCK,
     FLAG_SHMRELEASE, FLAG_SHMWRITABLE, SHM_INFO_SIZE,
@@ -168,26 +169,9 @@ impl Default for RtIntake {
     }
 }
 
-/// Where and with what the RT side answers the lent stream's latency queries.
-pub struct Answer<'a> {
-    /// The client's wire (`None`: every query goes to the I/O thread).
-    pub wire: Option<&'a RtWire>,
-    /// The stream's state now, read only when a query is there.
-    pub timing: &'a dyn Fn() -> PlayTiming,
-}
-
-impl Answer<'_> {
-    /// Answers nothing: queries go to the I/O thread like any other command.
-    pub const NONE: Answer<'static> = Answer {
-        wire: None,
-        timing: &|| PlayTiming {
-            consumed: 0,
-            delay: 0,
-            playing: false,
-            start_at: 0,
-        },
-    };
-}
+/// Where the RT side answers the lent stream's latency queries: the client's wire and
+/// the stream's shared state (`None`: every query goes to the I/O thread).
+pub type AnswerOn<'a> = Option<(&'a RtWire, &'a PlayShared)>;
 
 /// What the RT thread's look at the ring came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -351,15 +335,15 @@ impl Lease {
     /// Answers the latency query at the front on `wire` and steps past it; false when
     /// it cannot (the wire is not the srbchannel, or busy, or the ring is full): the I/O
     /// thread then answers it.
-    fn answer(&mut self, tag: u32, local: [u8; 8], to: &Answer<'_>) -> bool {
-        let Some(wire) = to.wire.filter(|w| w.on_srb()) else {
+    fn answer(&mut self, tag: u32, local: [u8; 8], to: AnswerOn<'_>) -> bool {
+        let Some((wire, shared)) = to.filter(|(w, _)| w.on_srb()) else {
             return false;
         };
         // Wall clock, as the connection's replies give it: a vDSO read.
         let remote_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let reply = self.latency_reply(tag, local, &(to.timing)(), remote_ns);
+        let reply = self.latency_reply(tag, local, &shared.timing(), remote_ns);
         if wire.try_send(&reply) != Sent::Whole {
             return false;
         }
@@ -380,7 +364,7 @@ impl Lease {
     /// Takes whole blocks of the lent stream from the front of the client's ring while
     /// they fit, answering latency queries for it on the way; false when it stopped at
     /// something the I/O thread must see.
-    fn take(&mut self, removed: u64, now_ns: u64, pulled: &mut Pulled, to: &Answer<'_>) -> bool {
+    fn take(&mut self, removed: u64, now_ns: u64, pulled: &mut Pulled, to: AnswerOn<'_>) -> bool {
         loop {
             let Some(fill) = self.srb.in_fill() else {
                 self.taken.corrupt = true;
@@ -532,7 +516,7 @@ impl RtIntake {
     /// RT side: takes in what the client's ring holds for stream `channel` (whose RT
     /// reader has removed `removed` frames from its ring), answering its latency queries
     /// as `to` says.
-    pub fn pull(&self, channel: u32, removed: u64, to: &Answer<'_>) -> Pulled {
+    pub fn pull(&self, channel: u32, removed: u64, to: AnswerOn<'_>) -> Pulled {
         let now = quaver_rt::monotonic_ns();
         self.looked_ns.store(now, Relaxed);
         let mut pulled = Pulled::default();
@@ -597,11 +581,7 @@ mod tests {
         assert!(!ik.lent());
         ik.lend(l);
         assert!(ik.lent());
-        assert_eq!(
-            ik.pull(5, 0, &Answer::NONE),
-            Pulled::default(),
-            "an empty ring"
-        );
+        assert_eq!(ik.pull(5, 0, None), Pulled::default(), "an empty ring");
         let mut bytes = Vec::new();
         block(&mut bytes, 5, 70, 9, 8, 16);
         block(&mut bytes, 5, 71, 9, 24, 8);
@@ -620,24 +600,24 @@ mod tests {
         srb.client_write(&mut at, &bytes);
         srb.client_write(&mut at, &cmd[..10]);
         assert_eq!(
-            ik.pull(5, 0, &Answer::NONE),
+            ik.pull(5, 0, None),
             Pulled {
                 frames: 6,
                 handed_back: false
             }
         );
         assert_eq!(
-            ik.pull(5, 0, &Answer::NONE),
+            ik.pull(5, 0, None),
             Pulled::default(),
             "a partial descriptor waits"
         );
         // Another stream's reader does not touch it.
         srb.client_write(&mut at, &cmd[10..]);
-        assert_eq!(ik.pull(4, 0, &Answer::NONE), Pulled::default());
+        assert_eq!(ik.pull(4, 0, None), Pulled::default());
         assert!(ik.lent());
         // A command: handed back, untouched.
         assert_eq!(
-            ik.pull(5, 0, &Answer::NONE),
+            ik.pull(5, 0, None),
             Pulled {
                 frames: 0,
                 handed_back: true
@@ -645,7 +625,7 @@ mod tests {
         );
         assert!(ik.handed_back() && !ik.lent());
         assert_eq!(
-            ik.pull(5, 0, &Answer::NONE),
+            ik.pull(5, 0, None),
             Pulled::default(),
             "not the RT thread's any more"
         );
@@ -705,6 +685,18 @@ mod tests {
             playing: true,
             start_at: 100,
         }
+    }
+
+    /// A stream's shared state as `timing` has it.
+    fn shared() -> PlayShared {
+        let t = timing();
+        let s = PlayShared::new(Arc::new(crate::transport::Bell::new().unwrap()), 0, false);
+        s.consumed.store(t.consumed, Relaxed);
+        s.delay.store(t.delay, Relaxed);
+        s.playing.store(t.playing, Relaxed);
+        s.start_at.store(t.start_at, Relaxed);
+        assert_eq!(s.timing(), t);
+        s
     }
 
     #[test]
@@ -775,13 +767,11 @@ mod tests {
         bytes.extend(latency_query(77, 5, T0));
         block(&mut bytes, 5, 2, 9, 16, 8);
         srb.client_write(&mut at, &bytes);
-        let to = Answer {
-            wire: Some(&wire),
-            timing: &timing,
-        };
+        let sh = shared();
+        let to = Some((&wire, &sh));
         let before = SystemTime::now();
         assert_eq!(
-            ik.pull(5, 0, &to),
+            ik.pull(5, 0, to),
             Pulled {
                 frames: 6,
                 handed_back: false
@@ -850,18 +840,12 @@ mod tests {
             ik.lend(l);
             let mut at = 0;
             srb.client_write(&mut at, &query[..30]);
-            let to = Answer {
-                wire: Some(&wire),
-                timing: &timing,
-            };
-            assert_eq!(
-                ik.pull(5, 0, &to),
-                Pulled::default(),
-                "{what}: a part waits"
-            );
+            let sh = shared();
+            let to = Some((&wire, &sh));
+            assert_eq!(ik.pull(5, 0, to), Pulled::default(), "{what}: a part waits");
             srb.client_write(&mut at, &query[30..]);
             assert_eq!(
-                ik.pull(5, 0, &to),
+                ik.pull(5, 0, to),
                 Pulled {
                     frames: 0,
                     handed_back: true
@@ -953,7 +937,7 @@ mod tests {
             let mut bytes = Vec::new();
             block(&mut bytes, channel, 1, shm, index, len);
             srb.client_write(&mut at, &bytes);
-            let p = ik.pull(5, 0, &Answer::NONE);
+            let p = ik.pull(5, 0, None);
             assert_eq!(
                 p,
                 Pulled {
@@ -975,6 +959,6 @@ mod tests {
         block(&mut bytes, 5, 1, 9, 0, 16);
         bytes[19] = 1; // PA_SEEK_ABSOLUTE
         srb.client_write(&mut at, &bytes);
-        assert!(ik.pull(5, 0, &Answer::NONE).handed_back);
+        assert!(ik.pull(5, 0, None).handed_back);
     }
 }

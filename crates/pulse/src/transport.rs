@@ -18,7 +18,7 @@
 //! starts once `prebuf` bytes are queued (or on TRIGGER/DRAIN), and after running dry it
 //! waits for `prebuf` again, as `pa_memblockq` does.
 
-use crate::intake::{Answer, MAX_RELEASES, PlayTiming, RELEASE_LEN, RtIntake};
+use crate::intake::{MAX_RELEASES, PlayTiming, RELEASE_LEN, RtIntake};
 use crate::rtwire::{ArmedRequest, REQUEST_LEN, RtWire, Sent};
 use quaver_engine::stream::{FrameSink, FrameSource};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -378,13 +378,8 @@ impl FrameSource for PlaySource {
         let Some(ik) = &self.intake else {
             return;
         };
-        let s = &*self.shared;
-        let timing = || s.timing();
-        let to = Answer {
-            wire: self.wire.as_deref(),
-            timing: &timing,
-        };
-        let pulled = ik.pull(self.channel, self.removed, &to);
+        let to = self.wire.as_deref().map(|w| (w, &*self.shared));
+        let pulled = ik.pull(self.channel, self.removed, to);
         if pulled.frames > 0 {
             // The connection's count, carried on while the RT thread pushes (the
             // introspection's buffer figure reads it).

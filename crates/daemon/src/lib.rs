@@ -5,7 +5,6 @@
 
 pub mod config;
 pub mod follow;
-pub mod native;
 
 use anyhow::{Context, Result};
 use config::Config;
@@ -13,6 +12,7 @@ use quaver_devices::DeviceError;
 use quaver_devices::spec::{DeviceDefaults, open_device};
 use quaver_dsp::ChannelMap;
 use quaver_engine::Engine;
+use quaver_native as native;
 use quaver_policy::Policy;
 use std::sync::{Arc, Mutex};
 

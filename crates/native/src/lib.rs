@@ -10,6 +10,8 @@
 //! - `callback`: callback (JACK-style) nodes.
 //! - `introspect`: the status, timing and graph replies.
 //! - `rt`: the RT half, what the engine calls every cycle.
+//!
+//! The protocol is described in `docs/protocol.md`, callback clients in `docs/jack.md`.
 
 mod callback;
 mod introspect;
@@ -128,6 +130,7 @@ impl Drop for Listener {
     }
 }
 
+/// What the control side keeps of a connected client.
 struct ClientEntry {
     name: String,
     pid: Option<u32>,

@@ -57,7 +57,8 @@ impl NativeServer {
         }
     }
 
-    /// Forgets a client that left: its callback nodes learn they are gone, its nodes leave the graph.
+    /// Forgets a client that left: its callback nodes learn they are gone, and its
+    /// nodes leave the graph.
     fn drop_client(&self, id: u32) {
         let entry = self.clients.lock().expect("poisoned").remove(&id);
         if let Some(c) = entry {

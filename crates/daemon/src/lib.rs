@@ -4,8 +4,6 @@
 //! the library crates, so this crate stays thin.
 
 pub mod config;
-pub mod follow;
-pub mod native;
 
 use anyhow::{Context, Result};
 use config::Config;
@@ -13,6 +11,7 @@ use quaver_devices::DeviceError;
 use quaver_devices::spec::{DeviceDefaults, open_device};
 use quaver_dsp::ChannelMap;
 use quaver_engine::Engine;
+use quaver_native as native;
 use quaver_policy::Policy;
 use std::sync::{Arc, Mutex};
 
@@ -113,7 +112,8 @@ pub fn run(cfg: Config) -> Result<()> {
     }
     let engine = Engine::start(cfg.engine_config(), devices).context("starting the engine")?;
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
-    follow::spawn(engine.clone(), policy.clone()).context("starting the follow thread")?;
+    quaver_policy::rehome::spawn(engine.clone(), policy.clone())
+        .context("starting the rehome thread")?;
     let server = native::NativeServer::with_callback_options(
         engine.clone(),
         policy.clone(),

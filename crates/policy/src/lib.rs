@@ -3,6 +3,11 @@
 //! Front-ends ask the policy instead of deciding routing themselves, so every protocol
 //! routes the same way. The policy sees a plain view of the graph (no engine types) and
 //! answers with node names.
+//!
+//! - [`rehome`]: the thread that moves streams off a device that goes away; it applies
+//!   the policy's answers to the engine.
+
+pub mod rehome;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,12 +1,13 @@
-//! Streams follow devices: when a device fails or is unplugged, the streams playing to
-//! it (or recording from it) move to the policy's choice among the devices left, and
-//! the device's nodes leave the graph, so every front-end sees the sink or source go
-//! away and its streams turn up on the new one. The daemon keeps running either way.
+//! Rehoming: when a device fails or is unplugged, the streams playing to it (or
+//! recording from it) move to the policy's choice among the devices left, and the
+//! device's nodes leave the graph, so every front-end sees the sink or source go away and
+//! its streams turn up on the new one. The daemon keeps running either way.
 //!
-//! One thread, woken only by graph events (no periodic wakeups).
+//! One thread, woken only by graph events (no periodic wakeups). Not to be confused with
+//! `quaver_engine::follow` (follower devices and their clock drift).
 
+use crate::{NodeView, Policy};
 use quaver_engine::{Engine, Graph, GraphEvent, NodeId, NodeKind};
-use quaver_policy::{NodeView, Policy};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;

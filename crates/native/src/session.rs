@@ -1,0 +1,330 @@
+//! One client's connection: the hello handshake, the request loop, and the event
+//! stream of a client that asked to `watch`.
+
+use crate::callback::callback_port;
+use crate::{ClientEntry, NativeServer, engine_error};
+use quaver_dsp::ChannelPosition;
+use quaver_engine::Direction as PortDir;
+use quaver_protocol::framing::{FramedSocket, decode_json, encode_json};
+use quaver_protocol::message::*;
+use rustix::fd::{AsFd, OwnedFd};
+use std::collections::BTreeMap;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// True if the client closed its end (checked without reading: a watching client
+/// sends nothing, so any readable state means EOF or garbage, and either ends it).
+fn peer_gone(sock: &FramedSocket) -> bool {
+    let mut fds = [rustix::event::PollFd::new(
+        sock.get_ref(),
+        rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
+    )];
+    matches!(rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
+}
+
+fn peer_pid(stream: &UnixStream) -> Option<u32> {
+    rustix::net::sockopt::socket_peercred(stream)
+        .ok()
+        .map(|c| c.pid.as_raw_nonzero().get() as u32)
+}
+
+impl NativeServer {
+    /// Serves a new connection on a thread of its own, or refuses it past the client limit.
+    pub(crate) fn start_client(self: Arc<Self>, stream: UnixStream) {
+        let id = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let pid = peer_pid(&stream);
+        let full = self.clients.lock().expect("poisoned").len() >= self.opts.max_clients;
+        if full {
+            tracing::warn!(
+                "refusing client {id} (pid {pid:?}): {} clients connected",
+                self.opts.max_clients
+            );
+            let mut sock = FramedSocket::new(stream);
+            let msg = format!("too many clients (limit {})", self.opts.max_clients);
+            let _ = send_reply(&mut sock, 0, Reply::error(ErrorCode::TooMany, msg), &[]);
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name(format!("quaver-client-{id}"))
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                self.client_loop(id, pid, stream);
+                self.drop_client(id);
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a thread for client {id}: {e}");
+        }
+    }
+
+    /// Forgets a client that left: its callback nodes learn they are gone, and its
+    /// nodes leave the graph.
+    fn drop_client(&self, id: u32) {
+        let entry = self.clients.lock().expect("poisoned").remove(&id);
+        if let Some(c) = entry {
+            for cb in c.callbacks.values() {
+                cb.retire();
+            }
+            for node in &c.streams {
+                if let Err(e) = self.engine.remove_node(*node) {
+                    tracing::warn!("removing stream {node} of client {id}: {e}");
+                }
+            }
+            tracing::info!(
+                "client {id} ({}) left; {} stream(s) removed",
+                c.name,
+                c.streams.len()
+            );
+        }
+    }
+
+    fn client_loop(&self, id: u32, pid: Option<u32>, stream: UnixStream) {
+        let mut sock = FramedSocket::new(stream);
+        let mut hello = false;
+        loop {
+            let (bytes, _fds) = match sock.recv() {
+                Ok(Some(m)) => m,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!("client {id}: {e}; disconnecting");
+                    return;
+                }
+            };
+            let env: RequestEnvelope = match decode_json(&bytes) {
+                Ok(env) => env,
+                Err(e) => {
+                    tracing::warn!("client {id}: bad request: {e}");
+                    let reply = Reply::error(ErrorCode::BadRequest, e.to_string());
+                    if send_reply(&mut sock, 0, reply, &[]).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let (reply, fds) = if let Err(why) = env.request.validate() {
+                (Reply::error(ErrorCode::BadRequest, why), Vec::new())
+            } else if !hello {
+                match env.request {
+                    Request::Hello {
+                        version,
+                        client_name,
+                    } => {
+                        if version != PROTOCOL_VERSION {
+                            let msg = format!(
+                                "protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"
+                            );
+                            let _ = send_reply(
+                                &mut sock,
+                                env.id,
+                                Reply::error(ErrorCode::UnsupportedVersion, msg),
+                                &[],
+                            );
+                            return;
+                        }
+                        hello = true;
+                        tracing::info!("client {id} connected: {client_name} (pid {pid:?})");
+                        self.clients.lock().expect("poisoned").insert(
+                            id,
+                            ClientEntry {
+                                name: client_name,
+                                pid,
+                                streams: Vec::new(),
+                                callbacks: BTreeMap::new(),
+                            },
+                        );
+                        (
+                            Reply::Welcome {
+                                server_version: env!("CARGO_PKG_VERSION").to_string(),
+                                protocol_version: PROTOCOL_VERSION,
+                            },
+                            Vec::new(),
+                        )
+                    }
+                    _ => (
+                        Reply::error(ErrorCode::BadRequest, "the first request must be hello"),
+                        Vec::new(),
+                    ),
+                }
+            } else if env.request == Request::Watch {
+                if send_reply(&mut sock, env.id, Reply::Ok, &[]).is_err() {
+                    return;
+                }
+                self.watch_loop(id, &mut sock);
+                return;
+            } else {
+                self.handle(id, env.request)
+            };
+            let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+            if let Err(e) = send_reply(&mut sock, env.id, reply, &borrowed) {
+                tracing::debug!("client {id}: send failed: {e}");
+                return;
+            }
+        }
+    }
+
+    /// Serves a connection that asked to `watch`: one event per graph or device change
+    /// until the client goes away (noticed at the next send, or by a hangup poll).
+    fn watch_loop(&self, client: u32, sock: &mut FramedSocket) {
+        use quaver_engine::GraphEvent as E;
+        let rx = self.engine.subscribe();
+        tracing::debug!("client {client} watches the graph");
+        loop {
+            // Wake up now and then only to notice a client that left while nothing
+            // changed; an event is sent at once.
+            let e = match rx.recv_timeout(std::time::Duration::from_secs(5)) {
+                Ok(e) => e,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if peer_gone(sock) {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let (event, node) = match e {
+                E::NodeAdded(n) => ("node_added", Some(n)),
+                E::NodeRemoved(n) => ("node_removed", Some(n)),
+                E::NodeChanged(n) => ("node_changed", Some(n)),
+                E::LinksChanged => ("links_changed", None),
+                E::Suspended(true) => ("suspended", None),
+                E::Suspended(false) => ("resumed", None),
+                E::DeviceGone(_) => ("device_gone", None),
+            };
+            let reply = Reply::Event(GraphEvent {
+                event: event.into(),
+                node,
+            });
+            if send_reply(sock, 0, reply, &[]).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn handle(&self, client: u32, req: Request) -> (Reply, Vec<OwnedFd>) {
+        let none = Vec::new();
+        match req {
+            Request::Hello { .. } => (
+                Reply::error(ErrorCode::BadRequest, "hello was already sent"),
+                none,
+            ),
+            Request::Watch => (Reply::Ok, none),
+            Request::Status => (Reply::Status(self.status()), none),
+            Request::Timing => (Reply::Timing(Box::new(self.timing())), none),
+            Request::Graph => (Reply::Graph(self.graph_info()), none),
+            Request::CreateStream(p) => match self.create_stream(client, &p) {
+                Ok((created, fds)) => (Reply::StreamCreated(created), fds),
+                Err(reply) => (reply, none),
+            },
+            Request::DestroyStream { node } => {
+                let owned = {
+                    let mut clients = self.clients.lock().expect("poisoned");
+                    let c = clients.get_mut(&client).expect("registered at hello");
+                    let before = c.streams.len();
+                    c.streams.retain(|&n| n != node);
+                    if let Some(cb) = c.callbacks.remove(&node) {
+                        cb.retire();
+                    }
+                    before != c.streams.len()
+                };
+                if !owned {
+                    let msg = format!("node {node} is not a stream of this client");
+                    return (Reply::error(ErrorCode::NoSuchNode, msg), none);
+                }
+                match self.engine.remove_node(node) {
+                    Ok(()) => (Reply::Ok, none),
+                    Err(e) => (engine_error(e), none),
+                }
+            }
+            Request::Link { output, input } => match self.engine.link(&output, &input) {
+                Ok(_) => (Reply::Ok, none),
+                Err(e) => (engine_error(e), none),
+            },
+            Request::Unlink { output, input } => match self.engine.unlink(&output, &input) {
+                Ok(_) => (Reply::Ok, none),
+                Err(e) => (engine_error(e), none),
+            },
+            Request::CreateCallback(p) => match self.create_callback(client, &p) {
+                Ok((created, fds)) => (Reply::CallbackCreated(created), fds),
+                Err(reply) => (reply, none),
+            },
+            Request::AddPort {
+                node,
+                direction,
+                name,
+                channel,
+            } => {
+                if let Err(r) = self.check_callback(client, node) {
+                    return (r, none);
+                }
+                let dir = match direction {
+                    PortDirection::In => PortDir::In,
+                    PortDirection::Out => PortDir::Out,
+                };
+                let channel = channel.unwrap_or_else(|| {
+                    let g = self.engine.graph();
+                    let n = g.nodes.get(&node).map_or(0, |n| match dir {
+                        PortDir::In => n.inputs.len(),
+                        PortDir::Out => n.outputs.len(),
+                    });
+                    ChannelPosition::Aux(n as u16)
+                });
+                match self.engine.add_port(node, dir, Some(&name), channel) {
+                    Ok(id) => {
+                        let g = self.engine.graph();
+                        (Reply::PortAdded(callback_port(&g.ports[&id])), none)
+                    }
+                    Err(e) => (engine_error(e), none),
+                }
+            }
+            Request::RemovePort { node, port } => {
+                if let Err(r) = self.check_callback(client, node) {
+                    return (r, none);
+                }
+                match self.engine.remove_port(node, port) {
+                    Ok(()) => (Reply::Ok, none),
+                    Err(e) => (engine_error(e), none),
+                }
+            }
+            Request::SetQuantum { node, quantum } => {
+                {
+                    let mut clients = self.clients.lock().expect("poisoned");
+                    let c = clients.get_mut(&client).expect("registered at hello");
+                    if !c.streams.contains(&node) {
+                        let msg = format!("node {node} is not a node of this client");
+                        return (Reply::error(ErrorCode::NoSuchNode, msg), none);
+                    }
+                    if let Some(cb) = c.callbacks.get_mut(&node) {
+                        cb.quantum = quantum;
+                    }
+                }
+                // A quantum Q is the latency request the engine turns back into Q.
+                let latency = quantum.map(|q| {
+                    self.engine
+                        .latency_for_quantum(q as usize)
+                        .min(u32::MAX as usize) as u32
+                });
+                match self.engine.set_latency(node, latency) {
+                    Ok(()) => (Reply::Ok, none),
+                    Err(e) => (engine_error(e), none),
+                }
+            }
+            Request::SetVolume { node, volume, mute } => {
+                match self.engine.set_volume(&node, volume, mute) {
+                    Ok(()) => (Reply::Ok, none),
+                    Err(e) => (engine_error(e), none),
+                }
+            }
+        }
+    }
+}
+
+fn send_reply(
+    sock: &mut FramedSocket,
+    id: u64,
+    reply: Reply,
+    fds: &[rustix::fd::BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    let bytes = encode_json(&ReplyEnvelope { id, reply })
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    sock.send(&bytes, fds)
+}

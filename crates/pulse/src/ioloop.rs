@@ -10,14 +10,13 @@
 //! from one main loop for the same reason. Nothing a connection does blocks: the engine's
 //! control calls queue a plan and return, sockets are non-blocking and buffered.
 //!
-//! The thread runs at normal priority while only long-buffered streams play. At nice −11
-//! (PulseAudio's main-loop level) it preempted each client the moment that client's data
-//! arrived, so 32 low-latency streams cost it 1 870 wakeups/s instead of 150: at normal
-//! priority the replies of several clients pile up while it waits for the CPU and are read
-//! in one pass. While a stream leaves its client less than twice
-//! `PulseOptions::realtime_io_below_usec` to answer a request ([`FIFO_FACTOR`]), the
-//! thread is SCHED_FIFO ([`IoPriority`]): it is then never kept from a client's answer
-//! by busy CPUs, and batches on purpose instead ([`GATHER_MAX_USEC`]).
+//! The thread runs at normal priority while only long-buffered streams play: raised (to
+//! PulseAudio's nice −11), it preempted each client the moment that client's data
+//! arrived, instead of reading the replies of several clients in one pass. While a
+//! stream leaves its client less than [`FIFO_FACTOR`] times
+//! `PulseOptions::realtime_io_below_usec` to answer a request, the thread is SCHED_FIFO
+//! ([`IoPriority`]): it is then never kept from a client's answer by busy CPUs, and
+//! batches on purpose instead ([`GATHER_MAX_USEC`]).
 
 use crate::conn::{Conn, PlaybackSummary};
 use crate::server::{ConnHandle, IO_RT_PRIORITY, Server};
@@ -206,12 +205,10 @@ fn guarded(conn: &mut Conn, f: impl FnOnce(&mut Conn) -> Result<(), String>) -> 
 
 /// The I/O thread's scheduling class, raised while a low-latency stream plays.
 ///
-/// Why: with `paplay --latency-msec=5` a client has about 2.5 ms to answer each request.
-/// Instrumented runs on this project's 2-vCPU VM showed every underrun of such a stream
-/// came after the I/O thread, a normal thread, had not run for 4–5.5 ms (the client
-/// answered each request within 40 µs); with the thread at SCHED_FIFO 1 they became
-/// rarer (docs/pulse.md, "Threads"). At normal latencies it stays a normal thread for the
-/// batching described above.
+/// Why: a low-latency stream's client has a few ms to answer each request, and such a
+/// stream underran when this thread, at normal priority, was kept off the CPU longer
+/// than that (docs/pulse.md, "Threads"). At normal latencies it stays a normal thread
+/// for the batching described above.
 #[derive(Default)]
 struct IoPriority {
     boosted: bool,
@@ -252,11 +249,8 @@ impl IoPriority {
 }
 
 /// A stream whose client has less than this many times `realtime_io_below_usec` to
-/// answer makes the I/O thread SCHED_FIFO. Under load it matters: `paplay
-/// --latency-msec=20` (10 ms) alone under `stress-ng --cpu 6 --switch 2` underran 11, 73
-/// and 8 times in 25 s with a normal thread, 0, 1 and 0 with SCHED_FIFO (every underrun
-/// logged: the request 8 ms old, its answer not read); 8 such streams under 6 CPU hogs,
-/// see [`GATHER_MAX_USEC`].
+/// answer makes the I/O thread SCHED_FIFO: under CPU load a normal thread reads such a
+/// stream's answers too late, and it underruns.
 const FIFO_FACTOR: u64 = 2;
 
 /// How long the SCHED_FIFO thread sleeps after a bell pass that asked several streams
@@ -265,15 +259,8 @@ const FIFO_FACTOR: u64 = 2;
 /// client's time to answer.
 ///
 /// Why: at SCHED_FIFO the thread preempts each client the moment its answer arrives, so
-/// N streams asked together cost N wakeups (8 streams at 20 ms: 1 070/s against 570 for
-/// the normal thread, which waits for a CPU while the answers pile up). Sleeping a
-/// moment lets the clients run and answer, and one pass reads them all: by hand (5 s,
-/// per thread from /proc) 8 streams at 20 ms cost the thread 253–263 wakeups/s against
-/// 286–303 for the normal thread, 32 streams 288 against 644. And the thread keeps its
-/// priority, which is what keeps streams from underrunning while the CPUs are busy
-/// (`quaver-bench peers --under-load`, 8 streams at 20 ms under 6 CPU hogs on 2 cores,
-/// underruns per 20 s: normal thread 68, 47, 71; SCHED_FIFO without this 10, 3; with it
-/// 5, 19; PulseAudio 33, 22, 34 and 26, 25 in the same runs).
+/// N streams asked together would cost N wakeups; sleeping a moment lets the clients
+/// answer, and one pass reads them all while the thread keeps its priority.
 const GATHER_MAX_USEC: u64 = 1_000;
 
 /// How long the thread sleeps at most while the RT thread holds an intake: the
@@ -281,80 +268,171 @@ const GATHER_MAX_USEC: u64 = 1_000;
 /// stream asked for data every 8–40 ms.
 const INTAKE_WATCH_NS: i64 = 200_000_000;
 
+/// No wait at all: only look at what is ready.
+const ZERO: rustix::time::Timespec = rustix::time::Timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+};
+/// The longest sleep while the RT thread holds an intake ([`INTAKE_WATCH_NS`]).
+const INTAKE_WATCH: rustix::time::Timespec = rustix::time::Timespec {
+    tv_sec: 0,
+    tv_nsec: INTAKE_WATCH_NS,
+};
+
+/// The I/O thread's state, kept from one pass of its loop to the next.
+struct IoLoop {
+    srv: Arc<Server>,
+    io: Arc<IoShared>,
+    ep: rustix::fd::OwnedFd,
+    conns: BTreeMap<u64, Entry>,
+    next_key: u64,
+    events: Vec<epoll::Event>,
+    buf: Vec<u8>,
+    touched: Vec<u64>,
+    dead: Vec<(u64, String)>,
+    /// Connections with an srbchannel, and those whose wakeup descriptor fired.
+    srb_keys: Vec<u64>,
+    srb_woken: Vec<u64>,
+    priority: IoPriority,
+    below: u64,
+    /// Streams asked for data and not answered, and the gathering wait, as of the last
+    /// pass; whether this bell round has gathered already; whether the next pass starts
+    /// with the gathering wait.
+    awaiting: usize,
+    gather_usec: u64,
+    gathered: bool,
+    gather_now: bool,
+    /// Intakes the RT thread holds, as of the last pass.
+    lent: usize,
+}
+
 /// Serves every connection until the process ends.
 pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
-    let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-    epoll::add(&ep, &*io.bell, EventData::new_u64(BELL), EventFlags::IN)?;
-    let mut conns: BTreeMap<u64, Entry> = BTreeMap::new();
-    let mut next_key = 1u64;
-    let mut events = Vec::with_capacity(256);
-    let mut buf = vec![0u8; READ_CHUNK];
-    let mut touched: Vec<u64> = Vec::new();
-    let mut dead: Vec<(u64, String)> = Vec::new();
-    // Connections with an srbchannel, and those whose wakeup descriptor fired.
-    let mut srb_keys: Vec<u64> = Vec::new();
-    let mut srb_woken: Vec<u64> = Vec::new();
-    let zero = rustix::time::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    let mut priority = IoPriority::default();
-    let below = srv.opts.realtime_io_below_usec;
-    // Streams asked for data and not answered, and the gathering wait, as of the last
-    // pass; whether this bell round has gathered already.
-    let (mut awaiting, mut gather_usec, mut gathered) = (0usize, 0u64, false);
-    let mut gather_now = false;
-    let mut lent = 0usize;
-    let intake_watch = rustix::time::Timespec {
-        tv_sec: 0,
-        tv_nsec: INTAKE_WATCH_NS,
-    };
+    let mut lp = IoLoop::new(srv, io)?;
     loop {
-        events.clear();
+        lp.pass()?;
+    }
+}
+
+impl IoLoop {
+    fn new(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<IoLoop> {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(&ep, &*io.bell, EventData::new_u64(BELL), EventFlags::IN)?;
+        let below = srv.opts.realtime_io_below_usec;
+        Ok(IoLoop {
+            srv,
+            io,
+            ep,
+            conns: BTreeMap::new(),
+            next_key: 1,
+            events: Vec::with_capacity(256),
+            buf: vec![0u8; READ_CHUNK],
+            touched: Vec::new(),
+            dead: Vec::new(),
+            srb_keys: Vec::new(),
+            srb_woken: Vec::new(),
+            priority: IoPriority::default(),
+            below,
+            awaiting: 0,
+            gather_usec: 0,
+            gathered: false,
+            gather_now: false,
+            lent: 0,
+        })
+    }
+
+    /// One pass: wait, read what came, serve srbchannels, adopt new clients, pump the
+    /// connections that have work, and follow the streams' needs.
+    fn pass(&mut self) -> std::io::Result<()> {
+        let Some((after_bell, mut clock)) = self.wait()? else {
+            return Ok(());
+        };
+        self.gather(after_bell)?;
+        let all = self.read_sockets(&mut clock);
+        if let Some(c) = clock.as_mut() {
+            c.mark(0);
+        }
+        self.serve_srbchannels();
+        if let Some(c) = clock.as_mut() {
+            c.mark(1);
+        }
+        if all {
+            self.adopt_new();
+        }
+        if let Some(c) = clock.as_mut() {
+            c.mark(2);
+        }
+        self.pump_touched(all, &mut clock);
+        if let Some(c) = clock.as_mut() {
+            c.mark(3);
+        }
+        self.bury_dead();
+        self.follow_streams(all);
+        if let Some(c) = clock {
+            c.finish(all);
+        }
+        Ok(())
+    }
+
+    /// Sleeps in epoll until something is ready; returns whether this pass follows a
+    /// gathering wait, and the pass's clock; `None` when the wait was interrupted.
+    fn wait(&mut self) -> std::io::Result<Option<(bool, Option<PassClock>)>> {
+        self.events.clear();
         // pa_fdsem: tell each srbchannel client we are about to sleep, unless it has
         // posted already (then only look, don't sleep).
         let mut pending = false;
-        for key in &srb_keys {
-            if let Some(e) = conns.get_mut(key) {
+        for key in &self.srb_keys {
+            if let Some(e) = self.conns.get_mut(key) {
                 pending |= e.conn.srb_before_poll();
             }
         }
         // Right after a bell pass that asked several streams for data, the thread
         // sleeps a moment and then only looks: the answers come in that moment, and
         // none of them has to wake it.
-        let after_bell = std::mem::take(&mut gather_now);
+        let after_bell = std::mem::take(&mut self.gather_now);
         if after_bell {
-            std::thread::sleep(std::time::Duration::from_micros(gather_usec));
+            std::thread::sleep(std::time::Duration::from_micros(self.gather_usec));
         }
         // While the RT thread holds an intake, look now and then whether it still
         // reads (see `conn::INTAKE_STALE_NS`).
         let timeout = if pending || after_bell {
-            Some(&zero)
-        } else if lent > 0 {
-            Some(&intake_watch)
+            Some(&ZERO)
+        } else if self.lent > 0 {
+            Some(&INTAKE_WATCH)
         } else {
             None
         };
         let mut clock = PassClock::start();
-        match epoll::wait(&ep, spare_capacity(&mut events), timeout) {
+        match epoll::wait(&self.ep, spare_capacity(&mut self.events), timeout) {
             Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::INTR) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
         if let Some(c) = clock.as_mut() {
-            c.woke(&io.bell);
+            c.woke(&self.io.bell);
         }
+        Ok(Some((after_bell, clock)))
+    }
+
+    /// Decides whether this bell round has gathered; woken at SCHED_FIFO by the first
+    /// of several answers, waits for the others and adds them to the events.
+    fn gather(&mut self, after_bell: bool) -> std::io::Result<()> {
+        let events = &mut self.events;
         if events.iter().any(|e| e.data.u64() == BELL) {
-            gathered = false;
+            self.gathered = false;
         } else if after_bell {
-            gathered = true;
-        } else if priority.boosted && awaiting >= 2 && !gathered && gather_usec > 0 {
+            self.gathered = true;
+        } else if self.priority.boosted
+            && self.awaiting >= 2
+            && !self.gathered
+            && self.gather_usec > 0
+        {
             // Woken by the first of several answers: let the others come (see
             // GATHER_MAX_USEC), then read whatever is ready in one pass.
-            gathered = true;
-            std::thread::sleep(std::time::Duration::from_micros(gather_usec));
+            self.gathered = true;
+            std::thread::sleep(std::time::Duration::from_micros(self.gather_usec));
             let first = events.len();
-            match epoll::wait(&ep, spare_capacity(&mut events), Some(&zero)) {
+            match epoll::wait(&self.ep, spare_capacity(events), Some(&ZERO)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -369,26 +447,33 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Reads every socket that is ready and notes which srbchannels fired; returns
+    /// whether the bell rang.
+    fn read_sockets(&mut self, clock: &mut Option<PassClock>) -> bool {
         let mut all = false;
-        touched.clear();
-        srb_woken.clear();
-        for ev in events.iter().copied() {
+        self.touched.clear();
+        self.srb_woken.clear();
+        for ev in self.events.iter().copied() {
             let (key, flags) = (ev.data.u64(), ev.flags);
             if key == BELL {
                 all = true;
                 continue;
             }
             if key & SRB != 0 {
-                srb_woken.push(key & !SRB);
+                self.srb_woken.push(key & !SRB);
                 continue;
             }
-            let Some(e) = conns.get_mut(&key) else {
+            let Some(e) = self.conns.get_mut(&key) else {
                 continue;
             };
-            touched.push(key);
+            self.touched.push(key);
             let t0 = clock.as_ref().map(|_| quaver_rt::monotonic_ns());
+            let buf = &mut self.buf;
             let read = if flags.intersects(EventFlags::IN | EventFlags::HUP | EventFlags::ERR) {
-                guarded(&mut e.conn, |c| c.on_readable(&mut buf))
+                guarded(&mut e.conn, |c| c.on_readable(buf))
             } else {
                 Ok(())
             };
@@ -400,88 +485,100 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
             // streams, as it left first. pulsectl's suite asks for the monitor of a
             // stream whose player it has just killed and expects nothing.
             if let Err(why) = read {
-                bury(&mut conns, &ep, &mut srb_keys, key, &why);
+                bury(&mut self.conns, &self.ep, &mut self.srb_keys, key, &why);
             }
         }
-        if let Some(c) = clock.as_mut() {
-            c.mark(0);
-        }
-        // Every srbchannel is looked at on every wakeup (one atomic load when idle):
-        // that keeps the one-wakeup-per-cycle batching for ring traffic too.
-        for key in &srb_keys {
-            let Some(e) = conns.get_mut(key) else {
+        all
+    }
+
+    /// Looks at every srbchannel on every wakeup (one atomic load when idle): that
+    /// keeps the one-wakeup-per-cycle batching for ring traffic too.
+    fn serve_srbchannels(&mut self) {
+        for key in &self.srb_keys {
+            let Some(e) = self.conns.get_mut(key) else {
                 continue;
             };
-            if dead.iter().any(|(k, _)| k == key) {
+            if self.dead.iter().any(|(k, _)| k == key) {
                 continue;
             }
-            let woken = srb_woken.contains(key);
+            let woken = self.srb_woken.contains(key);
             match catch_unwind(AssertUnwindSafe(|| e.conn.on_srb(woken))) {
-                Ok(Ok(true)) => touched.push(*key),
+                Ok(Ok(true)) => self.touched.push(*key),
                 Ok(Ok(false)) => {}
-                Ok(Err(why)) => dead.push((*key, why)),
-                Err(_) => dead.push((*key, "panic".into())),
+                Ok(Err(why)) => self.dead.push((*key, why)),
+                Err(_) => self.dead.push((*key, "panic".into())),
             }
         }
-        for (key, why) in dead.drain(..) {
-            bury(&mut conns, &ep, &mut srb_keys, key, &why);
+        self.bury_dead();
+    }
+
+    /// Ends the connections found dead during the pass.
+    fn bury_dead(&mut self) {
+        for (key, why) in self.dead.drain(..) {
+            bury(&mut self.conns, &self.ep, &mut self.srb_keys, key, &why);
         }
-        if let Some(c) = clock.as_mut() {
-            c.mark(1);
-        }
-        if all {
-            // Re-arm before looking at anything, so a ring that comes while we work
-            // wakes us again instead of being lost.
-            io.bell.take();
-            let new: Vec<_> = std::mem::take(
-                &mut *io
-                    .incoming
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            );
-            for (sock, handle) in new {
-                let client = handle.client;
-                let conn = match Conn::new(srv.clone(), sock, handle) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!("pulse client {client}: socket setup failed: {e}");
-                        srv.lock().clients.remove(&client);
-                        continue;
-                    }
-                };
-                let key = next_key;
-                next_key += 1;
-                if let Err(e) =
-                    epoll::add(&ep, conn.sock(), EventData::new_u64(key), EventFlags::IN)
-                {
-                    tracing::warn!("pulse client {client}: cannot watch its socket: {e}");
-                    let mut conn = conn;
-                    conn.close("cannot watch the socket");
+    }
+
+    /// Takes the clients the accept threads handed over; every connection is pumped
+    /// in this pass.
+    fn adopt_new(&mut self) {
+        // Re-arm before looking at anything, so a ring that comes while we work
+        // wakes us again instead of being lost.
+        self.io.bell.take();
+        let new: Vec<_> = std::mem::take(
+            &mut *self
+                .io
+                .incoming
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (sock, handle) in new {
+            let client = handle.client;
+            let conn = match Conn::new(self.srv.clone(), sock, handle) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("pulse client {client}: socket setup failed: {e}");
+                    self.srv.lock().clients.remove(&client);
                     continue;
                 }
-                conns.insert(
-                    key,
-                    Entry {
-                        conn,
-                        interest: EventFlags::IN,
-                        srb: false,
-                    },
-                );
-            }
-            touched.clear();
-            touched.extend(conns.keys().copied());
-        }
-        if let Some(c) = clock.as_mut() {
-            c.mark(2);
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        let due = all && conns.values().any(|e| e.conn.playback_due());
-        for key in &touched {
-            if dead.iter().any(|(k, _)| k == key) {
+            };
+            let key = self.next_key;
+            self.next_key += 1;
+            if let Err(e) = epoll::add(
+                &self.ep,
+                conn.sock(),
+                EventData::new_u64(key),
+                EventFlags::IN,
+            ) {
+                tracing::warn!("pulse client {client}: cannot watch its socket: {e}");
+                let mut conn = conn;
+                conn.close("cannot watch the socket");
                 continue;
             }
-            let Some(e) = conns.get_mut(key) else {
+            self.conns.insert(
+                key,
+                Entry {
+                    conn,
+                    interest: EventFlags::IN,
+                    srb: false,
+                },
+            );
+        }
+        self.touched.clear();
+        self.touched.extend(self.conns.keys().copied());
+    }
+
+    /// Pumps every connection touched in this pass (`all`: the bell rang), watches a
+    /// new srbchannel and follows each socket's write interest.
+    fn pump_touched(&mut self, all: bool, clock: &mut Option<PassClock>) {
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        let due = all && self.conns.values().any(|e| e.conn.playback_due());
+        for key in &self.touched {
+            if self.dead.iter().any(|(k, _)| k == key) {
+                continue;
+            }
+            let Some(e) = self.conns.get_mut(key) else {
                 continue;
             };
             let t0 = clock.as_ref().map(|_| quaver_rt::monotonic_ns());
@@ -490,19 +587,20 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 c.conn_step(e.conn.client(), t0);
             }
             if let Err(why) = pumped {
-                dead.push((*key, why));
+                self.dead.push((*key, why));
                 continue;
             }
             if !e.srb
                 && let Some(fd) = e.conn.srb_wake_fd()
             {
-                if let Err(err) = epoll::add(&ep, fd, EventData::new_u64(key | SRB), EventFlags::IN)
+                if let Err(err) =
+                    epoll::add(&self.ep, fd, EventData::new_u64(key | SRB), EventFlags::IN)
                 {
-                    dead.push((*key, format!("epoll: {err}")));
+                    self.dead.push((*key, format!("epoll: {err}")));
                     continue;
                 }
                 e.srb = true;
-                srb_keys.push(*key);
+                self.srb_keys.push(*key);
             }
             let want = if e.conn.wants_write() {
                 EventFlags::IN | EventFlags::OUT
@@ -510,36 +608,31 @@ pub fn run(srv: Arc<Server>, io: Arc<IoShared>) -> std::io::Result<()> {
                 EventFlags::IN
             };
             if want != e.interest {
-                match epoll::modify(&ep, e.conn.sock(), EventData::new_u64(*key), want) {
+                match epoll::modify(&self.ep, e.conn.sock(), EventData::new_u64(*key), want) {
                     Ok(()) => e.interest = want,
-                    Err(err) => dead.push((*key, format!("epoll: {err}"))),
+                    Err(err) => self.dead.push((*key, format!("epoll: {err}"))),
                 }
             }
         }
-        if let Some(c) = clock.as_mut() {
-            c.mark(3);
-        }
-        for (key, why) in dead.drain(..) {
-            bury(&mut conns, &ep, &mut srb_keys, key, &why);
-        }
-        // One walk over the streams for the RT side's lone-sender rule, the I/O thread's
-        // priority and its gathering wait.
+    }
+
+    /// One walk over the streams for the RT side's lone-sender rule, the I/O thread's
+    /// priority and its gathering wait.
+    fn follow_streams(&mut self, all: bool) {
         let mut sum = PlaybackSummary::default();
-        for e in conns.values() {
+        for e in self.conns.values() {
             e.conn.add_playback_to(&mut sum);
         }
         let shortest = sum.shortest_low_water_usec;
-        awaiting = sum.awaiting;
-        lent = sum.lent;
-        io.bell.set_armed(sum.armed);
-        if below > 0 {
-            priority.follow(shortest < FIFO_FACTOR * below);
+        self.awaiting = sum.awaiting;
+        self.lent = sum.lent;
+        self.io.bell.set_armed(sum.armed);
+        if self.below > 0 {
+            self.priority.follow(shortest < FIFO_FACTOR * self.below);
         }
-        gather_usec = (shortest / 8).min(GATHER_MAX_USEC);
-        gather_now = all && priority.boosted && awaiting >= 2 && gather_usec > 0;
-        if let Some(c) = clock {
-            c.finish(all);
-        }
+        self.gather_usec = (shortest / 8).min(GATHER_MAX_USEC);
+        self.gather_now =
+            all && self.priority.boosted && self.awaiting >= 2 && self.gather_usec > 0;
     }
 }
 

@@ -30,7 +30,7 @@ mod introspect;
 mod ioloop;
 pub mod listener;
 pub mod modules;
-pub mod pipe;
+pub use modules::pipe;
 pub mod restore;
 pub mod rtwire;
 mod scache;

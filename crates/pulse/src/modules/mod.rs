@@ -1,0 +1,219 @@
+//! LOAD_MODULE / UNLOAD_MODULE for the modules quaver can express as graph objects.
+//!
+//! - `module-null-sink`: a sink node without a device. Its processor copies the (post-
+//!   volume) inputs to its outputs, which are the monitor, exactly as a device sink's
+//!   outputs are; nothing is played anywhere.
+//! - `module-null-source`: a source node without a device that records silence.
+//! - `module-combine-sink`: the same kind of node, its outputs linked to every slave
+//!   sink: what is played into it is played on all of them.
+//! - `module-remap-sink`: the same kind of node in the remapped layout, its outputs
+//!   linked channel by channel to the master sink (`master_channel_map`).
+//! - `module-remap-source`: a source node in the remapped layout, its inputs linked
+//!   channel by channel from the master source (or monitor), e.g. one channel of a
+//!   multi-channel interface as a mono microphone.
+//! - `module-loopback`: a node from a source (or a sink's monitor) to a sink, listed as
+//!   a sink input (volume, mute, move). Both ends run on the engine's one clock, so no
+//!   resampler or latency adaptation is needed.
+//!
+//! - `module-native-protocol-tcp`: a TCP listener (`port`, `listen`, `auth-anonymous`,
+//!   `auth-ip-acl`, `auth-cookie`, `auth-cookie-enabled`, with PulseAudio's defaults:
+//!   port 4713 on every address, the cookie required); unloading it stops the listener
+//!   and disconnects the clients it let in.
+//! - `module-native-protocol-unix`: another unix socket (`socket`, an absolute path);
+//!   its clients are trusted like the main socket's.
+//!
+//! Other modules answer PA_ERR_MODINITFAILED, as PulseAudio does for a module it cannot
+//! load.
+//!
+//! One file per kind of module: `null` (null sink and source, and the argument checks
+//! every sink or source shares), `combine`, `remap`, `loopback`, [`pipe`], `protocol`
+//! (TCP and unix listeners), `idle` (suspend-on-idle); the processors their nodes run
+//! in `nodes`. Below them: `args` (the argument syntax), [`record`] (what a loaded
+//! module is), `context` (what a constructor works from). This file holds [`load`],
+//! which dispatches by name, and [`unload`].
+
+mod args;
+mod combine;
+mod context;
+mod idle;
+mod loopback;
+mod nodes;
+mod null;
+pub mod pipe;
+mod protocol;
+pub mod record;
+mod remap;
+
+pub use args::{parse_args, parse_args_raw, parse_channel_map, parse_props, unescape};
+pub use nodes::{LoopCapture, NullSink};
+pub use null::{NullSinkPlan, null_sink};
+pub use record::{
+    DEVICE_RESTORE_MODULE, DEVICES_MODULE, FIRST_LOADED, ModuleRec, PROTOCOL_MODULE,
+    RESTORE_MODULE, SUSPEND_ON_IDLE,
+};
+
+use crate::server::{Server, stream_target};
+use context::{Load, port_layout};
+use pulseaudio::protocol::PulseError;
+use quaver_dsp::ChannelMap;
+use quaver_engine::{NodeId, NodeKind};
+use std::sync::Arc;
+
+/// Loads module `name` ([`load`]) and lists it under the next free index, which it
+/// returns; subscribers are told.
+pub fn load_indexed(srv: &Arc<Server>, name: &str, argument: &str) -> Result<u32, PulseError> {
+    let rec = load(srv, name, argument)?;
+    let mut st = srv.lock();
+    let idx = st.next_module.max(FIRST_LOADED);
+    st.next_module = idx + 1;
+    st.modules.insert(idx, rec);
+    drop(st);
+    srv.broadcast(
+        pulseaudio::protocol::SubscriptionEventFacility::Module,
+        pulseaudio::protocol::SubscriptionEventType::New,
+        idx,
+    );
+    tracing::info!("pulse: loaded {name} {argument} as module #{idx}");
+    Ok(idx)
+}
+
+/// Creates what module `name` stands for in the graph.
+pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, PulseError> {
+    let args = parse_args_raw(argument).map_err(|why| {
+        tracing::info!("pulse: {name}: {why}");
+        PulseError::ModInitFailed
+    })?;
+    let graph = srv.engine.graph();
+    let default_map = srv
+        .default_sink(&graph)
+        .and_then(|d| graph.nodes.get(&d.node))
+        .map(|n| port_layout(&graph, n, true))
+        .unwrap_or_else(ChannelMap::stereo);
+    let cx = Load {
+        srv,
+        name,
+        args,
+        graph,
+        default_map,
+    };
+    let mut rec = ModuleRec::new(name, argument);
+    let r = &mut rec;
+    match name {
+        "module-null-sink" => null::load_sink(&cx, r),
+        "module-null-source" => null::load_source(&cx, r),
+        "module-pipe-sink" => pipe::load::load_sink(&cx, r),
+        SUSPEND_ON_IDLE => idle::load(&cx, r),
+        "module-pipe-source" => pipe::load::load_source(&cx, r),
+        "module-combine-sink" => combine::load(&cx, r),
+        "module-remap-sink" => remap::load_sink(&cx, r),
+        "module-remap-source" => remap::load_source(&cx, r),
+        "module-loopback" => loopback::load(&cx, r),
+        "module-native-protocol-tcp" => protocol::load_tcp(&cx, r),
+        "module-native-protocol-unix" => protocol::load_unix(&cx, r),
+        other => Err(cx.fail()(format!("{other} is not available in quaver"))),
+    }?;
+    Ok(rec)
+}
+
+/// Undoes [`load`]: streams on its sinks move to the default devices that remain (as
+/// PulseAudio rescues them), then its nodes and links go.
+pub fn unload(srv: &Server, m: &ModuleRec) {
+    if let Some(acc) = &m.acceptor {
+        acc.stop(srv);
+    }
+    for node in &m.nodes {
+        let graph = srv.engine.graph();
+        // The defaults as they will be once the module's devices are gone: the user's
+        // default may be one of them, and the policy then falls back to another.
+        let mut rest = graph.clone();
+        rest.nodes.retain(|id, _| !m.nodes.contains(id));
+        for s in graph.nodes.values().filter(|n| n.kind.is_stream()) {
+            if stream_target(&graph, s.id) != Some(*node) {
+                continue;
+            }
+            let playback = s.kind == NodeKind::PlaybackStream;
+            let dev = if playback {
+                srv.default_sink(&rest)
+            } else {
+                srv.default_source(&rest)
+            };
+            if let Some(dev) = dev {
+                let _ = srv.move_stream(&graph, s.id, &dev, playback);
+            }
+        }
+        if let Err(e) = srv.engine.remove_node(*node) {
+            tracing::warn!("pulse: unloading {}: {e}", m.name);
+        }
+    }
+    for (o, i) in &m.links {
+        let _ = srv.engine.unlink(o, i);
+    }
+    // After its tap left the graph: what the tap wrote last still reaches the pipe.
+    if let Some(p) = &m.pipe {
+        let (written, lost) = p.counts();
+        p.stop();
+        tracing::info!("module-pipe-sink: {written} frames written, {lost} lost");
+    }
+    if let Some(p) = &m.pipe_in {
+        p.stop();
+        tracing::info!("module-pipe-source: {} frames read", p.frames_read());
+    }
+    if m.idle_suspend {
+        match srv.engine.set_suspend_timeout(None) {
+            Ok(()) => tracing::info!("idle devices no longer suspend"),
+            Err(e) => tracing::warn!("{SUSPEND_ON_IDLE}: {e}"),
+        }
+    }
+}
+
+/// Unloads every module a node it needs has left (a remap whose master sink was
+/// unloaded or unplugged), and then those that needed what it made.
+pub fn unload_orphans(srv: &Server) {
+    loop {
+        // Every stream that ends comes here: copy the graph only when some module
+        // depends on other nodes at all.
+        let dependent = srv
+            .lock()
+            .modules
+            .values()
+            .any(|m| !m.needs.is_empty() || m.capture.is_some());
+        if !dependent {
+            return;
+        }
+        let graph = srv.engine.graph();
+        let orphan = {
+            let mut st = srv.lock();
+            // A loop without a source has nothing to play; one whose sink went and
+            // that no other sink could take (the default sink's monitor was its
+            // source) plays nowhere: PulseAudio kills it too.
+            let stranded_loop = |n: &NodeId| {
+                graph.nodes.get(n).is_some_and(crate::server::is_loop)
+                    && (crate::server::loop_source(&graph, *n).is_none()
+                        || stream_target(&graph, *n).is_none())
+            };
+            let idx = st
+                .modules
+                .iter()
+                .find(|(_, m)| {
+                    m.needs.iter().any(|n| !graph.nodes.contains_key(n))
+                        || m.nodes.iter().any(stranded_loop)
+                })
+                .map(|(&i, _)| i);
+            idx.and_then(|i| st.modules.remove(&i).map(|m| (i, m)))
+        };
+        let Some((idx, m)) = orphan else {
+            return;
+        };
+        unload(srv, &m);
+        srv.broadcast(
+            pulseaudio::protocol::SubscriptionEventFacility::Module,
+            pulseaudio::protocol::SubscriptionEventType::Removed,
+            idx,
+        );
+        tracing::info!(
+            "pulse: unloaded module #{idx} ({} {}): a device it needs is gone",
+            m.name,
+            m.argument
+        );
+    }
+}

@@ -33,7 +33,7 @@ impl Pacing {
     }
 }
 
-/// How to open an [`AlsaDevice`] (the `alsa:` spec).
+/// How to open an [`super::AlsaDevice`] (the `alsa:` spec).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlsaConfig {
     /// The ALSA PCM name: `default`, `hw:0`, `plughw:1,0`, `null`, `file:FILE=…`, …

@@ -1,6 +1,6 @@
 //! What a PCM is asked for and what it negotiated ([`HwRequest`], [`HwSetup`], the
-//! sample formats), and the real-time operations the driver needs from one ([`PcmIo`]),
-//! which alsa-lib's PCM ([`super::pcm::Pcm`]) and the tests' simulated one implement.
+//! sample formats), and the real-time operations the driver needs from one (`PcmIo`),
+//! which alsa-lib's PCM (`pcm.rs`) and the tests' simulated one implement.
 
 use super::ffi;
 use quaver_dsp::{Planar, PlanarMut, SampleFormat};

@@ -73,7 +73,7 @@ impl SimCard {
         Self::with_clock(cfg, Box::new(RealClock))
     }
 
-    /// A simulated card paced by `clock`; with a [`VirtualClock`] runs are deterministic
+    /// A simulated card paced by `clock`; with a [`crate::VirtualClock`] runs are deterministic
     /// and take no wall time. *control*.
     pub fn with_clock(cfg: SimConfig, clock: Box<dyn SimClock>) -> Result<Self, DeviceError> {
         let name = "sim".to_string();

@@ -4,7 +4,7 @@
 use quaver_dsp::ChannelMap;
 use std::time::Duration;
 
-/// A fault injected into a [`SimCard`] at a given cycle (the n-th call of `wait` since the
+/// A fault injected into a [`super::SimCard`] at a given cycle (the n-th call of `wait` since the
 /// card was opened, counting from 0).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
@@ -39,7 +39,7 @@ impl Fault {
     }
 }
 
-/// How to build a [`SimCard`].
+/// How to build a [`super::SimCard`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
     /// Nominal sample rate in Hz.

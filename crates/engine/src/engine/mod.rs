@@ -3,18 +3,18 @@
 //! Thread: every method here is for control threads (protocol front-ends, policy, the
 //! daemon). Edits lock a control-side mutex that the real-time thread never touches.
 //!
-//! - [`handle`]: the [`Engine`] handle, its control state, and publishing plans;
-//! - [`build`]: building and starting an engine, the service thread, shutdown;
-//! - [`edit`]: graph edits;
-//! - [`status`]: reading the graph, status and per-node timing;
+//! - `handle.rs`: the [`Engine`] handle, its control state, and publishing plans;
+//! - `build.rs`: building and starting an engine, the service thread, shutdown;
+//! - `edit.rs`: graph edits;
+//! - `status.rs`: reading the graph, status and per-node timing;
 //! - [`config`] and [`report`]: the types going in and coming out.
 
-pub mod build;
+mod build;
 pub mod config;
-pub mod edit;
-pub mod handle;
+mod edit;
+mod handle;
 pub mod report;
-pub mod status;
+mod status;
 
 pub use config::EngineConfig;
 pub use edit::MAX_PORTS_PER_NODE;

@@ -4,8 +4,7 @@
 use crate::EngineError;
 use crate::compile::{compile, stopped_nodes};
 use crate::engine::config::EngineConfig;
-use crate::engine::report::GraphEvent;
-use crate::engine::report::SlotMark;
+use crate::engine::report::{GraphEvent, SlotMark};
 use crate::graph::{Graph, NodeId, NodeKind, PortId};
 use crate::rt::msg::{Garbage, RtEvent, ToRt};
 use crate::rt::sched::RtThread;

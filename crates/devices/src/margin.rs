@@ -1,6 +1,6 @@
 //! The adaptive safety margin (watermark): how much audio a timer-scheduled device keeps
-//! queued when the driver wakes up, and — where the kernel supports it — the matching
-//! utilization clamp for the real-time thread.
+//! queued when the driver wakes up, and the matching utilization floor for the real-time
+//! thread ([`util_min_for`]; `quaver_rt::UtilClamp` applies it where the kernel can).
 //!
 //! Policy ("jump, hold, decay"):
 //!
@@ -20,8 +20,6 @@
 //! never reads a clock, allocates or logs, so it runs on the real-time thread. Every
 //! method that changes the margin returns a [`MarginChange`]; the caller publishes it
 //! (e.g. in [`crate::DeviceCounters`]) and the control side logs it at debug level.
-
-use std::io;
 
 /// Default smallest margin. Covers a timer wakeup's latency on a loaded desktop (well
 /// under 1 ms with SCHED_FIFO) plus the processing of one small quantum; PulseAudio's
@@ -232,55 +230,6 @@ pub fn util_min_for(margin: &Margin) -> u32 {
     (margin.level() * UCLAMP_MIN_AT_MAX_MARGIN as f64).round() as u32
 }
 
-/// Utilization clamping (`sched_setattr` with `SCHED_FLAG_UTIL_CLAMP_MIN`): where the
-/// kernel has it, a control thread raises the real-time thread's `util_min` together
-/// with the margin (see [`util_min_for`]); where it does not, [`UtilClamp::probe`] says
-/// why and the margin works alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UtilClamp {
-    /// The kernel accepts util-clamp requests.
-    Available,
-    /// It does not; the reason names the kernel's answer.
-    Unavailable(String),
-}
-
-impl UtilClamp {
-    /// Tries it: reads the calling thread's current `util_min` and sets the same value
-    /// back (a no-op where it works), and reports why it does not where it fails.
-    pub fn probe() -> UtilClamp {
-        let me = quaver_rt::Tid(0);
-        let current = match quaver_rt::sched::util_min(me) {
-            Ok(Some(v)) => v,
-            Ok(None) => {
-                return UtilClamp::Unavailable(
-                    "the kernel's sched_attr has no util-clamp fields (Linux < 5.3)".into(),
-                );
-            }
-            Err(e) => return UtilClamp::Unavailable(format!("sched_getattr failed: {e}")),
-        };
-        match quaver_rt::sched::set_util_min(me, current) {
-            Ok(()) => UtilClamp::Available,
-            Err(e) => UtilClamp::Unavailable(match e.raw_os_error() {
-                Some(libc::EOPNOTSUPP) => format!(
-                    "sched_setattr(SCHED_FLAG_UTIL_CLAMP_MIN): {e} (kernel built without CONFIG_UCLAMP_TASK)"
-                ),
-                Some(libc::EINVAL) | Some(libc::E2BIG) => format!(
-                    "sched_setattr(SCHED_FLAG_UTIL_CLAMP_MIN): {e} (kernel predates util clamping)"
-                ),
-                Some(libc::ENOSYS) => format!("sched_setattr: {e} (system call not available)"),
-                Some(libc::EPERM) => format!("sched_setattr: {e} (not permitted)"),
-                _ => format!("sched_setattr(SCHED_FLAG_UTIL_CLAMP_MIN): {e}"),
-            }),
-        }
-    }
-
-    /// Sets thread `tid`'s `util_min` (0…1024). A control thread calls this for the
-    /// real-time thread when the margin changes; it is a syscall, not for RT code.
-    pub fn set_min(tid: i32, util_min: u32) -> io::Result<()> {
-        quaver_rt::sched::set_util_min(quaver_rt::Tid(tid), util_min)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,19 +378,5 @@ mod tests {
             t += 10 * MS;
         }
         assert_eq!(m.current(), 192);
-    }
-
-    #[test]
-    fn util_clamp_probe_reports_a_reason_or_works() {
-        match UtilClamp::probe() {
-            UtilClamp::Available => {
-                // Setting our own util_min back to 0 must work where the probe did.
-                UtilClamp::set_min(0, 0).unwrap();
-            }
-            UtilClamp::Unavailable(why) => {
-                assert!(why.contains("sched_"), "{why}");
-                eprintln!("util clamp unavailable here: {why}");
-            }
-        }
     }
 }

@@ -44,9 +44,9 @@
 //! - **Inactive clients** (not yet activated, or deactivated) are neither woken nor
 //!   counted; their outputs are silent.
 
-use crate::node::{CycleInfo, Processor};
-use crate::rt::{HIST_BUCKETS, hist_bucket};
-use crate::timing::RemoteTimes;
+use crate::rt::node::{CycleInfo, Processor};
+use crate::rt::stats::{HIST_BUCKETS, hist_bucket};
+use crate::rt::timing::RemoteTimes;
 use quaver_dsp::{Planar, PlanarMut};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};

@@ -1,7 +1,7 @@
 //! The control side's description of the graph: nodes, typed ports and links.
 //!
 //! Everything here runs on control threads. Edits are validated here; the result is
-//! compiled into a [`crate::plan::Plan`] and published to the real-time thread.
+//! compiled into a [`crate::rt::plan::Plan`] ([`crate::compile`]) and published to the real-time thread.
 
 use crate::EngineError;
 use quaver_dsp::{ChannelMap, ChannelPosition};

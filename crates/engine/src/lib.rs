@@ -1,37 +1,45 @@
 //! quaver's graph engine.
 //!
+//! Two layers. At the bottom, [`rt`]: the real-time thread that swaps plans at cycle
+//! boundaries and runs them, the plan data, the processor trait, timing and scheduling
+//! (its module docs state the real-time contract); it imports nothing above it. Above
+//! it, the control side:
+//!
 //! - [`graph`]: the control side's description (nodes, typed ports, links), validated.
-//! - [`plan`]: the description compiled into an immutable execution plan.
-//! - [`rt`]: the real-time thread that swaps plans at cycle boundaries and runs them
-//!   (its module docs state the real-time contract).
+//! - [`compile`]: the description compiled into an immutable execution plan.
 //! - [`engine`]: the control API that protocol front-ends and policy use.
 //! - [`stream`]: adapters that turn a client's interleaved ring into graph ports.
-//! - [`timing`]: per-node wait and busy times per cycle (pw-top's figures).
 //! - [`callback`]: nodes whose processing runs in a client process (JACK-style
 //!   callbacks), with deadlines, xrun accounting and asynchronous fallback.
 //!
 //! The engine knows DSP and the device trait; it never knows a protocol.
 
 pub mod callback;
+pub mod compile;
 pub mod engine;
-pub mod follow;
 pub mod graph;
-pub mod node;
-pub mod plan;
 pub mod rt;
-pub mod sched;
 pub mod stream;
-pub mod timing;
+
+/// The plan types' and [`compile::stopped_nodes`]' old path; front-ends use
+/// [`Engine::stopped_nodes`] instead.
+pub mod plan {
+    pub use crate::compile::stopped_nodes;
+    pub use crate::rt::plan::{NodeSlot, Plan};
+}
+/// The RT core's modules under their old paths.
+pub use rt::{follow, node, sched, timing};
 
 pub use callback::{
     AsyncCause, CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport,
 };
-pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent};
+pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent, NodeTiming};
 pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
-pub use node::{CycleInfo, Processor};
-pub use rt::{RtEvent, RtRunner};
-pub use sched::RtOutcome;
-pub use timing::{NodeTiming, RemoteTimes};
+pub use rt::msg::RtEvent;
+pub use rt::node::{CycleInfo, Processor};
+pub use rt::runner::RtRunner;
+pub use rt::sched::{MemoryLock, RtOutcome, Scheduler};
+pub use rt::timing::RemoteTimes;
 
 /// Why an engine operation was refused.
 #[derive(Debug, thiserror::Error)]

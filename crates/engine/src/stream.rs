@@ -5,7 +5,8 @@
 //! shared-memory ring); conversion happens here, once per path: channel mixing and at
 //! most one resampler, only when the rates differ.
 
-use crate::node::{CycleInfo, Processor};
+use crate::rt::node::{CycleInfo, Processor};
+pub use crate::rt::retune::Retune;
 use quaver_dsp::channels::ChannelMixer;
 use quaver_dsp::format::{deinterleave, interleave};
 use quaver_dsp::resample::{ResampleQuality, StreamResampler};
@@ -276,18 +277,8 @@ fn scratch_frames(client_rate: u32, engine_rate: u32, max_quantum: usize) -> usi
     moved.max(whole).max(max_quantum) + 1024
 }
 
-/// A variable-rate stream's rate converter for a client rate beyond
-/// [`MAX_RATE_CHANGE`] of the one its converter was built for (PulseAudio's
-/// UPDATE_*_SAMPLE_RATE allows any rate): built on the control thread (it allocates),
-/// swapped into the node on the RT thread by [`crate::Engine::retune`], and the old
-/// converter travels back in it to be freed.
-pub struct Retune {
-    /// The client rate the converter is built for (after the swap: the replaced one's).
-    rate: u32,
-    resampler: Option<StreamResampler>,
-    scratch: Vec<f32>,
-}
-
+/// Construction happens here, where the adapters' converters are built; the type
+/// lives with the RT core, which swaps it in.
 impl Retune {
     /// For a [`PlaybackAdapter`] (client rate → engine rate). Control thread.
     pub fn playback(
@@ -351,32 +342,6 @@ impl Retune {
             resampler,
             scratch,
         })
-    }
-
-    /// The client rate of the converter it holds.
-    pub fn rate(&self) -> u32 {
-        self.rate
-    }
-
-    /// Swaps converter, scratch and base rate with an adapter's, if the adapter is a
-    /// variable-rate one (its converter adjustable; a fixed-rate stream keeps its
-    /// own). Returns whether it swapped. *RT*.
-    fn swap(
-        &mut self,
-        resampler: &mut Option<StreamResampler>,
-        scratch: &mut Vec<f32>,
-        base: &mut u32,
-    ) -> bool {
-        if !resampler
-            .as_ref()
-            .is_some_and(StreamResampler::is_adjustable)
-        {
-            return false;
-        }
-        std::mem::swap(&mut self.resampler, resampler);
-        std::mem::swap(&mut self.scratch, scratch);
-        std::mem::swap(&mut self.rate, base);
-        true
     }
 }
 

@@ -5,16 +5,9 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use crate::client::{Arg, Client};
+use crate::client::{Arg, Client, as_client};
 use crate::types::*;
 use crate::{cstr, guard, malloc_string};
-
-/// # Safety
-/// `p` is NULL or a pointer returned by `jack_client_open` and not yet closed.
-pub(crate) unsafe fn as_client<'a>(p: *const Client) -> Option<&'a Client> {
-    // SAFETY: per the contract.
-    unsafe { p.as_ref() }
-}
 
 /// `jack_client_open`. The server-name variadic argument (`JackServerName`) cannot be
 /// read from Rust and is ignored: the server is `$QUAVER_SERVER` or the default socket.
@@ -38,7 +31,7 @@ pub unsafe extern "C" fn jack_client_open(
             set_status(JACK_FAILURE | JACK_INVALID_OPTION);
             return std::ptr::null_mut();
         };
-        match Client::open(name, options) {
+        match Client::open(name, options, crate::notify_thread::run) {
             Ok((c, s)) => {
                 set_status(s);
                 Box::into_raw(c)

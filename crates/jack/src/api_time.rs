@@ -5,8 +5,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::api_client::as_client;
-use crate::client::{Client, now_ns};
+use crate::client::{Client, as_client, now_ns};
 use crate::types::*;
 
 /// `jack_get_time`: CLOCK_MONOTONIC in microseconds.

@@ -2,17 +2,22 @@
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use quaver_client::callback::CallbackClient;
 use quaver_client::quaver_protocol::{CallbackParams, ErrorCode, PortDirection};
-use quaver_client::{ClientError, Connection};
+use quaver_client::{ClientError, Connection, GraphWatcher};
 
 use crate::graph::GraphView;
 use crate::notify::{Note, Notifier};
 use crate::port::{LOCAL_ID_BASE, Port, PortKind};
 use crate::types::*;
+
+/// The notification thread's body ([`crate::notify_thread::run`]), handed in by the
+/// caller so that this file stays below the thread that calls back into the client.
+pub(crate) type NotifyThread = fn(&Client, OwnedFd, Option<GraphWatcher>, Option<GraphView>);
 
 /// A `void *` an application gave us, handed back to its callbacks.
 #[derive(Debug, Clone, Copy)]
@@ -116,7 +121,11 @@ pub(crate) fn now_ns() -> u64 {
 
 impl Client {
     /// Opens a client; on failure returns the `jack_status_t` bits.
-    pub(crate) fn open(name: &str, options: c_int) -> Result<(Box<Client>, c_int), c_int> {
+    pub(crate) fn open(
+        name: &str,
+        options: c_int,
+        notify: NotifyThread,
+    ) -> Result<(Box<Client>, c_int), c_int> {
         let mut status = 0;
         if options & !JACK_OPEN_OPTIONS != 0 {
             return Err(JACK_FAILURE | JACK_INVALID_OPTION);
@@ -235,7 +244,7 @@ impl Client {
             .spawn(move || {
                 let p = ptr;
                 // SAFETY: the client outlives this thread: close joins it first.
-                crate::notify::run(unsafe { &*p.0 }, hangup, watcher, seen);
+                notify(unsafe { &*p.0 }, hangup, watcher, seen);
             })
             .map_err(|_| JACK_FAILURE)?;
         *client.notify_thread.lock().expect("poisoned") = Some(t);
@@ -306,7 +315,7 @@ impl Client {
         {
             return Err(format!("port '{full}' already exists"));
         }
-        let me = self as *const Client;
+        let me = (self as *const Client).cast();
         let port = match kind {
             PortKind::Audio => {
                 let dir = if input {
@@ -377,7 +386,7 @@ impl Client {
 
     /// Unregisters one of our ports (the object stays allocated until close).
     pub(crate) fn unregister_port(&self, port: &Port) -> Result<(), String> {
-        if !port.mine || !std::ptr::eq(port.client, self) {
+        if !port.mine || !std::ptr::eq(port.client, (self as *const Client).cast()) {
             return Err(format!("port '{}' is not this client's", port.name()));
         }
         if !port.alive.swap(false, Ordering::AcqRel) {
@@ -457,7 +466,7 @@ impl Client {
         let mut f = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
         let e = f.entry(v.name.clone()).or_insert_with(|| {
             Box::new(Port::foreign(
-                self as *const Client,
+                (self as *const Client).cast(),
                 v.id,
                 &v.name,
                 &v.short,
@@ -580,3 +589,16 @@ impl Client {
 pub(crate) struct ClientPtr(pub *const Client);
 // SAFETY: the client outlives the threads that get this pointer (close joins them).
 unsafe impl Send for ClientPtr {}
+
+/// # Safety
+/// `p` is NULL or a pointer returned by `jack_client_open` and not yet closed.
+pub(crate) unsafe fn as_client<'a>(p: *const Client) -> Option<&'a Client> {
+    // SAFETY: per the contract.
+    unsafe { p.as_ref() }
+}
+
+/// The client that made a port object.
+pub(crate) fn owner(p: &Port) -> Option<&Client> {
+    // SAFETY: port objects never outlive their client.
+    unsafe { p.client.cast::<Client>().as_ref() }
+}

@@ -6,10 +6,11 @@
 //! its process callback runs on a thread this library starts, woken by the server once
 //! per cycle (see `docs/jack.md` for the design and what is missing).
 //!
-//! Layout: [`types`] mirrors JACK's C types; [`client`] and [`port`] hold the Rust
-//! state behind `jack_client_t`/`jack_port_t`; [`process`] is the process thread and
-//! [`notify`] the notification thread; the `api_*` modules, [`ringbuffer`] and
-//! [`midi`] are the exported C functions. Every exported function catches panics
+//! Layout, bottom up: [`types`] mirrors JACK's C types; [`port`] and [`client`] hold the
+//! Rust state behind `jack_port_t`/`jack_client_t` ([`notify`] is the client's queue of
+//! notes); [`latency`] computes port latencies; [`process`] is the process thread and
+//! [`notify_thread`] the notification thread; the `api_*` modules on top, [`ringbuffer`]
+//! and [`midi`] are the exported C functions. Every exported function catches panics
 //! (nothing unwinds into C) and checks its pointers for NULL.
 
 #![allow(clippy::missing_safety_doc)]
@@ -20,8 +21,10 @@ pub mod api_port;
 pub mod api_time;
 pub mod client;
 pub mod graph;
+pub mod latency;
 pub mod midi;
 pub mod notify;
+pub mod notify_thread;
 pub mod port;
 pub mod process;
 pub mod ringbuffer;

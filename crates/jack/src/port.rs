@@ -10,7 +10,6 @@ use std::ffi::{CString, c_int};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::client::Client;
 use crate::midi;
 use crate::types::*;
 
@@ -25,8 +24,9 @@ pub enum PortKind {
 
 /// A JACK port.
 pub struct Port {
-    /// The client that made this object (for queries); valid while the port is.
-    pub(crate) client: *const Client,
+    /// The client that made this object (for queries); valid while the port is. An
+    /// address only, so this file stays below `client.rs` ([`crate::client::owner`]).
+    pub(crate) client: *const (),
     /// Graph port id (synthetic, above `LOCAL_ID_BASE`, for local MIDI ports).
     pub(crate) id: u32,
     pub(crate) full_name: CString,
@@ -67,7 +67,7 @@ impl Port {
     /// One of this client's own ports.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn own(
-        client: *const Client,
+        client: *const (),
         id: u32,
         full_name: &str,
         short_name: &str,
@@ -107,7 +107,7 @@ impl Port {
 
     /// A handle on a port of another node.
     pub(crate) fn foreign(
-        client: *const Client,
+        client: *const (),
         id: u32,
         full_name: &str,
         short_name: &str,

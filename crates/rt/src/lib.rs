@@ -26,7 +26,7 @@ use std::time::Duration;
 
 pub use memory::{LockOutcome, MemoryLock, lock_process, prepare_rt_stack};
 pub use sched::{
-    DeadlineParams, ThreadUsage, Tid, set_deadline, set_fifo, set_normal, thread_usage,
+    DeadlineParams, ThreadUsage, Tid, UtilClamp, set_deadline, set_fifo, set_normal, thread_usage,
 };
 
 /// The nice level asked for when real-time scheduling is refused (PipeWire's choice).

@@ -288,6 +288,55 @@ pub fn thread_usage() -> io::Result<ThreadUsage> {
     })
 }
 
+/// Utilization clamping (`sched_setattr` with `SCHED_FLAG_UTIL_CLAMP_MIN`): where the
+/// kernel has it, a control thread raises the real-time thread's `util_min` together
+/// with the device's safety margin (`quaver_devices::margin::util_min_for`); where it
+/// does not, [`UtilClamp::probe`] says why and the margin works alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UtilClamp {
+    /// The kernel accepts util-clamp requests.
+    Available,
+    /// It does not; the reason names the kernel's answer.
+    Unavailable(String),
+}
+
+impl UtilClamp {
+    /// Tries it: reads the calling thread's current `util_min` and sets the same value
+    /// back (a no-op where it works), and reports why it does not where it fails.
+    pub fn probe() -> UtilClamp {
+        let me = Tid(0);
+        let current = match util_min(me) {
+            Ok(Some(v)) => v,
+            Ok(None) => {
+                return UtilClamp::Unavailable(
+                    "the kernel's sched_attr has no util-clamp fields (Linux < 5.3)".into(),
+                );
+            }
+            Err(e) => return UtilClamp::Unavailable(format!("sched_getattr failed: {e}")),
+        };
+        match set_util_min(me, current) {
+            Ok(()) => UtilClamp::Available,
+            Err(e) => UtilClamp::Unavailable(match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => format!(
+                    "sched_setattr(SCHED_FLAG_UTIL_CLAMP_MIN): {e} (kernel built without CONFIG_UCLAMP_TASK)"
+                ),
+                Some(libc::EINVAL) | Some(libc::E2BIG) => format!(
+                    "sched_setattr(SCHED_FLAG_UTIL_CLAMP_MIN): {e} (kernel predates util clamping)"
+                ),
+                Some(libc::ENOSYS) => format!("sched_setattr: {e} (system call not available)"),
+                Some(libc::EPERM) => format!("sched_setattr: {e} (not permitted)"),
+                _ => format!("sched_setattr(SCHED_FLAG_UTIL_CLAMP_MIN): {e}"),
+            }),
+        }
+    }
+
+    /// Sets thread `tid`'s `util_min` (0…1024). A control thread calls this for the
+    /// real-time thread when the margin changes; it is a syscall, not for RT code.
+    pub fn set_min(tid: i32, util_min: u32) -> io::Result<()> {
+        set_util_min(Tid(tid), util_min)
+    }
+}
+
 #[cfg(test)]
 mod usage_tests {
     use super::*;
@@ -312,5 +361,19 @@ mod usage_tests {
             d.voluntary < 10,
             "the child's 20 sleeps are not ours: {d:?}"
         );
+    }
+
+    #[test]
+    fn util_clamp_probe_reports_a_reason_or_works() {
+        match UtilClamp::probe() {
+            UtilClamp::Available => {
+                // Setting our own util_min back to 0 must work where the probe did.
+                UtilClamp::set_min(0, 0).unwrap();
+            }
+            UtilClamp::Unavailable(why) => {
+                assert!(why.contains("sched_"), "{why}");
+                eprintln!("util clamp unavailable here: {why}");
+            }
+        }
     }
 }

@@ -4,8 +4,8 @@
 //! recovery logic of [`super::Driver`] runs here exactly as it would on a card — which
 //! this machine does not have.
 
-use super::pcm::{Access, AlsaError, Direction, HwRequest, HwSetup, PcmFormat, PcmIo, Status};
-use super::{Driver, Side};
+use super::driver::{Driver, Side};
+use super::params::{Access, AlsaError, Direction, HwRequest, HwSetup, PcmFormat, PcmIo, Status};
 use crate::clock::VirtualClock;
 use crate::margin::MarginConfig;
 use crate::{DeviceInfo, WaitStatus};
@@ -824,7 +824,7 @@ mod tests {
         );
         assert!(rig.dev.counters().pointer_queries <= UNPACED + 1);
     }
-    const UNPACED: u64 = super::super::UNPACED_READINGS as u64;
+    const UNPACED: u64 = super::super::driver::UNPACED_READINGS as u64;
 
     #[test]
     fn quantum_changes_keep_the_margin_and_play_everything() {

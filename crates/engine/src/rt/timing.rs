@@ -119,57 +119,6 @@ impl NodeTimes {
     }
 }
 
-/// A node's timing over the interval since the previous [`crate::Engine::node_timing`]
-/// call (by any caller).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeTiming {
-    /// Node id.
-    pub id: crate::NodeId,
-    /// Node name.
-    pub name: String,
-    /// Node kind.
-    pub kind: crate::NodeKind,
-    /// Device index for device nodes.
-    pub device: Option<usize>,
-    /// Frames per cycle the node runs at (the engine's quantum: one clock domain).
-    pub quantum: usize,
-    /// The quantum the node asks for through its latency request, if it does.
-    pub quantum_requested: Option<usize>,
-    /// Sample rate, Hz.
-    pub rate: u32,
-    /// Cycles sampled in the interval (0: the node did not run, e.g. an inactive client).
-    pub cycles: u64,
-    /// Cycles sampled since the node was added.
-    pub cycles_total: u64,
-    /// Mean wait per cycle over the interval (the last value when no cycle ran), ns.
-    pub wait_avg_ns: u64,
-    /// Longest wait in the interval, ns.
-    pub wait_max_ns: u64,
-    /// Mean busy time per cycle over the interval (the last value when no cycle ran), ns.
-    pub busy_avg_ns: u64,
-    /// Longest busy time in the interval, ns.
-    pub busy_max_ns: u64,
-    /// Mean time the RT thread spent on the node per cycle over the interval, ns.
-    pub rt_avg_ns: u64,
-    /// Longest such time in the interval, ns.
-    pub rt_max_ns: u64,
-    /// Xruns counted against the node since it was added (misses of a callback client,
-    /// stream underruns/overruns, device underruns/overruns).
-    pub xruns: u64,
-    /// Length of the interval, ns.
-    pub interval_ns: u64,
-}
-
-/// What the control side remembers of a slot between two reads.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct SlotMark {
-    pub node: Option<crate::NodeId>,
-    pub samples: u64,
-    pub wait_total: u64,
-    pub busy_total: u64,
-    pub rt_total: u64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::RemoteTimes;

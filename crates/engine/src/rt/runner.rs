@@ -1,221 +1,25 @@
-//! The real-time thread: waits for the driver, runs the plan for one quantum, does the
-//! device I/O.
-//!
-//! Contract of everything reachable from [`RtRunner::run_cycle`]:
-//! - no allocation and no freeing: retired plans and nodes go back to the control side
-//!   through the garbage queue (if it is ever full they are leaked and counted, never
-//!   dropped here);
-//! - no locks: the control side talks to us only through the lock-free `rtrb` queue;
-//! - no logging: events go to the control side through a queue and an eventfd doorbell;
-//! - no syscalls but device I/O, clock reads, the driver's own sleep and eventfd writes;
-//! - one blocking exception, for callback clients that run in other processes
-//!   ([`crate::callback`]): a split-phase node's `finish` may wait on the client's
-//!   completion eventfd (`ppoll` with a timeout) — never past the deadline it computed
-//!   from the cycle start (a configured fraction of the quantum period), and not at all
-//!   when the client has already answered or is still busy with an earlier cycle. A
-//!   late, hung or crashed client therefore costs at most one deadline once, then
-//!   nothing; this is how JACK and PipeWire drive their clients too;
-//! - one plan per cycle, swapped at the cycle boundary, so every plan (and the link
-//!   fades it carries) runs for at least one whole cycle.
-//!
-//! While suspended (no client streams for the idle timeout, or held on request) the
-//! thread blocks on the wake eventfd and makes no periodic wakeups; that is outside the
-//! cycle.
-//!
-//! One exception to the rules above, also outside the cycle: right after the idle
-//! suspend the thread closes the devices' handles ([`quaver_devices::Device::close_idle`])
-//! and the start that resumes them reopens and renegotiates (ALSA: `snd_pcm_close`,
-//! `snd_pcm_open` and the hw/sw parameters), which allocates and makes blocking calls.
-//! Nothing plays at either moment, and only the thread that owns the devices may touch
-//! them; PulseAudio's I/O thread suspends and reopens its cards the same way.
+//! The runner: owns the node slots, the plan and the devices, applies the control side's
+//! messages between cycles, and runs one cycle after the other (or sleeps while idle).
+//! The contract it keeps is in [`crate::rt`].
 
-use crate::node::CycleInfo;
-use crate::plan::{DeviceRole, Fade, NodeSlot, Plan};
-use crate::timing::NodeTimes;
+use crate::rt::follow::Follower;
+use crate::rt::msg::{Garbage, MAX_PENDING_PLANS, RtEvent, ToRt};
+use crate::rt::node::CycleInfo;
+use crate::rt::plan::{NodeSlot, Plan};
+use crate::rt::retune::Retune;
+use crate::rt::stats::{MAX_DEVICES, RtStats, hist_bucket};
+use crate::rt::timing::NodeTimes;
 use quaver_devices::{Device, WaitStatus};
-use quaver_dsp::mix::{mix_into, mix_into_ramp};
 use quaver_dsp::volume::GainRamp;
 use rtrb::{Consumer, Producer};
 use rustix::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{
-    AtomicBool, AtomicU64,
-    Ordering::{Acquire, Relaxed},
-};
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
-/// Most devices one engine drives (one clock domain).
-pub const MAX_DEVICES: usize = 8;
 /// Longest a freewheeling cycle waits for slow streams before rendering anyway.
 const FREEWHEEL_MAX_WAIT_NS: u64 = 2_000_000_000;
 /// Poll step while a freewheeling cycle waits for streams.
 const FREEWHEEL_POLL_NS: u64 = 1_000_000;
-
-/// Control → RT messages.
-pub(crate) enum ToRt {
-    AddNode {
-        slot: usize,
-        node: Box<NodeSlot>,
-    },
-    RemoveNode {
-        slot: usize,
-    },
-    Plan(Box<Plan>),
-    Volume {
-        slot: usize,
-        gain: f32,
-        ramp: usize,
-    },
-    /// Something audible changed: take back the driver's queued playback (when it holds
-    /// more than a normal cycle's worth) and render it again. `discard` names a node
-    /// whose taken-back output is dropped rather than played again (a flushed stream).
-    Rewind {
-        discard: Option<usize>,
-    },
-    /// A stream node's new rate converter ([`crate::Engine::retune`]).
-    Retune {
-        slot: usize,
-        retune: Box<crate::stream::Retune>,
-    },
-    /// A new idle timeout before the devices suspend, in frames (`None`: never).
-    SuspendAfter(Option<u64>),
-    Shutdown,
-}
-
-/// Objects the RT thread retired; dropped on the control side.
-pub(crate) enum Garbage {
-    Plan(#[allow(dead_code)] Box<Plan>),
-    Node(#[allow(dead_code)] Box<NodeSlot>),
-    /// The rate converter a retune replaced.
-    Retune(#[allow(dead_code)] Box<crate::stream::Retune>),
-    /// Why a device failed: logged (and freed) by the control side.
-    DeviceError {
-        device: usize,
-        error: quaver_devices::DeviceError,
-    },
-}
-
-/// Things the RT thread reports to the control side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RtEvent {
-    /// The driver reported an xrun.
-    Xrun {
-        /// Device index.
-        device: usize,
-    },
-    /// A device failed and is no longer driven.
-    DeviceGone {
-        /// Device index.
-        device: usize,
-    },
-    /// Devices suspended for idleness.
-    Suspended,
-    /// Devices resumed.
-    Resumed,
-    /// A suspended device closed its handles (idle).
-    DeviceClosed {
-        /// Device index.
-        device: usize,
-    },
-    /// A device closed for idleness was opened again.
-    DeviceReopened {
-        /// Device index.
-        device: usize,
-    },
-    /// The quantum changed.
-    Quantum(usize),
-    /// A device's adaptive safety margin changed.
-    Margin {
-        /// Device index.
-        device: usize,
-        /// The margin now, frames.
-        frames: u64,
-    },
-}
-
-/// Per-device counters the RT thread publishes.
-#[derive(Debug, Default)]
-pub struct DeviceStats {
-    /// Driver wakeups.
-    pub wakeups: AtomicU64,
-    /// Hardware-pointer queries.
-    pub pointer_queries: AtomicU64,
-    /// Underruns.
-    pub underruns: AtomicU64,
-    /// Overruns.
-    pub overruns: AtomicU64,
-    /// Frames written.
-    pub frames_written: AtomicU64,
-    /// Frames read.
-    pub frames_read: AtomicU64,
-    /// Playback delay in frames after the last write.
-    pub playback_delay: AtomicU64,
-    /// The device failed.
-    pub gone: AtomicBool,
-    /// Rewinds done.
-    pub rewinds: AtomicU64,
-    /// Playback frames taken back by rewinds.
-    pub rewound_frames: AtomicU64,
-    /// Its handles are closed (idle).
-    pub closed: AtomicBool,
-    /// Idle closes.
-    pub idle_closes: AtomicU64,
-    /// Reopens after an idle close.
-    pub reopens: AtomicU64,
-    /// The safety margin (watermark) in effect, frames; 0 where the device has none.
-    pub margin_frames: AtomicU64,
-    /// How often an adaptive margin changed.
-    pub margin_changes: AtomicU64,
-}
-
-/// Counters the RT thread increments and the control side turns into statistics.
-#[derive(Debug, Default)]
-pub struct RtStats {
-    /// Cycles run.
-    pub cycles: AtomicU64,
-    /// Plans the control side has queued.
-    pub plans_sent: AtomicU64,
-    /// Plans taken from the control queue; more than `MAX_PENDING_PLANS` behind
-    /// `plans_sent`, the RT thread takes them all in one cycle.
-    pub plans_applied: AtomicU64,
-    /// Driver xruns.
-    pub xruns: AtomicU64,
-    /// Current quantum.
-    pub quantum: AtomicU64,
-    /// Devices suspended.
-    pub suspended: AtomicBool,
-    /// Time spent processing the last cycle, ns.
-    pub busy_ns_last: AtomicU64,
-    /// Longest cycle processing time, ns.
-    pub busy_ns_max: AtomicU64,
-    /// Retired objects leaked because the garbage queue was full (should stay 0).
-    pub leaked: AtomicU64,
-    /// Events dropped because the event queue was full.
-    pub events_dropped: AtomicU64,
-    /// Per-device counters.
-    pub devices: [DeviceStats; MAX_DEVICES],
-    /// Driver wakeup lateness, log2 buckets of ns (bucket i: [2^i, 2^(i+1))).
-    pub lateness_hist: [AtomicU64; HIST_BUCKETS],
-    /// Largest wakeup lateness, ns.
-    pub lateness_max_ns: AtomicU64,
-    /// Driver wakeups more than one period after their deadline (devices that sleep to a
-    /// computed deadline: null, file): the thread had fallen a whole cycle behind.
-    pub overdue_cycles: AtomicU64,
-    /// Runs of consecutive overdue cycles: how often the thread fell behind (jackd2's
-    /// timed driver logs one xrun for each, then restarts its time line).
-    pub overdue_runs: AtomicU64,
-    /// Cycle processing time, log2 buckets of ns.
-    pub busy_hist: [AtomicU64; HIST_BUCKETS],
-}
-
-/// Buckets of the log2 timing histograms (the last, from 2^31 ns ≈ 2.1 s, takes all longer).
-pub const HIST_BUCKETS: usize = 32;
-
-/// The log2 bucket of a duration in ns.
-pub fn hist_bucket(ns: u64) -> usize {
-    ((u64::BITS - ns.leading_zeros()) as usize)
-        .saturating_sub(1)
-        .min(HIST_BUCKETS - 1)
-}
 
 fn sleep_until_ns(t: u64) {
     let ts = rustix::time::Timespec {
@@ -238,7 +42,7 @@ pub struct RtRunner {
     /// once done), so the first sound after a suspend does not click.
     pub(crate) start_fades: [GainRamp; MAX_DEVICES],
     /// Per device, the rate matching of a follower (`None` for the driver, device 0).
-    pub(crate) followers: Vec<Option<crate::follow::Follower>>,
+    pub(crate) followers: Vec<Option<Follower>>,
     /// Length of those fades, frames.
     pub(crate) start_fade_frames: usize,
     pub(crate) from_ctl: Consumer<ToRt>,
@@ -247,7 +51,7 @@ pub struct RtRunner {
     pub(crate) service_bell: Arc<OwnedFd>,
     pub(crate) wake: Arc<OwnedFd>,
     pub(crate) stats: Arc<RtStats>,
-    /// Per slot: the node's timing ([`crate::timing`]), shared with the control side.
+    /// Per slot: the node's timing ([`crate::rt::timing`]), shared with the control side.
     pub(crate) node_times: Arc<[NodeTimes]>,
     /// Whether to time nodes one by one (one clock read per node boundary).
     pub(crate) node_timing: bool,
@@ -282,7 +86,82 @@ pub struct RtRunner {
     pub(crate) discard: Vec<bool>,
 }
 
+/// What the control side shares with a new runner: its queues, doorbells and counters.
+pub(crate) struct RtLinks {
+    pub from_ctl: Consumer<ToRt>,
+    pub garbage: Producer<Garbage>,
+    pub events: Producer<RtEvent>,
+    pub service_bell: Arc<OwnedFd>,
+    pub wake: Arc<OwnedFd>,
+    pub stats: Arc<RtStats>,
+    pub node_times: Arc<[NodeTimes]>,
+}
+
+/// A new runner's fixed settings.
+pub(crate) struct RtSettings {
+    /// Node slots (the engine's node limit).
+    pub slots: usize,
+    /// The first plan's quantum.
+    pub quantum: usize,
+    pub rate: u32,
+    pub start_fade_frames: usize,
+    pub node_timing: bool,
+    pub ramp_frames: usize,
+    pub suspend_after_frames: Option<u64>,
+    pub freewheel: bool,
+}
+
 impl RtRunner {
+    /// A runner over `devices` (the first drives the clock), with one follower entry per
+    /// device. Control thread: allocates every slot and buffer it will use.
+    pub(crate) fn new(
+        devices: Vec<Box<dyn Device>>,
+        followers: Vec<Option<Follower>>,
+        links: RtLinks,
+        s: RtSettings,
+    ) -> RtRunner {
+        RtRunner {
+            slots: (0..s.slots).map(|_| None).collect(),
+            plan: Box::new(Plan {
+                quantum: s.quantum,
+                ..Plan::default()
+            }),
+            devices,
+            followers,
+            gone: [false; MAX_DEVICES],
+            closed: [false; MAX_DEVICES],
+            start_fades: std::array::from_fn(|_| GainRamp::new(1.0)),
+            start_fade_frames: s.start_fade_frames,
+            from_ctl: links.from_ctl,
+            garbage: links.garbage,
+            events: links.events,
+            service_bell: links.service_bell,
+            wake: links.wake,
+            stats: links.stats,
+            node_times: links.node_times,
+            node_timing: s.node_timing,
+            rate: s.rate,
+            ramp_frames: s.ramp_frames,
+            suspend_after_frames: s.suspend_after_frames,
+            freewheel: s.freewheel,
+            cycle: 0,
+            position: 0,
+            queued_until: 0,
+            pending: Vec::with_capacity(s.slots),
+            idle_frames: 0,
+            running: false,
+            suspended: false,
+            shutdown: false,
+            first_cycle_of_plan: true,
+            last_quantum: 0,
+            notify: false,
+            fallback_deadline: 0,
+            rewind_requested: false,
+            was_overdue: false,
+            discard: vec![false; s.slots],
+        }
+    }
+
     fn retire(&mut self, g: Garbage) {
         if let Err(rtrb::PushError::Full(g)) = self.garbage.push(g) {
             // Freeing here would break the no-free rule; a leak is the lesser evil.
@@ -307,7 +186,7 @@ impl RtRunner {
             .plans_sent
             .load(Acquire)
             .saturating_sub(self.stats.plans_applied.load(Relaxed));
-        self.apply_messages_up_to(if backlog > crate::engine::MAX_PENDING_PLANS {
+        self.apply_messages_up_to(if backlog > MAX_PENDING_PLANS {
             usize::MAX
         } else {
             1
@@ -442,7 +321,7 @@ impl RtRunner {
         }
     }
 
-    fn mark_gone(&mut self, i: usize) {
+    pub(crate) fn mark_gone(&mut self, i: usize) {
         if !self.gone[i] {
             self.gone[i] = true;
             self.stats.devices[i].gone.store(true, Relaxed);
@@ -478,83 +357,6 @@ impl RtRunner {
         true
     }
 
-    /// Tells the driver how far to fill ahead this cycle: the plan's fill while every
-    /// stream can deliver another quantum (a stream that cannot would underrun in a
-    /// burst of cycles; its client gets until the watermark instead), else none.
-    fn set_driver_fill(&mut self, q: usize) {
-        if self.gone[0] {
-            return;
-        }
-        let fill = if self.plan.fill > 0 && self.streams_ready(q) {
-            self.plan.fill
-        } else {
-            0
-        };
-        self.devices[0].set_fill(fill);
-    }
-
-    /// Takes back what the driver has queued beyond a normal cycle and lets every node
-    /// that produced it produce it again, so a change (a new stream, a volume, a pause)
-    /// is heard after the watermark rather than after the whole buffer. Skipped when a
-    /// node that already produced output cannot take it back, or when little is
-    /// queued. Single-device engines only (fill is off otherwise). *RT*.
-    fn rewind(&mut self, q: usize) {
-        if self.gone[0] || !self.running || self.devices.len() != 1 {
-            return;
-        }
-        // A normal cycle keeps about a quantum plus the watermark queued; rewinding
-        // that would gain nothing.
-        if self.devices[0].playback_delay() <= 2 * q {
-            return;
-        }
-        let all_can = self.plan.steps.iter().all(|s| {
-            self.slots[s.slot]
-                .as_ref()
-                .is_none_or(|n| !n.rendered || n.processor.as_ref().is_none_or(|p| p.can_rewind()))
-        });
-        if !all_can {
-            return;
-        }
-        // Filling ahead, the refill follows at once; otherwise keep one quantum so the
-        // driver's next wakeup finds its usual lead.
-        let keep = if self.plan.fill > 0 { 0 } else { q };
-        let frames = self.devices[0].rewind(keep);
-        if frames == 0 {
-            return;
-        }
-        // Only what a node rendered into the rewound span is its to take back: a stream
-        // held by a suspended sink last played long before it, and would replay that.
-        let start = self.queued_until.saturating_sub(frames as u64);
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            if let Some(slot) = slot
-                && slot.rendered
-                && let Some(p) = slot.processor.as_mut()
-            {
-                let mine = slot.rendered_until.saturating_sub(start) as usize;
-                if mine > 0 || self.discard[i] {
-                    p.rewind(mine, self.discard[i]);
-                }
-                slot.rendered_until = slot.rendered_until.min(start);
-            }
-        }
-        self.queued_until = start;
-    }
-
-    /// True when every stream the plan runs on each cycle can deliver `q` frames. *RT*.
-    fn streams_ready(&mut self, q: usize) -> bool {
-        let slots = &mut self.slots;
-        self.plan
-            .steps
-            .iter()
-            .filter(|s| s.stream && !s.once)
-            .all(|s| {
-                slots[s.slot]
-                    .as_mut()
-                    .and_then(|n| n.processor.as_mut())
-                    .is_none_or(|p| p.ready(q))
-            })
-    }
-
     /// In freewheel mode, waits (bounded) until every stream can fill a cycle.
     fn freewheel_wait(&mut self, q: usize) {
         let start = quaver_rt::monotonic_ns();
@@ -571,7 +373,7 @@ impl RtRunner {
     }
 
     /// Swaps a stream node's rate converter and retires the old one. *RT*.
-    fn retune(&mut self, slot: usize, mut r: Box<crate::stream::Retune>) {
+    fn retune(&mut self, slot: usize, mut r: Box<Retune>) {
         if let Some(p) = self.slots[slot].as_mut().and_then(|s| s.processor.as_mut()) {
             p.retune(&mut r);
         }
@@ -742,178 +544,6 @@ impl RtRunner {
     }
 
     /// Runs every step of the plan. With per-node timing, returns the clock reading at
-    /// the last node boundary (the end of the work). *RT*.
-    fn process_graph(&mut self, cx: &CycleInfo) -> Option<u64> {
-        let timing = self.node_timing;
-        // One clock reading per node boundary: the end of one node's work is the
-        // start of the next one's.
-        let mut mark = cx.time_ns;
-        let q = cx.frames;
-        let first = self.first_cycle_of_plan;
-        let ramp = self.ramp_frames.min(q);
-        for si in 0..self.plan.steps.len() {
-            let step = self.plan.steps[si].clone();
-            if step.once && !first {
-                continue;
-            }
-            // A split-phase node's outputs exist only once it finished: finish the ones
-            // this step reads from (the others keep running in parallel).
-            for li in step.links.clone() {
-                let src = self.plan.links[li].src_slot;
-                if self.slots[src].as_ref().is_some_and(|s| s.pending) {
-                    Self::finish_slot(self.slots[src].as_deref_mut(), cx);
-                    if timing {
-                        mark = self.time_finish(src, mark);
-                    }
-                }
-            }
-            let Some(mut cur) = self.slots[step.slot].take() else {
-                continue;
-            };
-            let NodeSlot {
-                processor,
-                inputs,
-                outputs,
-                gain,
-                volume_on_inputs,
-                pending,
-                rendered,
-                rendered_until,
-                begin_ns,
-            } = &mut *cur;
-            for ch in 0..inputs.channels() {
-                inputs.channel_mut(ch)[..q].fill(0.0);
-            }
-            for l in &self.plan.links[step.links.clone()] {
-                let Some(src) = self.slots[l.src_slot].as_ref() else {
-                    continue;
-                };
-                let s = &src.outputs.channel(l.src_port)[..q];
-                let d = &mut inputs.channel_mut(l.dst_port)[..q];
-                match (l.fade, first) {
-                    (Fade::Out, false) => {}
-                    (Fade::Steady, _) | (Fade::In, false) => mix_into(d, s),
-                    (Fade::In, true) => {
-                        mix_into_ramp(&mut d[..ramp], &s[..ramp], 0.0, 1.0);
-                        mix_into(&mut d[ramp..], &s[ramp..]);
-                    }
-                    (Fade::Out, true) => mix_into_ramp(&mut d[..ramp], &s[..ramp], 1.0, 0.0),
-                }
-            }
-            if *volume_on_inputs {
-                gain.apply(&mut inputs.view_mut(q));
-            }
-            match step.device {
-                Some(DeviceRole::Sink(d)) => {
-                    if self.start_fades[d].is_ramping() {
-                        self.start_fades[d].apply(&mut inputs.view_mut(q));
-                    }
-                    if !self.gone[d] {
-                        let ok = self.followers[d]
-                            .as_mut()
-                            .and_then(|f| f.write(self.devices[d].as_mut(), inputs.view(q)))
-                            .unwrap_or_else(|| self.devices[d].write(inputs.view(q)).is_ok());
-                        if !ok {
-                            self.mark_gone(d);
-                        }
-                    }
-                    for ch in 0..outputs.channels().min(inputs.channels()) {
-                        outputs.channel_mut(ch)[..q].copy_from_slice(&inputs.channel(ch)[..q]);
-                    }
-                }
-                Some(DeviceRole::Source(d)) => {
-                    let mut out = outputs.view_mut(q);
-                    let ok = !self.gone[d]
-                        && self.followers[d]
-                            .as_mut()
-                            .and_then(|f| f.read(self.devices[d].as_mut(), &mut out))
-                            .unwrap_or_else(|| self.devices[d].read(&mut out).is_ok());
-                    if !ok {
-                        out.fill_silence();
-                        self.mark_gone(d);
-                    }
-                }
-                None => match processor.as_mut() {
-                    Some(p) if p.is_split() => {
-                        p.begin(cx, inputs.view(q), &mut outputs.view_mut(q));
-                        *pending = true;
-                        *rendered = true;
-                        *rendered_until = self.queued_until + q as u64;
-                    }
-                    Some(p) => {
-                        p.process(cx, inputs.view(q), &mut outputs.view_mut(q));
-                        *rendered = true;
-                        *rendered_until = self.queued_until + q as u64;
-                    }
-                    None => outputs.view_mut(q).fill_silence(),
-                },
-            }
-            if *pending {
-                // Never reallocates: the capacity is one entry per slot.
-                if self.pending.len() < self.pending.capacity() {
-                    self.pending.push(step.slot);
-                }
-            } else if !*volume_on_inputs {
-                gain.apply(&mut outputs.view_mut(q));
-            }
-            if timing {
-                let now = quaver_rt::monotonic_ns();
-                let spent = now.saturating_sub(mark);
-                mark = now;
-                if *pending {
-                    *begin_ns = spent;
-                } else if let Some(t) = self.node_times.get(step.slot) {
-                    t.record(0, spent, spent);
-                    if let Some(p) = processor.as_ref() {
-                        t.xruns.store(p.xruns(), Relaxed);
-                    }
-                }
-            }
-            self.slots[step.slot] = Some(cur);
-        }
-        for i in 0..self.pending.len() {
-            let slot = self.pending[i];
-            if self.slots[slot].as_ref().is_some_and(|s| s.pending) {
-                Self::finish_slot(self.slots[slot].as_deref_mut(), cx);
-                if timing {
-                    mark = self.time_finish(slot, mark);
-                }
-            }
-        }
-        self.pending.clear();
-        timing.then_some(mark)
-    }
-
-    /// Records a split-phase node's timing right after its `finish`; returns the clock
-    /// reading, the next node boundary. *RT*.
-    fn time_finish(&self, slot: usize, mark: u64) -> u64 {
-        let now = quaver_rt::monotonic_ns();
-        if let (Some(n), Some(t)) = (self.slots[slot].as_deref(), self.node_times.get(slot))
-            && let Some(p) = n.processor.as_ref()
-        {
-            t.xruns.store(p.xruns(), Relaxed);
-            if let Some(r) = p.remote_times() {
-                let (wait, busy) = r.wait_busy(now);
-                t.record(wait, busy, n.begin_ns + now.saturating_sub(mark));
-            }
-        }
-        now
-    }
-
-    /// Finishes a split-phase node begun this cycle and applies its volume. *RT*; may
-    /// wait (bounded) inside the processor's `finish`.
-    fn finish_slot(slot: Option<&mut NodeSlot>, cx: &CycleInfo) {
-        let Some(n) = slot else { return };
-        n.pending = false;
-        let q = cx.frames;
-        if let Some(p) = n.processor.as_mut() {
-            p.finish(cx, &mut n.outputs.view_mut(q));
-        }
-        if !n.volume_on_inputs {
-            n.gain.apply(&mut n.outputs.view_mut(q));
-        }
-    }
-
     fn block_until_woken(&mut self) {
         let mut buf = [0u8; 8];
         // Blocking read: the eventfd is blocking on this side; the control side writes
@@ -967,20 +597,5 @@ impl RtRunner {
         self.retire(Garbage::Plan(plan));
         self.ring_service();
         std::mem::take(&mut self.devices)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hist_bucket;
-
-    #[test]
-    fn buckets_are_powers_of_two() {
-        assert_eq!(hist_bucket(0), 0);
-        assert_eq!(hist_bucket(1), 0);
-        assert_eq!(hist_bucket(2), 1);
-        assert_eq!(hist_bucket(1023), 9);
-        assert_eq!(hist_bucket(1024), 10);
-        assert_eq!(hist_bucket(u64::MAX), 31);
     }
 }

@@ -1,172 +1,16 @@
-//! A simulated sound card: playback and capture rings driven by a virtual DMA pointer
-//! that advances with a (pluggable) clock, with optional loopback from playback to
-//! capture, clock drift and injected faults.
-//!
-//! The card is split the way a real driver is:
-//!
-//! * the **hardware model** (`sync`): the DMA position is a pure function of time,
-//!   `hw(t) = base + floor((t - t_base) · rate · (1 + drift_ppm/1e6))`. Whenever the
-//!   model is brought up to date it "plays" the playback ring up to that position,
-//!   copies what was played into the capture ring at the same position (loopback; a
-//!   position the application had not written yet was played as silence — an underrun),
-//!   and notices underruns and overruns. Positions are frame counters that never wrap;
-//!   ring slots are `position % buffer_frames`.
-//! * the **driver** (`wait`): timer-based scheduling that knows only what a real driver
-//!   knows — the nominal rate, the pointer values it has read and the system clock. It
-//!   predicts when the pointer will reach the watermark, sleeps once until then (with a
-//!   small late margin and a rate estimated from its own readings, so it is not woken
-//!   early by drift), and reads the pointer once on waking. Only these reads count as
-//!   `pointer_queries`; `write`/`read` also bring the model up to date (a real card's DMA
-//!   runs on its own; the simulation has to catch up before the rings are touched), which
-//!   is a clock read, not a driver pointer query.
-//!
-//! Buffering: the card keeps `quantum + period_frames` frames queued for playback right
-//! after each cycle's write, so when the driver wakes `period_frames` frames are still
-//! queued — the period is the watermark, the margin that absorbs wakeup latency. See
-//! [`theoretical_round_trip_frames`] and docs/devices.md for what that means for latency.
-//!
-//! The engine must call `read` and `write` every cycle (with silence or dropping the data
-//! if nothing uses that side), exactly as with a real duplex card; a side left unserviced
-//! under- or overruns.
+//! The simulated card itself: its hardware model (`sync`: the DMA pointer as a pure
+//! function of time, loopback, xruns) and its driver (`wait`); see [`crate::sim`].
 
+use super::config::{DacProbe, Fault, MAX_DRIFT_PPM, SimConfig, theoretical_round_trip_frames};
 use crate::clock::{RealClock, SimClock};
 use crate::margin::{Margin, MarginConfig};
 use crate::{
     Device, DeviceCounters, DeviceError, DeviceInfo, ErrName, FollowerLevels, WaitStatus,
     check_format,
 };
-use quaver_dsp::{ChannelMap, Planar, PlanarMut};
+use quaver_dsp::{Planar, PlanarMut};
 use rustix::fd::BorrowedFd;
 use std::io;
-use std::time::Duration;
-
-pub use crate::clock::VirtualClock;
-
-/// A fault injected into a [`SimCard`] at a given cycle (the n-th call of `wait` since the
-/// card was opened, counting from 0).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Fault {
-    /// The card reports an xrun: queued audio is dropped and the streams restart.
-    Xrun {
-        /// Cycle at which the xrun happens.
-        at_cycle: u64,
-    },
-    /// The driver thread stalls for `duration` inside the cycle (as if descheduled); a
-    /// stall longer than the headroom makes the hardware underrun.
-    Stall {
-        /// Cycle in which the stall happens.
-        at_cycle: u64,
-        /// How long the thread stalls.
-        duration: Duration,
-    },
-    /// The card disappears: `wait` (and every later call) fails with `DeviceError::Gone`.
-    Unplug {
-        /// Cycle at which the card is unplugged.
-        at_cycle: u64,
-    },
-}
-
-impl Fault {
-    /// The cycle the fault fires in.
-    pub fn at_cycle(&self) -> u64 {
-        match *self {
-            Fault::Xrun { at_cycle }
-            | Fault::Stall { at_cycle, .. }
-            | Fault::Unplug { at_cycle } => at_cycle,
-        }
-    }
-}
-
-/// How to build a [`SimCard`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct SimConfig {
-    /// Nominal sample rate in Hz.
-    pub rate: u32,
-    /// Channels of both the playback and the capture side.
-    pub channels: ChannelMap,
-    /// Size of each ring in frames; `quantum + period_frames` may not exceed it.
-    pub buffer_frames: usize,
-    /// The watermark: frames still queued for playback when the driver wakes (with an
-    /// adaptive margin, its minimum).
-    pub period_frames: usize,
-    /// Makes the watermark adaptive ([`crate::margin`]): it jumps to this many frames on
-    /// an underrun and decays back to `period_frames`. `None` keeps it fixed.
-    pub margin_max_frames: Option<usize>,
-    /// Capture returns what was played at the same hardware position.
-    pub loopback: bool,
-    /// The hardware clock runs at `rate · (1 + drift_ppm / 1e6)` frames per second.
-    pub drift_ppm: f64,
-    /// Faults to inject.
-    pub faults: Vec<Fault>,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig {
-            rate: 48_000,
-            channels: ChannelMap::stereo(),
-            buffer_frames: 8192,
-            period_frames: 256,
-            margin_max_frames: None,
-            loopback: true,
-            drift_ppm: 0.0,
-            faults: Vec::new(),
-        }
-    }
-}
-
-/// Largest accepted |drift_ppm|: 10 %, far beyond any real crystal.
-pub const MAX_DRIFT_PPM: f64 = 100_000.0;
-
-/// Frames from a sample passed to `write` in some cycle until the same sample comes back
-/// from `read`, through loopback, for an engine that runs `wait → read → process → write`
-/// at a constant `quantum` since the last start or xrun: `quantum + period_frames`.
-///
-/// After `write`, `quantum + period_frames` frames are queued ahead of the hardware, and
-/// the capture side has nothing unread, so the written sample is played, and captured,
-/// exactly that many frames after the capture position the application reads next. The
-/// derivation is in docs/devices.md. With an adaptive margin (`margin_max_frames`) the
-/// watermark in effect replaces `period_frames`: after an underrun the round trip is
-/// `quantum + margin_max_frames`, and it keeps the largest value since the last restart
-/// (a decaying margin shortens the playback headroom, not the lead).
-pub fn theoretical_round_trip_frames(cfg: &SimConfig, quantum: usize) -> usize {
-    quantum + cfg.period_frames
-}
-
-/// A test instrument on the simulated card's DAC: the time the first sample at or above
-/// a threshold (channel 0, absolute value) is played. Clones share one probe, so a test
-/// keeps one while the card, inside an engine, holds the other.
-#[derive(Debug, Clone)]
-pub struct DacProbe(std::sync::Arc<ProbeState>);
-
-#[derive(Debug)]
-struct ProbeState {
-    threshold: f32,
-    first_ns: std::sync::atomic::AtomicU64,
-}
-
-impl DacProbe {
-    /// A probe that fires on the first played sample with `|x| >= threshold`.
-    pub fn new(threshold: f32) -> Self {
-        DacProbe(std::sync::Arc::new(ProbeState {
-            threshold,
-            first_ns: u64::MAX.into(),
-        }))
-    }
-
-    /// When (on the card's clock, ns) the first such sample was played, if yet.
-    pub fn first_played_ns(&self) -> Option<u64> {
-        let t = self.0.first_ns.load(std::sync::atomic::Ordering::Acquire);
-        (t != u64::MAX).then_some(t)
-    }
-
-    /// Arms the probe again.
-    pub fn reset(&self) {
-        self.0
-            .first_ns
-            .store(u64::MAX, std::sync::atomic::Ordering::Release);
-    }
-}
 
 /// A simulated sound card with a playback (sink) and a capture (source) side on one clock.
 pub struct SimCard {
@@ -229,7 +73,7 @@ impl SimCard {
         Self::with_clock(cfg, Box::new(RealClock))
     }
 
-    /// A simulated card paced by `clock`; with a [`VirtualClock`] runs are deterministic
+    /// A simulated card paced by `clock`; with a [`crate::VirtualClock`] runs are deterministic
     /// and take no wall time. *control*.
     pub fn with_clock(cfg: SimConfig, clock: Box<dyn SimClock>) -> Result<Self, DeviceError> {
         let name = "sim".to_string();
@@ -879,6 +723,9 @@ impl Device for SimCard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::VirtualClock;
+    use quaver_dsp::ChannelMap;
+    use std::time::Duration;
 
     fn card(cfg: SimConfig) -> (SimCard, VirtualClock) {
         let clock = VirtualClock::new();

@@ -1,5 +1,6 @@
 //! The processor trait every non-device node implements.
 
+use crate::rt::retune::Retune;
 use quaver_dsp::{Planar, PlanarMut};
 
 /// Facts about the cycle being run, handed to every processor.
@@ -101,13 +102,13 @@ pub trait Processor: Send {
 
     /// Split-phase nodes: the times of the remote work collected by the last `finish`,
     /// or `None` when no remote work was collected (inactive, skipped or missed). Read
-    /// right after `finish` for per-node timing ([`crate::timing`]). *RT*.
-    fn remote_times(&self) -> Option<crate::timing::RemoteTimes> {
+    /// right after `finish` for per-node timing ([`crate::rt::timing`]). *RT*.
+    fn remote_times(&self) -> Option<crate::rt::timing::RemoteTimes> {
         None
     }
 
-    /// Takes the rate converter of a [`crate::stream::Retune`] built on the control
+    /// Takes the rate converter of a [`Retune`] built on the control
     /// thread and leaves the one it replaces in `r`, to be freed off the RT thread
     /// ([`crate::Engine::retune`]). Nodes that convert no rate leave `r` as it is. *RT*.
-    fn retune(&mut self, _r: &mut crate::stream::Retune) {}
+    fn retune(&mut self, _r: &mut Retune) {}
 }

@@ -1,0 +1,22 @@
+//! The engine's control API: graph edits, volume, status, start and shutdown.
+//!
+//! Thread: every method here is for control threads (protocol front-ends, policy, the
+//! daemon). Edits lock a control-side mutex that the real-time thread never touches.
+//!
+//! - `handle.rs`: the [`Engine`] handle, its control state, and publishing plans;
+//! - `build.rs`: building and starting an engine, the service thread, shutdown;
+//! - `edit.rs`: graph edits;
+//! - `status.rs`: reading the graph, status and per-node timing;
+//! - [`config`] and [`report`]: the types going in and coming out.
+
+mod build;
+pub mod config;
+mod edit;
+mod handle;
+pub mod report;
+mod status;
+
+pub use config::EngineConfig;
+pub use edit::MAX_PORTS_PER_NODE;
+pub use handle::Engine;
+pub use report::{DeviceStatus, EngineStatus, GraphEvent, NodeTiming};

@@ -1,0 +1,91 @@
+//! The queues between the control side and the real-time thread: what each side sends.
+
+use crate::rt::plan::{NodeSlot, Plan};
+use crate::rt::retune::Retune;
+
+/// Plans that may wait for the RT thread before it takes them all in one cycle: it
+/// applies one per cycle so each plan's link fades play out, but a burst of edits must
+/// not hold later messages (a volume, a shutdown) back behind hundreds of plans.
+pub(crate) const MAX_PENDING_PLANS: u64 = 4;
+
+/// Control → RT messages.
+pub(crate) enum ToRt {
+    AddNode {
+        slot: usize,
+        node: Box<NodeSlot>,
+    },
+    RemoveNode {
+        slot: usize,
+    },
+    Plan(Box<Plan>),
+    Volume {
+        slot: usize,
+        gain: f32,
+        ramp: usize,
+    },
+    /// Something audible changed: take back the driver's queued playback (when it holds
+    /// more than a normal cycle's worth) and render it again. `discard` names a node
+    /// whose taken-back output is dropped rather than played again (a flushed stream).
+    Rewind {
+        discard: Option<usize>,
+    },
+    /// A stream node's new rate converter ([`crate::Engine::retune`]).
+    Retune {
+        slot: usize,
+        retune: Box<Retune>,
+    },
+    /// A new idle timeout before the devices suspend, in frames (`None`: never).
+    SuspendAfter(Option<u64>),
+    Shutdown,
+}
+
+/// Objects the RT thread retired; dropped on the control side.
+pub(crate) enum Garbage {
+    Plan(#[allow(dead_code)] Box<Plan>),
+    Node(#[allow(dead_code)] Box<NodeSlot>),
+    /// The rate converter a retune replaced.
+    Retune(#[allow(dead_code)] Box<Retune>),
+    /// Why a device failed: logged (and freed) by the control side.
+    DeviceError {
+        device: usize,
+        error: quaver_devices::DeviceError,
+    },
+}
+
+/// Things the RT thread reports to the control side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtEvent {
+    /// The driver reported an xrun.
+    Xrun {
+        /// Device index.
+        device: usize,
+    },
+    /// A device failed and is no longer driven.
+    DeviceGone {
+        /// Device index.
+        device: usize,
+    },
+    /// Devices suspended for idleness.
+    Suspended,
+    /// Devices resumed.
+    Resumed,
+    /// A suspended device closed its handles (idle).
+    DeviceClosed {
+        /// Device index.
+        device: usize,
+    },
+    /// A device closed for idleness was opened again.
+    DeviceReopened {
+        /// Device index.
+        device: usize,
+    },
+    /// The quantum changed.
+    Quantum(usize),
+    /// A device's adaptive safety margin changed.
+    Margin {
+        /// Device index.
+        device: usize,
+        /// The margin now, frames.
+        frames: u64,
+    },
+}

@@ -1,0 +1,260 @@
+//! One cycle's graph work: every step of the plan (links mixed in with their fades, the
+//! node's processor or device I/O, its volume), split-phase nodes finished when a later
+//! step reads them, and the rewind of a driver that fills ahead.
+
+use crate::rt::node::CycleInfo;
+use crate::rt::plan::{DeviceRole, Fade, NodeSlot};
+use crate::rt::runner::RtRunner;
+use quaver_dsp::mix::{mix_into, mix_into_ramp};
+use std::sync::atomic::Ordering::Relaxed;
+
+impl RtRunner {
+    /// stream can deliver another quantum (a stream that cannot would underrun in a
+    /// burst of cycles; its client gets until the watermark instead), else none.
+    pub(crate) fn set_driver_fill(&mut self, q: usize) {
+        if self.gone[0] {
+            return;
+        }
+        let fill = if self.plan.fill > 0 && self.streams_ready(q) {
+            self.plan.fill
+        } else {
+            0
+        };
+        self.devices[0].set_fill(fill);
+    }
+
+    /// Takes back what the driver has queued beyond a normal cycle and lets every node
+    /// that produced it produce it again, so a change (a new stream, a volume, a pause)
+    /// is heard after the watermark rather than after the whole buffer. Skipped when a
+    /// node that already produced output cannot take it back, or when little is
+    /// queued. Single-device engines only (fill is off otherwise). *RT*.
+    pub(crate) fn rewind(&mut self, q: usize) {
+        if self.gone[0] || !self.running || self.devices.len() != 1 {
+            return;
+        }
+        // A normal cycle keeps about a quantum plus the watermark queued; rewinding
+        // that would gain nothing.
+        if self.devices[0].playback_delay() <= 2 * q {
+            return;
+        }
+        let all_can = self.plan.steps.iter().all(|s| {
+            self.slots[s.slot]
+                .as_ref()
+                .is_none_or(|n| !n.rendered || n.processor.as_ref().is_none_or(|p| p.can_rewind()))
+        });
+        if !all_can {
+            return;
+        }
+        // Filling ahead, the refill follows at once; otherwise keep one quantum so the
+        // driver's next wakeup finds its usual lead.
+        let keep = if self.plan.fill > 0 { 0 } else { q };
+        let frames = self.devices[0].rewind(keep);
+        if frames == 0 {
+            return;
+        }
+        // Only what a node rendered into the rewound span is its to take back: a stream
+        // held by a suspended sink last played long before it, and would replay that.
+        let start = self.queued_until.saturating_sub(frames as u64);
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(slot) = slot
+                && slot.rendered
+                && let Some(p) = slot.processor.as_mut()
+            {
+                let mine = slot.rendered_until.saturating_sub(start) as usize;
+                if mine > 0 || self.discard[i] {
+                    p.rewind(mine, self.discard[i]);
+                }
+                slot.rendered_until = slot.rendered_until.min(start);
+            }
+        }
+        self.queued_until = start;
+    }
+
+    /// True when every stream the plan runs on each cycle can deliver `q` frames. *RT*.
+    pub(crate) fn streams_ready(&mut self, q: usize) -> bool {
+        let slots = &mut self.slots;
+        self.plan
+            .steps
+            .iter()
+            .filter(|s| s.stream && !s.once)
+            .all(|s| {
+                slots[s.slot]
+                    .as_mut()
+                    .and_then(|n| n.processor.as_mut())
+                    .is_none_or(|p| p.ready(q))
+            })
+    }
+
+    /// Runs every step of the plan. With per-node timing, returns the clock reading at
+    /// the last node boundary (the end of the work). *RT*.
+    pub(crate) fn process_graph(&mut self, cx: &CycleInfo) -> Option<u64> {
+        let timing = self.node_timing;
+        // One clock reading per node boundary: the end of one node's work is the
+        // start of the next one's.
+        let mut mark = cx.time_ns;
+        let q = cx.frames;
+        let first = self.first_cycle_of_plan;
+        let ramp = self.ramp_frames.min(q);
+        for si in 0..self.plan.steps.len() {
+            let step = self.plan.steps[si].clone();
+            if step.once && !first {
+                continue;
+            }
+            // A split-phase node's outputs exist only once it finished: finish the ones
+            // this step reads from (the others keep running in parallel).
+            for li in step.links.clone() {
+                let src = self.plan.links[li].src_slot;
+                if self.slots[src].as_ref().is_some_and(|s| s.pending) {
+                    Self::finish_slot(self.slots[src].as_deref_mut(), cx);
+                    if timing {
+                        mark = self.time_finish(src, mark);
+                    }
+                }
+            }
+            let Some(mut cur) = self.slots[step.slot].take() else {
+                continue;
+            };
+            let NodeSlot {
+                processor,
+                inputs,
+                outputs,
+                gain,
+                volume_on_inputs,
+                pending,
+                rendered,
+                rendered_until,
+                begin_ns,
+            } = &mut *cur;
+            for ch in 0..inputs.channels() {
+                inputs.channel_mut(ch)[..q].fill(0.0);
+            }
+            for l in &self.plan.links[step.links.clone()] {
+                let Some(src) = self.slots[l.src_slot].as_ref() else {
+                    continue;
+                };
+                let s = &src.outputs.channel(l.src_port)[..q];
+                let d = &mut inputs.channel_mut(l.dst_port)[..q];
+                match (l.fade, first) {
+                    (Fade::Out, false) => {}
+                    (Fade::Steady, _) | (Fade::In, false) => mix_into(d, s),
+                    (Fade::In, true) => {
+                        mix_into_ramp(&mut d[..ramp], &s[..ramp], 0.0, 1.0);
+                        mix_into(&mut d[ramp..], &s[ramp..]);
+                    }
+                    (Fade::Out, true) => mix_into_ramp(&mut d[..ramp], &s[..ramp], 1.0, 0.0),
+                }
+            }
+            if *volume_on_inputs {
+                gain.apply(&mut inputs.view_mut(q));
+            }
+            match step.device {
+                Some(DeviceRole::Sink(d)) => {
+                    if self.start_fades[d].is_ramping() {
+                        self.start_fades[d].apply(&mut inputs.view_mut(q));
+                    }
+                    if !self.gone[d] {
+                        let ok = self.followers[d]
+                            .as_mut()
+                            .and_then(|f| f.write(self.devices[d].as_mut(), inputs.view(q)))
+                            .unwrap_or_else(|| self.devices[d].write(inputs.view(q)).is_ok());
+                        if !ok {
+                            self.mark_gone(d);
+                        }
+                    }
+                    for ch in 0..outputs.channels().min(inputs.channels()) {
+                        outputs.channel_mut(ch)[..q].copy_from_slice(&inputs.channel(ch)[..q]);
+                    }
+                }
+                Some(DeviceRole::Source(d)) => {
+                    let mut out = outputs.view_mut(q);
+                    let ok = !self.gone[d]
+                        && self.followers[d]
+                            .as_mut()
+                            .and_then(|f| f.read(self.devices[d].as_mut(), &mut out))
+                            .unwrap_or_else(|| self.devices[d].read(&mut out).is_ok());
+                    if !ok {
+                        out.fill_silence();
+                        self.mark_gone(d);
+                    }
+                }
+                None => match processor.as_mut() {
+                    Some(p) if p.is_split() => {
+                        p.begin(cx, inputs.view(q), &mut outputs.view_mut(q));
+                        *pending = true;
+                        *rendered = true;
+                        *rendered_until = self.queued_until + q as u64;
+                    }
+                    Some(p) => {
+                        p.process(cx, inputs.view(q), &mut outputs.view_mut(q));
+                        *rendered = true;
+                        *rendered_until = self.queued_until + q as u64;
+                    }
+                    None => outputs.view_mut(q).fill_silence(),
+                },
+            }
+            if *pending {
+                // Never reallocates: the capacity is one entry per slot.
+                if self.pending.len() < self.pending.capacity() {
+                    self.pending.push(step.slot);
+                }
+            } else if !*volume_on_inputs {
+                gain.apply(&mut outputs.view_mut(q));
+            }
+            if timing {
+                let now = quaver_rt::monotonic_ns();
+                let spent = now.saturating_sub(mark);
+                mark = now;
+                if *pending {
+                    *begin_ns = spent;
+                } else if let Some(t) = self.node_times.get(step.slot) {
+                    t.record(0, spent, spent);
+                    if let Some(p) = processor.as_ref() {
+                        t.xruns.store(p.xruns(), Relaxed);
+                    }
+                }
+            }
+            self.slots[step.slot] = Some(cur);
+        }
+        for i in 0..self.pending.len() {
+            let slot = self.pending[i];
+            if self.slots[slot].as_ref().is_some_and(|s| s.pending) {
+                Self::finish_slot(self.slots[slot].as_deref_mut(), cx);
+                if timing {
+                    mark = self.time_finish(slot, mark);
+                }
+            }
+        }
+        self.pending.clear();
+        timing.then_some(mark)
+    }
+
+    /// Records a split-phase node's timing right after its `finish`; returns the clock
+    /// reading, the next node boundary. *RT*.
+    fn time_finish(&self, slot: usize, mark: u64) -> u64 {
+        let now = quaver_rt::monotonic_ns();
+        if let (Some(n), Some(t)) = (self.slots[slot].as_deref(), self.node_times.get(slot))
+            && let Some(p) = n.processor.as_ref()
+        {
+            t.xruns.store(p.xruns(), Relaxed);
+            if let Some(r) = p.remote_times() {
+                let (wait, busy) = r.wait_busy(now);
+                t.record(wait, busy, n.begin_ns + now.saturating_sub(mark));
+            }
+        }
+        now
+    }
+
+    /// Finishes a split-phase node begun this cycle and applies its volume. *RT*; may
+    /// wait (bounded) inside the processor's `finish`.
+    fn finish_slot(slot: Option<&mut NodeSlot>, cx: &CycleInfo) {
+        let Some(n) = slot else { return };
+        n.pending = false;
+        let q = cx.frames;
+        if let Some(p) = n.processor.as_mut() {
+            p.finish(cx, &mut n.outputs.view_mut(q));
+        }
+        if !n.volume_on_inputs {
+            n.gain.apply(&mut n.outputs.view_mut(q));
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Counters the RT thread publishes in preallocated atomics; the control side reads them
+//! and turns them into statistics.
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// Most devices one engine drives (one clock domain).
+pub const MAX_DEVICES: usize = 8;
+
+/// Per-device counters the RT thread publishes.
+#[derive(Debug, Default)]
+pub struct DeviceStats {
+    /// Driver wakeups.
+    pub wakeups: AtomicU64,
+    /// Hardware-pointer queries.
+    pub pointer_queries: AtomicU64,
+    /// Underruns.
+    pub underruns: AtomicU64,
+    /// Overruns.
+    pub overruns: AtomicU64,
+    /// Frames written.
+    pub frames_written: AtomicU64,
+    /// Frames read.
+    pub frames_read: AtomicU64,
+    /// Playback delay in frames after the last write.
+    pub playback_delay: AtomicU64,
+    /// The device failed.
+    pub gone: AtomicBool,
+    /// Rewinds done.
+    pub rewinds: AtomicU64,
+    /// Playback frames taken back by rewinds.
+    pub rewound_frames: AtomicU64,
+    /// Its handles are closed (idle).
+    pub closed: AtomicBool,
+    /// Idle closes.
+    pub idle_closes: AtomicU64,
+    /// Reopens after an idle close.
+    pub reopens: AtomicU64,
+    /// The safety margin (watermark) in effect, frames; 0 where the device has none.
+    pub margin_frames: AtomicU64,
+    /// How often an adaptive margin changed.
+    pub margin_changes: AtomicU64,
+}
+
+/// Counters the RT thread increments and the control side turns into statistics.
+#[derive(Debug, Default)]
+pub struct RtStats {
+    /// Cycles run.
+    pub cycles: AtomicU64,
+    /// Plans the control side has queued.
+    pub plans_sent: AtomicU64,
+    /// Plans taken from the control queue; more than `MAX_PENDING_PLANS` behind
+    /// `plans_sent`, the RT thread takes them all in one cycle.
+    pub plans_applied: AtomicU64,
+    /// Driver xruns.
+    pub xruns: AtomicU64,
+    /// Current quantum.
+    pub quantum: AtomicU64,
+    /// Devices suspended.
+    pub suspended: AtomicBool,
+    /// Time spent processing the last cycle, ns.
+    pub busy_ns_last: AtomicU64,
+    /// Longest cycle processing time, ns.
+    pub busy_ns_max: AtomicU64,
+    /// Retired objects leaked because the garbage queue was full (should stay 0).
+    pub leaked: AtomicU64,
+    /// Events dropped because the event queue was full.
+    pub events_dropped: AtomicU64,
+    /// Per-device counters.
+    pub devices: [DeviceStats; MAX_DEVICES],
+    /// Driver wakeup lateness, log2 buckets of ns (bucket i: [2^i, 2^(i+1))).
+    pub lateness_hist: [AtomicU64; HIST_BUCKETS],
+    /// Largest wakeup lateness, ns.
+    pub lateness_max_ns: AtomicU64,
+    /// Driver wakeups more than one period after their deadline (devices that sleep to a
+    /// computed deadline: null, file): the thread had fallen a whole cycle behind.
+    pub overdue_cycles: AtomicU64,
+    /// Runs of consecutive overdue cycles: how often the thread fell behind (jackd2's
+    /// timed driver logs one xrun for each, then restarts its time line).
+    pub overdue_runs: AtomicU64,
+    /// Cycle processing time, log2 buckets of ns.
+    pub busy_hist: [AtomicU64; HIST_BUCKETS],
+}
+
+/// Buckets of the log2 timing histograms (the last, from 2^31 ns ≈ 2.1 s, takes all longer).
+pub const HIST_BUCKETS: usize = 32;
+
+/// The log2 bucket of a duration in ns.
+pub fn hist_bucket(ns: u64) -> usize {
+    ((u64::BITS - ns.leading_zeros()) as usize)
+        .saturating_sub(1)
+        .min(HIST_BUCKETS - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hist_bucket;
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(1), 0);
+        assert_eq!(hist_bucket(2), 1);
+        assert_eq!(hist_bucket(1023), 9);
+        assert_eq!(hist_bucket(1024), 10);
+        assert_eq!(hist_bucket(u64::MAX), 31);
+    }
+}

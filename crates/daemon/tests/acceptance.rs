@@ -1,8 +1,6 @@
 //! End-to-end acceptance tests: a real quaverd, the real `quaver` CLI, real WAV files.
 
-mod common;
-
-use common::*;
+use quaver_testkit::*;
 use std::process::Stdio;
 use std::time::Duration;
 

@@ -1,10 +1,8 @@
 //! Bad input gets a clear error and loses nothing: each case is checked against a real
 //! daemon, and the daemon is checked to keep serving afterwards.
 
-mod common;
-
-use common::*;
 use quaver_protocol::message::{Direction, StreamParams};
+use quaver_testkit::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};

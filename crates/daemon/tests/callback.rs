@@ -2,14 +2,12 @@
 //! callback, quantum requests, a hung client that must not disturb the others, a
 //! client that vanishes, and bad requests.
 
-mod common;
-
-use common::{Daemon, WAIT};
 use quaver_client::callback::{Mode, ProcessHandler, ProcessScope, RtPriority};
 use quaver_client::quaver_protocol::{
     CallbackParams, ChannelMap, ErrorCode, PortDirection, PortParams, StreamParams,
 };
 use quaver_client::{ClientError, Connection};
+use quaver_testkit::{Daemon, WAIT};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -283,7 +281,7 @@ fn a_client_killed_inside_its_callback_is_removed_and_the_graph_runs_on() {
             .is_some_and(|c| c.xruns > 0)),
         "the child never hung in its callback"
     );
-    common::signal(child.id(), libc::SIGKILL);
+    quaver_testkit::signal(child.id(), libc::SIGKILL);
     let _ = child.wait();
     assert!(
         wait_until(WAIT, || node_info(&mut ctl, "victim").is_none()),
@@ -418,7 +416,7 @@ fn top_shows_every_node_and_a_clients_callback_time() {
             .is_some_and(|c| c.woken > 5)),
         "the client never ran"
     );
-    let text = common::ok(&d.run(&["top", "--once", "--interval", "0.5"]));
+    let text = quaver_testkit::ok(&d.run(&["top", "--once", "--interval", "0.5"]));
     let header = text.lines().nth(1).unwrap_or_default();
     for col in [
         "S", "ID", "QUANT", "RATE", "WAIT", "BUSY", "W/Q", "B/Q", "ERR", "NAME",
@@ -435,7 +433,8 @@ fn top_shows_every_node_and_a_clients_callback_time() {
     assert!(row("sleepy").contains(" client "), "{text}");
     assert!(row("null-sink").starts_with("R "), "{text}");
     // JSON lines, one per iteration; a callback's busy time holds its sleep.
-    let out = common::ok(&d.run(&["top", "--json", "--iterations", "2", "--interval", "0.3"]));
+    let out =
+        quaver_testkit::ok(&d.run(&["top", "--json", "--iterations", "2", "--interval", "0.3"]));
     let frames: Vec<serde_json::Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -455,7 +454,7 @@ fn top_shows_every_node_and_a_clients_callback_time() {
         "{sleepy}"
     );
     // status carries the same table.
-    let status = common::ok(&d.run(&["status"]));
+    let status = quaver_testkit::ok(&d.run(&["status"]));
     assert!(
         status.contains("nodes (per cycle") && status.contains("sleepy"),
         "{status}"

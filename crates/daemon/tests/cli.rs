@@ -1,9 +1,7 @@
 //! The `quaver` command line against a real daemon: every command, JSON output,
 //! stdin playback, compressed files and Ctrl-C during a recording.
 
-mod common;
-
-use common::*;
+use quaver_testkit::*;
 use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;

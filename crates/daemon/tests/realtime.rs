@@ -1,12 +1,10 @@
 //! Real-time scheduling as quaverd reports it, and graceful operation when the system
 //! permits none of it.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use common::{Daemon, ok, write_wav_s16};
+use quaver_testkit::{Daemon, ok, write_wav_s16};
 
 #[test]
 fn status_names_the_scheduling() {
@@ -36,7 +34,7 @@ fn unprivileged_daemon_warns_once_and_plays() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     // A copy nobody can reach: the target dir may sit under a private home.
     let bin = dir.path().join("quaverd");
-    std::fs::copy(common::quaverd_bin(), &bin).unwrap();
+    std::fs::copy(quaver_testkit::quaverd_bin(), &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let xdg = dir.path().join("xdg");
     std::fs::create_dir(&xdg).unwrap();
@@ -58,7 +56,12 @@ fn unprivileged_daemon_warns_once_and_plays() {
     assert_eq!(*st.scheduling, "SCHED_OTHER (real-time refused)");
 
     let wav = d.path("tone.wav");
-    write_wav_s16(&wav, 48000, 2, &common::noise_s16(48000 / 5 * 2, 7, 3000));
+    write_wav_s16(
+        &wav,
+        48000,
+        2,
+        &quaver_testkit::noise_s16(48000 / 5 * 2, 7, 3000),
+    );
     ok(&d.run(&["play", wav.to_str().unwrap()]));
     assert!(d.connect("t").status().unwrap().cycles > 0);
 

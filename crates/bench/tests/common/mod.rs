@@ -1,31 +1,17 @@
-//! Shared by the integration tests: the binaries under test, and a lock so that the
-//! tests of one binary never run two daemons' worth of real-time load at once.
+//! Shared by the integration tests: quaver-bench run against the workspace's quaverd
+//! (both found by quaver-testkit), its records, and a lock so that the tests of one
+//! binary never run two daemons' worth of real-time load at once.
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The quaver-bench binary under test.
-pub fn bench_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_quaver-bench"))
-}
-
-/// quaverd, built next to quaver-bench (built on demand if missing, as the daemon's own
-/// tests do for the CLI; `./scripts/test` builds every binary first).
-pub fn quaverd_bin() -> PathBuf {
-    let p = bench_bin().with_file_name("quaverd");
-    if !p.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "quaver-daemon", "--bin", "quaverd"])
-            .status()
-            .expect("running cargo build for quaverd");
-        assert!(status.success(), "building quaverd failed");
-    }
-    p
-}
+// Each test binary uses its own subset of these.
+#[allow(unused_imports)]
+pub use quaver_testkit::{ok, quaver_bench_bin as bench_bin, quaverd_bin};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -47,34 +33,12 @@ pub fn bench_with(args: &[&str], out: &Path, path_env: Option<&Path>, limit: Dur
     if let Some(p) = path_env {
         c.env("PATH", p);
     }
-    let mut child = c
+    let child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("quaver-bench {args:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Its stdout, after asserting it succeeded (both streams in the message if not).
-pub fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    quaver_testkit::wait_output(child, limit)
 }
 
 /// The one JSON record a run wrote into `dir` for `mode`, and the Markdown report next

@@ -2,16 +2,15 @@
 //! back for the next stream of that kind, across a restart; and the extension protocol
 //! (`pa_ext_stream_restore_*`) that pavucontrol uses, including its bad input.
 
-mod common;
 #[macro_use]
 mod pulse_util;
 
-use common::*;
 use pulse_util::*;
 use quaver_pulse::pulseaudio::protocol::{
     ChannelMap, ChannelVolume, Command, FormatEncoding, FormatInfo, PulseError, TagStructReader,
     TagStructWriter, Volume,
 };
+use quaver_testkit::*;
 use std::time::Duration;
 
 /// `pactl list sink-inputs`, one block per stream.

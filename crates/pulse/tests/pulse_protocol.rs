@@ -1,15 +1,14 @@
 //! PulseAudio stream semantics checked packet by packet with a bare protocol client:
 //! requests, cork, STARTED, drain timing, underflow and latency indexes. Needs no tools.
 
-mod common;
 mod pulse_util;
 
-use common::*;
 use pulse_util::*;
 use quaver_pulse::pulseaudio::protocol::{
     self as pa, ChannelMap, ChannelVolume, Command, CorkStreamParams, LatencyParams,
     PlaybackStreamParams, SampleFormat, SampleSpec, stream::BufferAttr,
 };
+use quaver_testkit::*;
 use std::time::{Duration, Instant, SystemTime};
 
 fn s16(n_bytes: usize, seed: u64) -> Vec<u8> {

@@ -1,13 +1,12 @@
 //! PulseAudio playback through quaverd with the real libpulse tools: what paplay and
 //! pacat send arrives in the file sink (bit-exact where nothing converts it).
 
-mod common;
 #[macro_use]
 mod pulse_util;
 
-use common::*;
 use pulse_util::*;
 use quaver_pulse::convert::Codec;
+use quaver_testkit::*;
 
 #[test]
 fn paplay_s16_48k_stereo_is_bit_exact() {

@@ -2,12 +2,11 @@
 //! ffmpeg and GStreamer play into a file sink and record from the null sink's monitor;
 //! the audio that arrives is compared with what was sent.
 
-mod common;
 #[macro_use]
 mod pulse_util;
 
-use common::*;
 use pulse_util::*;
+use quaver_testkit::*;
 
 /// Skips the calling test (loudly) when an application is missing.
 macro_rules! require_app {
@@ -580,12 +579,6 @@ result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
 print('RAN', result.testsRun)
 sys.exit(0 if result.wasSuccessful() else 1)
 "#;
-
-/// A TCP port nothing listens on now.
-fn free_port(host: &str) -> Option<u16> {
-    let l = std::net::TcpListener::bind((host, 0)).ok()?;
-    Some(l.local_addr().ok()?.port())
-}
 
 #[test]
 fn python_pulsectl_passes_its_own_test_suite() {

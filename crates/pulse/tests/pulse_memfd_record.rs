@@ -5,12 +5,11 @@
 //! and clients without shm getting it inline are checked in pulse_srb.rs: the runs are
 //! the same.)
 
-mod common;
 #[macro_use]
 mod pulse_util;
 
-use common::*;
 use pulse_util::*;
+use quaver_testkit::*;
 
 #[test]
 fn a_server_without_the_pool_sends_record_audio_inline() {

@@ -4,16 +4,13 @@
 
 #![allow(dead_code)]
 
-use crate::common::*;
+use quaver_testkit::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
 /// True if every tool is on PATH.
 pub fn have(tools: &[&str]) -> bool {
-    tools.iter().all(|t| {
-        std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()))
-    })
+    tools.iter().all(|t| on_path(t))
 }
 
 /// Skips the calling test (loudly) when a tool is missing.
@@ -31,8 +28,8 @@ macro_rules! require_tools {
     };
 }
 
-/// Starts a private quaverd (see `common::Daemon::start`) and waits until its PulseAudio
-/// socket, bound just after the native one, accepts connections too.
+/// Starts a private quaverd (see `quaver_testkit::Daemon::start`) and waits until its
+/// PulseAudio socket, bound just after the native one, accepts connections too.
 pub fn start(args: &[&str]) -> Daemon {
     ready(Daemon::start(args))
 }
@@ -42,7 +39,7 @@ pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
     ready(Daemon::start_in(dir, args))
 }
 
-/// Like [`start`] for a prepared quaverd command (see `common::Daemon::start_cmd`).
+/// Like [`start`] for a prepared quaverd command (see `quaver_testkit::Daemon::start_cmd`).
 pub fn start_cmd(dir: tempfile::TempDir, cmd: std::process::Command) -> Daemon {
     ready(Daemon::start_cmd(dir, cmd))
 }

@@ -4,12 +4,11 @@
 //! parec's audio came as references into the server's memfd record pool (over the ring
 //! and over the socket) and, without shm, inline.
 
-mod common;
 #[macro_use]
 mod pulse_util;
 
-use common::*;
 use pulse_util::*;
+use quaver_testkit::*;
 
 #[test]
 fn paplay_and_parec_are_bit_exact_through_the_srbchannel() {

@@ -1,12 +1,11 @@
 //! PulseAudio recording through quaverd: parec from a sink's monitor, from a source and
 //! from a single sink input's monitor.
 
-mod common;
 #[macro_use]
 mod pulse_util;
 
-use common::*;
 use pulse_util::*;
+use quaver_testkit::*;
 
 fn count_lines(d: &Daemon, what: &str) -> usize {
     let out = run_pa(d, "pactl", &["list", "short", what]);
@@ -366,7 +365,7 @@ fn combine_remap_and_loopback_modules_route_in_the_graph() {
     // latency_msec is the loop's latency request: the graph's quantum follows it.
     let d = pulse_util::start(&["--device", "null"]);
     let quantum = |d: &Daemon| {
-        let status = common::ok(&d.run(&["status"]));
+        let status = quaver_testkit::ok(&d.run(&["status"]));
         status
             .lines()
             .find_map(|l| l.strip_prefix("quantum:"))

@@ -1,7 +1,6 @@
 //! SCM_CREDENTIALS with AUTH: the kernel-checked credentials decide shared memory (only
 //! for our own user, as PulseAudio) and fill the client's process properties.
 
-mod common;
 #[macro_use]
 mod pulse_util;
 

@@ -1,13 +1,12 @@
 //! PulseAudio introspection and control through quaverd: pactl, subscriptions, and
 //! clients that misbehave (garbage, killed mid-stream) without disturbing others.
 
-mod common;
 #[macro_use]
 mod pulse_util;
 
-use common::*;
 use pulse_util::*;
 use quaver_pulse::pulseaudio::protocol::{self as pa, Command, PulseError};
+use quaver_testkit::*;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command as Process, Stdio};
 
@@ -704,16 +703,6 @@ fn an_unplugged_card_moves_its_streams_to_the_next_sink() {
     );
 }
 
-/// A port nothing listens on now (bound and released; the test loads a module on it
-/// right after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn clients(d: &Daemon) -> usize {
     pa_ok(d, &run_pa(d, "pactl", &["list", "short", "clients"]))
         .lines()
@@ -746,7 +735,7 @@ fn protocol_modules_add_listeners_and_unloading_them_disconnects_their_clients()
     };
 
     // Allow-listed by address: no cookie needed.
-    let open = free_port();
+    let open = free_port("127.0.0.1").expect("a free port");
     let open_server = format!("tcp:127.0.0.1:{open}");
     let open_index = pa_ok(
         &d,
@@ -762,7 +751,7 @@ fn protocol_modules_add_listeners_and_unloading_them_disconnects_their_clients()
     let info = over(&open_server, "bad-cookie", &["info"]);
     assert!(pa_ok(&d, &info).contains("Server String: tcp:127.0.0.1"));
     // PulseAudio's default: the cookie (the server's configured one) is required.
-    let guarded = free_port();
+    let guarded = free_port("127.0.0.1").expect("a free port");
     let guarded_server = format!("tcp:127.0.0.1:{guarded}");
     pa_ok(
         &d,

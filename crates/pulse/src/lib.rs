@@ -20,6 +20,7 @@
 
 mod accept;
 pub mod bufattr;
+mod commands;
 mod conn;
 pub mod convert;
 pub mod devrestore;

@@ -1,0 +1,643 @@
+//! Opening playback and record streams.
+
+use super::{Reply, engine_err, engine_frames};
+use crate::bufattr::{self, LatencyMode};
+use crate::conn::Conn;
+use crate::conn::playback::Playback;
+use crate::conn::record::{Peak, Record, record_wake_frames};
+use crate::convert::{
+    Codec, bytes_to_usec, check_spec, cvolume_to_linear, frame_size, frames_to_usec, map_from_pa,
+};
+use crate::introspect::{cstr, prop_str};
+use crate::server::{Device, StreamIo, StreamRec, stream_target};
+use crate::transport::{PlayShared, PlaySource, RecShared, RecSink};
+use pulseaudio::protocol::{
+    self as pa, ChannelMap as PaMap, ChannelVolume, CreatePlaybackStreamReply,
+    CreateRecordStreamReply, FormatEncoding, FormatInfo, PlaybackStreamParams, Prop, Props,
+    PulseError, RecordStreamParams, SampleFormat, SampleSpec,
+};
+use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
+use quaver_engine::{NodeId, NodeKind, NodeSpec};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Release;
+
+/// What a new stream links to.
+pub(crate) struct Target {
+    /// Node to link with.
+    pub(crate) node: NodeId,
+    /// Its name (the engine links by name).
+    pub(crate) name: String,
+    /// PulseAudio index and name of the device the client sees.
+    pub(crate) dev_index: u32,
+    pub(crate) dev_name: String,
+}
+
+impl Conn {
+    pub(crate) fn stream_node(&self, channel: u32, playback: bool) -> Result<NodeId, PulseError> {
+        if playback {
+            self.playback.get(&channel).map(|p| p.node)
+        } else {
+            self.record.get(&channel).map(|r| r.node)
+        }
+        .ok_or(PulseError::NoEntity)
+    }
+
+    /// What the engine grants for a device-latency request: the device latency of the
+    /// quantum this stream alone would make, or the request itself where the device
+    /// fills ahead that far.
+    pub(crate) fn grant(&self) -> impl Fn(u64) -> u64 + use<> {
+        let engine = self.srv.engine.clone();
+        let rate = engine.rate();
+        move |usec: u64| {
+            let granted = engine.granted_latency(engine_frames(rate, usec) as usize);
+            frames_to_usec(granted as u64, rate)
+        }
+    }
+
+    pub(crate) fn stream_limit(&self) -> Reply {
+        if self.playback.len() + self.record.len() + self.uploads.len()
+            >= self.srv.opts.max_streams_per_client
+        {
+            return Err(PulseError::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// Spec, codec and channel map of a new stream, from the spec or the format list.
+    pub(crate) fn stream_format(
+        &self,
+        spec: SampleSpec,
+        map: PaMap,
+        formats: &[FormatInfo],
+    ) -> Result<(SampleSpec, Codec, PaMap), PulseError> {
+        let (spec, map) = if spec.format == SampleFormat::Invalid {
+            let (s, m) = spec_from_formats(formats, self.srv.engine.rate())
+                .ok_or(PulseError::NotSupported)?;
+            (s, m.unwrap_or_else(PaMap::empty))
+        } else {
+            (spec, map)
+        };
+        let codec = check_spec(&spec).map_err(|why| {
+            tracing::debug!("pulse client {}: {why}", self.client);
+            PulseError::Invalid
+        })?;
+        let map = if map.num_channels() == 0 {
+            default_pa_map(spec.channels)
+        } else if map.num_channels() != spec.channels {
+            return Err(PulseError::Invalid);
+        } else {
+            map
+        };
+        Ok((spec, codec, map))
+    }
+
+    /// A new stream's proplist: its own, plus the client's properties it does not set
+    /// (PulseAudio merges them the same way, so e.g. pavucontrol recognises and hides
+    /// its own meter streams by `application.id`).
+    pub(crate) fn stream_props(&self, own: &Props) -> Props {
+        let mut props = own.clone();
+        if let Some(c) = self.srv.lock().clients.get(&self.client) {
+            for (k, v) in c.props.iter() {
+                if props.get_bytes(&**k).is_none() {
+                    props.set_bytes(&**k, &**v);
+                }
+            }
+        }
+        props
+    }
+
+    pub(crate) fn client_name(&self) -> String {
+        self.srv
+            .lock()
+            .clients
+            .get(&self.client)
+            .map(|c| c.name.clone())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn create_playback(&mut self, seq: u32, p: PlaybackStreamParams) -> Reply {
+        self.stream_limit()?;
+        let srv = self.srv.clone();
+        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
+        let graph = srv.engine.graph();
+        let props = self.stream_props(&p.props);
+        let restored = srv.restore_for(&props, true);
+        let restored_sink = match (p.sink_index, p.sink_name.as_ref(), &restored) {
+            (None, None, Some(e)) => e.device.as_ref().and_then(|d| srv.sink_by_name(&graph, d)),
+            _ => None,
+        };
+        let sink = match (p.sink_index, p.sink_name.as_ref()) {
+            _ if restored_sink.is_some() => restored_sink.clone(),
+            (None, None) => srv.default_sink(&graph),
+            (i, n) => srv.find_sink(&graph, i, n.and_then(|n| n.to_str().ok())),
+        }
+        .ok_or(PulseError::NoEntity)?;
+        let sink_node = &graph.nodes[&sink.node];
+        let node_map = quaver_dsp::ChannelMap(
+            sink_node
+                .inputs
+                .iter()
+                .map(|id| graph.ports[id].channel)
+                .collect(),
+        );
+        let mode = LatencyMode {
+            adjust_latency: p.flags.adjust_latency,
+            early_requests: p.flags.early_requests,
+        };
+        let fixed = bufattr::fix_playback(&p.buffer_attr, &spec, mode, self.grant());
+        let attr = fixed.attr;
+        let fs = frame_size(&spec);
+        let ch = spec.channels as usize;
+        let rate = srv.engine.rate();
+        let cfg = srv.engine.config().clone();
+        let tlength_frames = attr.target_length as usize / fs;
+        let minreq_frames = attr.minimum_request_length as usize / fs;
+        // A cycle at the largest quantum must fit in the ring, at any rate the stream
+        // may move to.
+        let top_rate = highest_rate(p.flags.variable_rate, spec.sample_rate);
+        let quantum_frames =
+            (cfg.quantum_max as u64 * top_rate as u64).div_ceil(rate as u64) as usize;
+        let ring_frames = (tlength_frames + minreq_frames + quantum_frames)
+            .max(1024)
+            .next_power_of_two();
+        let (producer, consumer) = rtrb::RingBuffer::new(ring_frames * ch);
+        let corked = p.flags.start_corked;
+        let shared = Arc::new(PlayShared::new(
+            self.handle.bell.clone(),
+            attr.pre_buffering / fs as u32,
+            corked,
+        ));
+        let wire = self.rt_wire();
+        // The channel this stream is about to get (assigned below, once it exists).
+        let intake = wire
+            .as_ref()
+            .map(|_| self.intake.get_or_insert_default().clone());
+        let source = PlaySource::new(shared.clone(), consumer, ch)
+            .with_wire(wire)
+            .with_intake(intake, self.next_channel);
+        let format = StreamFormat {
+            rate: spec.sample_rate,
+            channels: map_from_pa(&map),
+        };
+        let adapter = PlaybackAdapter::new(
+            source,
+            &format,
+            &node_map,
+            rate,
+            cfg.quantum_max,
+            0,
+            srv.opts.resample_quality,
+        )
+        .and_then(|a| {
+            if p.flags.variable_rate {
+                a.variable_rate(srv.opts.resample_quality)
+            } else {
+                Ok(a)
+            }
+        })
+        .map(|a| a.with_rewind(srv.engine.rewind_capacity(), node_map.len()))
+        .map_err(|e| {
+            tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
+            PulseError::NotSupported
+        })?;
+        let client_name = self.client_name();
+        let mut nspec = NodeSpec::new(
+            &node_name(&p.props, &client_name, true),
+            NodeKind::PlaybackStream,
+        );
+        nspec.description = format!("PulseAudio stream of {client_name}");
+        nspec.outputs = node_map;
+        nspec.latency_frames = Some(engine_frames(rate, fixed.sink_request_usec));
+        let cvolume = stream_volume(p.cvolume, restored.as_ref(), &map, ch);
+        nspec.volume = cvolume_to_linear(&cvolume);
+        let node = srv
+            .engine
+            .add_node_linked(nspec, Some(Box::new(adapter)), Some(&sink.name))
+            .map_err(engine_err)?;
+        if p.flags
+            .start_muted
+            .or_else(|| restored.as_ref().and_then(|e| e.mute))
+            == Some(true)
+        {
+            let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
+        }
+        let channel = self.next_channel;
+        self.next_channel += 1;
+        srv.lock().streams.insert(
+            node,
+            StreamRec {
+                client: self.client,
+                spec,
+                map,
+                props,
+                cvolume,
+                corked,
+                follows_default: restored_sink.is_none()
+                    && p.sink_index.is_none()
+                    && p.sink_name
+                        .as_ref()
+                        .is_none_or(|n| n.as_bytes() == b"@DEFAULT_SINK@"),
+                pinned: p.sink_index.is_some() || p.sink_name.is_some(),
+                monitors: None,
+                io: StreamIo::Play(shared.clone()),
+            },
+        );
+        tracing::info!(
+            "pulse client {}: playback {node} {:?} {} ch {:?} {} Hz → {} (tlength {} ms, minreq {} ms, prebuf {} ms, device {} ms)",
+            self.client,
+            spec.format,
+            spec.channels,
+            map,
+            spec.sample_rate,
+            sink.name,
+            bytes_to_usec(attr.target_length as u64, &spec) / 1000,
+            bytes_to_usec(attr.minimum_request_length as u64, &spec) / 1000,
+            bytes_to_usec(attr.pre_buffering as u64, &spec) / 1000,
+            fixed.configured_sink_usec / 1000,
+        );
+        let requested = attr.target_length;
+        self.playback.insert(
+            channel,
+            Playback {
+                node,
+                channel,
+                spec,
+                codec,
+                fs,
+                ch,
+                attr,
+                configured_usec: fixed.configured_sink_usec,
+                shared,
+                ring: Some(producer),
+                ring_frames,
+                pending: VecDeque::new(),
+                carry: Vec::new(),
+                decoded: Vec::new(),
+                write_index: 0,
+                missing: 0,
+                pushed: 0,
+                seen_consumed: 0,
+                seen_starts: 0,
+                seen_underruns: 0,
+                drains: Vec::new(),
+                variable_rate: p.flags.variable_rate.then_some(spec.sample_rate),
+                asked: requested as i64,
+                last_request: None,
+                last_data: None,
+                armed_wake: 0,
+                rt_requests: self.wire.is_some(),
+                armed: false,
+                requests: 0,
+                rt_sent: 0,
+                rt_blocks: 0,
+                rt_answers: 0,
+                lease_scratch: Vec::new(),
+            },
+        );
+        let reply = CreatePlaybackStreamReply {
+            channel,
+            stream_index: node,
+            requested_bytes: requested,
+            buffer_attr: attr,
+            sample_spec: spec,
+            channel_map: map,
+            stream_latency: fixed.configured_sink_usec,
+            sink_index: sink.index,
+            sink_name: Some(cstr(&sink.name)),
+            suspended: self.is_suspended(&graph, sink.node),
+            format: FormatInfo::new(FormatEncoding::Pcm),
+        };
+        self.out().reply(seq, &reply);
+        Ok(())
+    }
+
+    /// What a record stream taps: the sink input it monitors, else the device it names,
+    /// else the one stream restore remembers (`restored`, if it exists), else the default.
+    pub(crate) fn record_target(
+        &self,
+        p: &RecordStreamParams,
+        restored: Option<&str>,
+    ) -> Result<(Target, Device), PulseError> {
+        let srv = &self.srv;
+        let graph = srv.engine.graph();
+        if let Some(input) = p.direct_on_input_index {
+            // A single sink input's monitor: tap that stream's node.
+            let n = graph
+                .nodes
+                .get(&input)
+                .filter(|n| n.kind == NodeKind::PlaybackStream)
+                .ok_or(PulseError::NoEntity)?;
+            let sink = stream_target(&graph, input)
+                .and_then(|s| srv.monitor_of(&graph, s))
+                .ok_or(PulseError::NoEntity)?;
+            return Ok((
+                Target {
+                    node: n.id,
+                    name: n.name.clone(),
+                    dev_index: sink.index,
+                    dev_name: sink.name.clone(),
+                },
+                sink,
+            ));
+        }
+        let dev = match (p.source_index, p.source_name.as_ref()) {
+            (None, None) => restored
+                .and_then(|d| srv.source_by_name(&graph, d))
+                .or_else(|| srv.default_source(&graph)),
+            (i, n) => srv.find_source(&graph, i, n.and_then(|n| n.to_str().ok())),
+        }
+        .ok_or(PulseError::NoEntity)?;
+        let node = &graph.nodes[&dev.node];
+        Ok((
+            Target {
+                node: node.id,
+                name: node.name.clone(),
+                dev_index: dev.index,
+                dev_name: dev.name.clone(),
+            },
+            dev,
+        ))
+    }
+
+    pub(crate) fn create_record(&mut self, seq: u32, p: RecordStreamParams) -> Reply {
+        self.stream_limit()?;
+        let srv = self.srv.clone();
+        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
+        let props = self.stream_props(&p.props);
+        // Meters (peak detection, one sink input's monitor) are not the user's streams.
+        let restored = if p.direct_on_input_index.is_none() && !p.flags.peak_detect {
+            srv.restore_for(&props, false)
+        } else {
+            None
+        };
+        let (target, dev) =
+            self.record_target(&p, restored.as_ref().and_then(|e| e.device.as_deref()))?;
+        let restored_dev = p.source_index.is_none()
+            && p.source_name.is_none()
+            && restored
+                .as_ref()
+                .and_then(|e| e.device.as_deref())
+                .is_some_and(|d| d == dev.name);
+        let graph = srv.engine.graph();
+        let tnode = graph.nodes.get(&target.node).ok_or(PulseError::NoEntity)?;
+        let node_map = quaver_dsp::ChannelMap(
+            tnode
+                .outputs
+                .iter()
+                .map(|id| graph.ports[id].channel)
+                .collect(),
+        );
+        if node_map.is_empty() {
+            return Err(PulseError::NoEntity);
+        }
+        let mode = LatencyMode {
+            adjust_latency: p.flags.adjust_latency,
+            early_requests: p.flags.early_requests,
+        };
+        let fixed = bufattr::fix_record(&p.buffer_attr, &spec, mode, self.grant());
+        let fs = frame_size(&spec);
+        let ch = spec.channels as usize;
+        let rate = srv.engine.rate();
+        let cfg = srv.engine.config().clone();
+        // A peak-detecting stream below the engine rate records at the engine rate and
+        // decimates to peaks on the connection thread.
+        let decim = if p.flags.peak_detect && spec.sample_rate < rate {
+            (rate / spec.sample_rate) as usize
+        } else {
+            1
+        };
+        let ring_rate = if decim > 1 { rate } else { spec.sample_rate };
+        // A cycle at the largest quantum must fit in the ring, at any rate the stream
+        // may move to (a peak-detecting one never moves).
+        let top_rate = highest_rate(p.flags.variable_rate && !p.flags.peak_detect, ring_rate);
+        let quantum_frames =
+            (cfg.quantum_max as u64 * top_rate as u64).div_ceil(rate as u64) as usize;
+        let frag = (fixed.attr.fragment_size as usize / fs).max(1) * decim;
+        let ring_frames = (2 * frag.min(ring_rate as usize * 4) + 2 * quantum_frames)
+            .max(4096)
+            .next_power_of_two();
+        let (producer, consumer) = rtrb::RingBuffer::new(ring_frames * ch);
+        let corked = p.flags.start_corked;
+        let shared = Arc::new(RecShared::new(self.handle.bell.clone(), corked));
+        let sink = RecSink::new(shared.clone(), producer, ch);
+        let format = StreamFormat {
+            rate: ring_rate,
+            channels: map_from_pa(&map),
+        };
+        let adapter = RecordAdapter::new(
+            sink,
+            &format,
+            &node_map,
+            rate,
+            cfg.quantum_max,
+            srv.opts.resample_quality,
+        )
+        .and_then(|a| {
+            if p.flags.variable_rate {
+                a.variable_rate(srv.opts.resample_quality)
+            } else {
+                Ok(a)
+            }
+        })
+        .map_err(|e| {
+            tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
+            PulseError::NotSupported
+        })?;
+        let client_name = self.client_name();
+        let mut nspec = NodeSpec::new(
+            &node_name(&p.props, &client_name, false),
+            NodeKind::RecordStream,
+        );
+        nspec.description = format!("PulseAudio record stream of {client_name}");
+        nspec.inputs = node_map;
+        nspec.latency_frames = fixed.source_request_usec.map(|u| engine_frames(rate, u));
+        let cvolume = stream_volume(p.cvolume, restored.as_ref(), &map, ch);
+        nspec.volume = cvolume_to_linear(&cvolume);
+        let node = srv
+            .engine
+            .add_node_linked(nspec, Some(Box::new(adapter)), Some(&target.name))
+            .map_err(engine_err)?;
+        if p.flags
+            .start_muted
+            .or_else(|| restored.as_ref().and_then(|e| e.mute))
+            == Some(true)
+        {
+            let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
+        }
+        let channel = self.next_channel;
+        self.next_channel += 1;
+        srv.lock().streams.insert(
+            node,
+            StreamRec {
+                client: self.client,
+                spec,
+                map,
+                props,
+                cvolume,
+                corked,
+                pinned: p.direct_on_input_index.is_some()
+                    || p.source_index.is_some()
+                    || p.source_name.is_some(),
+                monitors: p.direct_on_input_index.map(|_| target.node),
+                follows_default: !restored_dev
+                    && p.direct_on_input_index.is_none()
+                    && p.source_index.is_none()
+                    && p.source_name.as_ref().is_none_or(|n| {
+                        n.as_bytes() == b"@DEFAULT_SOURCE@" || n.as_bytes() == b"@DEFAULT_MONITOR@"
+                    }),
+                io: StreamIo::Record(shared.clone()),
+            },
+        );
+        let frag_frames =
+            (record_wake_frames(&fixed, &spec, ring_frames) * decim).clamp(1, ring_frames / 2);
+        tracing::info!(
+            "pulse client {}: record {node} {:?} {} ch {} Hz ← {} (fragment {} ms)",
+            self.client,
+            spec.format,
+            spec.channels,
+            spec.sample_rate,
+            target.dev_name,
+            frames_to_usec(frag_frames as u64, ring_rate) / 1000,
+        );
+        shared.wake_at.store(frag_frames as u64, Release);
+        self.record.insert(
+            channel,
+            Record {
+                node,
+                channel,
+                spec,
+                codec,
+                fs,
+                ch,
+                attr: fixed.attr,
+                configured_usec: fixed.configured_source_usec,
+                shared,
+                ring: consumer,
+                frag_frames,
+                sent: 0,
+                scratch: Vec::new(),
+                peak: (decim > 1).then(|| Peak {
+                    decim,
+                    acc: vec![0.0; ch],
+                    count: 0,
+                    out: Vec::new(),
+                }),
+                variable_rate: p.flags.variable_rate.then_some(spec.sample_rate),
+            },
+        );
+        let reply = CreateRecordStreamReply {
+            channel,
+            stream_index: node,
+            buffer_attr: fixed.attr,
+            sample_spec: spec,
+            channel_map: map,
+            stream_latency: fixed.configured_source_usec,
+            sink_index: target.dev_index,
+            sink_name: Some(cstr(&dev.name)),
+            suspended: self.is_suspended(&graph, target.node),
+            format: FormatInfo::new(FormatEncoding::Pcm),
+        };
+        self.out().reply(seq, &reply);
+        Ok(())
+    }
+}
+
+/// The highest rate a stream created at `rate` may run at: a VARIABLE_RATE stream may
+/// move to any rate PulseAudio allows. Its ring is built on the control side and cannot
+/// grow once the RT thread holds the other end, so it is sized for this rate.
+pub(crate) fn highest_rate(variable_rate: bool, rate: u32) -> u32 {
+    if variable_rate {
+        crate::convert::MAX_RATE.max(rate)
+    } else {
+        rate
+    }
+}
+
+/// A node name from a stream's proplist: readable, without ':' and not too long.
+pub(crate) fn node_name(props: &Props, client: &str, playback: bool) -> String {
+    let base = prop_str(props, Prop::MediaName)
+        .or_else(|| prop_str(props, Prop::ApplicationName))
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| {
+            if client.is_empty() {
+                if playback {
+                    "pulse-playback"
+                } else {
+                    "pulse-record"
+                }
+                .to_string()
+            } else {
+                client.to_string()
+            }
+        });
+    let clean: String = base
+        .chars()
+        .map(|c| if c == ':' || c.is_control() { '_' } else { c })
+        .take(100)
+        .collect();
+    if clean.is_empty() {
+        "pulse-stream".into()
+    } else {
+        clean
+    }
+}
+
+/// A new stream's volume: the client's when it set one (uniform if its channel count is
+/// wrong), else stream restore's, else 100 %.
+pub(crate) fn stream_volume(
+    client: Option<ChannelVolume>,
+    restored: Option<&crate::restore::Entry>,
+    map: &PaMap,
+    ch: usize,
+) -> ChannelVolume {
+    match client {
+        Some(v) if v.channels().len() == ch => v,
+        Some(_) => crate::convert::uniform_cvolume(ch, 1.0),
+        None => restored
+            .and_then(|e| crate::restore::volume_for(e, map))
+            .filter(|v| v.channels().len() == ch)
+            .unwrap_or_else(|| crate::convert::uniform_cvolume(ch, 1.0)),
+    }
+}
+
+/// A sample spec from a format list (clients that create streams with
+/// `pa_stream_new_extended` send an invalid spec plus formats).
+pub(crate) fn spec_from_formats(
+    formats: &[FormatInfo],
+    rate: u32,
+) -> Option<(SampleSpec, Option<PaMap>)> {
+    let f = formats.iter().find(|f| f.encoding == FormatEncoding::Pcm)?;
+    let get = |p: Prop| prop_str(&f.props, p).map(|s| s.trim().trim_matches('"').to_string());
+    let format = match get(Prop::FormatSampleFormat) {
+        None => SampleFormat::Float32Le,
+        Some(name) => crate::convert::parse_sample_format(&name)?,
+    };
+    let sample_rate = get(Prop::FormatRate)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(rate);
+    let channels = get(Prop::FormatChannels)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    Some((
+        SampleSpec {
+            format,
+            channels,
+            sample_rate,
+        },
+        None,
+    ))
+}
+
+pub(crate) fn default_pa_map(channels: u8) -> PaMap {
+    use pa::ChannelPosition::*;
+    match channels {
+        1 => PaMap::mono(),
+        2 => PaMap::stereo(),
+        3 => PaMap::new([FrontLeft, FrontRight, FrontCenter]),
+        4 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight]),
+        5 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter]),
+        6 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter, Lfe]),
+        n => crate::convert::map_to_pa(&quaver_dsp::ChannelMap::default_for(n as usize)),
+    }
+}

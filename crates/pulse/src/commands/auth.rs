@@ -231,8 +231,6 @@ impl Conn {
     }
 }
 
-/// A channel map for `channels` when the client sent none (PulseAudio's AIFF defaults
-/// for the common counts).
 /// The login name of `uid` (getpwuid_r), if it has one.
 pub(crate) fn user_name(uid: u32) -> Option<String> {
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };

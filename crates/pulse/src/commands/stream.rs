@@ -9,7 +9,7 @@ use crate::convert::{
     Codec, bytes_to_usec, check_spec, cvolume_to_linear, frame_size, frames_to_usec, map_from_pa,
 };
 use crate::introspect::{cstr, prop_str};
-use crate::server::{Device, StreamIo, StreamRec, stream_target};
+use crate::server::{Device, Server, StreamIo, StreamRec, stream_target};
 use crate::transport::{PlayShared, PlaySource, RecShared, RecSink};
 use pulseaudio::protocol::{
     self as pa, ChannelMap as PaMap, ChannelVolume, CreatePlaybackStreamReply,
@@ -17,7 +17,7 @@ use pulseaudio::protocol::{
     PulseError, RecordStreamParams, SampleFormat, SampleSpec,
 };
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
-use quaver_engine::{NodeId, NodeKind, NodeSpec};
+use quaver_engine::{Graph, NodeId, NodeKind, NodeSpec, PortId, Processor};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Release;
@@ -31,6 +31,93 @@ pub(crate) struct Target {
     /// PulseAudio index and name of the device the client sees.
     pub(crate) dev_index: u32,
     pub(crate) dev_name: String,
+}
+
+/// What opening a stream starts from, in either direction.
+pub(crate) struct Opening {
+    pub(crate) spec: SampleSpec,
+    pub(crate) codec: Codec,
+    pub(crate) map: PaMap,
+    /// The stream's proplist merged with its client's (moved into its record).
+    pub(crate) props: Props,
+    /// Stream restore's entry for it, when it was looked up and exists.
+    pub(crate) restored: Option<crate::restore::Entry>,
+}
+
+/// How a new stream's node is made and shown (see [`Conn::add_stream`]).
+pub(crate) struct NewStream<'a> {
+    pub(crate) kind: NodeKind,
+    /// The channels of the target's ports the node connects to.
+    pub(crate) ports: quaver_dsp::ChannelMap,
+    pub(crate) latency_frames: Option<u32>,
+    /// The node (by name) it links to.
+    pub(crate) link_to: &'a str,
+    /// The volume the client asked for, if any.
+    pub(crate) cvolume: Option<ChannelVolume>,
+    pub(crate) start_muted: Option<bool>,
+    pub(crate) corked: bool,
+    pub(crate) follows_default: bool,
+    pub(crate) pinned: bool,
+    pub(crate) monitors: Option<NodeId>,
+    pub(crate) io: StreamIo,
+}
+
+/// A playback stream's processor: from the client's rate and layout (`format`) to the
+/// sink's channels (`node_map`).
+fn playback_adapter(
+    srv: &Server,
+    source: PlaySource,
+    format: &StreamFormat,
+    node_map: &quaver_dsp::ChannelMap,
+    variable_rate: bool,
+) -> Result<Box<dyn Processor>, PulseError> {
+    let (rate, quality) = (srv.engine.rate(), srv.opts.resample_quality);
+    let quantum_max = srv.engine.config().quantum_max;
+    let mut a = PlaybackAdapter::new(source, format, node_map, rate, quantum_max, 0, quality);
+    if variable_rate {
+        a = a.and_then(|a| a.variable_rate(quality));
+    }
+    let a = a.map(|a| a.with_rewind(srv.engine.rewind_capacity(), node_map.len()));
+    boxed(a, format.rate)
+}
+
+/// A record stream's processor: from the source's channels (`node_map`) to the
+/// client's rate and layout (`format`); `client_rate` is for the log.
+fn record_adapter(
+    srv: &Server,
+    sink: RecSink,
+    format: &StreamFormat,
+    node_map: &quaver_dsp::ChannelMap,
+    client_rate: u32,
+    flags: &pa::stream::StreamFlags,
+) -> Result<Box<dyn Processor>, PulseError> {
+    let (rate, quality) = (srv.engine.rate(), srv.opts.resample_quality);
+    let quantum_max = srv.engine.config().quantum_max;
+    let mut a = RecordAdapter::new(sink, format, node_map, rate, quantum_max, quality);
+    if flags.variable_rate {
+        a = a.and_then(|a| a.variable_rate(quality));
+    }
+    boxed(a, client_rate)
+}
+
+/// An adapter as the node's processor; NOTSUPPORTED when the engine cannot convert
+/// the client's rate (`client_rate`, for the log).
+fn boxed<A: Processor + 'static>(
+    built: Result<A, quaver_dsp::resample::ResampleError>,
+    client_rate: u32,
+) -> Result<Box<dyn Processor>, PulseError> {
+    match built {
+        Ok(a) => Ok(Box::new(a)),
+        Err(e) => {
+            tracing::warn!("pulse: cannot resample {client_rate} Hz: {e}");
+            Err(PulseError::NotSupported)
+        }
+    }
+}
+
+/// The channels of `ports`, in order.
+fn port_channels(graph: &Graph, ports: &[PortId]) -> quaver_dsp::ChannelMap {
+    quaver_dsp::ChannelMap(ports.iter().map(|id| graph.ports[id].channel).collect())
 }
 
 impl Conn {
@@ -116,31 +203,129 @@ impl Conn {
             .unwrap_or_default()
     }
 
-    pub(crate) fn create_playback(&mut self, seq: u32, p: PlaybackStreamParams) -> Reply {
+    /// The first steps of opening a stream in either direction: the client's stream
+    /// limit, the format, the proplist and, with `restore` (`Some(playback)`), stream
+    /// restore's entry for it.
+    pub(crate) fn open_stream(
+        &self,
+        spec: SampleSpec,
+        map: PaMap,
+        formats: &[FormatInfo],
+        own: &Props,
+        restore: Option<bool>,
+    ) -> Result<Opening, PulseError> {
         self.stream_limit()?;
+        let (spec, codec, map) = self.stream_format(spec, map, formats)?;
+        let props = self.stream_props(own);
+        let restored = restore.and_then(|playback| self.srv.restore_for(&props, playback));
+        Ok(Opening {
+            spec,
+            codec,
+            map,
+            props,
+            restored,
+        })
+    }
+
+    /// The last steps of opening a stream in either direction: its node, built around
+    /// `processor` and linked to `s.link_to`, muted if the client or stream restore
+    /// asks, then its channel and the record introspection shows. Returns the node and
+    /// the channel.
+    pub(crate) fn add_stream(
+        &mut self,
+        o: &mut Opening,
+        own: &Props,
+        s: NewStream<'_>,
+        processor: Box<dyn Processor>,
+    ) -> Result<(NodeId, u32), PulseError> {
         let srv = self.srv.clone();
-        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
-        let graph = srv.engine.graph();
-        let props = self.stream_props(&p.props);
-        let restored = srv.restore_for(&props, true);
-        let restored_sink = match (p.sink_index, p.sink_name.as_ref(), &restored) {
-            (None, None, Some(e)) => e.device.as_ref().and_then(|d| srv.sink_by_name(&graph, d)),
+        let playback = s.kind == NodeKind::PlaybackStream;
+        let client_name = self.client_name();
+        let mut nspec = NodeSpec::new(&node_name(own, &client_name, playback), s.kind);
+        if playback {
+            nspec.description = format!("PulseAudio stream of {client_name}");
+            nspec.outputs = s.ports;
+        } else {
+            nspec.description = format!("PulseAudio record stream of {client_name}");
+            nspec.inputs = s.ports;
+        }
+        nspec.latency_frames = s.latency_frames;
+        let ch = o.spec.channels as usize;
+        let cvolume = stream_volume(s.cvolume, o.restored.as_ref(), &o.map, ch);
+        nspec.volume = cvolume_to_linear(&cvolume);
+        let node = srv
+            .engine
+            .add_node_linked(nspec, Some(processor), Some(s.link_to))
+            .map_err(engine_err)?;
+        if s.start_muted
+            .or_else(|| o.restored.as_ref().and_then(|e| e.mute))
+            == Some(true)
+        {
+            let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
+        }
+        let channel = self.next_channel;
+        self.next_channel += 1;
+        srv.lock().streams.insert(
+            node,
+            StreamRec {
+                client: self.client,
+                spec: o.spec,
+                map: o.map,
+                props: std::mem::take(&mut o.props),
+                cvolume,
+                corked: s.corked,
+                follows_default: s.follows_default,
+                pinned: s.pinned,
+                monitors: s.monitors,
+                io: s.io,
+            },
+        );
+        Ok((node, channel))
+    }
+
+    /// Frames a cycle at the largest quantum takes from a stream at `top_rate`.
+    fn quantum_frames(&self, top_rate: u32) -> usize {
+        let cfg = self.srv.engine.config();
+        (cfg.quantum_max as u64 * top_rate as u64).div_ceil(self.srv.engine.rate() as u64) as usize
+    }
+
+    /// What a playback stream plays to: the sink it names, else the one stream restore
+    /// remembers (if it exists), else the default; `true` when restore chose it.
+    fn playback_target(
+        &self,
+        graph: &Graph,
+        p: &PlaybackStreamParams,
+        restored: Option<&crate::restore::Entry>,
+    ) -> Result<(Device, bool), PulseError> {
+        let srv = &self.srv;
+        let restored_sink = match (p.sink_index, p.sink_name.as_ref(), restored) {
+            (None, None, Some(e)) => e.device.as_ref().and_then(|d| srv.sink_by_name(graph, d)),
             _ => None,
         };
+        let from_restore = restored_sink.is_some();
         let sink = match (p.sink_index, p.sink_name.as_ref()) {
-            _ if restored_sink.is_some() => restored_sink.clone(),
-            (None, None) => srv.default_sink(&graph),
-            (i, n) => srv.find_sink(&graph, i, n.and_then(|n| n.to_str().ok())),
+            _ if restored_sink.is_some() => restored_sink,
+            (None, None) => srv.default_sink(graph),
+            (i, n) => srv.find_sink(graph, i, n.and_then(|n| n.to_str().ok())),
         }
         .ok_or(PulseError::NoEntity)?;
-        let sink_node = &graph.nodes[&sink.node];
-        let node_map = quaver_dsp::ChannelMap(
-            sink_node
-                .inputs
-                .iter()
-                .map(|id| graph.ports[id].channel)
-                .collect(),
-        );
+        Ok((sink, from_restore))
+    }
+
+    /// CREATE_PLAYBACK_STREAM.
+    pub(crate) fn create_playback(&mut self, seq: u32, p: PlaybackStreamParams) -> Reply {
+        let srv = self.srv.clone();
+        let mut o = self.open_stream(
+            p.sample_spec,
+            p.channel_map,
+            &p.formats,
+            &p.props,
+            Some(true),
+        )?;
+        let (spec, codec, map) = (o.spec, o.codec, o.map);
+        let graph = srv.engine.graph();
+        let (sink, from_restore) = self.playback_target(&graph, &p, o.restored.as_ref())?;
+        let node_map = port_channels(&graph, &graph.nodes[&sink.node].inputs);
         let mode = LatencyMode {
             adjust_latency: p.flags.adjust_latency,
             early_requests: p.flags.early_requests,
@@ -150,15 +335,12 @@ impl Conn {
         let fs = frame_size(&spec);
         let ch = spec.channels as usize;
         let rate = srv.engine.rate();
-        let cfg = srv.engine.config().clone();
         let tlength_frames = attr.target_length as usize / fs;
         let minreq_frames = attr.minimum_request_length as usize / fs;
         // A cycle at the largest quantum must fit in the ring, at any rate the stream
         // may move to.
         let top_rate = highest_rate(p.flags.variable_rate, spec.sample_rate);
-        let quantum_frames =
-            (cfg.quantum_max as u64 * top_rate as u64).div_ceil(rate as u64) as usize;
-        let ring_frames = (tlength_frames + minreq_frames + quantum_frames)
+        let ring_frames = (tlength_frames + minreq_frames + self.quantum_frames(top_rate))
             .max(1024)
             .next_power_of_two();
         let (producer, consumer) = rtrb::RingBuffer::new(ring_frames * ch);
@@ -176,73 +358,29 @@ impl Conn {
         let source = PlaySource::new(shared.clone(), consumer, ch)
             .with_wire(wire)
             .with_intake(intake, self.next_channel);
-        let format = StreamFormat {
+        let at = StreamFormat {
             rate: spec.sample_rate,
             channels: map_from_pa(&map),
         };
-        let adapter = PlaybackAdapter::new(
-            source,
-            &format,
-            &node_map,
-            rate,
-            cfg.quantum_max,
-            0,
-            srv.opts.resample_quality,
-        )
-        .and_then(|a| {
-            if p.flags.variable_rate {
-                a.variable_rate(srv.opts.resample_quality)
-            } else {
-                Ok(a)
-            }
-        })
-        .map(|a| a.with_rewind(srv.engine.rewind_capacity(), node_map.len()))
-        .map_err(|e| {
-            tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
-            PulseError::NotSupported
-        })?;
-        let client_name = self.client_name();
-        let mut nspec = NodeSpec::new(
-            &node_name(&p.props, &client_name, true),
-            NodeKind::PlaybackStream,
-        );
-        nspec.description = format!("PulseAudio stream of {client_name}");
-        nspec.outputs = node_map;
-        nspec.latency_frames = Some(engine_frames(rate, fixed.sink_request_usec));
-        let cvolume = stream_volume(p.cvolume, restored.as_ref(), &map, ch);
-        nspec.volume = cvolume_to_linear(&cvolume);
-        let node = srv
-            .engine
-            .add_node_linked(nspec, Some(Box::new(adapter)), Some(&sink.name))
-            .map_err(engine_err)?;
-        if p.flags
-            .start_muted
-            .or_else(|| restored.as_ref().and_then(|e| e.mute))
-            == Some(true)
-        {
-            let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
-        }
-        let channel = self.next_channel;
-        self.next_channel += 1;
-        srv.lock().streams.insert(
-            node,
-            StreamRec {
-                client: self.client,
-                spec,
-                map,
-                props,
-                cvolume,
-                corked,
-                follows_default: restored_sink.is_none()
-                    && p.sink_index.is_none()
-                    && p.sink_name
-                        .as_ref()
-                        .is_none_or(|n| n.as_bytes() == b"@DEFAULT_SINK@"),
-                pinned: p.sink_index.is_some() || p.sink_name.is_some(),
-                monitors: None,
-                io: StreamIo::Play(shared.clone()),
-            },
-        );
+        let adapter = playback_adapter(&srv, source, &at, &node_map, p.flags.variable_rate)?;
+        let stream = NewStream {
+            kind: NodeKind::PlaybackStream,
+            ports: node_map,
+            latency_frames: Some(engine_frames(rate, fixed.sink_request_usec)),
+            link_to: &sink.name,
+            cvolume: p.cvolume,
+            start_muted: p.flags.start_muted,
+            corked,
+            follows_default: !from_restore
+                && p.sink_index.is_none()
+                && p.sink_name
+                    .as_ref()
+                    .is_none_or(|n| n.as_bytes() == b"@DEFAULT_SINK@"),
+            pinned: p.sink_index.is_some() || p.sink_name.is_some(),
+            monitors: None,
+            io: StreamIo::Play(shared.clone()),
+        };
+        let (node, channel) = self.add_stream(&mut o, &p.props, stream, adapter)?;
         tracing::info!(
             "pulse client {}: playback {node} {:?} {} ch {:?} {} Hz → {} (tlength {} ms, minreq {} ms, prebuf {} ms, device {} ms)",
             self.client,
@@ -360,34 +498,22 @@ impl Conn {
         ))
     }
 
+    /// CREATE_RECORD_STREAM.
     pub(crate) fn create_record(&mut self, seq: u32, p: RecordStreamParams) -> Reply {
-        self.stream_limit()?;
         let srv = self.srv.clone();
-        let (spec, codec, map) = self.stream_format(p.sample_spec, p.channel_map, &p.formats)?;
-        let props = self.stream_props(&p.props);
         // Meters (peak detection, one sink input's monitor) are not the user's streams.
-        let restored = if p.direct_on_input_index.is_none() && !p.flags.peak_detect {
-            srv.restore_for(&props, false)
-        } else {
-            None
-        };
-        let (target, dev) =
-            self.record_target(&p, restored.as_ref().and_then(|e| e.device.as_deref()))?;
+        let restore = (p.direct_on_input_index.is_none() && !p.flags.peak_detect).then_some(false);
+        let mut o =
+            self.open_stream(p.sample_spec, p.channel_map, &p.formats, &p.props, restore)?;
+        let (spec, codec, map) = (o.spec, o.codec, o.map);
+        let restored_device = o.restored.as_ref().and_then(|e| e.device.as_deref());
+        let (target, dev) = self.record_target(&p, restored_device)?;
         let restored_dev = p.source_index.is_none()
             && p.source_name.is_none()
-            && restored
-                .as_ref()
-                .and_then(|e| e.device.as_deref())
-                .is_some_and(|d| d == dev.name);
+            && restored_device.is_some_and(|d| d == dev.name);
         let graph = srv.engine.graph();
         let tnode = graph.nodes.get(&target.node).ok_or(PulseError::NoEntity)?;
-        let node_map = quaver_dsp::ChannelMap(
-            tnode
-                .outputs
-                .iter()
-                .map(|id| graph.ports[id].channel)
-                .collect(),
-        );
+        let node_map = port_channels(&graph, &tnode.outputs);
         if node_map.is_empty() {
             return Err(PulseError::NoEntity);
         }
@@ -399,7 +525,6 @@ impl Conn {
         let fs = frame_size(&spec);
         let ch = spec.channels as usize;
         let rate = srv.engine.rate();
-        let cfg = srv.engine.config().clone();
         // A peak-detecting stream below the engine rate records at the engine rate and
         // decimates to peaks on the connection thread.
         let decim = if p.flags.peak_detect && spec.sample_rate < rate {
@@ -411,8 +536,7 @@ impl Conn {
         // A cycle at the largest quantum must fit in the ring, at any rate the stream
         // may move to (a peak-detecting one never moves).
         let top_rate = highest_rate(p.flags.variable_rate && !p.flags.peak_detect, ring_rate);
-        let quantum_frames =
-            (cfg.quantum_max as u64 * top_rate as u64).div_ceil(rate as u64) as usize;
+        let quantum_frames = self.quantum_frames(top_rate);
         let frag = (fixed.attr.fragment_size as usize / fs).max(1) * decim;
         let ring_frames = (2 * frag.min(ring_rate as usize * 4) + 2 * quantum_frames)
             .max(4096)
@@ -421,74 +545,32 @@ impl Conn {
         let corked = p.flags.start_corked;
         let shared = Arc::new(RecShared::new(self.handle.bell.clone(), corked));
         let sink = RecSink::new(shared.clone(), producer, ch);
-        let format = StreamFormat {
+        let at = StreamFormat {
             rate: ring_rate,
             channels: map_from_pa(&map),
         };
-        let adapter = RecordAdapter::new(
-            sink,
-            &format,
-            &node_map,
-            rate,
-            cfg.quantum_max,
-            srv.opts.resample_quality,
-        )
-        .and_then(|a| {
-            if p.flags.variable_rate {
-                a.variable_rate(srv.opts.resample_quality)
-            } else {
-                Ok(a)
-            }
-        })
-        .map_err(|e| {
-            tracing::warn!("pulse: cannot resample {} Hz: {e}", spec.sample_rate);
-            PulseError::NotSupported
-        })?;
-        let client_name = self.client_name();
-        let mut nspec = NodeSpec::new(
-            &node_name(&p.props, &client_name, false),
-            NodeKind::RecordStream,
-        );
-        nspec.description = format!("PulseAudio record stream of {client_name}");
-        nspec.inputs = node_map;
-        nspec.latency_frames = fixed.source_request_usec.map(|u| engine_frames(rate, u));
-        let cvolume = stream_volume(p.cvolume, restored.as_ref(), &map, ch);
-        nspec.volume = cvolume_to_linear(&cvolume);
-        let node = srv
-            .engine
-            .add_node_linked(nspec, Some(Box::new(adapter)), Some(&target.name))
-            .map_err(engine_err)?;
-        if p.flags
-            .start_muted
-            .or_else(|| restored.as_ref().and_then(|e| e.mute))
-            == Some(true)
-        {
-            let _ = srv.engine.set_volume(&node.to_string(), None, Some(true));
-        }
-        let channel = self.next_channel;
-        self.next_channel += 1;
-        srv.lock().streams.insert(
-            node,
-            StreamRec {
-                client: self.client,
-                spec,
-                map,
-                props,
-                cvolume,
-                corked,
-                pinned: p.direct_on_input_index.is_some()
-                    || p.source_index.is_some()
-                    || p.source_name.is_some(),
-                monitors: p.direct_on_input_index.map(|_| target.node),
-                follows_default: !restored_dev
-                    && p.direct_on_input_index.is_none()
-                    && p.source_index.is_none()
-                    && p.source_name.as_ref().is_none_or(|n| {
-                        n.as_bytes() == b"@DEFAULT_SOURCE@" || n.as_bytes() == b"@DEFAULT_MONITOR@"
-                    }),
-                io: StreamIo::Record(shared.clone()),
-            },
-        );
+        let adapter = record_adapter(&srv, sink, &at, &node_map, spec.sample_rate, &p.flags)?;
+        let stream = NewStream {
+            kind: NodeKind::RecordStream,
+            ports: node_map,
+            latency_frames: fixed.source_request_usec.map(|u| engine_frames(rate, u)),
+            link_to: &target.name,
+            cvolume: p.cvolume,
+            start_muted: p.flags.start_muted,
+            corked,
+            pinned: p.direct_on_input_index.is_some()
+                || p.source_index.is_some()
+                || p.source_name.is_some(),
+            monitors: p.direct_on_input_index.map(|_| target.node),
+            follows_default: !restored_dev
+                && p.direct_on_input_index.is_none()
+                && p.source_index.is_none()
+                && p.source_name.as_ref().is_none_or(|n| {
+                    n.as_bytes() == b"@DEFAULT_SOURCE@" || n.as_bytes() == b"@DEFAULT_MONITOR@"
+                }),
+            io: StreamIo::Record(shared.clone()),
+        };
+        let (node, channel) = self.add_stream(&mut o, &p.props, stream, adapter)?;
         let frag_frames =
             (record_wake_frames(&fixed, &spec, ring_frames) * decim).clamp(1, ring_frames / 2);
         tracing::info!(
@@ -629,6 +711,8 @@ pub(crate) fn spec_from_formats(
     ))
 }
 
+/// A channel map for `channels` when the client sent none (PulseAudio's AIFF defaults
+/// for the common counts).
 pub(crate) fn default_pa_map(channels: u8) -> PaMap {
     use pa::ChannelPosition::*;
     match channels {

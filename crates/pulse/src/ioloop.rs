@@ -20,9 +20,9 @@
 //! by busy CPUs, and batches on purpose instead ([`GATHER_MAX_USEC`]).
 
 use crate::conn::{Conn, PlaybackSummary};
-use crate::server::{ConnHandle, IO_RT_PRIORITY, Server};
-use crate::tcp::Sock;
-use crate::transport::Bell;
+use crate::io::tcp::Sock;
+use crate::rt::shared::Bell;
+use crate::state::{ConnHandle, IO_RT_PRIORITY, Server};
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use std::collections::BTreeMap;

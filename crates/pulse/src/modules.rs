@@ -25,10 +25,10 @@
 //! Other modules answer PA_ERR_MODINITFAILED, as PulseAudio does for a module it cannot
 //! load.
 
-use crate::accept::{self, Acceptor, TcpAuth};
-use crate::convert::position_from_pa;
-use crate::listener::PulseListener;
-use crate::server::{Device, Server, stream_target};
+use crate::io::accept::{self, Acceptor, TcpAuth};
+use crate::io::listener::PulseListener;
+use crate::state::{Device, Server, stream_target};
+use crate::wire::convert::position_from_pa;
 use pulseaudio::protocol::{ChannelPosition as PaPos, PulseError};
 use quaver_dsp::volume::GainRamp;
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
@@ -1076,8 +1076,8 @@ pub fn unload_orphans(srv: &Server) {
             // that no other sink could take (the default sink's monitor was its
             // source) plays nowhere: PulseAudio kills it too.
             let stranded_loop = |n: &NodeId| {
-                graph.nodes.get(n).is_some_and(crate::server::is_loop)
-                    && (crate::server::loop_source(&graph, *n).is_none()
+                graph.nodes.get(n).is_some_and(crate::state::is_loop)
+                    && (crate::state::loop_source(&graph, *n).is_none()
                         || stream_target(&graph, *n).is_none())
             };
             let idx = st

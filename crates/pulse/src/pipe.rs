@@ -20,8 +20,9 @@
 //! fifo`) is held back by the full pipe, as PulseAudio's pipe source holds it, instead
 //! of losing audio. Between writes the source records silence.
 
-use crate::convert::Codec;
-use crate::transport::{Bell, F_TRIGGER, NEVER, PlayShared, PlaySource};
+use crate::rt::shared::{Bell, F_TRIGGER, NEVER, PlayShared};
+use crate::rt::transport::PlaySource;
+use crate::wire::convert::Codec;
 use quaver_dsp::{Planar, PlanarMut};
 use quaver_engine::stream::{PlaybackAdapter, StreamFormat};
 use quaver_engine::{CycleInfo, Processor};

@@ -5,9 +5,9 @@
 //! linked to the sink; a small waiter thread removes the node once the adapter reports
 //! the last frame played (the RT side rings an eventfd then), or after a deadline.
 
-use crate::convert::{frames_to_usec, map_from_pa};
-use crate::introspect::cstr;
-use crate::server::{Device, Server};
+use crate::state::{Device, Server};
+use crate::wire::convert::cstr;
+use crate::wire::convert::{frames_to_usec, map_from_pa};
 use pulseaudio::protocol::{
     ChannelMap as PaMap, ChannelVolume, Props, PulseError, SampleInfo, SampleSpec,
 };

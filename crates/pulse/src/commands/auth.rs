@@ -2,8 +2,8 @@
 
 use super::{Reply, remove_props, update_props};
 use crate::conn::Conn;
-use crate::introspect::{cstr, prop_str};
-use crate::tcp::Sock;
+use crate::io::tcp::Sock;
+use crate::wire::convert::{cstr, prop_str};
 use pulseaudio::protocol::props::PropsUpdateMode;
 use pulseaudio::protocol::{
     self as pa, AuthReply, Prop, Props, PulseError, SetClientNameReply,
@@ -36,7 +36,7 @@ impl Conn {
             .map_or(0, |st| st.st_size);
         match (shm_id, fd) {
             (Some(id), Some(fd)) if self.reader_shm() && size > 0 && self.memfds.len() < 64 => {
-                let pool = crate::shm::ClientPool::new(fd);
+                let pool = crate::io::shm::ClientPool::new(fd);
                 tracing::debug!(
                     "pulse client {}: memfd pool {id} registered ({size} bytes, {})",
                     self.client,

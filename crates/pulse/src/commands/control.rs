@@ -2,9 +2,9 @@
 
 use super::{Reply, engine_err};
 use crate::conn::Conn;
-use crate::convert::cvolume_to_linear;
-use crate::introspect::cstr;
-use crate::server::{ConnMsg, Device, record_source_index, stream_target};
+use crate::state::{ConnMsg, Device, record_source_index, stream_target};
+use crate::wire::convert::cstr;
+use crate::wire::convert::cvolume_to_linear;
 use pulseaudio::protocol::{
     self as pa, ChannelVolume, Command, PlaybackStreamMovedParams, PulseError,
     RecordStreamMovedParams, SubscriptionEventFacility as Fac, SubscriptionEventType as Ev,
@@ -17,7 +17,7 @@ impl Conn {
     pub(crate) fn kill_stream_request(&mut self, seq: u32, idx: u32, kind: NodeKind) -> Reply {
         let srv = self.srv.clone();
         let is_stream = srv.engine.graph().nodes.get(&idx).is_some_and(|n| {
-            n.kind == kind || (kind == NodeKind::RecordStream && crate::server::is_source_output(n))
+            n.kind == kind || (kind == NodeKind::RecordStream && crate::state::is_source_output(n))
         });
         let (owner, module) = {
             let st = srv.lock();
@@ -271,7 +271,7 @@ impl Conn {
     ) -> Reply {
         let graph = self.srv.engine.graph();
         if kind == NodeKind::RecordStream
-            && graph.nodes.get(&index).is_some_and(crate::server::is_loop)
+            && graph.nodes.get(&index).is_some_and(crate::state::is_loop)
         {
             // A loopback's capture side has a volume of its own (the module's).
             let capture = self
@@ -299,7 +299,10 @@ impl Conn {
                 return Err(PulseError::Invalid);
             }
             s.cvolume = if n == 1 {
-                crate::convert::uniform_cvolume(s.spec.channels as usize, cvolume_to_linear(v))
+                crate::wire::convert::uniform_cvolume(
+                    s.spec.channels as usize,
+                    cvolume_to_linear(v),
+                )
             } else {
                 *v
             };

@@ -2,8 +2,8 @@
 
 use super::Reply;
 use crate::conn::Conn;
-use crate::introspect::cstr;
-use crate::server::Server;
+use crate::state::Server;
+use crate::wire::convert::cstr;
 use pulseaudio::protocol::{
     self as pa, LookupReply, PulseError, SampleFormat, SampleSpec, StatInfo,
 };
@@ -230,7 +230,7 @@ impl Conn {
             cookie: self.srv.cookie,
             default_sink_name: snap.default_sink.as_ref().map(|d| cstr(&d.name)),
             default_source_name: snap.default_source.as_ref().map(|d| cstr(&d.name)),
-            channel_map: crate::convert::map_to_pa(&channels),
+            channel_map: crate::wire::convert::map_to_pa(&channels),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Commands from a client: the packet is checked, decoded and dispatched to its group.
 
 use crate::conn::Conn;
-use crate::tagcheck;
+use crate::wire::tagcheck;
 use pulseaudio::protocol::props::PropsUpdateMode;
 use pulseaudio::protocol::{self as pa, Command, CommandTag, Props, PulseError, TagStructReader};
 use quaver_engine::{EngineError, NodeKind};

@@ -2,8 +2,8 @@
 
 use super::Reply;
 use crate::conn::Conn;
-use crate::introspect::cstr;
-use crate::server::ConnMsg;
+use crate::state::ConnMsg;
+use crate::wire::convert::cstr;
 use pulseaudio::protocol::{
     self as pa, ChannelMap as PaMap, ChannelVolume, CommandTag, PulseError,
     SubscriptionEventFacility as Fac, SubscriptionEventType as Ev,
@@ -81,10 +81,10 @@ impl Conn {
         })
     }
 
-    /// EXTENSION module-device-restore ([`crate::devrestore`]): every sink takes PCM,
+    /// EXTENSION module-device-restore ([`crate::ext::devrestore`]): every sink takes PCM,
     /// and only PCM.
     pub(crate) fn device_restore(&mut self, seq: u32, payload: &[u8]) -> Reply {
-        use crate::devrestore::{self as dr, Request};
+        use crate::ext::devrestore::{self as dr, Request};
         let req = Request::parse(payload, self.version).map_err(|e| {
             tracing::debug!("pulse client {}: device restore: {e}", self.client);
             e.pulse()
@@ -152,7 +152,7 @@ impl Conn {
 
     /// EXTENSION: stream restore's protocol, or device restore's (above).
     pub(crate) fn extension(&mut self, seq: u32, payload: &[u8]) -> Reply {
-        use crate::restore::{self, Request};
+        use crate::ext::restore::{self, Request};
         let bad = |e: restore::RequestError| {
             tracing::debug!("pulse client {}: extension: {e}", self.client);
             e.pulse()
@@ -167,7 +167,7 @@ impl Conn {
         };
         if addressed(
             crate::modules::DEVICE_RESTORE_MODULE,
-            crate::devrestore::MODULE_NAME,
+            crate::ext::devrestore::MODULE_NAME,
         ) {
             return self.device_restore(seq, &payload[at..]);
         }

@@ -3,8 +3,8 @@
 use super::Reply;
 use crate::conn::Conn;
 use crate::conn::record::Upload;
-use crate::convert::{check_spec, frame_size};
-use crate::introspect::prop_str;
+use crate::wire::convert::prop_str;
+use crate::wire::convert::{check_spec, frame_size};
 use pulseaudio::protocol::{
     self as pa, Prop, PulseError, SubscriptionEventFacility as Fac, SubscriptionEventType as Ev,
 };
@@ -68,7 +68,7 @@ impl Conn {
         let gain = if p.volume == u32::MAX {
             1.0
         } else {
-            crate::convert::volume_to_linear(pa::Volume::from_u32_clamped(p.volume))
+            crate::wire::convert::volume_to_linear(pa::Volume::from_u32_clamped(p.volume))
         };
         let node = crate::scache::play(&srv, &sample, &sink, gain)?;
         self.out().reply_with(seq, |ts| {

@@ -1,23 +1,24 @@
 //! Opening playback and record streams.
 
 use super::{Reply, engine_err, engine_frames};
-use crate::bufattr::{self, LatencyMode};
 use crate::conn::Conn;
 use crate::conn::playback::Playback;
 use crate::conn::record::{Peak, Record, record_wake_frames};
-use crate::convert::{
+use crate::rt::shared::{PlayShared, RecShared};
+use crate::rt::transport::{PlaySource, RecSink};
+use crate::state::{Device, Server, StreamIo, StreamRec, ports_map, stream_target};
+use crate::wire::bufattr::{self, LatencyMode};
+use crate::wire::convert::{
     Codec, bytes_to_usec, check_spec, cvolume_to_linear, frame_size, frames_to_usec, map_from_pa,
 };
-use crate::introspect::{cstr, prop_str};
-use crate::server::{Device, Server, StreamIo, StreamRec, stream_target};
-use crate::transport::{PlayShared, PlaySource, RecShared, RecSink};
+use crate::wire::convert::{cstr, prop_str};
 use pulseaudio::protocol::{
     self as pa, ChannelMap as PaMap, ChannelVolume, CreatePlaybackStreamReply,
     CreateRecordStreamReply, FormatEncoding, FormatInfo, PlaybackStreamParams, Prop, Props,
     PulseError, RecordStreamParams, SampleFormat, SampleSpec,
 };
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
-use quaver_engine::{Graph, NodeId, NodeKind, NodeSpec, PortId, Processor};
+use quaver_engine::{Graph, NodeId, NodeKind, NodeSpec, Processor};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Release;
@@ -41,7 +42,7 @@ pub(crate) struct Opening {
     /// The stream's proplist merged with its client's (moved into its record).
     pub(crate) props: Props,
     /// Stream restore's entry for it, when it was looked up and exists.
-    pub(crate) restored: Option<crate::restore::Entry>,
+    pub(crate) restored: Option<crate::ext::restore::Entry>,
 }
 
 /// How a new stream's node is made and shown (see [`Conn::add_stream`]).
@@ -113,11 +114,6 @@ fn boxed<A: Processor + 'static>(
             Err(PulseError::NotSupported)
         }
     }
-}
-
-/// The channels of `ports`, in order.
-fn port_channels(graph: &Graph, ports: &[PortId]) -> quaver_dsp::ChannelMap {
-    quaver_dsp::ChannelMap(ports.iter().map(|id| graph.ports[id].channel).collect())
 }
 
 impl Conn {
@@ -295,7 +291,7 @@ impl Conn {
         &self,
         graph: &Graph,
         p: &PlaybackStreamParams,
-        restored: Option<&crate::restore::Entry>,
+        restored: Option<&crate::ext::restore::Entry>,
     ) -> Result<(Device, bool), PulseError> {
         let srv = &self.srv;
         let restored_sink = match (p.sink_index, p.sink_name.as_ref(), restored) {
@@ -325,7 +321,7 @@ impl Conn {
         let (spec, codec, map) = (o.spec, o.codec, o.map);
         let graph = srv.engine.graph();
         let (sink, from_restore) = self.playback_target(&graph, &p, o.restored.as_ref())?;
-        let node_map = port_channels(&graph, &graph.nodes[&sink.node].inputs);
+        let node_map = ports_map(&graph, &graph.nodes[&sink.node].inputs);
         let mode = LatencyMode {
             adjust_latency: p.flags.adjust_latency,
             early_requests: p.flags.early_requests,
@@ -513,7 +509,7 @@ impl Conn {
             && restored_device.is_some_and(|d| d == dev.name);
         let graph = srv.engine.graph();
         let tnode = graph.nodes.get(&target.node).ok_or(PulseError::NoEntity)?;
-        let node_map = port_channels(&graph, &tnode.outputs);
+        let node_map = ports_map(&graph, &tnode.outputs);
         if node_map.is_empty() {
             return Err(PulseError::NoEntity);
         }
@@ -630,7 +626,7 @@ impl Conn {
 /// grow once the RT thread holds the other end, so it is sized for this rate.
 pub(crate) fn highest_rate(variable_rate: bool, rate: u32) -> u32 {
     if variable_rate {
-        crate::convert::MAX_RATE.max(rate)
+        crate::wire::convert::MAX_RATE.max(rate)
     } else {
         rate
     }
@@ -669,17 +665,17 @@ pub(crate) fn node_name(props: &Props, client: &str, playback: bool) -> String {
 /// wrong), else stream restore's, else 100 %.
 pub(crate) fn stream_volume(
     client: Option<ChannelVolume>,
-    restored: Option<&crate::restore::Entry>,
+    restored: Option<&crate::ext::restore::Entry>,
     map: &PaMap,
     ch: usize,
 ) -> ChannelVolume {
     match client {
         Some(v) if v.channels().len() == ch => v,
-        Some(_) => crate::convert::uniform_cvolume(ch, 1.0),
+        Some(_) => crate::wire::convert::uniform_cvolume(ch, 1.0),
         None => restored
-            .and_then(|e| crate::restore::volume_for(e, map))
+            .and_then(|e| crate::ext::restore::volume_for(e, map))
             .filter(|v| v.channels().len() == ch)
-            .unwrap_or_else(|| crate::convert::uniform_cvolume(ch, 1.0)),
+            .unwrap_or_else(|| crate::wire::convert::uniform_cvolume(ch, 1.0)),
     }
 }
 
@@ -693,7 +689,7 @@ pub(crate) fn spec_from_formats(
     let get = |p: Prop| prop_str(&f.props, p).map(|s| s.trim().trim_matches('"').to_string());
     let format = match get(Prop::FormatSampleFormat) {
         None => SampleFormat::Float32Le,
-        Some(name) => crate::convert::parse_sample_format(&name)?,
+        Some(name) => crate::wire::convert::parse_sample_format(&name)?,
     };
     let sample_rate = get(Prop::FormatRate)
         .and_then(|s| s.parse().ok())
@@ -722,6 +718,6 @@ pub(crate) fn default_pa_map(channels: u8) -> PaMap {
         4 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight]),
         5 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter]),
         6 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter, Lfe]),
-        n => crate::convert::map_to_pa(&quaver_dsp::ChannelMap::default_for(n as usize)),
+        n => crate::wire::convert::map_to_pa(&quaver_dsp::ChannelMap::default_for(n as usize)),
     }
 }

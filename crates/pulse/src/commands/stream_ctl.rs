@@ -1,12 +1,12 @@
 //! Commands on open streams: delete, drain, cork, flush, latency, buffer attributes, names, proplists, rate.
 
 use super::{Reply, engine_err, engine_frames, remove_props, update_props};
-use crate::bufattr::{self, LatencyMode};
 use crate::conn::Conn;
 use crate::conn::record::record_wake_frames;
-use crate::convert::frames_to_usec;
-use crate::server::{Server, StreamIo, record_source_index};
-use crate::transport::{F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, R_CORKED};
+use crate::rt::shared::{F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, R_CORKED};
+use crate::state::{Server, StreamIo, record_source_index};
+use crate::wire::bufattr::{self, LatencyMode};
+use crate::wire::convert::frames_to_usec;
 use pulseaudio::protocol::props::PropsUpdateMode;
 use pulseaudio::protocol::{
     self as pa, PlaybackLatency, Prop, Props, PulseError, RecordLatency, SampleSpec,
@@ -423,10 +423,10 @@ impl Conn {
         // PulseAudio announces as a change of the sink or source.
         let graph = self.srv.engine.graph();
         if playback {
-            if let Some(sink) = crate::server::stream_target(&graph, node) {
+            if let Some(sink) = crate::state::stream_target(&graph, node) {
                 self.srv.broadcast(Fac::Sink, Ev::Changed, sink);
             }
-        } else if let Some(source) = crate::server::record_source_index(&graph, node) {
+        } else if let Some(source) = crate::state::record_source_index(&graph, node) {
             self.srv.broadcast(Fac::Source, Ev::Changed, source);
         }
     }
@@ -446,7 +446,7 @@ pub(crate) fn change_rate(
     retune: impl FnOnce(u32) -> Result<(), PulseError>,
 ) -> Reply {
     let base = variable.ok_or(PulseError::BadState)?;
-    if rate == 0 || rate > crate::convert::MAX_RATE {
+    if rate == 0 || rate > crate::wire::convert::MAX_RATE {
         return Err(PulseError::Invalid);
     }
     if !quaver_engine::stream::rate_change_ok(base, rate) {

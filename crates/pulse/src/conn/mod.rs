@@ -6,13 +6,13 @@
 //! (REQUESTs, STARTED/UNDERFLOW, drain acks, record data), forwards queued events and
 //! writes what the socket takes ([`Conn::pump`]). An idle client costs no wakeups.
 
-use crate::convert::bytes_to_usec;
-use crate::export::ExportPool;
-use crate::intake::{Lease, MAX_RELEASES, RtIntake, Taken};
-use crate::rtwire::RtWire;
-use crate::server::{ConnHandle, ConnMsg, Server};
-use crate::tcp::Sock;
-use crate::transport::F_CORKED;
+use crate::io::export::ExportPool;
+use crate::io::tcp::Sock;
+use crate::rt::intake::{Lease, MAX_RELEASES, RtIntake, Taken};
+use crate::rt::rtwire::RtWire;
+use crate::rt::shared::F_CORKED;
+use crate::state::{ConnHandle, ConnMsg, Server};
+use crate::wire::convert::bytes_to_usec;
 use crate::wire::{Out, Packet, PacketReader};
 use playback::Playback;
 use pulseaudio::protocol::{
@@ -89,7 +89,7 @@ pub(crate) struct Conn {
     /// File descriptors received and not yet claimed by a command.
     pub(crate) fds: VecDeque<rustix::fd::OwnedFd>,
     /// The client's memfd pools by shm id (REGISTER_MEMFD_SHMID).
-    pub(crate) memfds: BTreeMap<u32, crate::shm::ClientPool>,
+    pub(crate) memfds: BTreeMap<u32, crate::io::shm::ClientPool>,
     /// Where each client block is copied to (kept between blocks).
     pub(crate) shm_scratch: Vec<u8>,
     /// Audio bytes received through shared memory (for logs and tests).
@@ -97,7 +97,7 @@ pub(crate) struct Conn {
     /// The command tag of the packet being handled (for logs).
     pub(crate) last_tag: u32,
     /// The shared ring-buffer channel, once offered.
-    pub(crate) srb: Option<crate::srb::Srb>,
+    pub(crate) srb: Option<crate::io::srb::Srb>,
     /// The memfd pool record audio goes out through (memfd clients).
     pub(crate) pool: Option<ExportPool>,
     /// Framing of what arrives through the srbchannel (its own byte stream).
@@ -119,7 +119,7 @@ pub(crate) struct Conn {
     /// [`Conn::send_held_releases`]).
     pub(crate) held_releases: Vec<u32>,
     /// What the RT thread needs to take a lone low-latency stream's blocks in itself
-    /// ([`crate::intake`]); made with the wire.
+    /// ([`crate::rt::intake`]); made with the wire.
     pub(crate) intake: Option<Arc<RtIntake>>,
     /// The pool the client's last block came from (the one a lease lends).
     pub(crate) last_shm_id: Option<u32>,
@@ -656,13 +656,13 @@ impl Conn {
                 ConnMsg::DevicesSuspended(on) => self.tell_suspended(None, on),
                 ConnMsg::DeviceRestoreEvent(kind, index) => self.extension_event(
                     crate::modules::DEVICE_RESTORE_MODULE,
-                    crate::devrestore::MODULE_NAME,
-                    &[crate::devrestore::EVENT, kind, index],
+                    crate::ext::devrestore::MODULE_NAME,
+                    &[crate::ext::devrestore::EVENT, kind, index],
                 ),
                 ConnMsg::RestoreEvent => self.extension_event(
                     crate::modules::RESTORE_MODULE,
-                    crate::restore::MODULE_NAME,
-                    &[crate::restore::sub::EVENT],
+                    crate::ext::restore::MODULE_NAME,
+                    &[crate::ext::restore::sub::EVENT],
                 ),
             }
         }
@@ -687,7 +687,7 @@ impl Conn {
                 "pulse client {}: holds all {} blocks of its memfd record pool without \
                  releasing them; its record audio goes inline while it does",
                 self.client,
-                crate::export::SLOTS
+                crate::io::export::SLOTS
             );
         }
     }

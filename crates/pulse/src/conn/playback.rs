@@ -1,8 +1,8 @@
 //! The control side of a playback stream: decoding, the ring, requests.
 
-use crate::convert::{Codec, bytes_to_usec, usec_to_bytes};
-use crate::rtwire::Periods;
-use crate::transport::{F_CORKED, F_DRAIN, NEVER, PlayShared};
+use crate::rt::rtwire::Periods;
+use crate::rt::shared::{F_CORKED, F_DRAIN, NEVER, PlayShared};
+use crate::wire::convert::{Codec, bytes_to_usec, usec_to_bytes};
 use crate::wire::{Out, SeekMode};
 use pulseaudio::protocol::stream::BufferAttr;
 use pulseaudio::protocol::{self as pa, Command, SampleSpec, Underflow};
@@ -16,7 +16,7 @@ use std::time::Instant;
 /// room for the client's own scheduling delay on a loaded machine.
 pub(crate) const REQUEST_RESERVE_USEC: u64 = 8_000;
 
-/// The RT thread takes a stream's blocks in itself ([`crate::intake`]) only when the
+/// The RT thread takes a stream's blocks in itself ([`crate::rt::intake`]) only when the
 /// client is asked for data more often than this: each answer it takes saves the I/O
 /// thread a wakeup, but while it holds the intake the I/O thread looks every
 /// [`crate::ioloop`] watch period whether the RT thread still does.
@@ -64,7 +64,7 @@ pub(crate) struct Playback {
     /// REQUESTs sent, and how many of them the RT side sent (logged at the end).
     pub(crate) requests: u64,
     pub(crate) rt_sent: u64,
-    /// Blocks the RT thread took in itself ([`crate::intake`]), logged at the end.
+    /// Blocks the RT thread took in itself ([`crate::rt::intake`]), logged at the end.
     pub(crate) rt_blocks: u64,
     /// Latency queries the RT thread answered itself, logged at the end.
     pub(crate) rt_answers: u64,
@@ -309,7 +309,7 @@ impl Playback {
     }
 
     /// Takes back what the RT thread's intake did with the stream while it held it.
-    pub(crate) fn take_lease(&mut self, l: crate::intake::Lease) {
+    pub(crate) fn take_lease(&mut self, l: crate::rt::intake::Lease) {
         self.ring = Some(l.producer);
         self.pushed = l.pushed;
         self.shared.pushed.store(self.pushed, Release);
@@ -387,13 +387,11 @@ impl Playback {
         // serves all of them instead of one each. Half a minreq, as a cycle may consume
         // less than minreq (192-frame cycles take 176 frames of a 44.1 kHz stream, whose
         // minreq at 20 ms is 220), and a stream one cycle behind would otherwise never
-        // be topped up with the others; 8 such streams started apart kept two bells per
-        // threshold, ~900 wakeups/s instead of ~520. Not on other wakeups (a monitor
-        // record stream's bell every cycle or two, a client's command): there a stream
-        // is asked only for what its own threshold would ask. Topping up at those kept a
-        // 20 ms stream's queue full and its latency through the monitor up: 16.8 ms
-        // instead of 11 from half a minreq, and 15.9 from a whole minreq in a trial of
-        // 240-frame cycles, where a cycle consumed one.
+        // be topped up with the others (streams started apart kept two bells per
+        // threshold). Not on other wakeups (a monitor record stream's bell every cycle
+        // or two, a client's command): there a stream is asked only for what its own
+        // threshold would ask; topping up at those kept a stream's queue full and its
+        // latency through the monitor up.
         let minreq = self.attr.minimum_request_length as i64;
         let floor = if due {
             minreq / 2
@@ -458,8 +456,8 @@ impl Playback {
 #[cfg(test)]
 mod request_tests {
     use super::*;
-    use crate::rtwire::request_packet;
-    use crate::transport::Bell;
+    use crate::rt::rtwire::request_packet;
+    use crate::rt::shared::Bell;
     use pulseaudio::protocol::SampleFormat;
 
     /// Bytes of a 44.1 kHz s16 stereo frame.
@@ -571,7 +569,7 @@ mod request_tests {
         assert_eq!(p.request_threshold(), 110 * FS as i64, "half of minreq");
         // Ten seconds on, it is asked as before.
         p.shared.late_ns.store(
-            now.saturating_sub(crate::transport::LATE_HOLD_NS + 1),
+            now.saturating_sub(crate::rt::transport::LATE_HOLD_NS + 1),
             Relaxed,
         );
         assert_eq!(p.request_threshold(), 309 * FS as i64);

@@ -1,10 +1,10 @@
 //! The control side of a record stream (and its peak detector), and an upload.
 
-use crate::bufattr::{self};
-use crate::convert::{Codec, frame_size, usec_to_bytes};
-use crate::export::ExportPool;
-use crate::transport::{NEVER, RecShared};
+use crate::io::export::ExportPool;
+use crate::rt::shared::{NEVER, RecShared};
 use crate::wire::Out;
+use crate::wire::bufattr::{self};
+use crate::wire::convert::{Codec, frame_size, usec_to_bytes};
 use pulseaudio::protocol::stream::BufferAttr;
 use pulseaudio::protocol::{ChannelMap as PaMap, Props, SampleSpec};
 use quaver_engine::NodeId;
@@ -72,11 +72,11 @@ impl Record {
     /// blocks; inline otherwise (and whenever the client holds every slot).
     pub(crate) fn send_scratch(&self, out: &mut Out, pool: Option<&mut ExportPool>) {
         let data = &self.scratch[..];
-        let Some(pool) = pool.filter(|_| data.len() >= crate::export::MIN_SHARED) else {
+        let Some(pool) = pool.filter(|_| data.len() >= crate::io::export::MIN_SHARED) else {
             out.memblock(self.channel, data);
             return;
         };
-        let piece = crate::export::SLOT_SIZE / self.fs * self.fs;
+        let piece = crate::io::export::SLOT_SIZE / self.fs * self.fs;
         for part in data.chunks(piece) {
             match pool.put(part) {
                 Some((block_id, index)) => out.shm_memblock(

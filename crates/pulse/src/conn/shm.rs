@@ -2,7 +2,7 @@
 //! client, and the client's memfd pools it copies blocks out of.
 
 use super::Conn;
-use crate::export::ExportPool;
+use crate::io::export::ExportPool;
 use pulseaudio::protocol::CommandTag;
 
 impl Conn {
@@ -12,7 +12,7 @@ impl Conn {
     pub(crate) fn offer_srb(&mut self) {
         let shm_id = self.new_shm_id();
         let tag = random_u32() & 0x7fff_ffff;
-        let mut srb = match crate::srb::Srb::new(shm_id, tag) {
+        let mut srb = match crate::io::srb::Srb::new(shm_id, tag) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("pulse client {}: srbchannel not offered: {e}", self.client);
@@ -35,10 +35,10 @@ impl Conn {
             0,
             crate::wire::FLAG_SHMWRITABLE,
             [
-                crate::srb::BLOCK_ID,
+                crate::io::srb::BLOCK_ID,
                 shm_id,
                 0,
-                crate::srb::BLOCK_SIZE as u32,
+                crate::io::srb::BLOCK_SIZE as u32,
             ],
         );
         tracing::debug!("pulse client {}: srbchannel offered", self.client);

@@ -19,9 +19,9 @@
 //!   gets an error reply (PulseAudio drops the whole connection instead), and the number
 //!   of entries is capped at [`MAX_ENTRIES`].
 
-use crate::convert::{MAX_CHANNELS, cvolume_to_linear, map_from_pa, map_to_pa};
-use crate::introspect::prop_str;
-use crate::server::{ConnMsg, Server, StreamIo, StreamRec, record_source_index, stream_target};
+use crate::state::{ConnMsg, Server, StreamIo, StreamRec, record_source_index, stream_target};
+use crate::wire::convert::prop_str;
+use crate::wire::convert::{MAX_CHANNELS, cvolume_to_linear, map_from_pa, map_to_pa};
 use pulseaudio::protocol::{ChannelMap as PaMap, ChannelVolume, Prop, Props, PulseError, Volume};
 use quaver_engine::graph::Graph;
 use quaver_engine::{NodeId, NodeKind};
@@ -204,7 +204,7 @@ impl<'a> Tags<'a> {
             if p > 50 {
                 return self.err("invalid channel position");
             }
-            m.push(crate::convert::num_from_u8(p));
+            m.push(crate::wire::convert::num_from_u8(p));
         }
         Ok(m)
     }

@@ -6,9 +6,9 @@
 //! an idle listener costs no wakeups); the clients it let in are then disconnected, as
 //! PulseAudio disconnects a protocol module's clients when the module is unloaded.
 
-use crate::listener::PulseListener;
-use crate::server::{ClientRec, ConnHandle, ConnMsg, Server};
-use crate::tcp::{Net, Sock};
+use crate::io::listener::PulseListener;
+use crate::io::tcp::{Net, Sock};
+use crate::state::{ClientRec, ConnHandle, ConnMsg, Server};
 use anyhow::{Context, Result};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
@@ -228,7 +228,7 @@ fn accept(srv: &Arc<Server>, sock: Sock) -> Option<u32> {
                 if let Some(pid) = pid {
                     p.set(
                         pulseaudio::protocol::Prop::ApplicationProcessId,
-                        crate::introspect::cstr(&pid.to_string()),
+                        crate::wire::convert::cstr(&pid.to_string()),
                     );
                 }
                 p

@@ -7,7 +7,7 @@
 //! unique across kinds, so it never collides with a real source). Clients and modules
 //! have indexes of their own, allocated by counters.
 
-use crate::transport::{Bell, PlayShared, RecShared};
+use crate::rt::shared::{Bell, PlayShared, RecShared};
 use pulseaudio::protocol::{
     ChannelMap as PaMap, ChannelVolume, Props, SampleSpec, SubscriptionEvent,
     SubscriptionEventFacility as Facility, SubscriptionEventType as EventType,
@@ -40,9 +40,9 @@ pub struct PulseOptions {
     /// this, the I/O thread runs SCHED_FIFO ([`IO_RT_PRIORITY`]); 0: never.
     pub realtime_io_below_usec: u64,
     /// Let the RT thread send playback streams' requests to unix-socket clients itself
-    /// ([`crate::rtwire`]).
+    /// ([`crate::rt::rtwire`]).
     pub rt_requests: bool,
-    /// Where stream restore keeps its entries (see [`crate::restore`]).
+    /// Where stream restore keeps its entries (see [`crate::ext::restore`]).
     pub stream_restore: RestoreMode,
     /// The auth cookie TCP clients present (`[pulse] cookie`); `None`:
     /// `~/.config/pulse/cookie`. Read (or created) when a TCP listener starts.
@@ -250,7 +250,7 @@ pub struct Server {
     /// A per-run random number PulseAudio clients use to detect restarts.
     pub cookie: u32,
     /// Stream restore's entries; `None` when it is off.
-    pub restore: Option<Mutex<crate::restore::Store>>,
+    pub restore: Option<Mutex<crate::ext::restore::Store>>,
     /// Where accepted connections are handed to the I/O thread.
     pub(crate) io: Arc<crate::ioloop::IoShared>,
 }
@@ -668,4 +668,9 @@ pub fn loop_source(graph: &Graph, node: NodeId) -> Option<NodeId> {
             .get(id)
             .is_some_and(|d| matches!(d.kind, NodeKind::DeviceSource | NodeKind::DeviceSink))
     })
+}
+
+/// The channels of `ports`, in order.
+pub fn ports_map(graph: &Graph, ports: &[u32]) -> quaver_dsp::ChannelMap {
+    quaver_dsp::ChannelMap(ports.iter().map(|p| graph.ports[p].channel).collect())
 }

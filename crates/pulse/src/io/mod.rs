@@ -1,0 +1,13 @@
+//! The front-end's sockets and shared memory, below the connections: listening and
+//! accepting (unix and TCP), the socket type, the memfd pools and the srbchannel.
+//!
+//! - [`listener`]: the PulseAudio socket path; [`accept`]: the accept threads.
+//! - [`tcp`]: the socket type and TCP access rules.
+//! - [`shm`]: memfd mappings; [`export`]: the record pool; [`srb`]: the srbchannel.
+
+pub mod accept;
+pub mod export;
+pub mod listener;
+pub mod shm;
+pub mod srb;
+pub mod tcp;

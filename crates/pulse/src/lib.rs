@@ -34,6 +34,7 @@ mod introspect;
 mod io;
 mod ioloop;
 pub mod modules;
+mod modules_rec;
 pub mod pipe;
 mod rt;
 mod scache;
@@ -85,7 +86,7 @@ impl PulseServer {
             RestoreMode::Memory => Some(Mutex::new(restore::Store::memory())),
             RestoreMode::File(path) => Some(Mutex::new(restore::Store::open(path))),
         };
-        let io = Arc::new(ioloop::IoShared::new().context("creating the pulse I/O bell")?);
+        let io = Arc::new(io::shared::IoShared::new().context("creating the pulse I/O bell")?);
         let server = Arc::new(Server {
             // Subscribe before anything else looks at the graph so no event is missed.
             engine: engine.clone(),

@@ -2,7 +2,8 @@
 
 use super::{Reply, engine_err};
 use crate::conn::Conn;
-use crate::state::{ConnMsg, Device, record_source_index, stream_target};
+use crate::io::shared::ConnMsg;
+use crate::state::{Device, record_source_index, stream_target};
 use crate::wire::convert::cstr;
 use crate::wire::convert::cvolume_to_linear;
 use pulseaudio::protocol::{

@@ -2,7 +2,7 @@
 
 use super::Reply;
 use crate::conn::Conn;
-use crate::state::ConnMsg;
+use crate::io::shared::ConnMsg;
 use crate::wire::convert::cstr;
 use pulseaudio::protocol::{
     self as pa, ChannelMap as PaMap, ChannelVolume, CommandTag, PulseError,

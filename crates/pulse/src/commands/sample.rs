@@ -143,7 +143,7 @@ impl Conn {
         u.data.resize(u.length, 0);
         let mut data = vec![0f32; u.length / u.codec.bytes()];
         u.codec.decode(&u.data, &mut data);
-        let sample = crate::scache::Sample {
+        let sample = crate::state::Sample {
             name: u.name.clone(),
             spec: u.spec,
             map: u.map,

@@ -7,11 +7,12 @@
 //! writes what the socket takes ([`Conn::pump`]). An idle client costs no wakeups.
 
 use crate::io::export::ExportPool;
+use crate::io::shared::{ConnHandle, ConnMsg};
 use crate::io::tcp::Sock;
 use crate::rt::intake::{Lease, MAX_RELEASES, RtIntake, Taken};
 use crate::rt::rtwire::RtWire;
 use crate::rt::shared::F_CORKED;
-use crate::state::{ConnHandle, ConnMsg, Server};
+use crate::state::Server;
 use crate::wire::convert::bytes_to_usec;
 use crate::wire::{Out, Packet, PacketReader};
 use playback::Playback;

@@ -3,3 +3,4 @@
 
 pub mod devrestore;
 pub mod restore;
+mod restore_live;

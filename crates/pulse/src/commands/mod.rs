@@ -1,4 +1,19 @@
-//! Commands from a client: the packet is checked, decoded and dispatched to its group.
+//! Commands from a client: a control packet is checked ([`tagcheck`]), decoded by the
+//! codec (or read here for the few it does not read: [`Conn::manual`]) and dispatched
+//! by [`Conn::handle_cmd`], one line per command, to a method named after it in the
+//! file of its group:
+//!
+//! - `auth`: AUTH, the client's name and proplist, SUBSCRIBE, memfd and srbchannel.
+//! - `stream`: CREATE_PLAYBACK_STREAM / CREATE_RECORD_STREAM, through one prologue.
+//! - `stream_ctl`: everything on an open stream (delete, drain, cork, flush, latency,
+//!   buffer attributes, names, proplists, rate).
+//! - `introspect`: the GET_*_INFO commands, lookups, STAT.
+//! - `control`: defaults, volumes, mutes, suspend, move, kill, EXIT.
+//! - `modules`: LOAD/UNLOAD_MODULE, extensions, object messages.
+//! - `sample`: the sample cache.
+//!
+//! The commands are methods of [`Conn`] so that `conn/` never names this folder: the
+//! connection calls in only through [`Conn::on_control`].
 
 use crate::conn::Conn;
 use crate::wire::tagcheck;
@@ -15,6 +30,7 @@ mod sample;
 mod stream;
 mod stream_ctl;
 
+/// What a command's handler returns: `Err` is sent to the client as an ERROR reply.
 pub(crate) type Reply = Result<(), PulseError>;
 
 /// A latency in µs as a node's latency request: frames at the engine `rate`, at least 1.
@@ -22,6 +38,7 @@ pub(crate) fn engine_frames(rate: u32, usec: u64) -> u32 {
     ((usec as u128 * rate as u128 / 1_000_000).min(u32::MAX as u128) as u32).max(1)
 }
 
+/// The PulseAudio error a client sees for an engine error.
 pub(crate) fn engine_err(e: EngineError) -> PulseError {
     match e {
         EngineError::NoSuchNode(_) | EngineError::NoSuchPort(_) | EngineError::NoSuchLink(_) => {

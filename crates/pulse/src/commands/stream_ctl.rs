@@ -1,4 +1,5 @@
-//! Commands on open streams: delete, drain, cork, flush, latency, buffer attributes, names, proplists, rate.
+//! Commands on open streams: delete, drain, cork, flush, trigger, prebuf, latency,
+//! buffer attributes, names, proplists, sample rate.
 
 use super::{Reply, engine_err, engine_frames, remove_props, update_props};
 use crate::conn::Conn;

@@ -5,6 +5,10 @@
 //! ([`Conn::on_readable`]); after every wakeup that concerns it, it services every stream
 //! (REQUESTs, STARTED/UNDERFLOW, drain acks, record data), forwards queued events and
 //! writes what the socket takes ([`Conn::pump`]). An idle client costs no wakeups.
+//!
+//! Here: the connection's state, reading, pumping and lending the intake to the RT
+//! thread. [`playback`] and [`record`] hold the control side of each stream, `shm` the
+//! shared memory the connection offers and reads; the commands are in `commands/`.
 
 use crate::io::export::ExportPool;
 use crate::io::shared::{ConnHandle, ConnMsg};
@@ -296,7 +300,8 @@ impl Conn {
 
     /// Lends the intake to the RT thread when it can take the client's blocks in: a
     /// lone playback stream in its steady state with requests close together
-    /// ([`LEND_BELOW_USEC`]), the srbchannel between packets, blocks from a mapped pool.
+    /// ([`playback::LEND_BELOW_USEC`]), the srbchannel between packets, blocks from a
+    /// mapped pool.
     pub(crate) fn lend_intake(&mut self) {
         let Some(intake) = self.intake.clone() else {
             return;

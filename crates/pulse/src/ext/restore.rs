@@ -18,6 +18,10 @@
 //! - **Bad input.** Every field of the extension protocol is checked; a malformed request
 //!   gets an error reply (PulseAudio drops the whole connection instead), and the number
 //!   of entries is capped at [`MAX_ENTRIES`].
+//!
+//! This file is the store and the extension's parser, below the front-end's state; the
+//! half that works on live streams (`Server::restore_for`, `remember`, `apply_restore`)
+//! is `restore_live.rs`.
 
 use crate::wire::convert::prop_str;
 use crate::wire::convert::{MAX_CHANNELS, map_from_pa, map_to_pa};

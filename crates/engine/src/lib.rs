@@ -21,12 +21,6 @@ pub mod graph;
 pub mod rt;
 pub mod stream;
 
-/// The plan types' and [`compile::stopped_nodes`]' old path; front-ends use
-/// [`Engine::stopped_nodes`] instead.
-pub mod plan {
-    pub use crate::compile::stopped_nodes;
-    pub use crate::rt::plan::{NodeSlot, Plan};
-}
 /// The RT core's modules under their old paths.
 pub use rt::{follow, node, sched, timing};
 

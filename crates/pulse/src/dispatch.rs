@@ -5,7 +5,8 @@
 //! that a removal, a relink (a move) or a state change becomes the `new` / `change` /
 //! `remove` event PulseAudio would send for the right facility and index.
 
-use crate::server::{ConnMsg, Server, is_loop, loop_source, stream_target};
+use crate::io::shared::ConnMsg;
+use crate::state::{Server, is_loop, loop_source, stream_target};
 use pulseaudio::protocol::{SubscriptionEventFacility as F, SubscriptionEventType as T};
 use quaver_engine::graph::Graph;
 use quaver_engine::{GraphEvent, NodeId, NodeKind};

@@ -1,14 +1,16 @@
 //! PulseAudio's view of the graph: sink, source, sink-input, source-output, client and
 //! module records built from a graph snapshot and the front-end's own state.
 
-use crate::convert::{cvolume_to_linear, frames_to_usec, map_to_pa, uniform_cvolume};
-use crate::server::{Device, Server, State, StreamIo, StreamRec, monitor_name, stream_target};
+use crate::state::{
+    Device, Server, State, StreamIo, StreamRec, monitor_name, ports_map, stream_target,
+};
+use crate::wire::convert::{cstr, prop_str};
+use crate::wire::convert::{cvolume_to_linear, frames_to_usec, map_to_pa, uniform_cvolume};
 use pulseaudio::protocol::{
     ChannelVolume, ClientInfo, FormatEncoding, FormatInfo, ModuleInfo, Prop, Props, SampleFormat,
     SampleSpec, SinkFlags, SinkInfo, SinkInputInfo, SinkState, SourceFlags, SourceInfo,
     SourceOutputInfo, SourceState, Volume,
 };
-use quaver_dsp::ChannelMap;
 use quaver_engine::graph::{Graph, Node};
 use quaver_engine::{NodeId, NodeKind};
 use std::ffi::CString;
@@ -27,7 +29,7 @@ pub struct Snapshot {
     /// Devices suspended for idleness.
     pub suspended: bool,
     /// Nodes the engine does not run (held by a suspended sink, see
-    /// [`quaver_engine::plan::stopped_nodes`]).
+    /// [`quaver_engine::compile::stopped_nodes`]).
     pub stopped: std::collections::HashSet<quaver_engine::NodeId>,
     /// Default sink.
     pub default_sink: Option<Device>,
@@ -35,24 +37,8 @@ pub struct Snapshot {
     pub default_source: Option<Device>,
 }
 
-/// A C string from text, dropping interior NULs.
-pub fn cstr(s: &str) -> CString {
-    CString::new(s.replace('\0', "")).expect("NULs removed")
-}
-
 fn set(props: &mut Props, key: Prop, value: &str) {
     props.set(key, cstr(value));
-}
-
-/// A proplist value as text, if it is a NUL-terminated string.
-pub fn prop_str(props: &Props, key: Prop) -> Option<String> {
-    let v = props.get(key)?;
-    let v = v.strip_suffix(&[0]).unwrap_or(v);
-    std::str::from_utf8(v).ok().map(str::to_string)
-}
-
-fn ports_map(graph: &Graph, ports: &[u32]) -> ChannelMap {
-    ChannelMap(ports.iter().map(|p| graph.ports[p].channel).collect())
 }
 
 fn float_spec(rate: u32, channels: usize) -> SampleSpec {
@@ -102,7 +88,7 @@ impl Server {
             rate: status.rate,
             quantum: status.quantum,
             suspended: status.devices.iter().any(|d| d.suspended),
-            stopped: quaver_engine::plan::stopped_nodes(&graph),
+            stopped: quaver_engine::compile::stopped_nodes(&graph),
             graph,
             default_sink,
             default_source,
@@ -395,7 +381,7 @@ impl Server {
         };
         // A loopback's capture side: its own volume and mute (the module's; the node's
         // are the sink input's), and a name that says where it goes.
-        let looped = crate::server::is_loop(node);
+        let looped = crate::state::is_loop(node);
         let capture = module
             .and_then(|m| st.modules.get(&m))
             .and_then(|m| m.capture.as_ref())
@@ -423,7 +409,7 @@ impl Server {
                 .unwrap_or_else(|| Self::stream_name(node, rec, module)),
             owner_module_index: rec.map(|_| PROTOCOL_MODULE).or(module),
             client_index: rec.map(|r| r.client),
-            source_index: crate::server::record_source_index(&snap.graph, node.id)
+            source_index: crate::state::record_source_index(&snap.graph, node.id)
                 .unwrap_or(u32::MAX),
             sample_spec: spec,
             channel_map: map,
@@ -482,7 +468,7 @@ impl Server {
         snap.graph
             .nodes
             .values()
-            .filter(|n| crate::server::is_source_output(n))
+            .filter(|n| crate::state::is_source_output(n))
             .map(|n| self.source_output_info(snap, st, n))
             .collect()
     }
@@ -541,14 +527,14 @@ impl Server {
         if self.restore.is_some() {
             v.push(module(
                 crate::modules::RESTORE_MODULE,
-                crate::restore::MODULE_NAME,
+                crate::ext::restore::MODULE_NAME,
                 None,
                 "Remembers stream volumes, mutes and devices ([pulse] stream_restore)",
             ));
         }
         v.push(module(
             crate::modules::DEVICE_RESTORE_MODULE,
-            crate::devrestore::MODULE_NAME,
+            crate::ext::devrestore::MODULE_NAME,
             None,
             "The formats each sink takes (PCM: quaverd has no passthrough)",
         ));
@@ -577,7 +563,7 @@ impl Server {
     /// The node of a sink input or source output by index, checked for kind.
     pub fn stream_node(snap: &Snapshot, index: u32, kind: NodeKind) -> Option<&Node> {
         snap.graph.nodes.get(&index).filter(|n| {
-            n.kind == kind || (kind == NodeKind::RecordStream && crate::server::is_source_output(n))
+            n.kind == kind || (kind == NodeKind::RecordStream && crate::state::is_source_output(n))
         })
     }
 }

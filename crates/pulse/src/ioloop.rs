@@ -19,14 +19,14 @@
 //! batches on purpose instead ([`GATHER_MAX_USEC`]).
 
 use crate::conn::{Conn, PlaybackSummary};
-use crate::server::{ConnHandle, IO_RT_PRIORITY, Server};
-use crate::tcp::Sock;
-use crate::transport::Bell;
+use crate::io::shared::IoShared;
+use crate::rt::shared::Bell;
+use crate::state::{IO_RT_PRIORITY, Server};
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Bytes read from a socket per `read`.
 const READ_CHUNK: usize = 64 * 1024;
@@ -135,33 +135,6 @@ fn wake_delay(bell_fired: bool, rung_at: u64, slept_at: u64, woke: u64) -> u64 {
         woke.saturating_sub(rung_at)
     } else {
         0
-    }
-}
-
-/// What the accept threads share with the I/O thread.
-pub struct IoShared {
-    /// Rung by streams' RT side, by other threads posting to a connection, and for new
-    /// connections.
-    pub bell: Arc<Bell>,
-    incoming: Mutex<Vec<(Sock, Arc<ConnHandle>)>>,
-}
-
-impl IoShared {
-    /// A new, empty hand-over point.
-    pub fn new() -> std::io::Result<IoShared> {
-        Ok(IoShared {
-            bell: Arc::new(Bell::new()?),
-            incoming: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// Hands a freshly accepted client to the I/O thread.
-    pub fn adopt(&self, sock: Sock, handle: Arc<ConnHandle>) {
-        self.incoming
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((sock, handle));
-        self.bell.ring();
     }
 }
 

@@ -9,49 +9,52 @@
 //! sources are the engine's device nodes, a sink's monitor is its outputs. Routing comes
 //! from the daemon's shared [`quaver_policy::Policy`]. See `docs/pulse.md`.
 //!
-//! - [`wire`]: packet framing (our own descriptor handling, seek modes kept).
-//! - [`tagcheck`]: bounds check of tagstructs before the codec decodes them.
-//! - [`convert`], [`bufattr`]: formats, channel maps, volumes; buffer-attribute rules.
-//! - [`transport`]: the RT half of a stream.
-//! - `conn`: one client connection; `ioloop`: the one thread that serves them all;
-//!   `dispatch`: engine events → subscription events.
-//! - [`listener`]: the socket; `accept`: the accept threads (and the listeners
-//!   `module-native-protocol-tcp` / `-unix` add).
+//! The source tree, bottom layer first (a file imports only from layers below it or
+//! beside it):
+//!
+//! - `wire/`: packet framing ([`wire`]), the tagstruct bounds check ([`tagcheck`]),
+//!   conversions ([`convert`]) and buffer-attribute rules ([`bufattr`]).
+//! - `rt/`: the RT half of a stream ([`transport`], [`rtwire`], [`intake`]) and the
+//!   state it shares with the I/O thread; its `mod.rs` states the RT rules.
+//! - `io/`: sockets and shared memory ([`listener`], `accept`, [`tcp`], `shm`,
+//!   `export`, [`srb`]).
+//! - `ext/`: the stream- and device-restore extensions ([`restore`], [`devrestore`]).
+//! - `state`: the front-end's shared state (clients, streams, modules, samples) and the
+//!   graph queries on it; `introspect` builds PulseAudio's records from it, `scache`
+//!   plays cached samples, `dispatch` turns engine events into subscription events.
+//! - `conn/`: one client connection; `commands/`: its commands, one file per group;
+//!   `ioloop`: the one thread that serves every connection.
+//! - [`modules`]: LOAD_MODULE, one file per module kind (`modules/pipe/` for the pipe
+//!   sink and source).
 
-mod accept;
-pub mod bufattr;
+mod commands;
 mod conn;
-pub mod convert;
-pub mod devrestore;
 mod dispatch;
-mod export;
-pub mod intake;
+mod ext;
 mod introspect;
+mod io;
 mod ioloop;
-pub mod listener;
 pub mod modules;
 pub use modules::pipe;
-pub mod restore;
-pub mod rtwire;
+mod rt;
 mod scache;
-mod server;
-mod shm;
-pub mod srb;
-pub mod tagcheck;
-pub mod tcp;
-pub mod transport;
+mod state;
 pub mod wire;
 
+pub use ext::{devrestore, restore};
+pub use io::{listener, srb, tcp};
 pub use listener::{PulseListener, default_socket_path};
 /// The wire codec, re-exported for tests and tools that speak the protocol directly.
 pub use pulseaudio;
-pub use server::{PulseOptions, RestoreMode};
+pub use rt::{intake, rtwire, transport};
+pub use state::{PulseOptions, RestoreMode};
 pub use tcp::TcpOptions;
+pub use wire::{bufattr, convert, tagcheck};
 
 use anyhow::{Context, Result};
 use quaver_engine::Engine;
 use quaver_policy::Policy;
-use server::{Server, State};
+use state::{Server, State};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
@@ -83,7 +86,7 @@ impl PulseServer {
             RestoreMode::Memory => Some(Mutex::new(restore::Store::memory())),
             RestoreMode::File(path) => Some(Mutex::new(restore::Store::open(path))),
         };
-        let io = Arc::new(ioloop::IoShared::new().context("creating the pulse I/O bell")?);
+        let io = Arc::new(io::shared::IoShared::new().context("creating the pulse I/O bell")?);
         let server = Arc::new(Server {
             // Subscribe before anything else looks at the graph so no event is missed.
             engine: engine.clone(),
@@ -131,9 +134,9 @@ impl PulseServer {
             .listener
             .try_clone()
             .context("cloning the pulse listener")?;
-        accept::spawn(
+        io::accept::spawn(
             &server,
-            accept::Listen::Unix(l),
+            io::accept::Listen::Unix(l),
             listener.path().display().to_string(),
             "quaver-pulse-accept",
             None,
@@ -143,14 +146,14 @@ impl PulseServer {
                 let l = std::net::TcpListener::bind(&t.listen)
                     .with_context(|| format!("binding PulseAudio TCP address {}", t.listen))?;
                 let addr = l.local_addr().context("TCP address")?;
-                let auth = accept::TcpAuth {
+                let auth = io::accept::TcpAuth {
                     anonymous: false,
                     allow: t.allow,
                     cookie: Some(Arc::new(t.cookie)),
                 };
-                accept::spawn(
+                io::accept::spawn(
                     &server,
-                    accept::Listen::Tcp(l, auth),
+                    io::accept::Listen::Tcp(l, auth),
                     addr.to_string(),
                     "quaver-pulse-tcp",
                     None,

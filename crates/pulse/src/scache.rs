@@ -5,12 +5,9 @@
 //! linked to the sink; a small waiter thread removes the node once the adapter reports
 //! the last frame played (the RT side rings an eventfd then), or after a deadline.
 
-use crate::convert::{frames_to_usec, map_from_pa};
-use crate::introspect::cstr;
-use crate::server::{Device, Server};
-use pulseaudio::protocol::{
-    ChannelMap as PaMap, ChannelVolume, Props, PulseError, SampleInfo, SampleSpec,
-};
+use crate::state::{Device, Sample, Server};
+use crate::wire::convert::{frames_to_usec, map_from_pa};
+use pulseaudio::protocol::PulseError;
 use quaver_engine::stream::{FrameSource, PlaybackAdapter, StreamFormat};
 use quaver_engine::{NodeId, NodeKind, NodeSpec};
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
@@ -25,45 +22,6 @@ pub const MAX_SAMPLE_BYTES: u32 = 16 * 1024 * 1024;
 pub const MAX_PLAYING: usize = 64;
 
 static PLAYING: AtomicUsize = AtomicUsize::new(0);
-
-/// A cached sample.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    /// Name clients play it by.
-    pub name: String,
-    /// Format it was uploaded in.
-    pub spec: SampleSpec,
-    /// Its channel map.
-    pub map: PaMap,
-    /// Proplist given at upload.
-    pub props: Props,
-    /// Decoded interleaved samples.
-    pub data: Arc<Vec<f32>>,
-    /// Uploaded size in bytes.
-    pub bytes: u32,
-}
-
-impl Sample {
-    /// Frames in the sample.
-    pub fn frames(&self) -> usize {
-        self.data.len() / (self.spec.channels.max(1) as usize)
-    }
-
-    /// The introspection record.
-    pub fn info(&self, index: u32) -> SampleInfo {
-        SampleInfo {
-            index,
-            name: cstr(&self.name),
-            cvolume: ChannelVolume::norm(self.spec.channels.max(1)),
-            sample_spec: self.spec,
-            channel_map: self.map,
-            duration: frames_to_usec(self.frames() as u64, self.spec.sample_rate),
-            length: self.bytes,
-            lazy: None,
-            props: self.props.clone(),
-        }
-    }
-}
 
 /// Reads a cached sample once. RT-safe: the data is shared, nothing is allocated.
 pub struct SampleSource {

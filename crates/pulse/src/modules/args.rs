@@ -1,7 +1,7 @@
 //! PulseAudio's module argument syntax, shared by every module: `key=value` lists,
 //! channel maps, proplists and booleans as `pa_modargs` reads them.
 
-use crate::convert::position_from_pa;
+use crate::wire::convert::position_from_pa;
 use pulseaudio::protocol::ChannelPosition as PaPos;
 use quaver_dsp::ChannelMap;
 use std::collections::BTreeMap;
@@ -130,7 +130,9 @@ pub fn parse_channel_map(s: &str) -> Option<ChannelMap> {
                         if n > 31 {
                             return None;
                         }
-                        crate::convert::position_to_pa(quaver_dsp::ChannelPosition::Aux(n as u16))
+                        crate::wire::convert::position_to_pa(quaver_dsp::ChannelPosition::Aux(
+                            n as u16,
+                        ))
                     }
                 })
             })

@@ -6,7 +6,7 @@ use super::context::{Load, port_layout};
 use super::nodes::NullSink;
 use super::null::null_sink;
 use super::record::ModuleRec;
-use crate::server::Device;
+use crate::state::Device;
 use pulseaudio::protocol::PulseError;
 use quaver_engine::NodeKind;
 

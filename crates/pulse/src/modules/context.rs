@@ -1,6 +1,6 @@
 //! What a module's constructor works from.
 
-use crate::server::{Device, Server};
+use crate::state::{Device, Server};
 use pulseaudio::protocol::PulseError;
 use quaver_dsp::ChannelMap;
 use quaver_engine::graph::{Graph, Node};

@@ -52,7 +52,7 @@ pub use record::{
     RESTORE_MODULE, SUSPEND_ON_IDLE,
 };
 
-use crate::server::{Server, stream_target};
+use crate::state::{Server, stream_target};
 use context::{Load, port_layout};
 use pulseaudio::protocol::PulseError;
 use quaver_dsp::ChannelMap;
@@ -187,8 +187,8 @@ pub fn unload_orphans(srv: &Server) {
             // that no other sink could take (the default sink's monitor was its
             // source) plays nowhere: PulseAudio kills it too.
             let stranded_loop = |n: &NodeId| {
-                graph.nodes.get(n).is_some_and(crate::server::is_loop)
-                    && (crate::server::loop_source(&graph, *n).is_none()
+                graph.nodes.get(n).is_some_and(crate::state::is_loop)
+                    && (crate::state::loop_source(&graph, *n).is_none()
                         || stream_target(&graph, *n).is_none())
             };
             let idx = st

@@ -4,9 +4,9 @@
 use super::args::{check_keys, parse_bool, unescape};
 use super::context::Load;
 use super::record::ModuleRec;
-use crate::accept::{self, TcpAuth};
-use crate::listener::PulseListener;
-use crate::server::Server;
+use crate::io::accept::{self, TcpAuth};
+use crate::io::listener::PulseListener;
+use crate::state::Server;
 use pulseaudio::protocol::PulseError;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
@@ -45,7 +45,7 @@ fn tcp_listener(
         Some(acl) => acl
             .split(';')
             .filter(|a| !a.trim().is_empty())
-            .map(crate::tcp::Net::parse)
+            .map(crate::io::tcp::Net::parse)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("auth-ip-acl: {e}"))?,
         None => Vec::new(),
@@ -59,9 +59,9 @@ fn tcp_listener(
             .get("auth-cookie")
             .map(|p| std::path::PathBuf::from(unescape(p)))
             .or_else(|| srv.opts.cookie_path.clone())
-            .or_else(crate::tcp::default_cookie_path)
+            .or_else(crate::io::tcp::default_cookie_path)
             .ok_or("no cookie path: give auth-cookie= (HOME is not set)")?;
-        let c = crate::tcp::load_or_create_cookie(&path).map_err(|e| format!("{e:#}"))?;
+        let c = crate::io::tcp::load_or_create_cookie(&path).map_err(|e| format!("{e:#}"))?;
         Some(Arc::new(c))
     } else {
         None

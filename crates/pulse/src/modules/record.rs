@@ -3,7 +3,7 @@
 
 use super::nodes::LoopCapture;
 use super::pipe::{PipeIn, PipeOut};
-use crate::accept::Acceptor;
+use crate::io::shared::Acceptor;
 use quaver_engine::NodeId;
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@ use super::context::Load;
 use super::nodes::NullSink;
 use super::null::{null_sink, source_args};
 use super::record::ModuleRec;
-use crate::server::{Device, Server};
+use crate::state::{Device, Server};
 use pulseaudio::protocol::PulseError;
 use quaver_dsp::ChannelMap;
 use quaver_engine::NodeKind;

@@ -1,7 +1,7 @@
 //! What a pipe sink and a pipe source share: the FIFO, opened without blocking, and the
 //! thread that serves it.
 
-use crate::transport::Bell;
+use crate::rt::transport::Bell;
 use rustix::fd::OwnedFd;
 use rustix::fs::{FileType, Mode, OFlags};
 use std::path::{Path, PathBuf};

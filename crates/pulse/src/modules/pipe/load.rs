@@ -6,7 +6,7 @@ use crate::modules::context::Load;
 use crate::modules::nodes::NullSink;
 use crate::modules::null::{null_sink, source_args};
 use crate::modules::record::ModuleRec;
-use crate::server::Server;
+use crate::state::Server;
 use pulseaudio::protocol::PulseError;
 use quaver_engine::{NodeId, NodeKind, NodeSpec, Processor};
 use std::collections::BTreeMap;
@@ -152,13 +152,19 @@ fn pipe_file(args: &BTreeMap<String, String>, default: &str) -> Result<std::path
 /// and its codec.
 fn pipe_codec(
     args: &BTreeMap<String, String>,
-) -> Result<(pulseaudio::protocol::SampleFormat, crate::convert::Codec), String> {
+) -> Result<
+    (
+        pulseaudio::protocol::SampleFormat,
+        crate::wire::convert::Codec,
+    ),
+    String,
+> {
     let format = match args.get("format") {
-        Some(f) => crate::convert::parse_sample_format(&unescape(f))
+        Some(f) => crate::wire::convert::parse_sample_format(&unescape(f))
             .ok_or_else(|| format!("unknown format '{f}'"))?,
         None => pulseaudio::protocol::SampleFormat::S16Le,
     };
-    let codec = crate::convert::Codec::of(format).expect("a parsed format has a codec");
+    let codec = crate::wire::convert::Codec::of(format).expect("a parsed format has a codec");
     Ok((format, codec))
 }
 

@@ -14,7 +14,7 @@
 //!
 //! **Source.** A source node fed by a feeder node (a filter) that plays what a reader
 //! thread takes from the FIFO, through the same ring, prebuffering and resampler as a
-//! PulseAudio playback stream ([`crate::transport::PlaySource`] in a
+//! PulseAudio playback stream ([`crate::rt::transport::PlaySource`] in a
 //! [`PlaybackAdapter`]), so the pipe may run at any rate. The reader takes from the
 //! pipe only while the ring has room: a writer faster than real time (`cat file >
 //! fifo`) is held back by the full pipe, as PulseAudio's pipe source holds it, instead

@@ -1,8 +1,8 @@
 //! A pipe sink's tap (RT) and writer thread.
 
 use super::fifo::{PipeThread, open_fifo};
-use crate::convert::Codec;
-use crate::transport::Bell;
+use crate::rt::transport::Bell;
+use crate::wire::convert::Codec;
 use quaver_dsp::{Planar, PlanarMut};
 use quaver_engine::{CycleInfo, Processor};
 use rustix::fd::{AsFd, OwnedFd};

@@ -1,8 +1,8 @@
 //! A pipe source's feeder (a playback adapter, RT) and reader thread.
 
 use super::fifo::{PipeThread, open_fifo};
-use crate::convert::Codec;
-use crate::transport::{Bell, F_TRIGGER, NEVER, PlayShared, PlaySource};
+use crate::rt::transport::{Bell, F_TRIGGER, NEVER, PlayShared, PlaySource};
+use crate::wire::convert::Codec;
 use quaver_engine::Processor;
 use quaver_engine::stream::{PlaybackAdapter, StreamFormat};
 use rustix::fd::OwnedFd;

@@ -6,7 +6,7 @@
 //! for nothing else (PulseAudio's null sink likewise cannot take other formats). Volumes
 //! and mutes of devices are the engine's own and are not part of this extension.
 
-pub use crate::restore::RequestError;
+pub use crate::ext::restore::RequestError;
 use pulseaudio::protocol::{FormatEncoding, FormatInfo, TagStructReader};
 use std::io::Cursor;
 

@@ -19,7 +19,7 @@
 //! Only the I/O thread touches a pool (record data is encoded there, from the ring the
 //! RT side fills), so nothing here is shared between threads.
 
-use crate::shm::SealedMemfd;
+use crate::io::shm::SealedMemfd;
 use rustix::fd::OwnedFd;
 
 /// Bytes per slot: PulseAudio's pool slot size. A larger chunk is sent as several
@@ -34,7 +34,7 @@ pub const MIN_SHARED: usize = 256;
 /// Block ids start here so they never meet the srbchannel block's id: libpulse keys
 /// every block it imports by id alone.
 const FIRST_BLOCK_ID: u32 = 16;
-const _: () = assert!(crate::srb::BLOCK_ID < FIRST_BLOCK_ID);
+const _: () = assert!(crate::io::srb::BLOCK_ID < FIRST_BLOCK_ID);
 
 /// One connection's record pool.
 pub(crate) struct ExportPool {
@@ -129,7 +129,7 @@ mod tests {
         assert!(p.release(a));
         assert!(!p.release(a), "a second release changes nothing");
         assert!(
-            !p.release(crate::srb::BLOCK_ID),
+            !p.release(crate::io::srb::BLOCK_ID),
             "the srbchannel block is not ours"
         );
         assert_eq!(p.put(&[2; 100]).unwrap(), (a, off_a), "the warm slot again");

@@ -3,11 +3,12 @@
 //! volumes and byte/time arithmetic on sample specs.
 
 use pulseaudio::protocol::{
-    ChannelMap as PaMap, ChannelPosition as PaPos, ChannelVolume, SampleFormat as PaFormat,
-    SampleSpec, Volume,
+    ChannelMap as PaMap, ChannelPosition as PaPos, ChannelVolume, Prop, Props,
+    SampleFormat as PaFormat, SampleSpec, Volume,
 };
 use quaver_dsp::format::{SampleFormat, decode_interleaved, encode_interleaved};
 use quaver_dsp::{ChannelMap, ChannelPosition};
+use std::ffi::CString;
 
 /// Highest sample rate accepted from a client (the 1 Hz – 384 kHz range).
 pub const MAX_RATE: u32 = 384_000;
@@ -400,6 +401,18 @@ pub fn uniform_cvolume(channels: usize, l: f32) -> ChannelVolume {
         v.push(linear_to_volume(l));
     }
     v
+}
+
+/// A C string from text, dropping interior NULs.
+pub fn cstr(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).expect("NULs removed")
+}
+
+/// A proplist value as text, if it is a NUL-terminated string.
+pub fn prop_str(props: &Props, key: Prop) -> Option<String> {
+    let v = props.get(key)?;
+    let v = v.strip_suffix(&[0]).unwrap_or(v);
+    std::str::from_utf8(v).ok().map(str::to_string)
 }
 
 #[cfg(test)]

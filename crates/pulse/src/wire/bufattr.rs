@@ -6,7 +6,7 @@
 //! the graph quantum follows it; `grant` tells what the engine will deliver for a
 //! request, which the client is told as the configured device latency.
 
-use crate::convert::{bytes_to_usec, frame_size, usec_to_bytes, usec_to_bytes_round_up};
+use crate::wire::convert::{bytes_to_usec, frame_size, usec_to_bytes, usec_to_bytes_round_up};
 use pulseaudio::protocol::SampleSpec;
 use pulseaudio::protocol::stream::BufferAttr;
 

@@ -18,7 +18,7 @@
 //! With a pipe the client holds the other end only; our end stays non-blocking. The
 //! client's fdsem reads and writes 8-byte counters, which a pipe carries unchanged.
 
-use crate::shm::SealedMemfd;
+use crate::io::shm::SealedMemfd;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
@@ -71,8 +71,7 @@ pub struct Srb {
 /// The shared block and the ring we write. Two threads write it, one at a time: the
 /// connection thread, and the RT thread for a stream's REQUEST (through the ring a
 /// request costs a copy and, when the client sleeps, a pipe write instead of a socket
-/// `send`, which allocates a buffer: 4–5 µs less per request from a SCHED_FIFO thread
-/// here). The connection's `RtWire` decides who may write.
+/// `send`, which allocates a buffer). The connection's `RtWire` decides who may write.
 pub struct SrbOut {
     /// The shared block (its descriptor taken out into `Srb::memfd`).
     mem: SealedMemfd,

@@ -7,17 +7,19 @@
 //! unique across kinds, so it never collides with a real source). Clients and modules
 //! have indexes of their own, allocated by counters.
 
-use crate::transport::{Bell, PlayShared, RecShared};
+use crate::io::shared::{ConnHandle, ConnMsg};
+use crate::rt::shared::{PlayShared, RecShared};
+use crate::wire::convert::{cstr, frames_to_usec};
 use pulseaudio::protocol::{
-    ChannelMap as PaMap, ChannelVolume, Props, SampleSpec, SubscriptionEvent,
+    ChannelMap as PaMap, ChannelVolume, Props, SampleInfo, SampleSpec, SubscriptionEvent,
     SubscriptionEventFacility as Facility, SubscriptionEventType as EventType,
 };
 use quaver_dsp::resample::ResampleQuality;
 use quaver_engine::graph::{Graph, Node};
 use quaver_engine::{Engine, NodeId, NodeKind};
 use quaver_policy::{NodeView, Policy};
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Settings of the PulseAudio front-end.
@@ -40,9 +42,9 @@ pub struct PulseOptions {
     /// this, the I/O thread runs SCHED_FIFO ([`IO_RT_PRIORITY`]); 0: never.
     pub realtime_io_below_usec: u64,
     /// Let the RT thread send playback streams' requests to unix-socket clients itself
-    /// ([`crate::rtwire`]).
+    /// ([`crate::rt::rtwire`]).
     pub rt_requests: bool,
-    /// Where stream restore keeps its entries (see [`crate::restore`]).
+    /// Where stream restore keeps its entries (see [`crate::ext::restore`]).
     pub stream_restore: RestoreMode,
     /// The auth cookie TCP clients present (`[pulse] cookie`); `None`:
     /// `~/.config/pulse/cookie`. Read (or created) when a TCP listener starts.
@@ -89,76 +91,6 @@ impl Default for PulseOptions {
             // A library must not let its clients stop the program it runs in unasked.
             on_exit: None,
         }
-    }
-}
-
-/// Something another thread asks a connection thread to do.
-#[derive(Debug, Clone)]
-pub enum ConnMsg {
-    /// A subscription event to forward if the client subscribed to its facility.
-    Event(SubscriptionEvent),
-    /// Close the connection (KILL_CLIENT).
-    Kill,
-    /// Remove a stream and tell the client (KILL_SINK_INPUT / KILL_SOURCE_OUTPUT).
-    KillStream(NodeId),
-    /// A stream was moved to another device; tell the client.
-    Moved(NodeId),
-    /// Stream restore's entries changed (sent only to its subscribers).
-    RestoreEvent,
-    /// The devices were suspended (true) or resumed while streams exist; tell the
-    /// client's streams (PLAYBACK/RECORD_STREAM_SUSPENDED).
-    DevicesSuspended(bool),
-    /// Device restore saved a device's formats (type, index): tell the extension's
-    /// subscribers.
-    DeviceRestoreEvent(u32, u32),
-    /// A module's sink or source (this node) was suspended (true) or resumed on its own.
-    NodeSuspended(NodeId, bool),
-}
-
-/// The handle other threads hold on a connection.
-#[derive(Debug)]
-pub struct ConnHandle {
-    /// Client index.
-    pub client: u32,
-    /// Subscription mask (`SubscriptionMask` bits).
-    pub mask: AtomicU32,
-    /// Subscribed to stream restore's events.
-    pub restore_events: AtomicBool,
-    /// Subscribed to device restore's events.
-    pub device_restore_events: AtomicBool,
-    /// Messages for the connection thread.
-    pub queue: Mutex<VecDeque<ConnMsg>>,
-    /// Wakes the I/O thread serving this connection (also rung by its streams' RT side).
-    pub bell: Arc<Bell>,
-}
-
-impl ConnHandle {
-    /// Queues `msg` and wakes the connection.
-    pub fn post(&self, msg: ConnMsg) {
-        if let ConnMsg::Event(e) = &msg
-            && self.mask.load(Ordering::Relaxed) & (1 << e.event_facility as u32) == 0
-        {
-            return;
-        }
-        if matches!(msg, ConnMsg::RestoreEvent) && !self.restore_events.load(Ordering::Relaxed) {
-            return;
-        }
-        if matches!(msg, ConnMsg::DeviceRestoreEvent(..))
-            && !self.device_restore_events.load(Ordering::Relaxed)
-        {
-            return;
-        }
-        let mut q = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // A client that never reads its socket must not grow our memory without bound:
-        // past this many queued events it gets no more of them.
-        if q.len() < 4096 {
-            q.push_back(msg);
-        }
-        drop(q);
-        self.bell.ring();
     }
 }
 
@@ -224,11 +156,11 @@ pub struct State {
     /// post-volume signal, so they do not change the audio).
     pub monitor_mute: BTreeMap<u32, bool>,
     /// The sample cache by index.
-    pub samples: BTreeMap<u32, crate::scache::Sample>,
+    pub samples: BTreeMap<u32, Sample>,
     /// Next sample index.
     pub next_sample: u32,
     /// Loaded modules by index.
-    pub modules: BTreeMap<u32, crate::modules::ModuleRec>,
+    pub modules: BTreeMap<u32, crate::modules::record::ModuleRec>,
     /// SUSPEND_SINK / SUSPEND_SOURCE requests standing: (is a sink, device node).
     pub suspend_requests: std::collections::BTreeSet<(bool, NodeId)>,
     /// Next module index.
@@ -250,9 +182,9 @@ pub struct Server {
     /// A per-run random number PulseAudio clients use to detect restarts.
     pub cookie: u32,
     /// Stream restore's entries; `None` when it is off.
-    pub restore: Option<Mutex<crate::restore::Store>>,
+    pub restore: Option<Mutex<crate::ext::restore::Store>>,
     /// Where accepted connections are handed to the I/O thread.
-    pub(crate) io: Arc<crate::ioloop::IoShared>,
+    pub(crate) io: Arc<crate::io::shared::IoShared>,
 }
 
 /// A resolved device (sink or source) by PulseAudio's view.
@@ -668,4 +600,48 @@ pub fn loop_source(graph: &Graph, node: NodeId) -> Option<NodeId> {
             .get(id)
             .is_some_and(|d| matches!(d.kind, NodeKind::DeviceSource | NodeKind::DeviceSink))
     })
+}
+
+/// The channels of `ports`, in order.
+pub fn ports_map(graph: &Graph, ports: &[u32]) -> quaver_dsp::ChannelMap {
+    quaver_dsp::ChannelMap(ports.iter().map(|p| graph.ports[p].channel).collect())
+}
+
+/// A cached sample.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Name clients play it by.
+    pub name: String,
+    /// Format it was uploaded in.
+    pub spec: SampleSpec,
+    /// Its channel map.
+    pub map: PaMap,
+    /// Proplist given at upload.
+    pub props: Props,
+    /// Decoded interleaved samples.
+    pub data: Arc<Vec<f32>>,
+    /// Uploaded size in bytes.
+    pub bytes: u32,
+}
+
+impl Sample {
+    /// Frames in the sample.
+    pub fn frames(&self) -> usize {
+        self.data.len() / (self.spec.channels.max(1) as usize)
+    }
+
+    /// The introspection record.
+    pub fn info(&self, index: u32) -> SampleInfo {
+        SampleInfo {
+            index,
+            name: cstr(&self.name),
+            cvolume: ChannelVolume::norm(self.spec.channels.max(1)),
+            sample_spec: self.spec,
+            channel_map: self.map,
+            duration: frames_to_usec(self.frames() as u64, self.spec.sample_rate),
+            length: self.bytes,
+            lazy: None,
+            props: self.props.clone(),
+        }
+    }
 }

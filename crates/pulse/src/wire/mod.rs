@@ -10,6 +10,15 @@
 //! Reading is incremental: a packet may arrive in any number of pieces, and nothing
 //! past a packet's end is consumed until the next one is parsed. Lengths are capped
 //! before anything is allocated.
+//!
+//! Below the framing sit the pieces every other part of the front-end uses to read and
+//! build what travels in packets: [`tagcheck`] (bounds check before decoding),
+//! [`convert`] (formats, channel maps, volumes, proplist text) and [`bufattr`]
+//! (buffer-attribute rules).
+
+pub mod bufattr;
+pub mod convert;
+pub mod tagcheck;
 
 use pulseaudio::protocol::{
     Command, CommandReply, PulseError, TagStructWriter, write_ack_message, write_error,

@@ -3,13 +3,10 @@
 //! the srbchannel, into its ring) by the RT thread in the cycle the stream has played
 //! far enough for it.
 //!
-//! Why: with the connection thread sending every REQUEST, each request cost the server
-//! two wakeups — the RT side's bell (the stream crossed its threshold), then the
-//! client's data. At `paplay --latency-msec=20` the connection thread woke ~250 times
-//! a second, half of them for the bell, and a wakeup costs ~20–30 µs of kernel time on
-//! a VM. A REQUEST is 40 bytes whose contents are known in advance except its length, so
-//! the RT thread can send it with one non-blocking `send` and the connection thread
-//! wakes only for the answer.
+//! Why: with the connection thread sending every REQUEST, each request cost two
+//! wakeups (the RT side's bell, then the client's data). A REQUEST is 40 bytes known in
+//! advance but for its length, so the RT thread sends it with one non-blocking `send`
+//! and the connection thread wakes only for the answer.
 //!
 //! Two rules keep this safe:
 //!
@@ -24,11 +21,11 @@
 //!   adds what it consumed since, and the connection thread takes the result back
 //!   (disarming) before it changes anything about the stream. A request the RT thread
 //!   sent is accounted exactly as if the connection thread had sent it at that moment.
-//!   While the RT thread also takes the answers in ([`crate::intake`]) it arms each next
+//!   While the RT thread also takes the answers in ([`crate::rt::intake`]) it arms each next
 //!   request itself, a period the connection gave after the last; the connection then
 //!   takes back the sum of all of them.
 
-use crate::srb::SrbOut;
+use crate::io::srb::SrbOut;
 use rustix::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
@@ -236,7 +233,7 @@ pub struct ArmedRequest {
     frame_bytes: AtomicU32,
     /// Frames between two requests when the RT thread re-arms the next one itself
     /// (0: the connection re-arms): while the RT thread also takes the answers in
-    /// ([`crate::intake`]), the connection does not wake to do it.
+    /// ([`crate::rt::intake`]), the connection does not wake to do it.
     period: AtomicU64,
     /// The period while the client answers late (0: the same).
     late_period: AtomicU64,
@@ -521,7 +518,7 @@ mod tests {
 
     #[test]
     fn with_the_srbchannel_requests_go_whole_into_its_ring_or_not_at_all() {
-        use crate::srb::Srb;
+        use crate::io::srb::Srb;
         let (ours, client) = UnixStream::pair().unwrap();
         client.set_nonblocking(true).unwrap();
         let mut srb = Srb::new(1, 2).unwrap();

@@ -2,11 +2,10 @@
 //! RT thread itself takes the client's blocks out of the srbchannel, so the I/O thread
 //! sleeps through the whole request/answer round.
 //!
-//! Why: with the RT thread sending the REQUESTs ([`crate::rtwire`]) the I/O thread still
-//! woke once per answer, to copy a few milliseconds of audio from the client's pool into
-//! the stream's ring. At `paplay --latency-msec=20` that was ~125 of the server's ~395
-//! wakeups a second, and a wakeup costs 17–30 µs of CPU on this VM whatever the work.
-//! The RT thread wakes every cycle anyway; looking at the ring then is one atomic load.
+//! Why: with the RT thread sending the REQUESTs ([`crate::rt::rtwire`]) the I/O thread
+//! still woke once per answer, only to copy a few milliseconds of audio into the
+//! stream's ring; the RT thread wakes every cycle anyway, and looking at the ring then
+//! is one atomic load.
 //!
 //! The connection *lends* the intake ([`Lease`]: the client's ring position, the mapped
 //! pool its blocks live in, the stream's ring producer and how to decode) to the RT thread
@@ -22,14 +21,14 @@
 //! One command is answered here too: GET_PLAYBACK_LATENCY for the lent stream, which
 //! libpulse sends several times a second for a stream with automatic timing updates
 //! (`paplay -v`, players that show a position). Everything its reply holds is in the
-//! stream's shared state or the lease, and handing the intake back for it cost an RT
-//! hand-back, an I/O-thread wakeup and a re-lend per query (~1.2 ms of CPU a second at
-//! 10–20 queries, a tenth of the server's whole cost for one 20 ms stream).
+//! stream's shared state or the lease, and handing the intake back for it would cost
+//! an RT hand-back, an I/O-thread wakeup and a re-lend per query.
 
-use crate::convert::{Codec, frames_to_usec};
-use crate::rtwire::{RtWire, Sent};
-use crate::srb::SrbOut;
-use crate::transport::PlayShared;
+use crate::io::srb::SrbOut;
+use crate::rt::rtwire::{RtWire, Sent};
+use crate::rt::shared::PlayShared;
+use crate::rt::shared::PlayTiming;
+use crate::wire::convert::Codec;
 use crate::wire::{
     CONTROL_CHANNEL, DESCRIPTOR_SIZE, FLAG_SEEK_MASK, FLAG_SHMDATA, FLAG_SHMDATA_MEMFD_BLOCK,
     FLAG_SHMRELEASE, FLAG_SHMWRITABLE, SHM_INFO_SIZE,
@@ -180,37 +179,6 @@ pub struct Pulled {
     pub frames: u64,
     /// The intake went back to the I/O thread (the caller rings its bell).
     pub handed_back: bool,
-}
-
-/// The lent stream as a latency reply reports it, read by the RT side when a query
-/// comes (the same shared state the connection reads for its replies).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PlayTiming {
-    /// Frames the stream has played into the graph (its read index).
-    pub consumed: u64,
-    /// Frames between the graph and the speaker.
-    pub delay: u32,
-    /// Whether it plays (started and not corked).
-    pub playing: bool,
-    /// The read index at which it last started.
-    pub start_at: u64,
-}
-
-impl PlayTiming {
-    /// A latency reply's figures for a stream of `frame_bytes` frames at `rate`: the
-    /// device latency (µs), the read index and how long it has played (bytes).
-    pub fn figures(&self, frame_bytes: u64, rate: u32) -> (u64, i64, u64) {
-        let playing_for = if self.playing {
-            (self.consumed - self.start_at.min(self.consumed)) * frame_bytes
-        } else {
-            0
-        };
-        (
-            frames_to_usec(self.delay as u64, rate),
-            (self.consumed * frame_bytes) as i64,
-            playing_for,
-        )
-    }
 }
 
 /// One frame at the front of the client's ring, as far as the RT thread cares.
@@ -532,7 +500,7 @@ impl RtIntake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::srb::Srb;
+    use crate::io::srb::Srb;
     use crate::wire::{Out, Packet, PacketReader};
     use std::sync::atomic::Ordering::Relaxed;
 
@@ -690,7 +658,11 @@ mod tests {
     /// A stream's shared state as `timing` has it.
     fn shared() -> PlayShared {
         let t = timing();
-        let s = PlayShared::new(Arc::new(crate::transport::Bell::new().unwrap()), 0, false);
+        let s = PlayShared::new(
+            Arc::new(crate::rt::transport::Bell::new().unwrap()),
+            0,
+            false,
+        );
         s.consumed.store(t.consumed, Relaxed);
         s.delay.store(t.delay, Relaxed);
         s.playing.store(t.playing, Relaxed);
@@ -749,7 +721,7 @@ mod tests {
 
     #[test]
     fn the_lent_streams_latency_queries_are_answered_between_its_blocks() {
-        use crate::rtwire::RtWire;
+        use crate::rt::rtwire::RtWire;
         use pulseaudio::protocol::PlaybackLatency;
         use std::time::{Duration, SystemTime, UNIX_EPOCH};
         let (ours, _client) = std::os::unix::net::UnixStream::pair().unwrap();
@@ -802,7 +774,7 @@ mod tests {
 
     #[test]
     fn a_query_the_rt_side_cannot_answer_goes_back_unread() {
-        use crate::rtwire::RtWire;
+        use crate::rt::rtwire::RtWire;
         let pool = vec![0u8; 4096];
         let mut other_cmd = latency_query(7, 5, T0);
         other_cmd[21..25].copy_from_slice(&15u32.to_be_bytes()); // GET_RECORD_LATENCY
@@ -860,8 +832,9 @@ mod tests {
 
     #[test]
     fn an_answer_missing_at_the_first_look_after_its_request_is_late() {
-        use crate::rtwire::Periods;
-        use crate::transport::{Bell, PlayShared, PlaySource};
+        use crate::rt::rtwire::Periods;
+        use crate::rt::shared::{Bell, PlayShared};
+        use crate::rt::transport::PlaySource;
         use quaver_engine::stream::FrameSource;
         let srb = Srb::new(1, 2).unwrap();
         let mut at = 0;

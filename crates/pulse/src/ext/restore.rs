@@ -18,17 +18,18 @@
 //! - **Bad input.** Every field of the extension protocol is checked; a malformed request
 //!   gets an error reply (PulseAudio drops the whole connection instead), and the number
 //!   of entries is capped at [`MAX_ENTRIES`].
+//!
+//! This file is the store and the extension's parser, below the front-end's state; the
+//! half that works on live streams (`Server::restore_for`, `remember`, `apply_restore`)
+//! is `restore_live.rs`.
 
-use crate::convert::{MAX_CHANNELS, cvolume_to_linear, map_from_pa, map_to_pa};
-use crate::introspect::prop_str;
-use crate::server::{ConnMsg, Server, StreamIo, StreamRec, record_source_index, stream_target};
+use crate::wire::convert::prop_str;
+use crate::wire::convert::{MAX_CHANNELS, map_from_pa, map_to_pa};
 use pulseaudio::protocol::{ChannelMap as PaMap, ChannelVolume, Prop, Props, PulseError, Volume};
-use quaver_engine::graph::Graph;
-use quaver_engine::{NodeId, NodeKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{PoisonError, mpsc};
+use std::sync::mpsc;
 
 /// The module name clients address the extension by.
 pub const MODULE_NAME: &str = "module-stream-restore";
@@ -204,7 +205,7 @@ impl<'a> Tags<'a> {
             if p > 50 {
                 return self.err("invalid channel position");
             }
-            m.push(crate::convert::num_from_u8(p));
+            m.push(crate::wire::convert::num_from_u8(p));
         }
         Ok(m)
     }
@@ -616,160 +617,6 @@ pub fn split_target(payload: &[u8]) -> Result<(Option<u32>, Option<String>, usiz
     let index = Some(t.u32()?).filter(|&i| i != u32::MAX);
     let name = t.string()?;
     Ok((index, name, t.pos))
-}
-
-impl Server {
-    /// The remembered entry for a new stream with proplist `props`.
-    pub fn restore_for(&self, props: &Props, playback: bool) -> Option<Entry> {
-        let store = self.restore.as_ref()?;
-        let key = stream_key(props, playback)?;
-        let e = store
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .cloned();
-        if e.is_some() {
-            tracing::debug!("stream restore: new stream of {key} restored");
-        }
-        e
-    }
-
-    /// Records a client's change to stream `node` for the stream's kind (`f` edits the
-    /// entry, given the stream) and tells the extension's subscribers.
-    pub fn remember(&self, node: NodeId, f: impl FnOnce(&mut Entry, &StreamRec)) {
-        let Some(store) = &self.restore else {
-            return;
-        };
-        let st = self.lock();
-        let Some(s) = st.streams.get(&node) else {
-            return;
-        };
-        let playback = matches!(s.io, StreamIo::Play(_));
-        let Some(key) = stream_key(&s.props, playback) else {
-            return;
-        };
-        let changed = store
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remember(&key, |e| f(e, s));
-        drop(st);
-        if changed {
-            tracing::debug!("stream restore: remembered {key}");
-            self.restore_changed();
-        }
-    }
-
-    /// Tells every client subscribed to the extension that the entries changed.
-    pub fn restore_changed(&self) {
-        self.post_all(ConnMsg::RestoreEvent);
-    }
-
-    /// Device node `dev_node` appeared (plugged in, module loaded): the streams whose
-    /// kind remembers it move there, except those whose client named another device
-    /// (PulseAudio's `on_hotplug`). A stream that had to leave the device when it went
-    /// away comes back to it.
-    pub fn restore_device_appeared(&self, graph: &Graph, dev_node: NodeId) {
-        let Some(store) = &self.restore else {
-            return;
-        };
-        let Some(n) = graph.nodes.get(&dev_node).filter(|n| !n.gone) else {
-            return;
-        };
-        let (playback, dev) = match n.kind {
-            NodeKind::DeviceSink => (true, self.sink_by_name(graph, &n.name)),
-            NodeKind::DeviceSource => (false, self.source_by_name(graph, &n.name)),
-            _ => return,
-        };
-        let Some(dev) = dev else {
-            return;
-        };
-        let movers: Vec<NodeId> = {
-            let st = self.lock();
-            let store = store.lock().unwrap_or_else(PoisonError::into_inner);
-            st.streams
-                .iter()
-                .filter(|(_, s)| !s.pinned && matches!(s.io, StreamIo::Play(_)) == playback)
-                .filter(|&(&id, s)| {
-                    let here = if playback {
-                        stream_target(graph, id) == Some(dev_node)
-                    } else {
-                        record_source_index(graph, id) == Some(dev.index)
-                    };
-                    !here
-                        && stream_key(&s.props, playback)
-                            .and_then(|k| store.get(&k))
-                            .and_then(|e| e.device.as_deref())
-                            == Some(n.name.as_str())
-                })
-                .map(|(&id, _)| id)
-                .collect()
-        };
-        for id in movers {
-            if self.move_stream(graph, id, &dev, playback).is_ok() {
-                tracing::info!("stream restore: stream {id} back on {}", dev.name);
-                if let Some(s) = self.lock().streams.get_mut(&id) {
-                    s.follows_default = false;
-                }
-            }
-        }
-    }
-
-    /// Gives the streams now playing (or recording) whose kind is in `names` their
-    /// entry: volume, mute, and device when it exists (a WRITE with "apply").
-    pub fn apply_restore(&self, names: &[String]) {
-        let Some(store) = &self.restore else {
-            return;
-        };
-        let targets: Vec<(NodeId, bool, PaMap, Entry)> = {
-            let st = self.lock();
-            let store = store.lock().unwrap_or_else(PoisonError::into_inner);
-            st.streams
-                .iter()
-                .filter_map(|(&id, s)| {
-                    let playback = matches!(s.io, StreamIo::Play(_));
-                    let key = stream_key(&s.props, playback)?;
-                    if !names.contains(&key) {
-                        return None;
-                    }
-                    Some((id, playback, s.map, store.get(&key)?.clone()))
-                })
-                .collect()
-        };
-        let graph = self.engine.graph();
-        for (id, playback, map, e) in targets {
-            let name = id.to_string();
-            if let Some(v) = volume_for(&e, &map) {
-                if let Some(s) = self.lock().streams.get_mut(&id) {
-                    s.cvolume = v;
-                }
-                if let Err(err) = self
-                    .engine
-                    .set_volume(&name, Some(cvolume_to_linear(&v)), None)
-                {
-                    tracing::debug!("stream restore: volume of stream {id}: {err}");
-                }
-            }
-            if let Some(m) = e.mute
-                && let Err(err) = self.engine.set_volume(&name, None, Some(m))
-            {
-                tracing::debug!("stream restore: mute of stream {id}: {err}");
-            }
-            let Some(d) = &e.device else {
-                continue;
-            };
-            let dev = if playback {
-                self.sink_by_name(&graph, d)
-            } else {
-                self.source_by_name(&graph, d)
-            };
-            if let Some(dev) = dev
-                && self.move_stream(&graph, id, &dev, playback).is_ok()
-                && let Some(s) = self.lock().streams.get_mut(&id)
-            {
-                s.follows_default = false;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

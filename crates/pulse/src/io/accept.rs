@@ -6,9 +6,10 @@
 //! an idle listener costs no wakeups); the clients it let in are then disconnected, as
 //! PulseAudio disconnects a protocol module's clients when the module is unloaded.
 
-use crate::listener::PulseListener;
-use crate::server::{ClientRec, ConnHandle, ConnMsg, Server};
-use crate::tcp::{Net, Sock};
+use crate::io::listener::PulseListener;
+use crate::io::shared::{Acceptor, ConnHandle, ConnMsg};
+use crate::io::tcp::{Net, Sock};
+use crate::state::{ClientRec, Server};
 use anyhow::{Context, Result};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
@@ -73,24 +74,6 @@ impl Listen {
             Listen::Unix(l) => l.as_fd().try_clone_to_owned(),
             Listen::Tcp(l, _) => l.as_fd().try_clone_to_owned(),
         }
-    }
-}
-
-/// A running accept thread that can be stopped.
-pub struct Acceptor {
-    /// What it listens on, for logs and errors.
-    pub addr: String,
-    stop: AtomicBool,
-    fd: OwnedFd,
-    /// Clients accepted through it (pruned of those gone as new ones come).
-    clients: Mutex<Vec<u32>>,
-    /// The socket file of a unix listener, removed when the acceptor goes.
-    _file: Option<PulseListener>,
-}
-
-impl std::fmt::Debug for Acceptor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Acceptor({})", self.addr)
     }
 }
 
@@ -228,7 +211,7 @@ fn accept(srv: &Arc<Server>, sock: Sock) -> Option<u32> {
                 if let Some(pid) = pid {
                     p.set(
                         pulseaudio::protocol::Prop::ApplicationProcessId,
-                        crate::introspect::cstr(&pid.to_string()),
+                        crate::wire::convert::cstr(&pid.to_string()),
                     );
                 }
                 p

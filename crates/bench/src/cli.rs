@@ -1,22 +1,23 @@
 //! The command line: `quaver-bench <mode> [--out DIR] [--seed N] [--quick] …`.
 
-use crate::bigbuf::BigbufOptions;
-use crate::clock::Utc;
-use crate::exec::{find_quaverd, quote};
-use crate::jackbench::{JackOptions, JackServer};
-use crate::jackclient::ClientOptions;
-use crate::latency::{LatencyOptions, LatencyPath};
-use crate::load::{LoadOptions, Variant};
-use crate::machine::{Machine, tool_versions};
-use crate::peers::{PeerLatency, PeersOptions};
-use crate::progress::Progress;
+use crate::Ctx;
+use crate::modes::bigbuf::BigbufOptions;
+use crate::modes::jack::client::ClientOptions;
+use crate::modes::jack::{self as jackbench, client as jackclient};
+use crate::modes::jack::{JackOptions, JackServer};
+use crate::modes::latency::{LatencyOptions, LatencyPath};
+use crate::modes::load::{LoadOptions, Variant};
+use crate::modes::peers::{PeerLatency, PeersOptions};
+use crate::modes::stress::{StressDevice, StressOptions};
+use crate::modes::synth::{Mark, SynthOptions};
+use crate::modes::{bigbuf, latency, load, peers, stress, synth};
+use crate::report::progress::Progress;
 use crate::report::{self, ModeOutput, Record};
-use crate::stress::{StressDevice, StressOptions};
-use crate::stressor::{StressorConfig, StressorKind};
-use crate::synth::{Mark, SynthOptions};
-use crate::{
-    Ctx, bigbuf, daemon, jackbench, jackclient, latency, load, peers, rng, stress, stressor, synth,
-};
+use crate::tools::clock::Utc;
+use crate::tools::exec::{find_quaverd, quote};
+use crate::tools::machine::{Machine, tool_versions};
+use crate::tools::stressor::{StressorConfig, StressorKind};
+use crate::tools::{daemon, rng, stressor};
 use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -574,7 +575,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         } => {
             let mut o = PeersOptions::new(quick);
             if *under_load {
-                let mut u = crate::underload::UnderLoadOptions::new(quick);
+                let mut u = crate::modes::peers::underload::UnderLoadOptions::new(quick);
                 if let Some(s) = under_load_streams {
                     if s.is_empty() || s.contains(&0) {
                         bail!("--under-load-streams takes stream counts of at least 1");
@@ -622,7 +623,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
                 m.fragsize_ms = *monitor_fragsize_ms;
                 m.inject_delay_ms = *inject_delay_ms;
             }
-            peers::render(&peers::run(&mut ctx, &o)?)
+            peers::render::render(&peers::run(&mut ctx, &o)?)
         }
         Mode::Synth {
             marks,
@@ -671,7 +672,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
                 o.spike_ms = *d;
             }
             o.rate = *rate;
-            synth::render(&synth::run(&mut ctx, &o)?)
+            synth::render::render(&synth::run(&mut ctx, &o)?)
         }
         Mode::Jack {
             periods,
@@ -716,9 +717,9 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
                 common
                     .realtime_priority
                     .filter(|p| *p > 0)
-                    .unwrap_or(crate::rt::QUAVERD_DEFAULT_PRIORITY),
+                    .unwrap_or(crate::tools::rt::QUAVERD_DEFAULT_PRIORITY),
             );
-            jackbench::render(&jackbench::run(&mut ctx, &o)?)
+            jackbench::render::render(&jackbench::run(&mut ctx, &o)?)
         }
         Mode::Bigbuf {
             latencies,
@@ -746,7 +747,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
             }
             o.wakeups = !*no_wakeups;
             o.event_part = !*no_events;
-            bigbuf::render(&bigbuf::run(&mut ctx, &o)?)
+            bigbuf::render::render(&bigbuf::run(&mut ctx, &o)?)
         }
         Mode::Stressor { .. } | Mode::JackClient { .. } => unreachable!("handled above"),
     };

@@ -35,13 +35,14 @@
 //! between the record and the playback node of one cycle) are counted as *ambiguous*
 //! and left out; impulses during which any xrun happened are counted apart too.
 
-use crate::daemon::{Daemon, DaemonSpec};
-use crate::progress::run_with_progress;
+use crate::Ctx;
+use crate::report::progress::run_with_progress;
+use crate::report::stats::{IntHist, Summary};
+use crate::report::svg::{Series, bar_chart, line_plot};
 use crate::report::{ModeOutput, Table};
-use crate::rng::Rng;
-use crate::stats::{IntHist, Summary};
-use crate::svg::{Series, bar_chart, line_plot};
-use crate::{Ctx, rt};
+use crate::tools::daemon::{Daemon, DaemonSpec};
+use crate::tools::rng::Rng;
+use crate::tools::rt;
 use anyhow::{Context, Result, bail};
 use quaver_client::quaver_protocol::{ChannelMap, StreamParams};
 use quaver_client::{PlaybackStream, RecordStream};

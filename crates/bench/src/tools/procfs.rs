@@ -206,7 +206,7 @@ pub fn sample(pid: u32) -> Result<ProcSample> {
 
 /// [`sample`] with another proc root (for tests).
 pub fn sample_in(proc_root: &Path, pid: u32) -> Result<ProcSample> {
-    let at_ns = crate::clock::monotonic_ns();
+    let at_ns = crate::tools::clock::monotonic_ns();
     let base = proc_root.join(pid.to_string());
     let stat = parse_stat(&read(&base.join("stat"))?)?;
     let mut threads = Vec::new();

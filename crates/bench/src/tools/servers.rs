@@ -3,8 +3,8 @@
 //! `pactl`) through the environment [`Server::client_env`] gives, and stopped by PID.
 
 use crate::Ctx;
-use crate::daemon::{Daemon, DaemonSpec};
-use crate::exec::{describe, run_bounded, stop_child, which};
+use crate::tools::daemon::{Daemon, DaemonSpec};
+use crate::tools::exec::{describe, run_bounded, stop_child, which};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::DirBuilderExt;
@@ -104,6 +104,15 @@ pub struct Server {
 }
 
 impl Server {
+    /// Starts a fresh server of `kind`, headless in its own runtime directory.
+    pub fn start(ctx: &mut Ctx, kind: ServerKind) -> Result<Server> {
+        match kind {
+            ServerKind::Quaverd => Server::quaverd(ctx),
+            ServerKind::Pulseaudio => Server::pulseaudio(ctx),
+            ServerKind::Pipewire => Server::pipewire(ctx),
+        }
+    }
+
     /// Starts quaverd on a null sink (its PulseAudio front-end on, as by default).
     pub fn quaverd(ctx: &mut Ctx) -> Result<Server> {
         Server::quaverd_with(
@@ -147,7 +156,7 @@ impl Server {
         if which("pulseaudio").is_none() {
             bail!("pulseaudio is not installed");
         }
-        let dir = crate::exec::tempdir("quaver-bench-pulse-")?;
+        let dir = crate::tools::exec::tempdir("quaver-bench-pulse-")?;
         let xdg = dir.path().join("xdg");
         let home = dir.path().join("home");
         std::fs::create_dir_all(&xdg)?;
@@ -209,7 +218,7 @@ impl Server {
                 bail!("{p} is not installed");
             }
         }
-        let dir = crate::exec::tempdir("quaver-bench-pipewire-")?;
+        let dir = crate::tools::exec::tempdir("quaver-bench-pipewire-")?;
         let xdg = dir.path().join("xdg");
         let home = dir.path().join("home");
         let cfg = dir.path().join("config");
@@ -280,7 +289,7 @@ impl Server {
             ("wireplumber", vec![], true, 500),
             ("pipewire-pulse", vec![], true, 0),
         ];
-        let logdir = crate::exec::tempdir("quaver-bench-pipewire-log-")?;
+        let logdir = crate::tools::exec::tempdir("quaver-bench-pipewire-log-")?;
         for (prog, args, measured, settle_ms) in steps {
             let mut cmd = Command::new(prog);
             cmd.args(&args)

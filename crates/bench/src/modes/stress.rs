@@ -5,14 +5,15 @@
 //! cyclictest reaches under the same load right after (the floor any server can reach
 //! on this machine). By default an idle baseline runs first.
 
-use crate::cyclictest::{self, CyclictestResult};
-use crate::daemon::{Daemon, DaemonSpec};
-use crate::progress::run_with_progress;
+use crate::Ctx;
+use crate::report::progress::run_with_progress;
+use crate::report::stats::{Log2Hist, Summary, fmt_bounds, fmt_ns};
+use crate::report::svg::bar_chart;
 use crate::report::{ModeOutput, Table};
-use crate::stats::{Log2Hist, Summary, fmt_bounds, fmt_ns};
-use crate::stressor::{self, StressorConfig, StressorKind};
-use crate::svg::bar_chart;
-use crate::{Ctx, rt};
+use crate::tools::cyclictest::{self, CyclictestResult};
+use crate::tools::daemon::{Daemon, DaemonSpec};
+use crate::tools::rt;
+use crate::tools::stressor::{self, StressorConfig, StressorKind};
 use anyhow::{Context, Result};
 use quaver_client::PlaybackStream;
 use quaver_client::quaver_protocol::{ChannelMap, StreamParams};
@@ -61,7 +62,7 @@ pub struct StressOptions {
 impl StressOptions {
     /// Defaults for a full or quick run.
     pub fn new(quick: bool, self_exe: PathBuf) -> StressOptions {
-        let cores = crate::machine::Machine::probe().cores;
+        let cores = crate::tools::machine::Machine::probe().cores;
         StressOptions {
             quantum: 64,
             seconds: if quick { 1.5 } else { 20.0 },
@@ -220,8 +221,8 @@ pub fn run(ctx: &mut Ctx, o: &StressOptions) -> Result<StressResults> {
     let pb = ctx
         .progress
         .bar((phase_len * loads.len() as f64).ceil() as u64, "stress");
-    let ct_version = crate::machine::tool_version("cyclictest", &["--help"]);
-    if ct_version == crate::machine::NOT_INSTALLED {
+    let ct_version = crate::tools::machine::tool_version("cyclictest", &["--help"]);
+    if ct_version == crate::tools::machine::NOT_INSTALLED {
         ctx.note(
             "cyclictest is not installed (apt install rt-tests); a built-in probe \
              (SCHED_FIFO 80, absolute sleeps every interval) stands in for it",

@@ -16,13 +16,14 @@
 //! - the RT thread's cycle busy time (p50/p99 from the `timing` histograms).
 
 use crate::Ctx;
-use crate::daemon::{Daemon, DaemonSpec};
-use crate::procfs::{self, ProcDelta};
-use crate::progress::run_with_progress;
+use crate::report::progress::run_with_progress;
+use crate::report::stats::{Log2Hist, fmt_bounds};
+use crate::report::svg::{Series, line_plot};
 use crate::report::{ModeOutput, Table};
-use crate::rng::Rng;
-use crate::stats::{Log2Hist, fmt_bounds};
-use crate::svg::{Series, line_plot};
+use crate::tools::daemon::{Daemon, DaemonSpec};
+use crate::tools::procfs::{self, ProcDelta};
+use crate::tools::rng::Rng;
+use crate::tools::signal::Signal;
 use anyhow::{Context, Result};
 use quaver_client::quaver_protocol::{ChannelMap, StreamParams};
 use quaver_client::{Connection, PlaybackStream};
@@ -183,42 +184,6 @@ pub fn run(ctx: &mut Ctx, o: &LoadOptions) -> Result<LoadResults> {
         rate: o.rate,
         points,
     })
-}
-
-/// A precomputed stereo test signal (a few sines and a little noise, 1 s long) that
-/// every stream plays from its own random offset.
-pub struct Signal {
-    frames: Vec<f32>,
-}
-
-impl Signal {
-    /// One second at `rate`.
-    pub fn new(rate: u32, rng: &mut Rng) -> Signal {
-        let n = rate as usize;
-        let mut frames = Vec::with_capacity(n * 2);
-        for i in 0..n {
-            let t = i as f64 / rate as f64;
-            let s = 0.05 * (2.0 * std::f64::consts::PI * 220.0 * t).sin()
-                + 0.03 * (2.0 * std::f64::consts::PI * 1375.0 * t).sin()
-                + 0.005 * (rng.unit() - 0.5);
-            frames.push(s as f32);
-            frames.push((0.8 * s) as f32);
-        }
-        Signal { frames }
-    }
-
-    /// Copies `out.len() / 2` frames starting at frame `pos` (wrapping).
-    pub fn fill(&self, pos: &mut usize, out: &mut [f32]) {
-        let len = self.frames.len();
-        let mut done = 0;
-        while done < out.len() {
-            let start = (*pos * 2) % len;
-            let take = (len - start).min(out.len() - done);
-            out[done..done + take].copy_from_slice(&self.frames[start..start + take]);
-            done += take;
-            *pos += take / 2;
-        }
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -591,16 +556,5 @@ mod tests {
             vec![3]
         );
         assert_eq!(LoadOptions::new(true, None, true, 4).streams, vec![1, 2, 4]);
-    }
-
-    #[test]
-    fn signal_wraps_and_advances() {
-        let s = Signal::new(100, &mut Rng::new(1));
-        let mut pos = 95;
-        let mut out = vec![0.0; 20];
-        s.fill(&mut pos, &mut out);
-        assert_eq!(pos, 105);
-        assert_eq!(out[10], s.frames[0]);
-        assert_eq!(out[0], s.frames[190]);
     }
 }

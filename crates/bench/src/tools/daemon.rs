@@ -1,7 +1,7 @@
 //! A private quaverd for one measurement: its own runtime and config directories,
 //! started with exactly the flags the benchmark records, stopped by PID.
 
-use crate::exec::{describe, signal, wait_bounded};
+use crate::tools::exec::{describe, signal, wait_bounded};
 use anyhow::{Context, Result, bail};
 use quaver_client::Connection;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ impl Daemon {
     /// Starts `bin` as `spec` says in a fresh temporary directory and waits (bounded)
     /// until it accepts connections.
     pub fn start(bin: &Path, spec: &DaemonSpec) -> Result<Daemon> {
-        let dir = crate::exec::tempdir("quaver-bench-")
+        let dir = crate::tools::exec::tempdir("quaver-bench-")
             .context("creating a private runtime directory")?;
         let xdg = dir.path().join("xdg");
         std::fs::create_dir_all(&xdg)?;
@@ -200,5 +200,5 @@ impl Drop for Daemon {
 
 /// `quaverd --version`, e.g. "quaverd 0.1.0".
 pub fn quaverd_version(bin: &Path) -> String {
-    crate::machine::version_of(bin, &["--version"]).unwrap_or_else(|| "unknown".into())
+    crate::tools::machine::version_of(bin, &["--version"]).unwrap_or_else(|| "unknown".into())
 }

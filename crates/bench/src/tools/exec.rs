@@ -113,7 +113,7 @@ pub fn stop_children_on_signal() -> std::io::Result<()> {
         .name("bench-signals".into())
         .spawn(|| {
             let sig = quaver_rt::signals::wait_for_stop_signal();
-            let mut left = crate::procfs::children_of(std::process::id());
+            let mut left = crate::tools::procfs::children_of(std::process::id());
             eprintln!(
                 "quaver-bench: stopping (signal {sig}); stopping the {} process(es) it started",
                 left.len()
@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn a_child_is_listed_under_its_parent() {
         let mut c = Command::new("sleep").arg("30").spawn().unwrap();
-        let kids = crate::procfs::children_of(std::process::id());
+        let kids = crate::tools::procfs::children_of(std::process::id());
         let _ = stop_child(&mut c, Duration::from_secs(5));
         assert!(kids.contains(&c.id()), "{} not in {kids:?}", c.id());
     }

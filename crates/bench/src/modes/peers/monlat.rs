@@ -2,7 +2,7 @@
 //! through the sink's monitor and compared with what the server says.
 //!
 //! Two PulseAudio-protocol connections to the server under test (the minimal client of
-//! [`crate::paclient`], so every packet is timestamped by the thread that writes or
+//! [`crate::tools::paclient`], so every packet is timestamped by the thread that writes or
 //! reads it):
 //!
 //! - **playback**: float32le 48 kHz stereo (the sink's rate: no resampler delay), the
@@ -26,11 +26,11 @@
 //! the sample to the monitor's account of when the sink played it, which is what
 //! `pa_stream_get_latency` claims to predict. The raw `arrival − write` is kept too.
 
-use crate::cyclictest::Probe;
-use crate::paclient::{Conn, Packet, Timing};
-use crate::rng::Rng;
-use crate::servers::Server;
-use crate::stats::Summary;
+use crate::report::stats::Summary;
+use crate::tools::cyclictest::Probe;
+use crate::tools::paclient::{Conn, Packet, Timing};
+use crate::tools::rng::Rng;
+use crate::tools::servers::Server;
 use anyhow::{Context, Result, bail};
 use pulseaudio::protocol::stream::{BufferAttr, StreamFlags};
 use pulseaudio::protocol::{
@@ -320,17 +320,17 @@ pub fn measure_round(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng)
         .recv_timeout(Duration::from_secs(10))
         .context("the record stream did not start within 10 s")
         .and_then(|r| r);
-    let steal0 = crate::procfs::steal_ms();
+    let steal0 = crate::tools::procfs::steal_ms();
     let bystander_stop = Arc::new(AtomicBool::new(false));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let bystanders: Vec<_> = (0..cpus)
         .map(|cpu| {
             let stop = bystander_stop.clone();
             std::thread::spawn(move || {
-                if !crate::rt::pin_to_cpu(cpu) {
+                if !crate::tools::rt::pin_to_cpu(cpu) {
                     return Probe::default();
                 }
-                crate::cyclictest::probe_until(
+                crate::tools::cyclictest::probe_until(
                     &stop,
                     BYSTANDER_INTERVAL,
                     BYSTANDER_PRIORITY,
@@ -352,7 +352,7 @@ pub fn measure_round(server: &Server, n: u32, o: &MonitorOptions, rng: &mut Rng)
         Err(e) => Err(e),
     };
     let steal_ms = steal0
-        .zip(crate::procfs::steal_ms())
+        .zip(crate::tools::procfs::steal_ms())
         .map(|(a, b)| (b - a).max(0.0));
     bystander_stop.store(true, Ordering::Relaxed);
     let probes = bystanders
@@ -667,7 +667,7 @@ fn play(
             match *cmd {
                 Command::Request(r) if r.channel == channel => *requested += r.length as usize,
                 Command::Underflow(u) if u.channel == channel => {
-                    underruns.push(crate::clock::monotonic_ns())
+                    underruns.push(crate::tools::clock::monotonic_ns())
                 }
                 _ => {}
             }
@@ -814,7 +814,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         let p = std::thread::scope(|s| {
             let h = s.spawn(|| {
-                crate::cyclictest::probe_until(&stop, Duration::from_millis(1), 0, u64::MAX)
+                crate::tools::cyclictest::probe_until(&stop, Duration::from_millis(1), 0, u64::MAX)
             });
             std::thread::sleep(Duration::from_millis(30));
             stop.store(true, Ordering::Relaxed);

@@ -13,8 +13,9 @@
 //! spikes by the cycle counter.
 
 use crate::Ctx;
-use crate::daemon::{Daemon, DaemonSpec};
-use crate::synth::{Client, SynthOptions, priority};
+use crate::modes::synth::client::{Client, priority};
+use crate::modes::synth::options::SynthOptions;
+use crate::tools::daemon::{Daemon, DaemonSpec};
 use anyhow::{Result, bail};
 use quaver_client::quaver_protocol::message::StatusInfo;
 use serde::Serialize;
@@ -356,7 +357,7 @@ pub fn run(ctx: &mut Ctx, o: &SynthOptions, high: usize) -> Result<SwitchMark> {
         runs.push(run);
     }
     Ok(SwitchMark {
-        control: crate::synth::ADAPTIVE_CONTROL.into(),
+        control: crate::modes::synth::options::ADAPTIVE_CONTROL.into(),
         plan,
         period_frames: period,
         margin_max_frames: mmax,
@@ -575,7 +576,7 @@ pub fn render(
     plots: &mut Vec<(String, String)>,
 ) {
     use crate::report::Table;
-    use crate::svg::{Series, line_plot};
+    use crate::report::svg::{Series, line_plot};
     let p = &sw.plan;
     let ms = |f: f64| f * 1000.0 / p.rate as f64;
     let spikes = if p.cycles.is_empty() {

@@ -3,8 +3,8 @@
 //! child process (`quaver-bench stressor …`, a hidden mode), so that it can be stopped
 //! by PID and never shares an allocator or a scheduler slot with the measuring client.
 
-use crate::exec::{describe, stop_child, which};
-use crate::rng::Rng;
+use crate::tools::exec::{describe, stop_child, which};
+use crate::tools::rng::Rng;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{Seek, Write};
@@ -84,7 +84,7 @@ pub fn start(
     seed: u64,
     self_exe: &Path,
 ) -> Result<Option<Stressor>> {
-    let dir = crate::exec::tempdir("quaver-bench-stress-")?;
+    let dir = crate::tools::exec::tempdir("quaver-bench-stress-")?;
     let secs = duration.as_secs().max(1);
     let (mut cmd, name) = match resolve(kind) {
         StressorKind::None => return Ok(None),

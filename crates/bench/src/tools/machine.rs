@@ -1,7 +1,7 @@
 //! The machine a benchmark ran on, and the versions of every program it used or
 //! compares against. Missing programs are reported as "not installed", never guessed.
 
-use crate::exec::{run_bounded, which};
+use crate::tools::exec::{run_bounded, which};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,8 +2,12 @@
 //! terminal. Every report records the machine, the versions of every program, the
 //! exact commands run and the seed.
 
-use crate::clock::Utc;
-use crate::machine::Machine;
+pub mod progress;
+pub mod stats;
+pub mod svg;
+
+use crate::tools::clock::Utc;
+use crate::tools::machine::Machine;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -1,8 +1,8 @@
 //! cyclictest (rt-tests): the wakeup latency any real-time thread can reach on this
 //! machine under a given load, and a built-in stand-in for machines without it.
 
-use crate::exec::{describe, run_bounded, which};
-use crate::stats::{Log2Hist, Summary};
+use crate::report::stats::{Log2Hist, Summary};
+use crate::tools::exec::{describe, run_bounded, which};
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use std::process::Command;
@@ -202,10 +202,10 @@ fn probe_loop(
     capacity: usize,
     mut more: impl FnMut(usize, u64, u64) -> bool,
 ) -> (Vec<u64>, bool) {
-    let rt = crate::rt::set_fifo(priority);
+    let rt = crate::tools::rt::set_fifo(priority);
     let mut late = Vec::with_capacity(capacity);
     let step = interval.as_nanos() as u64;
-    let mut next = crate::clock::monotonic_ns() + step;
+    let mut next = crate::tools::clock::monotonic_ns() + step;
     let mut last = (0, 0);
     while more(late.len(), last.0, last.1) {
         let ts = libc::timespec {
@@ -221,7 +221,7 @@ fn probe_loop(
                 std::ptr::null_mut(),
             );
         }
-        let now = crate::clock::monotonic_ns();
+        let now = crate::tools::clock::monotonic_ns();
         let l = now.saturating_sub(next);
         late.push(l);
         last = (next, l);

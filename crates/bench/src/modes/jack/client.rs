@@ -1,5 +1,5 @@
 //! The `jack` mode's client: one JACK program, written against the C API loaded at run
-//! time ([`crate::jackffi`]), so the very same code runs on quaverd (quaver's libjack,
+//! time ([`crate::modes::jack::ffi`]), so the very same code runs on quaverd (quaver's libjack,
 //! through `quaver-jack`), jackd2 (its own libjack) and PipeWire (pipewire-jack,
 //! through `pw-jack`). It runs as a child process (`quaver-bench jack-client …`, hidden)
 //! because the library is chosen by `LD_LIBRARY_PATH` when a process starts, as for any
@@ -24,14 +24,14 @@
 //! `jack-client start` when the window begins (after the warm-up), `jack-client result
 //! {json}` at its end. Errors go to stderr with a non-zero exit.
 //!
-//! [`Voice`]: crate::synth::Voice
+//! [`Voice`]: crate::modes::synth::voice::Voice
 
-use crate::jackffi::{
+use crate::modes::jack::ffi::{
     DEFAULT_AUDIO_TYPE, JACK_NO_START_SERVER, JackLib, LIBRARY, PORT_IS_INPUT, PORT_IS_OUTPUT,
     PORT_IS_PHYSICAL, cstr,
 };
-use crate::stats::{LOG2_BUCKETS, Log2Hist};
-use crate::synth::{self, Synth};
+use crate::modes::synth::voice::{self as synth, Synth};
+use crate::report::stats::{LOG2_BUCKETS, Log2Hist};
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use std::cell::UnsafeCell;
@@ -640,7 +640,7 @@ pub fn calibrate(
 ) -> f64 {
     std::thread::scope(|sc| {
         sc.spawn(|| {
-            crate::rt::set_fifo(prio);
+            crate::tools::rt::set_fifo(prio);
             let shared = Arc::new(synth::Shared::default());
             shared.voices.store(voices, Ordering::Relaxed);
             let mut s = Synth::new(voices.max(1), rate, seed, shared);

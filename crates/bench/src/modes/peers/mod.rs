@@ -12,33 +12,35 @@
 //!   seconds per second, context switches per second (all threads), RSS/PSS, and the
 //!   playback latency it reports to the first client (`paplay -v`). Tables give medians
 //!   over repetitions and ratios quaverd / peer.
-//! - **monitor latency** ([`crate::monlat`]): for each N of
+//! - **monitor latency** ([`crate::modes::peers::monlat`]): for each N of
 //!   [`MonitorOptions::latencies_ms`], what a `paplay --latency-msec=N` stream measures
 //!   through the sink's monitor next to what the server reports, and its underruns.
-//! - **under load** ([`crate::underload`], `--under-load`): the underruns N
+//! - **under load** ([`crate::modes::peers::underload`], `--under-load`): the underruns N
 //!   `paplay --latency-msec=L` clients are told of while CPU hogs oversubscribe every core.
 //!
 //! PipeWire is pipewire + wireplumber + pipewire-pulse (their costs add up), on a
-//! private D-Bus session bus (see [`crate::servers::Server::pipewire`]).
+//! private D-Bus session bus (see [`crate::tools::servers::Server::pipewire`]).
 //!
 //! Not yet: JACK2 is detected and its version recorded, but not started.
 
-use crate::exec::{describe, stop_child};
-use crate::machine::{NOT_INSTALLED, tool_version};
-use crate::monlat::{self, MonitorOptions, MonitorPoint};
-use crate::procfs::{self, ProcDelta};
-use crate::progress::run_with_progress;
-use crate::report::{ModeOutput, Table};
-use crate::rng::Rng;
-use crate::servers::{Server, ServerKind};
-use crate::stats::Summary;
-use crate::svg::{Series, line_plot};
-use crate::underload::{UnderLoadOptions, UnderLoadPoint};
-use crate::{Ctx, load};
+pub mod monlat;
+pub mod render;
+pub mod underload;
+
+use crate::Ctx;
+use crate::modes::peers::monlat::{MonitorOptions, MonitorPoint};
+use crate::modes::peers::underload::{UnderLoadOptions, UnderLoadPoint};
+use crate::report::progress::run_with_progress;
+use crate::report::stats::Summary;
+use crate::tools::exec::{describe, stop_child};
+use crate::tools::machine::{NOT_INSTALLED, tool_version};
+use crate::tools::procfs::{self, ProcDelta};
+use crate::tools::rng::Rng;
+use crate::tools::servers::{Server, ServerKind};
+use crate::tools::signal::{FILE_RATE, write_wav};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -222,12 +224,9 @@ const PLAY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between starting two load clients (see `load_point`).
 const CLIENT_STAGGER: Duration = Duration::from_millis(20);
 
-/// The load file's sample rate: not the sinks' 48 kHz, so every server resamples.
-pub const FILE_RATE: u32 = 44_100;
-
 /// Runs the comparison.
 pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
-    if (o.load || o.under_load.is_some()) && crate::exec::which("paplay").is_none() {
+    if (o.load || o.under_load.is_some()) && crate::tools::exec::which("paplay").is_none() {
         bail!("peers needs paplay (Debian: pulseaudio-utils) as the common client");
     }
     let mut kinds = vec![ServerKind::Quaverd];
@@ -238,10 +237,10 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
     } else {
         kinds.push(ServerKind::Pulseaudio);
     }
-    let missing: Vec<&str> = crate::servers::PIPEWIRE_PROGRAMS
+    let missing: Vec<&str> = crate::tools::servers::PIPEWIRE_PROGRAMS
         .iter()
         .copied()
-        .filter(|p| crate::exec::which(p).is_none())
+        .filter(|p| crate::tools::exec::which(p).is_none())
         .collect();
     if missing.is_empty() {
         kinds.push(ServerKind::Pipewire);
@@ -262,7 +261,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
     // PulseAudio may take up to 2 s to start: the file outlasts both, the warm-up and
     // the window.
     let file_seconds = o.warmup_seconds + o.window_seconds + 8.0;
-    let dir = crate::exec::tempdir("quaver-bench-peers-")?;
+    let dir = crate::tools::exec::tempdir("quaver-bench-peers-")?;
     let wav = dir.path().join("signal-s16-44100-2ch.wav");
     if o.load {
         write_wav(&wav, FILE_RATE, file_seconds, &mut Rng::new(ctx.seed))?;
@@ -284,7 +283,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
         .map(|&k| ServerResult {
             server: k,
             version: match k {
-                ServerKind::Quaverd => crate::daemon::quaverd_version(&ctx.quaverd),
+                ServerKind::Quaverd => crate::tools::daemon::quaverd_version(&ctx.quaverd),
                 ServerKind::Pulseaudio => pa.clone(),
                 ServerKind::Pipewire => tool_version("pipewire", &["--version"]),
             },
@@ -330,7 +329,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
     }
     let mut under_load_stressor = String::new();
     if let Some(u) = &o.under_load {
-        let (points, stressor) = crate::underload::run(ctx, &kinds, u, |msg| {
+        let (points, stressor) = crate::modes::peers::underload::run(ctx, &kinds, u, |msg| {
             pb.set_message(msg);
             step += 1;
             pb.set_position(step);
@@ -386,7 +385,7 @@ fn monitor_servers(
             "peers: starting {} for monitor latency",
             kind.name()
         ));
-        let server = run_with_progress(pb, *step, |_| start(ctx, kind));
+        let server = run_with_progress(pb, *step, |_| Server::start(ctx, kind));
         if let Ok(server) = &server {
             ctx.record_command(format!(
                 "# monitor latency against {}: built-in PulseAudio-protocol clients on {} \
@@ -455,15 +454,6 @@ fn monitor_servers(
         .collect()
 }
 
-/// Starts a fresh server of `kind`, headless in its own runtime directory.
-pub(crate) fn start(ctx: &mut Ctx, kind: ServerKind) -> Result<Server> {
-    match kind {
-        ServerKind::Quaverd => Server::quaverd(ctx),
-        ServerKind::Pulseaudio => Server::pulseaudio(ctx),
-        ServerKind::Pipewire => Server::pipewire(ctx),
-    }
-}
-
 fn measure_server(
     ctx: &mut Ctx,
     o: &PeersOptions,
@@ -472,7 +462,7 @@ fn measure_server(
     pb: &indicatif::ProgressBar,
     step: &mut u64,
 ) -> Result<()> {
-    let mut server = start(ctx, r.server)?;
+    let mut server = Server::start(ctx, r.server)?;
     let pid = server.pids();
     // Idle: past quaverd's 3 s suspend timeout, so every server is at rest.
     let idle = run_with_progress(pb, *step, |_| -> Result<Sample> {
@@ -526,7 +516,7 @@ fn load_point(
     // paplay 0's other stderr lines (its error, if it exits early).
     let messages = Arc::new(Mutex::new(Vec::<String>::new()));
     // The other clients' stderr, one file each, read only if one exits early.
-    let errs = crate::exec::tempdir("quaver-bench-paplay-")?;
+    let errs = crate::tools::exec::tempdir("quaver-bench-paplay-")?;
     let err_file = |i: usize| errs.path().join(format!("paplay-{i}.err"));
     let result = (|| -> Result<Sample> {
         for i in 0..n {
@@ -720,433 +710,10 @@ pub fn parse_pacat_latency(line: &str) -> Option<f64> {
         .then_some(v)
 }
 
-/// Writes `seconds` of the load signal as a 16-bit stereo WAV at `rate`.
-pub fn write_wav(path: &std::path::Path, rate: u32, seconds: f64, rng: &mut Rng) -> Result<()> {
-    let sig = load::Signal::new(rate, rng);
-    let frames = (seconds * rate as f64) as usize;
-    let mut buf = vec![0f32; frames * 2];
-    let mut pos = 0;
-    sig.fill(&mut pos, &mut buf);
-    let spec = hound::WavSpec {
-        channels: 2,
-        sample_rate: rate,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec)
-        .with_context(|| format!("creating {}", path.display()))?;
-    for s in buf {
-        w.write_sample((s.clamp(-1.0, 1.0) * i16::MAX as f32).round() as i16)?;
-    }
-    w.finalize()?;
-    Ok(())
-}
-
-fn median(v: &[f64]) -> Option<f64> {
-    Summary::of(v).map(|s| s.p50)
-}
-
-fn med_of(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
-    let v: Vec<f64> = samples.iter().filter_map(f).collect();
-    median(&v)
-}
-
-fn ms(v: Option<f64>, digits: usize) -> String {
-    v.map_or("–".into(), |v| format!("{v:.digits$}"))
-}
-
-/// Tables, plots and the terminal summary.
-pub fn render(r: &PeersResults) -> ModeOutput {
-    let servers: Vec<&ServerResult> = r.servers.iter().collect();
-    let mut headers: Vec<String> = vec!["latency".into(), "streams".into(), "metric".into()];
-    for s in &servers {
-        headers.push(s.server.name().into());
-    }
-    for s in servers.iter().skip(1) {
-        headers.push(format!("quaverd / {}", s.server.name()));
-    }
-    let mut t = Table {
-        headers,
-        rows: Vec::new(),
-    };
-    type Metric = (&'static str, fn(&Sample) -> Option<f64>, fn(f64) -> String);
-    let metrics: [Metric; 4] = [
-        ("CPU s/s", |s| Some(s.cpu_per_s), |v| format!("{v:.4}")),
-        (
-            "wakeups/s",
-            |s| Some(s.wakeups_per_s),
-            |v| format!("{v:.0}"),
-        ),
-        (
-            "RSS MiB",
-            |s| Some(s.rss_kb as f64 / 1024.0),
-            |v| format!("{v:.1}"),
-        ),
-        (
-            "reported latency ms",
-            |s| s.reported_latency_us.map(|u| u / 1000.0),
-            |v| format!("{v:.1}"),
-        ),
-    ];
-    let mut rows_for = |lat: String, label: String, pick: &dyn Fn(&ServerResult) -> Vec<Sample>| {
-        for (name, f, fmt) in metrics.iter() {
-            let vals: Vec<Option<f64>> = servers.iter().map(|s| med_of(&pick(s), f)).collect();
-            if vals.iter().all(Option::is_none) {
-                continue;
-            }
-            let mut row = vec![lat.clone(), label.clone(), name.to_string()];
-            row.extend(vals.iter().map(|v| v.map_or("–".into(), fmt)));
-            for v in vals.iter().skip(1) {
-                row.push(match (vals[0], v) {
-                    (Some(a), Some(b)) if *b > 0.0 => format!("{:.2}", a / b),
-                    _ => "–".into(),
-                });
-            }
-            t.row(row);
-        }
-    };
-    if !r.latencies.is_empty() {
-        rows_for("–".into(), "idle".into(), &|s| s.idle.clone());
-    }
-    for lat in &r.latencies {
-        for &n in &r.counts {
-            rows_for(lat.clone(), n.to_string(), &|s| {
-                s.load
-                    .get(lat)
-                    .and_then(|m| m.get(&n))
-                    .cloned()
-                    .unwrap_or_default()
-            });
-        }
-    }
-    let mut plots = Vec::new();
-    for (name, title, f) in [
-        (
-            "cpu",
-            "CPU seconds per second",
-            (|s: &Sample| Some(s.cpu_per_s)) as fn(&Sample) -> Option<f64>,
-        ),
-        (
-            "wakeups",
-            "voluntary context switches per second",
-            |s: &Sample| Some(s.wakeups_per_s),
-        ),
-    ] {
-        if r.latencies.is_empty() {
-            break;
-        }
-        let mut series = Vec::new();
-        for s in &servers {
-            for lat in &r.latencies {
-                let pts = r
-                    .counts
-                    .iter()
-                    .filter_map(|n| {
-                        let v = s.load.get(lat).and_then(|m| m.get(n));
-                        med_of(v.map_or(&[][..], |v| v), f).map(|v| (*n as f64, v))
-                    })
-                    .collect();
-                let lab = if lat == "default" {
-                    format!("{} (default latency)", s.server.name())
-                } else {
-                    format!("{} ({lat} ms)", s.server.name())
-                };
-                series.push(Series::new(&lab, pts));
-            }
-        }
-        plots.push((
-            name.to_string(),
-            line_plot(
-                &format!("{title}, by number of paplay streams"),
-                "playback streams (paplay, 44.1 kHz s16 stereo into a 48 kHz sink)",
-                title,
-                &series,
-                true,
-                true,
-            ),
-        ));
-    }
-    // Monitor latency: a row per (N, server).
-    let mut m = Table::new(&[
-        "N ms",
-        "server",
-        "measured p50",
-        "p99",
-        "reported p50",
-        "meas − rep",
-        "vs pulseaudio",
-        "arrival p50",
-        "rec lat",
-        "sink lat",
-        "underruns",
-        "after a stall",
-        "steal ms",
-        "RT late (max ms)",
-        "impulses (lost)",
-        "tlength/minreq ms",
-        "start ms",
-    ]);
-    let pa_measured = |n: u32| {
-        servers
-            .iter()
-            .find(|s| s.server == ServerKind::Pulseaudio)
-            .and_then(|s| s.monitor.iter().find(|p| p.latency_ms == n))
-            .and_then(|p| p.measured_ms)
-            .map(|m| m.p50)
-    };
-    let bytes_ms = |b: u32| {
-        if b == u32::MAX {
-            "–".to_string()
-        } else {
-            format!("{:.1}", b as f64 * 1000.0 / (monlat::RATE as f64 * 8.0))
-        }
-    };
-    for &n in &r.monitor_latencies_ms {
-        for s in &servers {
-            let Some(p) = s.monitor.iter().find(|p| p.latency_ms == n) else {
-                if let Some(e) = &s.monitor_error {
-                    let mut row = vec![n.to_string(), s.server.name().into()];
-                    row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
-                    row.resize(17, String::new());
-                    m.row(row);
-                }
-                continue;
-            };
-            if let Some(e) = &p.error {
-                let mut row = vec![n.to_string(), s.server.name().into()];
-                row.push(format!("failed: {}", e.lines().next().unwrap_or("")));
-                row.resize(17, String::new());
-                m.row(row);
-                continue;
-            }
-            let med = p.measured_ms.map(|m| m.p50);
-            m.row(vec![
-                n.to_string(),
-                s.server.name().into(),
-                ms(med, 2),
-                ms(p.measured_ms.map(|m| m.p99), 2),
-                ms(p.reported_ms.map(|m| m.p50), 2),
-                ms(p.difference_ms, 2),
-                match (med, pa_measured(n)) {
-                    (Some(a), Some(b)) if s.server != ServerKind::Pulseaudio => {
-                        format!("{:+.2}", a - b)
-                    }
-                    _ => "–".into(),
-                },
-                ms(p.arrival_ms.map(|m| m.p50), 2),
-                ms(p.record_latency_ms, 2),
-                ms(p.sink_latency_ms, 2),
-                p.underruns.to_string(),
-                p.bystander
-                    .map_or("–".into(), |b| b.stalled_underruns.to_string()),
-                ms(p.steal_ms, 0),
-                p.bystander.map_or("–".into(), |b| {
-                    format!(
-                        "{}{} ({:.1})",
-                        b.late,
-                        if b.realtime { "" } else { "*" },
-                        b.max_ms
-                    )
-                }),
-                format!("{} ({})", p.impulses, p.lost),
-                format!("{}/{}", bytes_ms(p.granted[1]), bytes_ms(p.granted[3])),
-                ms(p.start_ms, 0),
-            ]);
-        }
-    }
-    let mut md = String::new();
-    if !r.latencies.is_empty() {
-        let _ = writeln!(
-            md,
-            "## Peers: load\n\nEvery server runs headless on a null sink at 48 kHz stereo \
-             and plays N identical `paplay` clients of a {:.0} s 44.1 kHz s16 stereo WAV \
-             (so every server resamples), at each latency: `default` (no \
-             `--latency-msec`) and `--latency-msec=N`. The same PulseAudio-protocol \
-             workload for each, so only the server differs. Medians over {} run(s); CPU \
-             and context switches are the server process's (every thread; for PipeWire \
-             the sum of pipewire, wireplumber and pipewire-pulse — the private D-Bus \
-             daemon it needs here is not counted); 'reported latency' is what the server \
-             reports to the first client (`paplay -v`), not a measured round trip. Idle: \
-             after quaverd's 3 s suspend timeout. Ratios are quaverd / peer per \
-             (latency, streams, metric); below 1 quaverd is cheaper.\n",
-            r.file_seconds, r.repeats
-        );
-        md.push_str(&t.markdown());
-        md.push_str("\n{plot:cpu}\n\n{plot:wakeups}\n\n");
-    }
-    if !r.monitor_latencies_ms.is_empty() {
-        let _ = writeln!(
-            md,
-            "## Peers: monitor latency\n\nPer server and N: a built-in PulseAudio-protocol \
-             playback client asks what `paplay --latency-msec=N` asks (tlength = N ms, \
-             ADJUST_LATENCY; float32le 48 kHz stereo) and writes silence with an impulse \
-             every 250–350 ms as the server requests data; a record client on the sink's \
-             monitor (fragsize {} ms, no flags) captures it. {} s of impulses per point, in {} \
-             rounds; every server runs through the whole part (idle but for the one \
-             measured) and the rounds alternate between them, so a noisy stretch of the \
-             machine falls on each alike. \
-             *measured* = capture − write − the record stream's own reported latency \
-             (*rec lat*, libpulse's formula: server queue + transport + source latency − \
-             the monitored sink's latency), corrected for each impulse's place in its \
-             written and captured chunk; *arrival* is the same without the record \
-             correction. *reported* is what `pa_stream_get_latency` would return at the \
-             impulse's write (from GET_PLAYBACK_LATENCY just before it); *sink lat* the \
-             sink latency in those replies; *start*: from creating the stream to the \
-             server's first request after the initial fill. *vs pulseaudio*: measured p50 − PulseAudio's \
-             (negative: lower than PulseAudio). Underruns are the server's UNDERFLOW \
-             events. *steal*: CPU time the hypervisor gave to others during the point \
-             (`/proc/stat`). *RT late*: wakeups of the bench's bystander threads \
-             (one pinned to each CPU, SCHED_FIFO 1, sleeping to a deadline every 1 ms \
-             through the point, doing nothing else) later than the client's answer \
-             budget (granted tlength − minreq), with the latest wakeup: when even they \
-             could not run in time, a request round trip through the server's threads \
-             could not either (*: a thread did not get SCHED_FIFO or its CPU). *after a \
-             stall*: underruns with a bystander wakeup at least 1 ms late, on any CPU, \
-             in the 20 ms before the client got the \
-             UNDERFLOW. Times in ms.{}\n",
-            r.monitor_fragsize_ms,
-            r.monitor_seconds,
-            r.monitor_rounds,
-            if r.monitor_inject_delay_ms > 0 {
-                format!(
-                    " **Injected delay: each impulse written {} ms later than the \
-                     bookkeeping says (instrument check).**",
-                    r.monitor_inject_delay_ms
-                )
-            } else {
-                String::new()
-            }
-        );
-        md.push_str(&m.markdown());
-        md.push('\n');
-    }
-    if let Some(lat) = r.under_load_latency_ms {
-        md.push_str(&render_under_load(r, lat));
-    }
-    for s in &r.servers {
-        let _ = writeln!(md, "- {}: {}", s.server.name(), s.version);
-        if let Some(e) = &s.error {
-            let _ = writeln!(md, "  - not measured: {e}");
-        } else {
-            let samples: Vec<&Sample> = s
-                .idle
-                .iter()
-                .chain(s.load.values().flat_map(|by_n| by_n.values().flatten()))
-                .collect();
-            let ticks = samples.iter().filter(|x| !x.cpu_exact).count();
-            if ticks > 0 {
-                let _ = writeln!(
-                    md,
-                    "  - CPU time in clock ticks in {ticks} of {} samples (a thread \
-                     came or went in the window), to the nanosecond in the others",
-                    samples.len()
-                );
-            }
-            for f in &s.failures {
-                let _ = writeln!(
-                    md,
-                    "  - failed part-way (fewer samples in the medians): {f}"
-                );
-            }
-        }
-        if let Some(e) = &s.monitor_error {
-            let _ = writeln!(md, "  - monitor latency not measured: {e}");
-        }
-        for p in &s.monitor {
-            if let Some(e) = &p.error {
-                let _ = writeln!(md, "  - monitor latency at {} ms failed: {e}", p.latency_ms);
-            }
-        }
-    }
-    for (name, why) in &r.skipped {
-        let _ = writeln!(md, "- {name}: {why}");
-    }
-    let (summary, extra) = match (r.latencies.is_empty(), r.monitor_latencies_ms.is_empty()) {
-        (false, false) => (t, vec![m]),
-        (false, true) => (t, Vec::new()),
-        (true, _) => (m, Vec::new()),
-    };
-    ModeOutput {
-        results: serde_json::to_value(r).unwrap_or_default(),
-        markdown: md,
-        plots,
-        summary,
-        extra,
-    }
-}
-
-/// The under-load table: per stream count and server, each round's underruns (all
-/// clients together), their median, and per stream and minute.
-fn render_under_load(r: &PeersResults, lat: u32) -> String {
-    let mut t = Table::new(&[
-        "streams",
-        "server",
-        "underruns per round",
-        "median",
-        "per stream per minute",
-        "failed rounds",
-    ]);
-    for &n in &r.under_load_counts {
-        for s in &r.servers {
-            let pts: Vec<&UnderLoadPoint> =
-                s.under_load.iter().filter(|p| p.streams == n).collect();
-            if pts.is_empty() {
-                continue;
-            }
-            let ok: Vec<f64> = pts
-                .iter()
-                .filter(|p| p.error.is_none())
-                .map(|p| p.total() as f64)
-                .collect();
-            let med = median(&ok);
-            let failed: Vec<String> = pts
-                .iter()
-                .filter_map(|p| {
-                    p.error
-                        .as_ref()
-                        .map(|e| format!("{}: {}", p.round, e.lines().next().unwrap_or("")))
-                })
-                .collect();
-            t.row(vec![
-                n.to_string(),
-                s.server.name().into(),
-                pts.iter()
-                    .map(|p| match &p.error {
-                        None => p.total().to_string(),
-                        Some(_) => format!("({}, failed)", p.total()),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                med.map_or("–".into(), |m| format!("{m:.0}")),
-                med.filter(|_| r.under_load_seconds > 0.0 && n > 0)
-                    .map_or("–".into(), |m| {
-                        format!("{:.1}", m / n as f64 * 60.0 / r.under_load_seconds)
-                    }),
-                if failed.is_empty() {
-                    "–".into()
-                } else {
-                    failed.join("; ")
-                },
-            ]);
-        }
-    }
-    format!(
-        "## Peers: underruns under load\n\nPer round and server: the server started fresh, \
-         then `{}` (CPU hogs oversubscribing every core), then N `paplay -v \
-         --latency-msec={lat}` clients of a 44.1 kHz s16 stereo WAV into the 48 kHz null \
-         sink for {:.0} s; each client's \"Stream underrun\" lines (one per UNDERFLOW the \
-         server sends) are counted. The rounds alternate between the servers. Lower is \
-         better; the clients themselves are delayed by the same load, so some underruns \
-         are theirs on every server.\n\n{}\n",
-        r.under_load_stressor,
-        r.under_load_seconds,
-        t.markdown()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::modes::peers::render::med_of;
 
     #[test]
     fn pacat_latency_lines() {

@@ -11,11 +11,11 @@
 //! alternate between the servers, so a noisy stretch of the machine falls on each alike.
 
 use crate::Ctx;
-use crate::exec::{describe, stop_child};
-use crate::peers::{self, write_wav};
-use crate::rng::Rng;
-use crate::servers::ServerKind;
-use crate::stressor::{self, StressorConfig, StressorKind};
+use crate::tools::exec::{describe, stop_child};
+use crate::tools::rng::Rng;
+use crate::tools::servers::{Server, ServerKind};
+use crate::tools::signal::{FILE_RATE, write_wav};
+use crate::tools::stressor::{self, StressorConfig, StressorKind};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
@@ -90,12 +90,12 @@ pub fn run(
     o: &UnderLoadOptions,
     mut tick: impl FnMut(String),
 ) -> Result<(Vec<Vec<UnderLoadPoint>>, String)> {
-    let dir = crate::exec::tempdir("quaver-bench-underload-")?;
+    let dir = crate::tools::exec::tempdir("quaver-bench-underload-")?;
     let wav = dir.path().join("signal-s16-44100-2ch.wav");
     // Longer than the window and the clients' start, so none ends inside it.
     write_wav(
         &wav,
-        peers::FILE_RATE,
+        FILE_RATE,
         o.seconds + 6.0,
         &mut Rng::new(ctx.seed ^ 0x756e_6465_726c_6f61),
     )?;
@@ -140,7 +140,7 @@ fn point(
     self_exe: &std::path::Path,
     counts: &mut Vec<u32>,
 ) -> Result<String> {
-    let mut server = peers::start(ctx, kind)?;
+    let mut server = Server::start(ctx, kind)?;
     let window = Duration::from_secs_f64(o.seconds);
     let stress = stressor::start(
         StressorKind::Auto,

@@ -2,6 +2,8 @@
 //! terminal. Every report records the machine, the versions of every program, the
 //! exact commands run and the seed.
 
+#[cfg(test)]
+mod golden;
 pub mod progress;
 pub mod stats;
 pub mod svg;

@@ -9,7 +9,7 @@ use quaver_client::Connection;
 use quaver_client::callback::{ActiveCallback, Mode as CbMode, RtPriority, RtStatus};
 use quaver_client::quaver_protocol::message::StatusInfo;
 use quaver_client::quaver_protocol::{CallbackParams, PortParams};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -143,7 +143,7 @@ impl Client {
 }
 
 /// One measurement window.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Window {
     /// Voices rendered.
     pub voices: usize,

@@ -29,14 +29,14 @@ use crate::Ctx;
 use crate::modes::synth::switch::SwitchMark;
 use crate::tools::daemon::{Daemon, DaemonSpec};
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 // ---------------------------------------------------------------- the marks
 
 /// Voice mark result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VoiceMark {
     /// Quantum, frames.
     pub quantum: usize,
@@ -53,7 +53,7 @@ pub struct VoiceMark {
 }
 
 /// Latency mark result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatencyMark {
     /// Voices rendered.
     pub voices: usize,
@@ -66,7 +66,7 @@ pub struct LatencyMark {
 }
 
 /// One quantum of the latency mark.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatencyPoint {
     /// Quantum requested.
     pub requested: usize,
@@ -77,7 +77,7 @@ pub struct LatencyPoint {
 }
 
 /// Jitter mark result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JitterMark {
     /// The window.
     pub window: Window,
@@ -90,7 +90,7 @@ pub struct JitterMark {
 }
 
 /// Everything a synth run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SynthResults {
     /// Sample rate.
     pub rate: u32,

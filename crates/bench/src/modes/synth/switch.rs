@@ -18,7 +18,7 @@ use crate::modes::synth::options::SynthOptions;
 use crate::tools::daemon::{Daemon, DaemonSpec};
 use anyhow::{Result, bail};
 use quaver_client::quaver_protocol::message::StatusInfo;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ pub const MAX_SPIKES: usize = 256;
 pub const POLL: Duration = Duration::from_millis(25);
 
 /// The spikes of a switch run, in the card's cycles.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpikePlan {
     /// Sample rate, Hz.
     pub rate: u32,
@@ -134,7 +134,7 @@ pub fn decay_seconds(rate: u32, min: usize, max: usize) -> f64 {
 
 /// One status poll: `[s since the run started, card cycles, margin frames, card
 /// underruns, client misses]` (an array in the JSON record).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Sample(pub f64, pub u64, pub u64, pub u64, pub u64);
 
 impl Sample {
@@ -147,7 +147,7 @@ impl Sample {
 }
 
 /// What became of one planned spike.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpikeHit {
     /// The card cycle that stalled.
     pub cycle: u64,
@@ -181,7 +181,7 @@ pub fn attribute(samples: &[Sample], spikes: &[u64]) -> Vec<SpikeHit> {
 }
 
 /// One switch-mark run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SwitchRun {
     /// "on" (adaptive margin) or "off" (fixed margin).
     pub adaptive: String,
@@ -264,7 +264,7 @@ pub struct SwitchRun {
 }
 
 /// What the switch mark measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SwitchMark {
     /// What the adaptive control is.
     pub control: String,

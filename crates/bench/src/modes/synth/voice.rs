@@ -4,7 +4,7 @@
 use crate::report::stats::{LOG2_BUCKETS, Log2Hist};
 use crate::tools::rng::Rng;
 use quaver_client::callback::{Mode as CbMode, ProcessHandler, ProcessScope};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -134,7 +134,7 @@ pub struct Shared {
 }
 
 /// A copy of [`Shared`]'s counters.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Callbacks.
     pub cycles: u64,

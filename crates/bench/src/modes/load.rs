@@ -16,6 +16,7 @@
 //! - the RT thread's cycle busy time (p50/p99 from the `timing` histograms).
 
 use crate::Ctx;
+use crate::report::doc::{Doc, yes_no};
 use crate::report::progress::run_with_progress;
 use crate::report::stats::{Log2Hist, fmt_bounds};
 use crate::report::svg::{Series, line_plot};
@@ -28,7 +29,6 @@ use anyhow::{Context, Result};
 use quaver_client::quaver_protocol::{ChannelMap, StreamParams};
 use quaver_client::{Connection, PlaybackStream};
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -395,76 +395,61 @@ fn feed(
 
 /// Tables, plots and the terminal summary.
 pub fn render(r: &LoadResults) -> ModeOutput {
-    let mut summary = Table::new(&[
-        "streams",
-        "variant",
-        "CPU s/s",
-        "per stream",
-        "wakeups/s",
-        "xruns dev/str",
-        "RSS MiB",
-        "busy p99",
-        "real time",
-    ]);
-    let mut detail = Table::new(&[
-        "streams",
-        "variant",
-        "rate",
-        "quantum",
-        "RT",
-        "audio s",
-        "CPU s",
-        "CPU s/s",
-        "µs CPU per stream-s",
-        "RT thread share",
-        "wakeups/s",
-        "preempt/s",
-        "threads",
-        "RSS kB",
-        "PSS kB",
-        "busy p50",
-        "busy p99",
-        "busy max",
-    ]);
-    for p in &r.points {
-        let busy = |pc: f64| fmt_bounds(p.busy.as_ref().and_then(|h| h.percentile(pc)));
-        summary.row(vec![
-            p.streams.to_string(),
-            p.variant.name().into(),
-            format!("{:.4}", p.cpu_per_audio_s),
-            format!("{:.5}", p.cpu_per_audio_s_per_stream),
-            format!("{:.0}", p.wakeups_per_s),
-            format!("{}/{}", p.device_xruns, p.stream_xruns),
-            format!("{:.1}", p.rss_kb as f64 / 1024.0),
-            busy(99.0),
-            if p.realtime_ratio >= 0.98 {
-                "yes".to_string()
-            } else {
-                format!("NO ({:.0}%)", p.realtime_ratio * 100.0)
-            },
-        ]);
-        detail.row(vec![
-            p.streams.to_string(),
-            p.variant.name().into(),
-            p.client_rate.to_string(),
-            p.quantum.to_string(),
-            if p.realtime { "yes" } else { "no" }.into(),
-            format!("{:.2}", p.audio_s),
-            format!("{:.2}", p.cpu_s),
-            format!("{:.4}", p.cpu_per_audio_s),
-            format!("{:.1}", p.cpu_per_audio_s_per_stream * 1e6),
-            p.rt_thread_share
-                .map_or("–".into(), |s| format!("{:.0}%", s * 100.0)),
-            format!("{:.0}", p.wakeups_per_s),
-            format!("{:.0}", p.preemptions_per_s),
-            p.threads.to_string(),
-            p.rss_kb.to_string(),
-            p.pss_kb.to_string(),
-            busy(50.0),
-            busy(99.0),
-            fmt_bounds(p.busy.as_ref().and_then(|h| h.max_bucket())),
-        ]);
-    }
+    let busy = |p: &LoadPoint, pc: f64| fmt_bounds(p.busy.as_ref().and_then(|h| h.percentile(pc)));
+    let summary = Table::of(
+        &r.points,
+        &[
+            ("streams", &|p| p.streams.to_string()),
+            ("variant", &|p| p.variant.name().into()),
+            ("CPU s/s", &|p| format!("{:.4}", p.cpu_per_audio_s)),
+            ("per stream", &|p| {
+                format!("{:.5}", p.cpu_per_audio_s_per_stream)
+            }),
+            ("wakeups/s", &|p| format!("{:.0}", p.wakeups_per_s)),
+            ("xruns dev/str", &|p| {
+                format!("{}/{}", p.device_xruns, p.stream_xruns)
+            }),
+            ("RSS MiB", &|p| format!("{:.1}", p.rss_kb as f64 / 1024.0)),
+            ("busy p99", &|p| busy(p, 99.0)),
+            ("real time", &|p| {
+                if p.realtime_ratio >= 0.98 {
+                    "yes".to_string()
+                } else {
+                    format!("NO ({:.0}%)", p.realtime_ratio * 100.0)
+                }
+            }),
+        ],
+    );
+    let detail = Table::of(
+        &r.points,
+        &[
+            ("streams", &|p| p.streams.to_string()),
+            ("variant", &|p| p.variant.name().into()),
+            ("rate", &|p| p.client_rate.to_string()),
+            ("quantum", &|p| p.quantum.to_string()),
+            ("RT", &|p| yes_no(p.realtime).into()),
+            ("audio s", &|p| format!("{:.2}", p.audio_s)),
+            ("CPU s", &|p| format!("{:.2}", p.cpu_s)),
+            ("CPU s/s", &|p| format!("{:.4}", p.cpu_per_audio_s)),
+            ("µs CPU per stream-s", &|p| {
+                format!("{:.1}", p.cpu_per_audio_s_per_stream * 1e6)
+            }),
+            ("RT thread share", &|p| {
+                p.rt_thread_share
+                    .map_or("–".into(), |s| format!("{:.0}%", s * 100.0))
+            }),
+            ("wakeups/s", &|p| format!("{:.0}", p.wakeups_per_s)),
+            ("preempt/s", &|p| format!("{:.0}", p.preemptions_per_s)),
+            ("threads", &|p| p.threads.to_string()),
+            ("RSS kB", &|p| p.rss_kb.to_string()),
+            ("PSS kB", &|p| p.pss_kb.to_string()),
+            ("busy p50", &|p| busy(p, 50.0)),
+            ("busy p99", &|p| busy(p, 99.0)),
+            ("busy max", &|p| {
+                fmt_bounds(p.busy.as_ref().and_then(|h| h.max_bucket()))
+            }),
+        ],
+    );
     let per_variant = |f: &dyn Fn(&LoadPoint) -> f64| -> Vec<Series> {
         [Variant::Native, Variant::Resampled]
             .iter()
@@ -479,66 +464,52 @@ pub fn render(r: &LoadResults) -> ModeOutput {
             })
             .collect()
     };
-    let plots = vec![
-        (
-            "cost-per-stream".to_string(),
-            line_plot(
-                "quaverd CPU per stream vs number of streams",
-                "playback streams",
-                "µs CPU per second of audio, per stream",
-                &per_variant(&|p| p.cpu_per_audio_s_per_stream * 1e6),
-                true,
-                true,
-            ),
-        ),
-        (
-            "cpu-total".to_string(),
-            line_plot(
-                "quaverd CPU vs number of streams",
-                "playback streams",
-                "CPU seconds per second of audio",
-                &per_variant(&|p| p.cpu_per_audio_s),
-                true,
-                true,
-            ),
-        ),
-        (
-            "wakeups".to_string(),
-            line_plot(
-                "quaverd context switches vs number of streams",
-                "playback streams",
-                "voluntary context switches per second",
-                &per_variant(&|p| p.wakeups_per_s),
-                true,
-                true,
-            ),
-        ),
-    ];
-    let mut md = String::new();
+    let plot = |title: &str, y: &str, f: &dyn Fn(&LoadPoint) -> f64| {
+        line_plot(title, "playback streams", y, &per_variant(f), true, true)
+    };
     let q = r.points.first().map_or(0, |p| p.quantum);
-    let _ = writeln!(
-        md,
-        "## Load\n\nEach stream requests {} ms (quantum {q} frames at {} Hz) on a null sink; \
-         a fresh quaverd per row. CPU s/s: quaverd's CPU seconds (utime + stime, every \
-         thread; resolution 1/{} s) per second of audio played. Wakeups: voluntary context \
-         switches of all its threads. Busy: the RT thread's per-cycle processing time \
-         (log2 buckets, upper bounds). Real time: whether quaverd rendered at least \
-         98% of the window's wall time as audio (below that it could not keep up, and \
-         CPU s/s counts CPU per second of audio actually rendered).\n",
-        r.latency_ms,
-        r.rate,
-        r.points.first().map_or(100, |p| p.clock_ticks)
-    );
-    md.push_str(&summary.markdown());
-    md.push_str("\n{plot:cost-per-stream}\n\n{plot:cpu-total}\n\n{plot:wakeups}\n\n### Detail\n\n");
-    md.push_str(&detail.markdown());
-    ModeOutput {
-        results: serde_json::to_value(r).unwrap_or_default(),
-        markdown: md,
-        plots,
-        summary,
-        extra: Vec::new(),
-    }
+    let mut doc = Doc::new();
+    doc.heading(2, "Load")
+        .para(format!(
+            "Each stream requests {} ms (quantum {q} frames at {} Hz) on a null sink; \
+             a fresh quaverd per row. CPU s/s: quaverd's CPU seconds (utime + stime, every \
+             thread; resolution 1/{} s) per second of audio played. Wakeups: voluntary context \
+             switches of all its threads. Busy: the RT thread's per-cycle processing time \
+             (log2 buckets, upper bounds). Real time: whether quaverd rendered at least \
+             98% of the window's wall time as audio (below that it could not keep up, and \
+             CPU s/s counts CPU per second of audio actually rendered).",
+            r.latency_ms,
+            r.rate,
+            r.points.first().map_or(100, |p| p.clock_ticks)
+        ))
+        .table(&summary)
+        .plot(
+            "cost-per-stream",
+            plot(
+                "quaverd CPU per stream vs number of streams",
+                "µs CPU per second of audio, per stream",
+                &|p| p.cpu_per_audio_s_per_stream * 1e6,
+            ),
+        )
+        .plot(
+            "cpu-total",
+            plot(
+                "quaverd CPU vs number of streams",
+                "CPU seconds per second of audio",
+                &|p| p.cpu_per_audio_s,
+            ),
+        )
+        .plot(
+            "wakeups",
+            plot(
+                "quaverd context switches vs number of streams",
+                "voluntary context switches per second",
+                &|p| p.wakeups_per_s,
+            ),
+        )
+        .heading(3, "Detail")
+        .table(&detail);
+    doc.finish(r, summary, Vec::new())
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! on this machine). By default an idle baseline runs first.
 
 use crate::Ctx;
+use crate::report::doc::{Doc, yes_no};
 use crate::report::progress::run_with_progress;
 use crate::report::stats::{Log2Hist, Summary, fmt_bounds, fmt_ns};
 use crate::report::svg::bar_chart;
@@ -466,163 +467,27 @@ pub fn render(r: &StressResults) -> ModeOutput {
     let mut summary = Table::new(&[
         "load", "measure", "p50", "p99", "p99.9", "max", "events", "xruns",
     ]);
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "## Stress\n\nquaverd at quantum {} ({:.2} ms at {} Hz) on `{}` with one playback \
-         stream; then the reference under the same load. quaverd's figures are log2 \
-         buckets (upper bounds, `< x`), over the measurement window only; cyclictest's \
-         are exact µs from its histogram.\n",
-        r.quantum,
-        r.quantum as f64 * 1000.0 / r.rate as f64,
-        r.rate,
-        r.device
-    );
-    let b = |h: &Log2Hist, p: f64| fmt_bounds(h.percentile(p));
     for ph in &r.phases {
-        let qp = &ph.quaver;
-        let xr = format!("{} dev / {} stream", qp.device_xruns, qp.stream_xruns);
-        match &qp.lateness {
-            Some(l) => summary.row(vec![
-                ph.load.clone(),
-                "quaverd wakeup lateness".into(),
-                b(l, 50.0),
-                b(l, 99.0),
-                b(l, 99.9),
-                qp.lateness_max_ns
-                    .map_or_else(|| fmt_bounds(l.max_bucket()), |m| fmt_ns(m as f64)),
-                l.total().to_string(),
-                xr.clone(),
-            ]),
-            None => summary.row(vec![
-                ph.load.clone(),
-                "quaverd wakeup lateness".into(),
-                if qp.timing_available {
-                    "not reported by this device".into()
-                } else {
-                    "quaverd has no timing request".into()
-                },
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                xr.clone(),
-            ]),
-        }
-        if let Some(bz) = &qp.busy {
-            summary.row(vec![
-                ph.load.clone(),
-                "quaverd cycle busy".into(),
-                b(bz, 50.0),
-                b(bz, 99.0),
-                b(bz, 99.9),
-                fmt_bounds(bz.max_bucket()),
-                bz.total().to_string(),
-                String::new(),
-            ]);
-        }
-        match &ph.reference {
-            Reference::Cyclictest { result: c, .. } => {
-                let us = |v: Option<u64>| v.map_or("–".into(), |v| format!("{v} µs"));
-                summary.row(vec![
-                    ph.load.clone(),
-                    "cyclictest latency".into(),
-                    us(c.percentile_us(50.0)),
-                    us(c.percentile_us(99.0)),
-                    us(c.percentile_us(99.9)),
-                    format!("{} µs", c.max_us),
-                    c.samples.to_string(),
-                    String::new(),
-                ])
-            }
-            Reference::Probe { summary: s, .. } => {
-                let us = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0} µs"));
-                summary.row(vec![
-                    ph.load.clone(),
-                    "built-in probe (cyclictest not installed)".into(),
-                    us(s.map(|s| s.p50)),
-                    us(s.map(|s| s.p99)),
-                    us(s.map(|s| s.p999)),
-                    us(s.map(|s| s.max)),
-                    s.map_or(0, |s| s.n).to_string(),
-                    String::new(),
-                ])
-            }
-            Reference::Failed { error } => summary.row(vec![
-                ph.load.clone(),
-                "cyclictest".into(),
-                format!("failed: {error}"),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]),
-        }
+        summary_rows(&mut summary, ph);
     }
-    md.push_str(&summary.markdown());
-    md.push_str("\n{plot:lateness}\n\n{plot:busy}\n\n### Phases\n\n");
+    let mut doc = Doc::new();
+    doc.heading(2, "Stress")
+        .para(format!(
+            "quaverd at quantum {} ({:.2} ms at {} Hz) on `{}` with one playback \
+             stream; then the reference under the same load. quaverd's figures are log2 \
+             buckets (upper bounds, `< x`), over the measurement window only; cyclictest's \
+             are exact µs from its histogram.",
+            r.quantum,
+            r.quantum as f64 * 1000.0 / r.rate as f64,
+            r.rate,
+            r.device
+        ))
+        .table(&summary)
+        .place("lateness")
+        .place("busy")
+        .heading(3, "Phases");
     for ph in &r.phases {
-        let qp = &ph.quaver;
-        let _ = writeln!(md, "#### Under {}\n", ph.load);
-        if let Some(c) = &ph.stressor_command {
-            let _ = writeln!(md, "Stressor: `{c}`\n");
-        }
-        let _ = writeln!(
-            md,
-            "- quaverd: quantum {}, RT thread SCHED_FIFO: {}, client SCHED_FIFO: {}, {} cycles in {:.1} s",
-            qp.quantum,
-            if qp.realtime { "yes" } else { "no" },
-            if qp.client_realtime { "yes" } else { "no" },
-            qp.cycles,
-            qp.seconds
-        );
-        let _ = writeln!(
-            md,
-            "- lateness p50/p99/p99.9/max: {}",
-            hist_line(qp.lateness.as_ref())
-        );
-        let _ = writeln!(
-            md,
-            "- cycle busy p50/p99/p99.9/max: {}",
-            hist_line(qp.busy.as_ref())
-        );
-        if let Some(m) = qp.busy_max_ns {
-            let _ = writeln!(
-                md,
-                "- largest busy time since quaverd started: {}",
-                fmt_ns(m as f64)
-            );
-        }
-        if let Some((a, b)) = qp.late_beyond_quantum {
-            let _ = writeln!(
-                md,
-                "- cycles woken later than one quantum (a one-quantum watermark would run dry): {}",
-                if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a}–{b}")
-                }
-            );
-        }
-        let _ = writeln!(
-            md,
-            "- xruns: {} device, {} on the client's stream",
-            qp.device_xruns, qp.stream_xruns
-        );
-        for x in &qp.xruns {
-            let _ = writeln!(
-                md,
-                "  - at {:.2} s: {} new (device underruns {}, overruns {})",
-                x.t_s, x.new, x.underruns, x.overruns
-            );
-        }
-        let _ = writeln!(
-            md,
-            "- reference: {} ({})\n",
-            ph.reference.name(),
-            ph.cyclictest
-        );
+        phase_section(&mut doc, ph);
     }
     // Plots: lateness and busy histograms, as shares of each series' events.
     let mut lat_series = Vec::new();
@@ -638,23 +503,142 @@ pub fn render(r: &StressResults) -> ModeOutput {
             busy_series.push((format!("quaverd, {}", ph.load), bz.clone()));
         }
     }
-    let plots = vec![
-        (
-            "lateness".to_string(),
-            log2_chart("Wakeup lateness", &lat_series),
+    doc.add_plot("lateness", log2_chart("Wakeup lateness", &lat_series))
+        .add_plot("busy", log2_chart("quaverd cycle busy time", &busy_series));
+    doc.finish(r, summary, Vec::new())
+}
+
+/// One phase's rows of the summary: quaverd's lateness and busy time, the reference.
+fn summary_rows(summary: &mut Table, ph: &Phase) {
+    let b = |h: &Log2Hist, p: f64| fmt_bounds(h.percentile(p));
+    let qp = &ph.quaver;
+    let xr = format!("{} dev / {} stream", qp.device_xruns, qp.stream_xruns);
+    let load = ph.load.clone();
+    match &qp.lateness {
+        Some(l) => summary.row(vec![
+            load.clone(),
+            "quaverd wakeup lateness".into(),
+            b(l, 50.0),
+            b(l, 99.0),
+            b(l, 99.9),
+            qp.lateness_max_ns
+                .map_or_else(|| fmt_bounds(l.max_bucket()), |m| fmt_ns(m as f64)),
+            l.total().to_string(),
+            xr,
+        ]),
+        None => {
+            let why = if qp.timing_available {
+                "not reported by this device"
+            } else {
+                "quaverd has no timing request"
+            };
+            let mut row = vec![load.clone(), "quaverd wakeup lateness".into(), why.into()];
+            row.resize(7, String::new());
+            row.push(xr);
+            summary.row(row)
+        }
+    }
+    if let Some(bz) = &qp.busy {
+        summary.row_padded(vec![
+            load.clone(),
+            "quaverd cycle busy".into(),
+            b(bz, 50.0),
+            b(bz, 99.0),
+            b(bz, 99.9),
+            fmt_bounds(bz.max_bucket()),
+            bz.total().to_string(),
+        ]);
+    }
+    match &ph.reference {
+        Reference::Cyclictest { result: c, .. } => {
+            let us = |v: Option<u64>| v.map_or("–".into(), |v| format!("{v} µs"));
+            summary.row_padded(vec![
+                load,
+                "cyclictest latency".into(),
+                us(c.percentile_us(50.0)),
+                us(c.percentile_us(99.0)),
+                us(c.percentile_us(99.9)),
+                format!("{} µs", c.max_us),
+                c.samples.to_string(),
+            ])
+        }
+        Reference::Probe { summary: s, .. } => {
+            let us = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0} µs"));
+            summary.row_padded(vec![
+                load,
+                "built-in probe (cyclictest not installed)".into(),
+                us(s.map(|s| s.p50)),
+                us(s.map(|s| s.p99)),
+                us(s.map(|s| s.p999)),
+                us(s.map(|s| s.max)),
+                s.map_or(0, |s| s.n).to_string(),
+            ])
+        }
+        Reference::Failed { error } => {
+            summary.row_padded(vec![load, "cyclictest".into(), format!("failed: {error}")])
+        }
+    }
+}
+
+/// One phase in detail: its stressor, quaverd's figures, the xruns, the reference.
+fn phase_section(doc: &mut Doc, ph: &Phase) {
+    let qp = &ph.quaver;
+    doc.heading(4, format!("Under {}", ph.load));
+    if let Some(c) = &ph.stressor_command {
+        doc.para(format!("Stressor: `{c}`"));
+    }
+    let mut items = vec![
+        format!(
+            "quaverd: quantum {}, RT thread SCHED_FIFO: {}, client SCHED_FIFO: {}, {} cycles in {:.1} s",
+            qp.quantum,
+            yes_no(qp.realtime),
+            yes_no(qp.client_realtime),
+            qp.cycles,
+            qp.seconds
         ),
-        (
-            "busy".to_string(),
-            log2_chart("quaverd cycle busy time", &busy_series),
+        format!(
+            "lateness p50/p99/p99.9/max: {}",
+            hist_line(qp.lateness.as_ref())
+        ),
+        format!(
+            "cycle busy p50/p99/p99.9/max: {}",
+            hist_line(qp.busy.as_ref())
         ),
     ];
-    ModeOutput {
-        results: serde_json::to_value(r).unwrap_or_default(),
-        markdown: md,
-        plots,
-        summary,
-        extra: Vec::new(),
+    if let Some(m) = qp.busy_max_ns {
+        items.push(format!(
+            "largest busy time since quaverd started: {}",
+            fmt_ns(m as f64)
+        ));
     }
+    if let Some((a, b)) = qp.late_beyond_quantum {
+        items.push(format!(
+            "cycles woken later than one quantum (a one-quantum watermark would run dry): {}",
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}–{b}")
+            }
+        ));
+    }
+    let mut xruns = format!(
+        "xruns: {} device, {} on the client's stream",
+        qp.device_xruns, qp.stream_xruns
+    );
+    for x in &qp.xruns {
+        let _ = write!(
+            xruns,
+            "\n  - at {:.2} s: {} new (device underruns {}, overruns {})",
+            x.t_s, x.new, x.underruns, x.overruns
+        );
+    }
+    items.push(xruns);
+    items.push(format!(
+        "reference: {} ({})",
+        ph.reference.name(),
+        ph.cyclictest
+    ));
+    doc.list(items);
 }
 
 /// A grouped bar chart of log2 histograms, each normalized to shares of its events.

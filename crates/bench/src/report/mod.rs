@@ -2,6 +2,7 @@
 //! terminal. Every report records the machine, the versions of every program, the
 //! exact commands run and the seed.
 
+pub mod doc;
 #[cfg(test)]
 mod golden;
 pub mod progress;
@@ -15,6 +16,10 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+/// A column (or, in [`Table::by_row`], a row) of a table built from items: its
+/// heading and how an item's cell is made.
+pub type Column<'a, T> = (&'a str, &'a dyn Fn(&T) -> String);
 
 /// A table printed on the terminal and embedded in Markdown.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -34,8 +39,51 @@ impl Table {
         }
     }
 
+    /// A table with a row per item: each column is its heading and how an item's cell
+    /// is made.
+    pub fn of<'a, T: 'a>(
+        items: impl IntoIterator<Item = &'a T>,
+        columns: &[Column<'_, T>],
+    ) -> Table {
+        let mut t = Table::new(&columns.iter().map(|c| c.0).collect::<Vec<_>>());
+        for item in items {
+            t.row(columns.iter().map(|c| (c.1)(item)).collect());
+        }
+        t
+    }
+
+    /// A table with a column per item (after the `corner` column of row names): each
+    /// row is its name and how an item's cell is made.
+    pub fn by_row<'a, T: 'a>(
+        corner: &str,
+        items: &'a [T],
+        heading: impl Fn(&T) -> String,
+        rows: &[Column<'_, T>],
+    ) -> Table {
+        let mut t = Table {
+            headers: std::iter::once(corner.to_string())
+                .chain(items.iter().map(heading))
+                .collect(),
+            rows: Vec::new(),
+        };
+        for (name, f) in rows {
+            t.row(
+                std::iter::once(name.to_string())
+                    .chain(items.iter().map(f))
+                    .collect(),
+            );
+        }
+        t
+    }
+
     /// Appends a row.
     pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Appends a row, filled up with empty cells to the width of the headings.
+    pub fn row_padded(&mut self, mut cells: Vec<String>) {
+        cells.resize(self.headers.len().max(cells.len()), String::new());
         self.rows.push(cells);
     }
 

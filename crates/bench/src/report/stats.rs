@@ -243,6 +243,57 @@ impl Log2Hist {
     }
 }
 
+/// Counters read twice: what happened in between (`self − earlier`).
+pub trait Since {
+    /// `self − earlier`.
+    fn since(&self, earlier: &Self) -> Self;
+}
+
+impl Since for u64 {
+    fn since(&self, earlier: &u64) -> u64 {
+        self - earlier
+    }
+}
+
+impl Since for Log2Hist {
+    fn since(&self, earlier: &Log2Hist) -> Log2Hist {
+        Log2Hist::since(self, earlier)
+    }
+}
+
+/// Implements [`Since`] for a struct of counters, field by field.
+macro_rules! since_by_field {
+    ($t:ty { $($f:ident),* $(,)? }) => {
+        impl $crate::report::stats::Since for $t {
+            fn since(&self, earlier: &Self) -> Self {
+                Self {
+                    $($f: $crate::report::stats::Since::since(&self.$f, &earlier.$f)),*
+                }
+            }
+        }
+    };
+}
+pub(crate) use since_by_field;
+
+/// The median: nearest rank, so the lower middle of an even count (the `p50` of
+/// [`Summary`]); NaNs ignored, `None` for no samples.
+pub fn median(v: &[f64]) -> Option<f64> {
+    Summary::of(v).map(|s| s.p50)
+}
+
+/// The median of a few rates: the middle one, or the mean of the middle two (with two
+/// windows a nearest-rank median would just be the smaller); non-finite values ignored.
+pub fn midpoint_median(rates: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = rates.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 /// Formats nanoseconds for humans: `850 ns`, `12.3 µs`, `4.10 ms`, `1.20 s`.
 pub fn fmt_ns(ns: f64) -> String {
     if !ns.is_finite() || ns >= u64::MAX as f64 {

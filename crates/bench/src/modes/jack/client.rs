@@ -32,6 +32,7 @@ use crate::modes::jack::ffi::{
 };
 use crate::modes::synth::voice::{self as synth, Synth};
 use crate::report::stats::{LOG2_BUCKETS, Log2Hist};
+use crate::report::stats::{Since, since_by_field};
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use std::cell::UnsafeCell;
@@ -200,24 +201,21 @@ impl Counters {
     }
 }
 
-impl CounterSnapshot {
-    /// `self − earlier`.
-    pub fn since(&self, e: &CounterSnapshot) -> CounterSnapshot {
-        CounterSnapshot {
-            cycles: self.cycles - e.cycles,
-            frames: self.frames - e.frames,
-            xrun_callbacks: self.xrun_callbacks - e.xrun_callbacks,
-            jumps: self.jumps - e.jumps,
-            frames_skipped: self.frames_skipped - e.frames_skipped,
-            overruns: self.overruns - e.overruns,
-            late: self.late - e.late,
-            busy_ns: self.busy_ns - e.busy_ns,
-            wake_ns: self.wake_ns - e.wake_ns,
-            busy: self.busy.since(&e.busy),
-            wake: self.wake.since(&e.wake),
-        }
-    }
+since_by_field!(CounterSnapshot {
+    cycles,
+    frames,
+    xrun_callbacks,
+    jumps,
+    frames_skipped,
+    overruns,
+    late,
+    busy_ns,
+    wake_ns,
+    busy,
+    wake
+});
 
+impl CounterSnapshot {
     /// The sum of several clients' counters.
     pub fn sum<'a>(all: impl IntoIterator<Item = &'a CounterSnapshot>) -> CounterSnapshot {
         let mut t = CounterSnapshot::default();
@@ -431,6 +429,32 @@ fn playback_port(lib: &JackLib, client: *mut c_void, prefix: &str) -> Option<Str
         })
 }
 
+/// Connects every client's port to the server's first playback port; per client, the
+/// port it is connected to.
+fn connect(
+    lib: &JackLib,
+    states: &[(Box<State>, Arc<synth::Shared>)],
+    prefix: &str,
+) -> Result<Vec<Option<String>>> {
+    let mut connected = vec![None; states.len()];
+    if let Some((first, _)) = states.first()
+        && let Some(target) = playback_port(lib, first.client, prefix)
+    {
+        let dst = CString::new(target.clone())?;
+        for (i, (s, _)) in states.iter().enumerate() {
+            // SAFETY: live client and port.
+            let src = unsafe { cstr((lib.port_name)(s.port)) }.unwrap_or_default();
+            let csrc = CString::new(src)?;
+            // SAFETY: live client, NUL-terminated names.
+            let r = unsafe { (lib.connect)(s.client, csrc.as_ptr(), dst.as_ptr()) };
+            if r == 0 || r == libc::EEXIST {
+                connected[i] = Some(target.clone());
+            }
+        }
+    }
+    Ok(connected)
+}
+
 /// The child's main: opens the clients, runs the window, prints the result.
 pub fn main(o: &ClientOptions) -> Result<()> {
     let lib: &'static JackLib = Box::leak(Box::new(
@@ -509,23 +533,11 @@ pub fn main(o: &ClientOptions) -> Result<()> {
         }
         states.push((s, shared));
     }
-    let mut connected = vec![None; states.len()];
-    if o.connect
-        && let Some((first, _)) = states.first()
-        && let Some(target) = playback_port(lib, first.client, &o.prefix)
-    {
-        let dst = CString::new(target.clone())?;
-        for (i, (s, _)) in states.iter().enumerate() {
-            // SAFETY: live client and port.
-            let src = unsafe { cstr((lib.port_name)(s.port)) }.unwrap_or_default();
-            let csrc = CString::new(src)?;
-            // SAFETY: live client, NUL-terminated names.
-            let r = unsafe { (lib.connect)(s.client, csrc.as_ptr(), dst.as_ptr()) };
-            if r == 0 || r == libc::EEXIST {
-                connected[i] = Some(target.clone());
-            }
-        }
-    }
+    let connected = if o.connect {
+        connect(lib, &states, &o.prefix)?
+    } else {
+        vec![None; states.len()]
+    };
     // Every client must be running before the window starts.
     let t0 = Instant::now();
     while states

@@ -20,466 +20,33 @@
 pub mod client;
 pub mod ffi;
 pub mod jackd;
+pub mod options;
 pub mod pipewire;
+pub mod quaver;
 pub mod render;
+pub mod runner;
 
 pub use jackd::JACKD_START_TIMEOUT;
+pub use options::{CLIENT_OPEN_TIMEOUT, JackOptions, JackServer};
+pub use quaver::QuaverSide;
 
 use crate::Ctx;
-use crate::modes::jack::client as jackclient;
-use crate::modes::jack::client::{ChildLine, ClientRun, CounterSnapshot, parse_line};
-use crate::modes::jack::jackd::{Jackd, jackd_driver_xrun_lines, jackd_xrun_lines};
+use crate::modes::jack::client::{ClientRun, CounterSnapshot};
+use crate::modes::jack::jackd::{jackd_driver_xrun_lines, jackd_xrun_lines};
+use crate::modes::jack::pipewire::PW_JACK_LIB;
 use crate::modes::jack::pipewire::{NodeTimes, PwMonitor, PwTool, pw_tool};
-use crate::report::stats::Log2Hist;
+use crate::modes::jack::quaver::{QuaverSnap, quaver_side, quaver_snap};
+use crate::modes::jack::runner::{
+    Running, client_args, client_command, find_next_to_me, run_client, start_server,
+};
 use crate::tools::cyclictest::{self, CyclictestResult};
-use crate::tools::daemon::{Daemon, DaemonSpec};
-use crate::tools::exec::{describe, wait_bounded, which};
+use crate::tools::exec::{describe, which};
 use crate::tools::machine::{NOT_INSTALLED, tool_version};
-use crate::tools::servers::Server;
 use crate::tools::stressor::{self, StressorConfig, StressorKind};
-use anyhow::{Context, Result, anyhow, bail};
-use quaver_client::quaver_protocol::{GraphInfo, NodeTimingInfo, StatusInfo, TimingStats};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Longest the client may take to open its clients and run their first cycles.
-pub const CLIENT_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A server the client runs against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum JackServer {
-    /// quaverd through quaver's libjack (`quaver-jack`).
-    Quaverd,
-    /// jackd2 with the dummy driver.
-    Jackd2,
-    /// PipeWire through pipewire-jack (`pw-jack`).
-    Pipewire,
-}
-
-impl JackServer {
-    /// Name in tables.
-    pub fn name(&self) -> &'static str {
-        match self {
-            JackServer::Quaverd => "quaverd",
-            JackServer::Jackd2 => "jackd2",
-            JackServer::Pipewire => "pipewire",
-        }
-    }
-}
-
-/// Settings of a `jack` run.
-#[derive(Debug, Clone)]
-pub struct JackOptions {
-    /// Periods (quanta) of the xrun part, frames.
-    pub periods: Vec<usize>,
-    /// Sample rate.
-    pub rate: u32,
-    /// Servers, in order.
-    pub servers: Vec<JackServer>,
-    /// Run the xrun part.
-    pub xruns: bool,
-    /// Run the overhead part.
-    pub overhead: bool,
-    /// Window of the xrun part, s.
-    pub seconds: f64,
-    /// Windows per server and period in the xrun part, the servers alternating.
-    pub repeats: usize,
-    /// Warm-up before every window, s.
-    pub warmup: f64,
-    /// Voice load of the xrun part: share of a core.
-    pub load: f64,
-    /// Voices of the xrun part (None: calibrated to `load`).
-    pub voices: Option<usize>,
-    /// Load.
-    pub stressor: StressorKind,
-    /// Client counts of the overhead part.
-    pub counts: Vec<usize>,
-    /// Window of each overhead point, s.
-    pub overhead_seconds: f64,
-    /// Period of the overhead part.
-    pub overhead_period: usize,
-    /// Voices per client in the overhead part.
-    pub overhead_voices: usize,
-    /// jackd's `-P` (real-time priority); quaverd's is the common option.
-    pub jackd_priority: i32,
-    /// The quaver-bench binary (runs the client and the built-in stressor).
-    pub self_exe: PathBuf,
-}
-
-impl JackOptions {
-    /// Defaults for a full or quick run.
-    pub fn new(quick: bool, self_exe: PathBuf) -> JackOptions {
-        JackOptions {
-            periods: vec![64, 32],
-            rate: 48_000,
-            servers: vec![
-                JackServer::Quaverd,
-                JackServer::Jackd2,
-                JackServer::Pipewire,
-            ],
-            xruns: true,
-            overhead: true,
-            seconds: if quick { 3.0 } else { 60.0 },
-            repeats: if quick { 1 } else { 3 },
-            warmup: if quick { 0.5 } else { 2.0 },
-            load: 0.5,
-            voices: None,
-            stressor: StressorKind::Auto,
-            counts: if quick { vec![1, 4] } else { vec![1, 8, 32] },
-            overhead_seconds: if quick { 2.0 } else { 10.0 },
-            overhead_period: 64,
-            overhead_voices: 4,
-            jackd_priority: crate::tools::rt::QUAVERD_DEFAULT_PRIORITY,
-            self_exe,
-        }
-    }
-}
-
-enum Running {
-    Quaverd(Box<Daemon>),
-    Jackd(Jackd),
-    Pipewire(Box<Server>),
-}
-
-impl Running {
-    fn stop(&mut self) {
-        match self {
-            Running::Quaverd(d) => {
-                let _ = d.stop();
-            }
-            Running::Jackd(j) => j.stop(),
-            Running::Pipewire(s) => s.stop(),
-        }
-    }
-}
-
-fn find_next_to_me(me: &Path, name: &str) -> Option<PathBuf> {
-    me.ancestors()
-        .skip(1)
-        .take(2)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .or_else(|| which(name))
-}
-
-/// The client's command for `server` (wrapper, environment, arguments).
-fn client_command(
-    o: &JackOptions,
-    server: &Running,
-    period: usize,
-    args: &[String],
-) -> Result<Command> {
-    let mut cmd = match server {
-        Running::Quaverd(d) => {
-            let wrapper = find_next_to_me(&o.self_exe, "quaver-jack").ok_or_else(|| {
-                anyhow!(
-                    "quaver-jack not found next to quaver-bench or on PATH (cargo build \
-                     --release -p quaver-jack)"
-                )
-            })?;
-            let mut c = Command::new(wrapper);
-            c.arg("--quantum")
-                .arg(period.to_string())
-                .arg("--server")
-                .arg(d.socket());
-            c
-        }
-        Running::Jackd(j) => {
-            let mut c = Command::new("env");
-            c.arg(format!("JACK_DEFAULT_SERVER={}", j.name));
-            c
-        }
-        Running::Pipewire(s) => {
-            if which("pw-jack").is_none() {
-                bail!("pw-jack is not installed (apt-get install pipewire-jack)");
-            }
-            let mut c = Command::new("pw-jack");
-            c.args(["-p", &period.to_string()])
-                .env("XDG_RUNTIME_DIR", s.runtime_dir());
-            c
-        }
-    };
-    cmd.arg(&o.self_exe).arg("jack-client").args(args);
-    cmd.env_remove("LD_LIBRARY_PATH")
-        .env_remove("JACK_DEFAULT_SERVER")
-        .env_remove("PIPEWIRE_REMOTE")
-        .env_remove("QUAVER_SERVER");
-    Ok(cmd)
-}
-
-/// Runs the client; calls `at_start` when its window begins and `at_end` when the
-/// result arrives; bounded throughout. Returns its result and its stderr.
-fn run_client(
-    mut cmd: Command,
-    warmup: f64,
-    seconds: f64,
-    mut at_start: impl FnMut(),
-    mut at_end: impl FnMut(),
-) -> Result<ClientRun> {
-    let dir = crate::tools::exec::tempdir("quaver-bench-jack-client-")?;
-    let errlog = dir.path().join("stderr");
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&errlog)?)
-        .spawn()
-        .with_context(|| format!("starting {}", describe(&cmd)))?;
-    // The child keeps its JACK clients (and so quaverd's nodes) until this closes, so
-    // the closing snapshot still finds them and their miss counts.
-    let mut hold = child.stdin.take();
-    let out = child.stdout.take().expect("piped");
-    let (tx, rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(parse_line(&l)).is_err() {
-                break;
-            }
-        }
-    });
-    let stderr = || std::fs::read_to_string(&errlog).unwrap_or_default();
-    let result = (|| -> Result<ClientRun> {
-        let mut deadline = Instant::now() + CLIENT_OPEN_TIMEOUT;
-        let mut started = false;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(ChildLine::Open(_)) => {
-                    deadline = Instant::now() + Duration::from_secs_f64(warmup + 10.0);
-                }
-                Ok(ChildLine::Start) => {
-                    started = true;
-                    at_start();
-                    deadline = Instant::now() + Duration::from_secs_f64(seconds + 15.0);
-                }
-                Ok(ChildLine::Result(r)) if started => {
-                    at_end();
-                    hold.take();
-                    return Ok(*r);
-                }
-                Ok(_) => {}
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    bail!("the JACK client did not report in time")
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    bail!("the JACK client exited early")
-                }
-            }
-        }
-    })();
-    drop(hold);
-    let (status, _) = wait_bounded(&mut child, Duration::from_secs(10))?;
-    let _ = reader.join();
-    match result {
-        Ok(r) => Ok(r),
-        Err(e) => Err(e.context(format!(
-            "{} (exit: {}): {}",
-            describe(&cmd),
-            status.map_or("killed".into(), |s| s.to_string()),
-            stderr().trim()
-        ))),
-    }
-}
-
-fn client_args(
-    clients: usize,
-    voices: usize,
-    prefix: &str,
-    warmup: f64,
-    seconds: f64,
-    seed: u64,
-) -> Vec<String> {
-    vec![
-        "--clients".into(),
-        clients.to_string(),
-        "--voices".into(),
-        voices.to_string(),
-        "--prefix".into(),
-        prefix.into(),
-        "--warmup".into(),
-        format!("{warmup}"),
-        "--seconds".into(),
-        format!("{seconds}"),
-        "--seed".into(),
-        seed.to_string(),
-    ]
-}
-
-fn start_server(ctx: &mut Ctx, o: &JackOptions, s: JackServer, period: usize) -> Result<Running> {
-    Ok(match s {
-        JackServer::Quaverd => Running::Quaverd(Box::new(ctx.start_daemon(DaemonSpec {
-            devices: vec![format!("null:rate={}", o.rate)],
-            rate: Some(o.rate),
-            quantum: Some(period),
-            quantum_min: Some(period.min(32)),
-            ..DaemonSpec::default()
-        })?)),
-        JackServer::Jackd2 => {
-            let j = Jackd::start(o.jackd_priority, o.rate, period)?;
-            ctx.record_command(format!("{} &", j.command));
-            Running::Jackd(j)
-        }
-        JackServer::Pipewire => {
-            if !Path::new(PW_JACK_LIB).exists() {
-                bail!("pipewire-jack is not installed ({PW_JACK_LIB} missing)");
-            }
-            Running::Pipewire(Box::new(Server::pipewire(ctx)?))
-        }
-    })
-}
-
-/// pipewire-jack's libjack on Debian/Ubuntu x86-64.
-pub const PW_JACK_LIB: &str = "/usr/lib/x86_64-linux-gnu/pipewire-0.3/jack/libjack.so.0";
-
-// ---------------------------------------------------------------- quaverd's side
-
-#[derive(Debug, Clone, Default)]
-struct QuaverSnap {
-    status: Option<StatusInfo>,
-    timing: Option<TimingStats>,
-    graph: Option<GraphInfo>,
-}
-
-fn quaver_snap(d: &Daemon) -> QuaverSnap {
-    match d.connect("quaver-bench jack") {
-        Ok(mut c) => QuaverSnap {
-            status: c.status().ok(),
-            timing: c.timing().ok(),
-            graph: c.graph().ok(),
-        },
-        Err(_) => QuaverSnap::default(),
-    }
-}
-
-/// quaverd's own account of a window, for the clients named `prefix-…`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct QuaverSide {
-    /// Device xruns (status).
-    pub device_xruns: u64,
-    /// Cycles missed by the clients (graph, callback nodes).
-    pub client_misses: u64,
-    /// Runs of consecutive missed cycles: xrun events, as jackd2 counts them.
-    #[serde(default)]
-    pub client_xrun_events: u64,
-    /// Cycles quaverd ran early (catching up after its own late wakeup) and waited for a
-    /// client still within its deadline.
-    #[serde(default)]
-    pub client_caught_up: u64,
-    /// Cycles the clients were not woken because an upstream node was late.
-    pub client_skips: u64,
-    /// Times the RT thread fell behind: runs of driver wakeups more than a period after
-    /// their deadline (what jackd2's timed driver logs as an xrun).
-    #[serde(default)]
-    pub overdue_runs: u64,
-    /// The driver cycles of those runs.
-    #[serde(default)]
-    pub overdue_cycles: u64,
-    /// Clients in async mode at the end.
-    pub async_clients: usize,
-    /// Whether both graph snapshots came back and the end one still held the clients'
-    /// nodes: without it the miss count is unknown, not zero.
-    #[serde(default)]
-    pub counted: bool,
-    /// Mean time the server waited for a client per wake, ns (over the window, mean of
-    /// the clients).
-    pub wait_per_client_ns: Option<f64>,
-    /// Wakes in the window (all clients).
-    pub wakes: u64,
-    /// Cycles in the window.
-    pub cycles: u64,
-    /// The RT thread's busy time per cycle over the window.
-    pub busy: Option<Log2Hist>,
-    /// The RT thread's wakeup lateness over the window.
-    pub lateness: Option<Log2Hist>,
-    /// Whether the RT thread ran SCHED_FIFO.
-    pub realtime: bool,
-    /// pw-top's WAIT per cycle as quaverd times it (`timing` nodes: signal → the
-    /// client's process thread awake), mean over the window, mean of the clients, ns.
-    #[serde(default)]
-    pub node_wait_ns: Option<f64>,
-    /// pw-top's BUSY per cycle as quaverd times it (awake → completion), ns.
-    #[serde(default)]
-    pub node_busy_ns: Option<f64>,
-    /// The RT thread's own time per client per cycle (waking it, blocking on it,
-    /// collecting it), ns.
-    #[serde(default)]
-    pub node_rt_ns: Option<f64>,
-    /// Clients the per-node figures cover.
-    #[serde(default)]
-    pub timed_clients: usize,
-}
-
-fn quaver_side(a: &QuaverSnap, b: &QuaverSnap, prefix: &str) -> QuaverSide {
-    let mut q = QuaverSide::default();
-    if let (Some(s0), Some(s1)) = (&a.status, &b.status) {
-        q.device_xruns = s1.xruns.saturating_sub(s0.xruns);
-        q.cycles = s1.cycles.saturating_sub(s0.cycles);
-        q.realtime = s1.realtime;
-    }
-    if let (Some(t0), Some(t1)) = (&a.timing, &b.timing) {
-        q.busy = Some(
-            Log2Hist::from_counts(&t1.busy_ns_log2).since(&Log2Hist::from_counts(&t0.busy_ns_log2)),
-        );
-        let l = Log2Hist::from_counts(&t1.lateness_ns_log2)
-            .since(&Log2Hist::from_counts(&t0.lateness_ns_log2));
-        q.lateness = (l.total() > 0).then_some(l);
-        q.overdue_runs = t1.overdue_runs.saturating_sub(t0.overdue_runs);
-        q.overdue_cycles = t1.overdue_cycles.saturating_sub(t0.overdue_cycles);
-        // The window-start snapshot's `timing` request opened the interval the end
-        // snapshot's node figures cover: exactly the window.
-        let ours: Vec<_> = t1
-            .nodes
-            .iter()
-            .filter(|n| n.name.starts_with(&format!("{prefix}-")) && n.cycles > 0)
-            .collect();
-        let mean = |f: fn(&NodeTimingInfo) -> u64| {
-            (!ours.is_empty())
-                .then(|| ours.iter().map(|n| f(n) as f64).sum::<f64>() / ours.len() as f64)
-        };
-        q.node_wait_ns = mean(|n| n.wait_avg_ns);
-        q.node_busy_ns = mean(|n| n.busy_avg_ns);
-        q.node_rt_ns = mean(|n| n.rt_avg_ns);
-        q.timed_clients = ours.len();
-    }
-    if let (Some(g0), Some(g1)) = (&a.graph, &b.graph) {
-        let mut waits = Vec::new();
-        for n in &g1.nodes {
-            let Some(cb1) = &n.callback else { continue };
-            if !n.name.starts_with(&format!("{prefix}-")) {
-                continue;
-            }
-            q.counted = true;
-            let cb0 = g0
-                .nodes
-                .iter()
-                .find(|m| m.id == n.id)
-                .and_then(|m| m.callback.clone())
-                .unwrap_or_default();
-            q.client_misses += cb1.xruns.saturating_sub(cb0.xruns);
-            q.client_xrun_events += cb1.xrun_events.saturating_sub(cb0.xrun_events);
-            q.client_caught_up += cb1.caught_up.saturating_sub(cb0.caught_up);
-            q.client_skips += cb1.skipped.saturating_sub(cb0.skipped);
-            if cb1.mode == "async" {
-                q.async_clients += 1;
-            }
-            let woken = cb1.woken.saturating_sub(cb0.woken);
-            q.wakes += woken;
-            if woken > 0 {
-                let total = cb1.wait_avg_ns as f64 * cb1.woken as f64
-                    - cb0.wait_avg_ns as f64 * cb0.woken as f64;
-                waits.push((total / woken as f64).max(0.0));
-            }
-        }
-        if !waits.is_empty() {
-            q.wait_per_client_ns = Some(waits.iter().sum::<f64>() / waits.len() as f64);
-        }
-    }
-    q
-}
 
 // ---------------------------------------------------------------- results
 
@@ -797,7 +364,7 @@ pub fn run(ctx: &mut Ctx, o: &JackOptions) -> Result<JackResults> {
     if o.xruns {
         for &period in &o.periods {
             pb.set_message(format!("jack: calibrating the voices at {period}"));
-            let ns = jackclient::calibrate(
+            let ns = client::calibrate(
                 period,
                 o.rate,
                 64,
@@ -807,7 +374,7 @@ pub fn run(ctx: &mut Ctx, o: &JackOptions) -> Result<JackResults> {
             );
             let voices = o
                 .voices
-                .unwrap_or_else(|| jackclient::voices_for(o.load, period, o.rate, ns));
+                .unwrap_or_else(|| client::voices_for(o.load, period, o.rate, ns));
             res.ns_per_voice.push((period, ns));
             res.voices.push((period, voices));
             // Rounds alternate the servers (q, j, p, q, j, p, …) rather than running
@@ -1079,7 +646,9 @@ fn overhead_point(ctx: &mut Ctx, o: &JackOptions, s: JackServer, n: usize) -> Ov
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::modes::jack::jackd::Jackd;
     use crate::modes::jack::render::{ratio, render, server_cell, spread};
+    use quaver_client::quaver_protocol::{GraphInfo, NodeTimingInfo, TimingStats};
 
     #[test]
     fn counts_jackd_xrun_lines_and_cyclictest_lateness() {
@@ -1218,7 +787,7 @@ mod tests {
     /// xruns (None: not counted), `late` late callbacks (None: the window failed).
     fn window(server: JackServer, repeat: usize, srv: Option<u64>, late: Option<u64>) -> XrunPoint {
         let client = late.map(|late| ClientRun {
-            open: jackclient::OpenInfo {
+            open: client::OpenInfo {
                 library: "/usr/lib/libjack.so.0".into(),
                 version: "1.9.21".into(),
                 rate: 48_000,
@@ -1228,7 +797,7 @@ mod tests {
             nframes: 64,
             seconds: 60.0,
             voices: 100,
-            clients: vec![jackclient::ClientFigures {
+            clients: vec![client::ClientFigures {
                 name: "qb-synth-0".into(),
                 connected_to: Some("system:playback_1".into()),
                 sched: "SCHED_FIFO 19".into(),

@@ -216,6 +216,9 @@ impl PwMonitor {
     }
 }
 
+/// pipewire-jack's libjack on Debian/Ubuntu x86-64.
+pub const PW_JACK_LIB: &str = "/usr/lib/x86_64-linux-gnu/pipewire-0.3/jack/libjack.so.0";
+
 #[cfg(test)]
 mod tests {
     use super::*;

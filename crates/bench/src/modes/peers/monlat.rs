@@ -488,6 +488,37 @@ fn evaluate(n: u32, rounds: &[(Played, RecordShared)]) -> MonitorPoint {
     }
 }
 
+/// Opens the playback stream `paplay --latency-msec=N` would (tlength bytes,
+/// ADJUST_LATENCY) and waits for the server's reply.
+fn create_playback(
+    c: &mut Conn,
+    n: u32,
+    tlength: u32,
+) -> Result<protocol::CreatePlaybackStreamReply> {
+    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
+        sample_spec: spec(),
+        channel_map: ChannelMap::stereo(),
+        sink_index: None,
+        sink_name: None,
+        buffer_attr: BufferAttr {
+            max_length: u32::MAX,
+            target_length: tlength,
+            pre_buffering: u32::MAX,
+            minimum_request_length: u32::MAX,
+            fragment_size: u32::MAX,
+        },
+        sync_id: 0,
+        cvolume: None,
+        props: props(&format!("paplay --latency-msec={n}"))?,
+        formats: Vec::new(),
+        flags: StreamFlags {
+            adjust_latency: true,
+            ..StreamFlags::default()
+        },
+    }))?;
+    c.wait_reply(seq, &mut |_| {})
+}
+
 fn record(
     socket: &std::path::Path,
     cookie: Option<&std::path::Path>,
@@ -606,28 +637,7 @@ fn play(
 ) -> Result<Played> {
     let mut c = Conn::connect(socket, cookie, "quaver-bench paplay")?;
     let tlength = (n as usize * RATE as usize / 1000 * FRAME) as u32;
-    let seq = c.send(&Command::CreatePlaybackStream(PlaybackStreamParams {
-        sample_spec: spec(),
-        channel_map: ChannelMap::stereo(),
-        sink_index: None,
-        sink_name: None,
-        buffer_attr: BufferAttr {
-            max_length: u32::MAX,
-            target_length: tlength,
-            pre_buffering: u32::MAX,
-            minimum_request_length: u32::MAX,
-            fragment_size: u32::MAX,
-        },
-        sync_id: 0,
-        cvolume: None,
-        props: props(&format!("paplay --latency-msec={n}"))?,
-        formats: Vec::new(),
-        flags: StreamFlags {
-            adjust_latency: true,
-            ..StreamFlags::default()
-        },
-    }))?;
-    let reply: protocol::CreatePlaybackStreamReply = c.wait_reply(seq, &mut |_| {})?;
+    let reply = create_playback(&mut c, n, tlength)?;
     let channel = reply.channel;
     let b = reply.buffer_attr;
     let granted = [

@@ -3,6 +3,7 @@
 
 use crate::Ctx;
 use crate::modes::synth::voice::{Shared, Snapshot, Synth};
+use crate::report::stats::Since;
 use crate::tools::daemon::Daemon;
 use anyhow::{Context, Result, bail};
 use quaver_client::Connection;

@@ -29,6 +29,7 @@ use crate::Ctx;
 use crate::modes::synth::switch::SwitchMark;
 use crate::tools::daemon::{Daemon, DaemonSpec};
 use anyhow::{Context, Result, bail};
+use quaver_client::callback::RtPriority;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -191,67 +192,7 @@ fn run_marks(ctx: &mut Ctx, daemon: &mut Option<Daemon>, o: &SynthOptions) -> Re
             Mark::Voice => {
                 pb.set_message("synth: voice mark");
                 let daemon = null_daemon(ctx, daemon, o)?;
-                let mut c = Client::start(
-                    daemon,
-                    "null-sink",
-                    o.quantum,
-                    o.max_voices,
-                    1,
-                    o.rate,
-                    ctx.seed,
-                    prio,
-                )?;
-                let realtime = c.realtime.clone();
-                let mut points = Vec::new();
-                let mut measure = |c: &mut Client, n: usize| -> Result<f64> {
-                    c.shared.voices.store(n, Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(50));
-                    let w = c.window(o.point_seconds)?;
-                    let l = w.stats.load();
-                    points.push(w);
-                    pb.inc(1);
-                    Ok(l)
-                };
-                // Doubling, then bisection between the last point within budget and
-                // the first beyond it.
-                let (mut good, mut bad) = (0usize, None);
-                let mut n = 1;
-                loop {
-                    if measure(&mut c, n)? <= o.budget {
-                        good = n;
-                        if n >= o.max_voices {
-                            break;
-                        }
-                        n = (n * 2).min(o.max_voices);
-                    } else {
-                        bad = Some(n);
-                        break;
-                    }
-                }
-                let bisect = if ctx.quick { 3 } else { 6 };
-                if let Some(mut hi) = bad {
-                    for _ in 0..bisect {
-                        if hi - good <= 1 {
-                            break;
-                        }
-                        let mid = (good + hi) / 2;
-                        if measure(&mut c, mid)? <= o.budget {
-                            good = mid;
-                        } else {
-                            hi = mid;
-                        }
-                    }
-                }
-                c.stop()?;
-                points.sort_by_key(|w| w.voices);
-                res.voice = Some(VoiceMark {
-                    quantum: o.quantum,
-                    budget: o.budget,
-                    voices: good,
-                    capped: bad.is_none(),
-                    points,
-                    realtime,
-                });
+                res.voice = Some(voice_mark(ctx, daemon, o, prio, &pb)?);
                 pb.set_position(20);
             }
             Mark::Latency => {
@@ -345,6 +286,78 @@ fn run_marks(ctx: &mut Ctx, daemon: &mut Option<Daemon>, o: &SynthOptions) -> Re
     }
     pb.finish_and_clear();
     Ok(res)
+}
+
+/// The voice mark: voice counts doubled, then bisected, until the mean render time
+/// leaves the budget.
+fn voice_mark(
+    ctx: &Ctx,
+    daemon: &Daemon,
+    o: &SynthOptions,
+    prio: RtPriority,
+    pb: &indicatif::ProgressBar,
+) -> Result<VoiceMark> {
+    let mut c = Client::start(
+        daemon,
+        "null-sink",
+        o.quantum,
+        o.max_voices,
+        1,
+        o.rate,
+        ctx.seed,
+        prio,
+    )?;
+    let realtime = c.realtime.clone();
+    let mut points = Vec::new();
+    let mut measure = |c: &mut Client, n: usize| -> Result<f64> {
+        c.shared.voices.store(n, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(50));
+        let w = c.window(o.point_seconds)?;
+        let l = w.stats.load();
+        points.push(w);
+        pb.inc(1);
+        Ok(l)
+    };
+    // Doubling, then bisection between the last point within budget and
+    // the first beyond it.
+    let (mut good, mut bad) = (0usize, None);
+    let mut n = 1;
+    loop {
+        if measure(&mut c, n)? <= o.budget {
+            good = n;
+            if n >= o.max_voices {
+                break;
+            }
+            n = (n * 2).min(o.max_voices);
+        } else {
+            bad = Some(n);
+            break;
+        }
+    }
+    let bisect = if ctx.quick { 3 } else { 6 };
+    if let Some(mut hi) = bad {
+        for _ in 0..bisect {
+            if hi - good <= 1 {
+                break;
+            }
+            let mid = (good + hi) / 2;
+            if measure(&mut c, mid)? <= o.budget {
+                good = mid;
+            } else {
+                hi = mid;
+            }
+        }
+    }
+    c.stop()?;
+    points.sort_by_key(|w| w.voices);
+    Ok(VoiceMark {
+        quantum: o.quantum,
+        budget: o.budget,
+        voices: good,
+        capped: bad.is_none(),
+        points,
+        realtime,
+    })
 }
 
 fn default_voices(o: &SynthOptions, res: &SynthResults) -> usize {

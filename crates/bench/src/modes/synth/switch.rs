@@ -15,6 +15,7 @@
 use crate::Ctx;
 use crate::modes::synth::client::{Client, priority};
 use crate::modes::synth::options::SynthOptions;
+use crate::report::stats::Since;
 use crate::tools::daemon::{Daemon, DaemonSpec};
 use anyhow::{Result, bail};
 use quaver_client::quaver_protocol::message::StatusInfo;
@@ -366,6 +367,69 @@ pub fn run(ctx: &mut Ctx, o: &SynthOptions, high: usize) -> Result<SwitchMark> {
     })
 }
 
+/// Status polls of one run: each adds a sample and notes a new quantum.
+struct Poller {
+    t0: Instant,
+    x0: u64,
+    samples: Vec<Sample>,
+    quanta_seen: Vec<u32>,
+}
+
+impl Poller {
+    fn poll(&mut self, c: &mut Client) -> Result<StatusInfo> {
+        let st = c.status()?;
+        let d = card(&st);
+        self.samples.push(Sample(
+            self.t0.elapsed().as_secs_f64(),
+            st.cycles,
+            d.map_or(0, |d| d.margin_frames),
+            d.map_or(0, |d| d.underruns),
+            c.xruns() - self.x0,
+        ));
+        if self.quanta_seen.last() != Some(&st.quantum) {
+            self.quanta_seen.push(st.quantum);
+        }
+        Ok(st)
+    }
+}
+
+/// The tail: polls until the margin has been at its minimum (`period`) for `settle`, or
+/// for `tail_max`; returns the last status and when (s into the tail) the margin was
+/// back at its minimum for good, and first.
+fn tail(
+    c: &mut Client,
+    poller: &mut Poller,
+    period: usize,
+    settle: Duration,
+    tail_max: Duration,
+) -> Result<(StatusInfo, Option<f64>, Option<f64>)> {
+    let tail_t0 = Instant::now();
+    let mut at_min_since: Option<Instant> = None;
+    let mut at_min_after = None;
+    let mut first_at_min_after = None;
+    loop {
+        std::thread::sleep(POLL);
+        let st = poller.poll(c)?;
+        let m = card(&st).map_or(0, |d| d.margin_frames);
+        if m as usize <= period {
+            if at_min_since.is_none() {
+                at_min_since = Some(Instant::now());
+                at_min_after = Some(tail_t0.elapsed().as_secs_f64());
+                first_at_min_after = first_at_min_after.or(at_min_after);
+            }
+        } else {
+            at_min_since = None;
+            at_min_after = None;
+        }
+        if at_min_since.is_some_and(|t| t.elapsed() >= settle) || tail_t0.elapsed() >= tail_max {
+            return Ok((st, at_min_after, first_at_min_after));
+        }
+        if c.finished() {
+            bail!("the synth client's process thread ended (server gone?)");
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn one_run(
     ctx: &Ctx,
@@ -398,24 +462,13 @@ fn one_run(
     let t0 = Instant::now();
     let x0 = c.xruns();
     let s0 = c.shared.snapshot();
-    let mut samples = Vec::new();
-    let mut quanta_seen = Vec::new();
-    let mut poll = |c: &mut Client, samples: &mut Vec<Sample>| -> Result<StatusInfo> {
-        let st = c.status()?;
-        let d = card(&st);
-        samples.push(Sample(
-            t0.elapsed().as_secs_f64(),
-            st.cycles,
-            d.map_or(0, |d| d.margin_frames),
-            d.map_or(0, |d| d.underruns),
-            c.xruns() - x0,
-        ));
-        if quanta_seen.last() != Some(&st.quantum) {
-            quanta_seen.push(st.quantum);
-        }
-        Ok(st)
+    let mut poller = Poller {
+        t0,
+        x0,
+        samples: Vec::new(),
+        quanta_seen: Vec::new(),
     };
-    let first = poll(&mut c, &mut samples)?;
+    let first = poller.poll(&mut c)?;
     let start_cycle = first.cycles;
     // Load phase: toggle until the card has run the planned cycles (bounded in time
     // should the card stop).
@@ -437,7 +490,7 @@ fn one_run(
         let pt = Instant::now();
         while pt.elapsed() < toggle && cycles < plan.load_end_cycle {
             std::thread::sleep(POLL);
-            st = poll(&mut c, &mut samples)?;
+            st = poller.poll(&mut c)?;
             cycles = st.cycles;
         }
         let g = c.xruns() - px;
@@ -465,30 +518,8 @@ fn one_run(
     let settle = Duration::from_secs_f64(if ctx.quick { 1.0 } else { 2.0 });
     let tail_max = Duration::from_secs_f64(decay_seconds(o.rate, period, max) + 5.0);
     let tail_t0 = Instant::now();
-    let mut at_min_since: Option<Instant> = None;
-    let mut at_min_after = None;
-    let mut first_at_min_after = None;
-    loop {
-        std::thread::sleep(POLL);
-        st = poll(&mut c, &mut samples)?;
-        let m = card(&st).map_or(0, |d| d.margin_frames);
-        if m as usize <= period {
-            if at_min_since.is_none() {
-                at_min_since = Some(Instant::now());
-                at_min_after = Some(tail_t0.elapsed().as_secs_f64());
-                first_at_min_after = first_at_min_after.or(at_min_after);
-            }
-        } else {
-            at_min_since = None;
-            at_min_after = None;
-        }
-        if at_min_since.is_some_and(|t| t.elapsed() >= settle) || tail_t0.elapsed() >= tail_max {
-            break;
-        }
-        if c.finished() {
-            bail!("the synth client's process thread ended (server gone?)");
-        }
-    }
+    let (st, at_min_after, first_at_min_after) =
+        tail(&mut c, &mut poller, period, settle, tail_max)?;
     let tail_seconds = tail_t0.elapsed().as_secs_f64();
     let d = c.shared.snapshot().since(&s0);
     let went_async = c.is_async();
@@ -497,7 +528,7 @@ fn one_run(
     let final_margin = end.as_ref().map_or(0, |d| d.margin_frames);
     let final_quantum = st.quantum;
     c.stop()?;
-    let spikes = attribute(&samples, &plan.cycles);
+    let spikes = attribute(&poller.samples, &plan.cycles);
     let ms = |f: f64| f * 1000.0 / o.rate as f64;
     let run = SwitchRun {
         adaptive: adaptive.into(),
@@ -532,7 +563,7 @@ fn one_run(
         overruns: end.as_ref().map_or(0, |d| d.overruns),
         margin_min_frames: period,
         margin_max_frames: max,
-        margin_peak_frames: samples.iter().map(|s| s.2).max().unwrap_or(0),
+        margin_peak_frames: poller.samples.iter().map(|s| s.2).max().unwrap_or(0),
         margin_load_end_frames: margin_load_end,
         latency_load_end_ms: ms((q as u64 + margin_load_end) as f64),
         margin_changes: end.as_ref().map_or(0, |d| d.margin_changes),
@@ -541,277 +572,11 @@ fn one_run(
         final_quantum,
         final_margin_frames: final_margin,
         final_latency_ms: ms((final_quantum as u64 + final_margin) as f64),
-        quanta_seen,
+        quanta_seen: poller.quanta_seen,
         timeline,
-        samples,
+        samples: poller.samples,
     };
     Ok((run, realtime))
-}
-
-// ---------------------------------------------------------------- the report
-
-/// When the margin came back to its minimum after the load, and whether it stayed.
-fn back_at_min(r: &SwitchRun) -> String {
-    match (r.margin_first_at_min_after_s, r.margin_at_min_after_s) {
-        (Some(a), Some(b)) if a == b => format!("{a:.1} s after the load"),
-        (Some(a), Some(b)) => format!("{a:.1} s after the load, for good from {b:.1} s"),
-        (Some(a), None) => {
-            format!("{a:.1} s after the load, raised again by an underrun in the tail")
-        }
-        _ => "not within the tail".into(),
-    }
-}
-
-/// Card underruns that coincided with a spike, out of the spikes the polls bracket.
-fn spike_underruns(r: &SwitchRun) -> (usize, usize) {
-    let known: Vec<bool> = r.spikes.iter().filter_map(|h| h.underrun).collect();
-    (known.iter().filter(|&&u| u).count(), known.len())
-}
-
-/// Adds the switch mark to the summary, the Markdown body and the plots.
-pub fn render(
-    sw: &SwitchMark,
-    summary: &mut crate::report::Table,
-    md: &mut String,
-    plots: &mut Vec<(String, String)>,
-) {
-    use crate::report::Table;
-    use crate::report::svg::{Series, line_plot};
-    let p = &sw.plan;
-    let ms = |f: f64| f * 1000.0 / p.rate as f64;
-    let spikes = if p.cycles.is_empty() {
-        "no spikes".to_string()
-    } else {
-        format!(
-            "{} spikes of {} ms every {} ms",
-            p.cycles.len(),
-            p.spike_ms,
-            p.every_ms
-        )
-    };
-    for r in &sw.runs {
-        summary.row(vec![
-            format!("switch (adaptive {})", r.adaptive),
-            format!(
-                "{}↔{} voices / {} ms, {spikes}, {}",
-                r.low, r.high, r.period_ms, r.label
-            ),
-            format!(
-                "under load {:.2} ms, ends at {:.2} ms (quantum {} + margin {})",
-                r.latency_load_end_ms, r.final_latency_ms, r.final_quantum, r.final_margin_frames
-            ),
-            format!(
-                "{} underruns, {} misses",
-                r.underruns_load + r.underruns_tail,
-                r.glitches_low + r.glitches_high + r.glitches_tail
-            ),
-            format!(
-                "{} spikes injected; margin back at minimum {}",
-                r.spikes_injected,
-                back_at_min(r)
-            ),
-        ]);
-    }
-    let by = |a: &str| sw.runs.iter().find(|r| r.adaptive == a);
-    if let (Some(off), Some(on)) = (by("off"), by("on")) {
-        summary.row(vec![
-            "switch: fixed vs adaptive".into(),
-            "device underruns during the load; client misses".into(),
-            format!(
-                "underruns {} fixed vs {} adaptive",
-                off.underruns_load, on.underruns_load
-            ),
-            format!(
-                "{} vs {}",
-                off.underruns_load + off.underruns_tail,
-                on.underruns_load + on.underruns_tail
-            ),
-            format!(
-                "misses {} fixed vs {} adaptive",
-                off.glitches_low + off.glitches_high + off.glitches_tail,
-                on.glitches_low + on.glitches_high + on.glitches_tail
-            ),
-        ]);
-    }
-
-    md.push_str(&format!(
-        "## Switch mark\n\nquaverd's adaptive control is the **{}**, not the quantum \
-         (quaverd has no adaptive quantum; it is {} frames in both runs). Each run has its \
-         own quaverd on the simulated card (real clock) and the synth client linked to \
-         `sim-sink`; the voice count toggles between {} and {} every {} ms until the card \
-         has run {} cycles ({:.1} s of its clock), while the card stalls the real-time \
-         thread — a processing spike — {} (sim `stall=CYCLE:MS` faults at cycles {}). \
-         Then the load and the spikes stop and a tail at {} voices runs until the margin \
-         has been back at its minimum for a while. 'off' = fixed margin (`period` \
-         {} frames, {:.2} ms); 'on' = the same card with `margin_max={}` ({:.2} ms): an \
-         underrun raises the margin to the maximum, which holds {} s after the last \
-         underrun or near miss and then decays {} ms per second. A spike longer than \
-         quantum + margin ({:.2} ms with the fixed margin) underruns with certainty. \
-         Underruns are the card's (quaverd's device counters in `status`), misses are the \
-         client's deadline misses counted by quaverd; the latency is quantum + margin. \
-         Client: {}.\n\n",
-        sw.control,
-        p.quantum,
-        sw.runs.first().map_or(0, |r| r.low),
-        sw.runs.first().map_or(0, |r| r.high),
-        sw.runs.first().map_or(0, |r| r.period_ms),
-        p.load_end_cycle,
-        ms((p.load_end_cycle * p.quantum as u64) as f64) / 1000.0,
-        if p.cycles.is_empty() {
-            "never".to_string()
-        } else {
-            format!("for {} ms every {} ms", p.spike_ms, p.every_ms)
-        },
-        p.cycles
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        sw.runs.first().map_or(0, |r| r.low),
-        sw.period_frames,
-        ms(sw.period_frames as f64),
-        sw.margin_max_frames,
-        ms(sw.margin_max_frames as f64),
-        MARGIN_HOLD_S,
-        MARGIN_DECAY_STEP_MS,
-        ms((p.quantum + sw.period_frames) as f64),
-        sw.realtime,
-    ));
-    let mut t = Table::new(
-        &std::iter::once("")
-            .chain(sw.runs.iter().map(|r| {
-                if r.adaptive == "on" {
-                    "adaptive on"
-                } else {
-                    "adaptive off"
-                }
-            }))
-            .collect::<Vec<_>>(),
-    );
-    let mut row = |name: &str, f: &dyn Fn(&SwitchRun) -> String| {
-        t.row(
-            std::iter::once(name.to_string())
-                .chain(sw.runs.iter().map(f))
-                .collect(),
-        );
-    };
-    row("what ran", &|r| r.label.clone());
-    row("spikes injected (planned)", &|r| {
-        format!("{} ({})", r.spikes_injected, r.spikes.len())
-    });
-    row("spikes that underran", &|r| {
-        let (u, k) = spike_underruns(r);
-        format!("{u} of {k}")
-    });
-    row("device underruns, load", &|r| r.underruns_load.to_string());
-    row("device underruns, tail", &|r| r.underruns_tail.to_string());
-    row("client misses low / high / tail", &|r| {
-        format!(
-            "{} / {} / {}",
-            r.glitches_low, r.glitches_high, r.glitches_tail
-        )
-    });
-    row("late callbacks", &|r| r.late.to_string());
-    row("async at end", &|r| {
-        if r.went_async { "yes" } else { "no" }.into()
-    });
-    row("high-phase load", &|r| {
-        format!("{:.1}%", r.high_load * 100.0)
-    });
-    row("margin min…max (frames)", &|r| {
-        format!("{}…{}", r.margin_min_frames, r.margin_max_frames)
-    });
-    row("margin peak seen", &|r| r.margin_peak_frames.to_string());
-    row("margin changes", &|r| r.margin_changes.to_string());
-    row("latency at end of load", &|r| {
-        format!(
-            "{:.2} ms (margin {})",
-            r.latency_load_end_ms, r.margin_load_end_frames
-        )
-    });
-    row("margin back at minimum", &|r| back_at_min(r));
-    row("final latency", &|r| {
-        format!(
-            "{:.2} ms (quantum {} + margin {})",
-            r.final_latency_ms, r.final_quantum, r.final_margin_frames
-        )
-    });
-    row("quanta seen", &|r| {
-        r.quanta_seen
-            .iter()
-            .map(|q| q.to_string())
-            .collect::<Vec<_>>()
-            .join("→")
-    });
-    row("load / tail", &|r| {
-        format!("{:.1} s / {:.1} s", r.load_seconds, r.tail_seconds)
-    });
-    md.push_str(&t.markdown());
-    md.push_str("\nDevices: ");
-    md.push_str(
-        &sw.runs
-            .iter()
-            .map(|r| format!("{}: `{}`", r.adaptive, r.device))
-            .collect::<Vec<_>>()
-            .join("; "),
-    );
-    md.push_str("\n\n{plot:switch-margin}\n\n{plot:switch-underruns}\n\n{plot:switch}\n\n");
-    let series = |f: &dyn Fn(&Sample) -> f64, name: &str| -> Vec<Series> {
-        sw.runs
-            .iter()
-            .map(|r| {
-                Series::new(
-                    format!("{} adaptive {}", name, r.adaptive),
-                    r.samples.iter().map(|s| (s.0, f(s))).collect(),
-                )
-            })
-            .collect()
-    };
-    plots.push((
-        "switch-margin".to_string(),
-        line_plot(
-            "Switch mark: safety margin over time",
-            "s",
-            "margin, ms",
-            &series(&|s| ms(s.2 as f64), "margin"),
-            false,
-            true,
-        ),
-    ));
-    let base = |r: &SwitchRun| r.samples.first().map_or(0, |s| s.3);
-    plots.push((
-        "switch-underruns".to_string(),
-        line_plot(
-            "Switch mark: cumulative device underruns",
-            "s",
-            "underruns since the run started",
-            &sw.runs
-                .iter()
-                .map(|r| {
-                    Series::new(
-                        format!("adaptive {}", r.adaptive),
-                        r.samples
-                            .iter()
-                            .map(|s| (s.0, s.3.saturating_sub(base(r)) as f64))
-                            .collect(),
-                    )
-                })
-                .collect::<Vec<_>>(),
-            false,
-            true,
-        ),
-    ));
-    plots.push((
-        "switch".to_string(),
-        line_plot(
-            "Switch mark: cumulative client misses",
-            "s",
-            "misses",
-            &series(&|s| s.4 as f64, "misses"),
-            false,
-            true,
-        ),
-    ));
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The synthesizer the callback renders: voices, their lock-free counters and the
 //! process handler.
 
+use crate::report::stats::since_by_field;
 use crate::report::stats::{LOG2_BUCKETS, Log2Hist};
 use crate::tools::rng::Rng;
 use quaver_client::callback::{Mode as CbMode, ProcessHandler, ProcessScope};
@@ -185,21 +186,18 @@ impl Shared {
     }
 }
 
-impl Snapshot {
-    /// `self − earlier`.
-    pub fn since(&self, e: &Snapshot) -> Snapshot {
-        Snapshot {
-            cycles: self.cycles - e.cycles,
-            render_ns: self.render_ns - e.render_ns,
-            period_ns: self.period_ns - e.period_ns,
-            voice_frames: self.voice_frames - e.voice_frames,
-            late: self.late - e.late,
-            async_cycles: self.async_cycles - e.async_cycles,
-            render: self.render.since(&e.render),
-            wake: self.wake.since(&e.wake),
-        }
-    }
+since_by_field!(Snapshot {
+    cycles,
+    render_ns,
+    period_ns,
+    voice_frames,
+    late,
+    async_cycles,
+    render,
+    wake
+});
 
+impl Snapshot {
     /// Mean render time as a share of the cycle period.
     pub fn load(&self) -> f64 {
         if self.period_ns == 0 {
@@ -284,6 +282,7 @@ impl ProcessHandler for Synth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::stats::Since;
 
     fn render_ns(voices: usize) -> u64 {
         let shared = Arc::new(Shared::default());

@@ -35,7 +35,11 @@
 //! between the record and the playback node of one cycle) are counted as *ambiguous*
 //! and left out; impulses during which any xrun happened are counted apart too.
 
+pub mod client;
+
 use crate::Ctx;
+use crate::modes::latency::client::{LoopConfig, Measured, client_loop};
+use crate::report::doc::{Doc, yes_no};
 use crate::report::progress::run_with_progress;
 use crate::report::stats::{IntHist, Summary};
 use crate::report::svg::{Series, bar_chart, line_plot};
@@ -45,10 +49,8 @@ use crate::tools::rng::Rng;
 use crate::tools::rt;
 use anyhow::{Context, Result, bail};
 use quaver_client::quaver_protocol::{ChannelMap, StreamParams};
-use quaver_client::{PlaybackStream, RecordStream};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
-use std::fmt::Write as _;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -477,326 +479,141 @@ fn wait_suspended(conn: &mut quaver_client::Connection) -> Result<()> {
     }
 }
 
-/// Settings of the client loop.
-#[derive(Debug, Clone)]
-struct LoopConfig {
-    quantum: usize,
-    fill: usize,
-    impulses: usize,
-    budget: Duration,
-    warmup: Duration,
-    lost_after: u64,
-    inject_delay: usize,
-    rt_priority: i32,
-}
-
-/// An impulse in flight.
-#[derive(Debug, Clone)]
-struct InFlight {
-    /// Capture frames read when it was written.
-    r0: u64,
-    /// Its offset in the client's last quantum.
-    j: u64,
-    /// Its index in the playback ring, as the client's bookkeeping has it.
-    w: u64,
-    /// Steady offset K when written.
-    k: i64,
-    written: Instant,
-    ambiguous: bool,
-    /// Playback, record and device xrun counts when written.
-    xruns: (u32, u32, u64),
-}
-
-/// A found impulse.
-#[derive(Debug, Clone)]
-struct Measured {
-    round_trip: i64,
-    server: i64,
-    wall_ns: u64,
-    ambiguous: bool,
-    xrun: bool,
-}
-
-impl Measured {
-    fn clean(&self) -> bool {
-        !self.ambiguous && !self.xrun
-    }
-}
-
-#[derive(Debug, Default)]
-struct LoopOutput {
-    found: Vec<Measured>,
-    sent: usize,
-    lost: usize,
-    spurious: usize,
-    relocks: usize,
-    play_xruns: u32,
-    record_xruns: u32,
-    client_realtime: bool,
-}
-
-/// Tracks the steady offset `K = record write position − playback read position`:
-/// the most frequent value seen (after a short settle following each wake-up, nearly
-/// every snapshot falls between cycles); relearned when it has not been seen in the
-/// last [`OffsetLock::RELOCK_AFTER`] snapshots (an xrun shifted the rings).
-#[derive(Debug, Default)]
-struct OffsetLock {
-    recent: VecDeque<i64>,
-    k: Option<i64>,
-    relocks: usize,
-}
-
-impl OffsetLock {
-    const WINDOW: usize = 32;
-    const RELOCK_AFTER: usize = 16;
-
-    fn mode(v: impl Iterator<Item = i64>) -> Option<i64> {
-        IntHist::of(v).mode()
-    }
-
-    /// Feeds one observation; returns whether it equals the locked offset.
-    fn observe(&mut self, k: i64, warming: bool) -> bool {
-        self.recent.push_back(k);
-        if self.recent.len() > Self::WINDOW {
-            self.recent.pop_front();
-        }
-        if warming {
-            return false;
-        }
-        let locked = match self.k {
-            Some(v) => v,
-            None => {
-                let v = Self::mode(self.recent.iter().copied()).unwrap_or(k);
-                self.k = Some(v);
-                v
-            }
-        };
-        if k == locked {
-            return true;
-        }
-        let n = self.recent.len();
-        if n >= Self::RELOCK_AFTER
-            && self
-                .recent
-                .iter()
-                .skip(n - Self::RELOCK_AFTER)
-                .all(|&v| v != locked)
-        {
-            self.k = Self::mode(self.recent.iter().skip(n - Self::RELOCK_AFTER).copied());
-            self.relocks += 1;
-            return self.k == Some(k);
-        }
-        false
-    }
-}
-
-fn client_loop(
-    mut play: PlaybackStream,
-    mut rec: RecordStream,
-    c: &LoopConfig,
-    rng: &mut Rng,
-    counter: &AtomicU64,
-    dev_xruns: &AtomicU64,
-) -> Result<LoopOutput> {
-    let mut out = LoopOutput {
-        client_realtime: rt::set_fifo(c.rt_priority),
-        ..LoopOutput::default()
-    };
-    const CH: usize = 2;
-    let q = c.quantum;
-    let rec_cap = rec.info().capacity_frames as usize;
-    let rate = rec.info().rate;
-    let mut rbuf = vec![0f32; rec_cap * CH];
-    let mut chunk: Vec<f32> = Vec::with_capacity(c.fill * CH);
-    // The injected delay: what the client writes is its signal delayed by this much.
-    let mut delay: VecDeque<f32> = std::iter::repeat_n(0.0, c.inject_delay * CH).collect();
-    let mut phys: Vec<f32> = Vec::with_capacity(c.fill * CH);
-    let xruns0 = (play.xruns(), rec.xruns());
-    let mut write = |play: &mut PlaybackStream, chunk: &[f32]| -> Result<()> {
-        delay.extend(chunk.iter().copied());
-        phys.clear();
-        phys.extend(delay.drain(..chunk.len()));
-        play.write(&phys)?;
-        Ok(())
-    };
-    // Prefill to the client's level so the server starts the stream at once.
-    chunk.resize(c.fill * CH, 0.0);
-    write(&mut play, &chunk)?;
-    let settle =
-        Duration::from_nanos((q as u64 * 1_000_000_000 / rate as u64 / 8).clamp(20_000, 200_000));
-    let t0 = Instant::now();
-    let hard_deadline = t0 + c.budget + c.warmup + Duration::from_secs(5);
-    let mut lock = OffsetLock::default();
-    let mut read: u64 = 0;
-    let mut pending: Option<InFlight> = None;
-    let mut next_at: u64 = 0;
-    let stop = |out: &LoopOutput, pending: &Option<InFlight>| {
-        let now = Instant::now();
-        now > hard_deadline
-            || (pending.is_none()
-                && (out.found.len() >= c.impulses || now > t0 + c.warmup + c.budget))
-    };
-    while !stop(&out, &pending) {
-        // 1. Everything captured so far. The record stream's doorbell rings in the
-        // middle of a cycle; give the server a moment to finish it, so the snapshot
-        // below falls between cycles.
-        let mut n = rec.read(&mut rbuf)?;
-        std::thread::sleep(settle);
-        loop {
-            let mut found_at = None;
-            for f in 0..n {
-                if rbuf[f * CH] > 0.5 {
-                    found_at = Some(read + f as u64);
-                    break;
-                }
-            }
-            if let Some(r) = found_at {
-                match pending.take() {
-                    Some(imp) => {
-                        let now_x = (play.xruns(), rec.xruns(), dev_xruns.load(Ordering::Relaxed));
-                        out.found.push(Measured {
-                            round_trip: r as i64 - imp.r0 as i64 - imp.j as i64,
-                            server: r as i64 - imp.w as i64 - imp.k,
-                            wall_ns: imp.written.elapsed().as_nanos() as u64,
-                            ambiguous: imp.ambiguous,
-                            xrun: now_x != imp.xruns,
-                        });
-                        counter.store(out.found.len() as u64, Ordering::Relaxed);
-                        next_at = read + n as u64 + rng.below(4 * q as u64);
-                    }
-                    None => out.spurious += 1,
-                }
-            }
-            read += n as u64;
-            n = rec.try_read(&mut rbuf)?;
-            if n == 0 {
-                break;
-            }
-        }
-        if let Some(imp) = &pending
-            && read > imp.r0 + c.lost_after
-        {
-            out.lost += 1;
-            pending = None;
-        }
-        // 2. Snapshot the playback ring and check the phase.
-        let queued = play.frames_queued();
-        let written = play.frames_written();
-        let rp = written - queued as u64;
-        let warming = t0.elapsed() < c.warmup;
-        let in_phase = lock.observe(read as i64 - rp as i64, warming);
-        // 3. Top up to the fill level; maybe with an impulse in the last quantum.
-        let n = c.fill.saturating_sub(queued);
-        if n == 0 {
-            continue;
-        }
-        chunk.clear();
-        chunk.resize(n * CH, 0.0);
-        let place = pending.is_none()
-            && in_phase
-            && n >= q
-            && read >= next_at
-            && out.sent < c.impulses
-            && t0.elapsed() < c.warmup + c.budget;
-        if place {
-            let j = rng.below(q as u64);
-            let at = n - q + j as usize;
-            chunk[at * CH..at * CH + CH].fill(1.0);
-            pending = Some(InFlight {
-                r0: read,
-                j,
-                w: written + at as u64,
-                k: lock.k.unwrap_or_default(),
-                written: Instant::now(),
-                ambiguous: false,
-                xruns: (play.xruns(), rec.xruns(), dev_xruns.load(Ordering::Relaxed)),
-            });
-            out.sent += 1;
-        }
-        write(&mut play, &chunk)?;
-        if place {
-            // A cycle that consumed between the snapshot and the write changed how much
-            // was queued ahead of the impulse.
-            let rp_after = play.frames_written() - play.frames_queued() as u64;
-            if rp_after != rp
-                && let Some(imp) = pending.as_mut()
-            {
-                imp.ambiguous = true;
-            }
-        }
-    }
-    out.relocks = lock.relocks;
-    out.play_xruns = play.xruns().wrapping_sub(xruns0.0);
-    out.record_xruns = rec.xruns().wrapping_sub(xruns0.1);
-    Ok(out)
-}
-
 /// Tables, plots and the terminal summary for a run.
 pub fn render(r: &LatencyResults) -> ModeOutput {
-    let rate = r.rate;
-    let f2ms = |f: f64| f * 1000.0 / rate as f64;
-    let mut summary = Table::new(&[
-        "path", "quantum", "request", "theory", "median", "p99", "max", "error", "n", "ok",
-    ]);
-    let mut detail = Table::new(&[
-        "path",
-        "q",
-        "L",
-        "T",
-        "theory M",
-        "M min/p50/p99/max",
-        "theory S",
-        "S p50",
-        "used/sent",
-        "ambiguous",
-        "xrun-hit",
-        "lost",
-        "xruns play/rec/dev",
-        "wall p50 ms",
-        "RT srv/cli",
-    ]);
-    for p in &r.points {
-        let m = p.measured;
-        let fmt = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
-        summary.row(vec![
-            p.point.path.name().into(),
-            p.point.quantum.to_string(),
-            p.point.request.to_string(),
-            format!("{} ({:.2} ms)", p.theory, f2ms(p.theory as f64)),
-            m.map_or("–".into(), |m| {
-                format!("{:.0} ({:.2} ms)", m.p50, f2ms(m.p50))
+    let f2ms = |f: f64| f * 1000.0 / r.rate as f64;
+    let fmt = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
+    let summary = Table::of(
+        &r.points,
+        &[
+            ("path", &|p| p.point.path.name().into()),
+            ("quantum", &|p| p.point.quantum.to_string()),
+            ("request", &|p| p.point.request.to_string()),
+            ("theory", &|p| {
+                format!("{} ({:.2} ms)", p.theory, f2ms(p.theory as f64))
             }),
-            fmt(m.map(|m| m.p99)),
-            fmt(m.map(|m| m.max)),
-            p.error().map_or("–".into(), |e| format!("{e:+.0}")),
-            p.used.to_string(),
-            if p.within_one_quantum { "yes" } else { "NO" }.into(),
-        ]);
-        detail.row(vec![
-            p.point.path.name().into(),
-            p.point.quantum.to_string(),
-            p.point.request.to_string(),
-            p.client_fill.to_string(),
-            p.theory.to_string(),
-            m.map_or("–".into(), |m| {
-                format!("{:.0}/{:.0}/{:.0}/{:.0}", m.min, m.p50, m.p99, m.max)
+            ("median", &|p| {
+                p.measured.map_or("–".into(), |m| {
+                    format!("{:.0} ({:.2} ms)", m.p50, f2ms(m.p50))
+                })
             }),
-            p.theory_server.to_string(),
-            fmt(p.measured_server.map(|s| s.p50)),
-            format!("{}/{}", p.used, p.sent),
-            p.ambiguous.to_string(),
-            p.xrun_affected.to_string(),
-            p.lost.to_string(),
-            format!("{}/{}/{}", p.play_xruns, p.record_xruns, p.device_xruns),
-            p.wall_ms.map_or("–".into(), |w| format!("{:.2}", w.p50)),
-            format!(
-                "{}/{}",
-                if p.server_realtime { "yes" } else { "no" },
-                if p.client_realtime { "yes" } else { "no" }
-            ),
-        ]);
+            ("p99", &|p| fmt(p.measured.map(|m| m.p99))),
+            ("max", &|p| fmt(p.measured.map(|m| m.max))),
+            ("error", &|p| {
+                p.error().map_or("–".into(), |e| format!("{e:+.0}"))
+            }),
+            ("n", &|p| p.used.to_string()),
+            ("ok", &|p| {
+                if p.within_one_quantum { "yes" } else { "NO" }.into()
+            }),
+        ],
+    );
+    let detail = Table::of(
+        &r.points,
+        &[
+            ("path", &|p| p.point.path.name().into()),
+            ("q", &|p| p.point.quantum.to_string()),
+            ("L", &|p| p.point.request.to_string()),
+            ("T", &|p| p.client_fill.to_string()),
+            ("theory M", &|p| p.theory.to_string()),
+            ("M min/p50/p99/max", &|p| {
+                p.measured.map_or("–".into(), |m| {
+                    format!("{:.0}/{:.0}/{:.0}/{:.0}", m.min, m.p50, m.p99, m.max)
+                })
+            }),
+            ("theory S", &|p| p.theory_server.to_string()),
+            ("S p50", &|p| fmt(p.measured_server.map(|s| s.p50))),
+            ("used/sent", &|p| format!("{}/{}", p.used, p.sent)),
+            ("ambiguous", &|p| p.ambiguous.to_string()),
+            ("xrun-hit", &|p| p.xrun_affected.to_string()),
+            ("lost", &|p| p.lost.to_string()),
+            ("xruns play/rec/dev", &|p| {
+                format!("{}/{}/{}", p.play_xruns, p.record_xruns, p.device_xruns)
+            }),
+            ("wall p50 ms", &|p| {
+                p.wall_ms.map_or("–".into(), |w| format!("{:.2}", w.p50))
+            }),
+            ("RT srv/cli", &|p| {
+                format!(
+                    "{}/{}",
+                    yes_no(p.server_realtime),
+                    yes_no(p.client_realtime)
+                )
+            }),
+        ],
+    );
+    let mut doc = Doc::new();
+    doc.heading(2, "Round-trip latency").para(format!(
+        "Streams {}. Rate {} Hz; sim card watermark P = {} frames. M is the round trip a client \
+         sees (from writing a sample to reading it back, for the first frame of its \
+         block); theory M = (T − q) + S with S = q + P through the sim card and S = 0 \
+         through a monitor (see docs/bench.md). `ok` = median within one quantum of \
+         theory.",
+        if r.after_idle {
+            "woke suspended devices (--after-idle)"
+        } else {
+            "joined devices running since quaverd started"
+        },
+        r.rate,
+        r.period
+    ));
+    doc.table(&summary);
+    let sim: Vec<&PointResult> = r
+        .points
+        .iter()
+        .filter(|p| p.point.path == LatencyPath::Sim && p.measured.is_some())
+        .collect();
+    if !sim.is_empty()
+        && sim
+            .iter()
+            .all(|p| p.error() == Some(p.point.quantum as f64))
+    {
+        doc.para(
+            "Every sim point measures exactly one quantum more than the chain predicts. \
+             That is the engine's start-up, not the path: the daemon starts the sim card \
+             before any stream exists and its first cycle writes the sink without reading \
+             the source (the source node's plan arrives a cycle later), so the card's \
+             playback lead is q + P + q from then on (docs/devices.md: a lead only grows). \
+             `--after-idle`, where the streams wake a suspended card, measures the chain \
+             exactly.",
+        );
     }
-    let mut plots = Vec::new();
+    doc.plot("round-trip", round_trip_plot(r))
+        .heading(3, "Detail")
+        .para(
+            "T: frames the client keeps queued; S: server part, ring to ring; ambiguous: \
+             bookkeeping raced a cycle (left out); xrun-hit: an xrun happened in flight \
+             (left out); RT: SCHED_FIFO for quaverd's RT thread / the client thread.",
+        )
+        .table(&detail)
+        .plot("error-histogram", error_histogram(r))
+        .heading(3, "Histograms of M (frames × impulses)")
+        .list(r.points.iter().map(|p| {
+            let h: Vec<String> = p
+                .histogram
+                .0
+                .iter()
+                .map(|(v, c)| format!("{v}×{c}"))
+                .collect();
+            format!(
+                "{} q={} L={}: {}",
+                p.point.path.name(),
+                p.point.quantum,
+                p.point.request,
+                if h.is_empty() {
+                    "–".into()
+                } else {
+                    h.join(", ")
+                }
+            )
+        }));
+    doc.finish(r, summary, Vec::new())
+}
+
+/// Median round trip and theory against the quantum, per path (points asking for two
+/// quanta).
+fn round_trip_plot(r: &LatencyResults) -> String {
+    let f2ms = |f: f64| f * 1000.0 / r.rate as f64;
     let mut series = Vec::new();
     for path in [LatencyPath::Sim, LatencyPath::Monitor] {
         let pts: Vec<&PointResult> = r
@@ -823,18 +640,18 @@ pub fn render(r: &LatencyResults) -> ModeOutput {
             .dashed(),
         );
     }
-    plots.push((
-        "round-trip".to_string(),
-        line_plot(
-            "Round-trip latency (median) vs quantum",
-            "quantum (frames; streams request 2 × quantum)",
-            "round trip (ms)",
-            &series,
-            true,
-            true,
-        ),
-    ));
-    // Error histograms: measured − theory, per path, over every used impulse.
+    line_plot(
+        "Round-trip latency (median) vs quantum",
+        "quantum (frames; streams request 2 × quantum)",
+        "round trip (ms)",
+        &series,
+        true,
+        true,
+    )
+}
+
+/// Measured − theory over every used impulse, per path.
+fn error_histogram(r: &LatencyResults) -> String {
     let mut errs: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
     for p in &r.points {
         for (&v, &c) in &p.histogram.0 {
@@ -846,99 +663,25 @@ pub fn render(r: &LatencyResults) -> ModeOutput {
         }
     }
     let cats: Vec<String> = errs.keys().map(|k| format!("{k:+}")).collect();
-    plots.push((
-        "error-histogram".to_string(),
-        bar_chart(
-            "Measured − theory over all impulses",
-            "error (frames)",
-            "impulses",
-            &cats,
-            &[
-                ("sim".into(), errs.values().map(|v| v.0 as f64).collect()),
-                (
-                    "monitor".into(),
-                    errs.values().map(|v| v.1 as f64).collect(),
-                ),
-            ],
-        ),
-    ));
-    let mut md = String::new();
-    md.push_str("## Round-trip latency\n\n");
-    let _ = writeln!(
-        md,
-        "Streams {}. Rate {rate} Hz; sim card watermark P = {} frames. M is the round trip a client \
-         sees (from writing a sample to reading it back, for the first frame of its \
-         block); theory M = (T − q) + S with S = q + P through the sim card and S = 0 \
-         through a monitor (see docs/bench.md). `ok` = median within one quantum of \
-         theory.\n",
-        if r.after_idle {
-            "woke suspended devices (--after-idle)"
-        } else {
-            "joined devices running since quaverd started"
-        },
-        r.period
-    );
-    md.push_str(&summary.markdown());
-    let sim: Vec<&PointResult> = r
-        .points
-        .iter()
-        .filter(|p| p.point.path == LatencyPath::Sim && p.measured.is_some())
-        .collect();
-    if !sim.is_empty()
-        && sim
-            .iter()
-            .all(|p| p.error() == Some(p.point.quantum as f64))
-    {
-        md.push_str(
-            "\nEvery sim point measures exactly one quantum more than the chain predicts. \
-             That is the engine's start-up, not the path: the daemon starts the sim card \
-             before any stream exists and its first cycle writes the sink without reading \
-             the source (the source node's plan arrives a cycle later), so the card's \
-             playback lead is q + P + q from then on (docs/devices.md: a lead only grows). \
-             `--after-idle`, where the streams wake a suspended card, measures the chain \
-             exactly.\n",
-        );
-    }
-    md.push_str("\n{plot:round-trip}\n\n### Detail\n\n");
-    md.push_str(
-        "T: frames the client keeps queued; S: server part, ring to ring; ambiguous: \
-         bookkeeping raced a cycle (left out); xrun-hit: an xrun happened in flight \
-         (left out); RT: SCHED_FIFO for quaverd's RT thread / the client thread.\n\n",
-    );
-    md.push_str(&detail.markdown());
-    md.push_str("\n{plot:error-histogram}\n\n### Histograms of M (frames × impulses)\n\n");
-    for p in &r.points {
-        let h: Vec<String> = p
-            .histogram
-            .0
-            .iter()
-            .map(|(v, c)| format!("{v}×{c}"))
-            .collect();
-        let _ = writeln!(
-            md,
-            "- {} q={} L={}: {}",
-            p.point.path.name(),
-            p.point.quantum,
-            p.point.request,
-            if h.is_empty() {
-                "–".into()
-            } else {
-                h.join(", ")
-            }
-        );
-    }
-    ModeOutput {
-        results: serde_json::to_value(r).unwrap_or_default(),
-        markdown: md,
-        plots,
-        summary,
-        extra: Vec::new(),
-    }
+    bar_chart(
+        "Measured − theory over all impulses",
+        "error (frames)",
+        "impulses",
+        &cats,
+        &[
+            ("sim".into(), errs.values().map(|v| v.0 as f64).collect()),
+            (
+                "monitor".into(),
+                errs.values().map(|v| v.1 as f64).collect(),
+            ),
+        ],
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::modes::latency::client::OffsetLock;
 
     #[test]
     fn points_cover_paths_quanta_and_requests() {

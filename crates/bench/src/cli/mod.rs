@@ -6,7 +6,7 @@ pub mod options;
 pub use args::{Cli, Common, Mode};
 
 use crate::Ctx;
-use crate::modes::jack::client as jackclient;
+use crate::modes::jack::client;
 use crate::modes::jack::client::ClientOptions;
 use crate::report::progress::Progress;
 use crate::report::{self, ModeOutput, Record};
@@ -69,7 +69,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         seed,
     } = &cli.mode
     {
-        return jackclient::main(&ClientOptions {
+        return client::main(&ClientOptions {
             clients: *clients,
             voices: *voices,
             prefix: prefix.clone(),

@@ -4,13 +4,12 @@ use crate::Ctx;
 use crate::cli::args::{Common, Mode};
 use crate::modes::bigbuf::BigbufOptions;
 use crate::modes::jack::JackOptions;
-use crate::modes::jack::{self as jackbench};
 use crate::modes::latency::LatencyOptions;
 use crate::modes::load::LoadOptions;
 use crate::modes::peers::PeersOptions;
 use crate::modes::stress::StressOptions;
 use crate::modes::synth::SynthOptions;
-use crate::modes::{bigbuf, latency, load, peers, stress, synth};
+use crate::modes::{bigbuf, jack, latency, load, peers, stress, synth};
 use crate::report::ModeOutput;
 use anyhow::{Result, bail};
 
@@ -276,7 +275,7 @@ pub fn jack(ctx: &mut Ctx, mode: &Mode, common: &Common) -> Result<ModeOutput> {
             .filter(|p| *p > 0)
             .unwrap_or(crate::tools::rt::QUAVERD_DEFAULT_PRIORITY),
     );
-    Ok(jackbench::render::render(&jackbench::run(ctx, &o)?))
+    Ok(jack::render::render(&jack::run(ctx, &o)?))
 }
 
 /// `quaver-bench bigbuf`: its options from the command line, run and reported.

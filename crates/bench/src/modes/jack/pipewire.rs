@@ -160,6 +160,8 @@ pub fn pw_tool() -> Option<PwTool> {
     }
 }
 
+/// pw-top (or pw-profiler) running in the background for one window, its output in a
+/// private folder.
 pub(crate) struct PwMonitor {
     child: Child,
     tool: PwTool,

@@ -5,57 +5,41 @@
 //! outside (`/proc`, the daemon's `status`/`timing` replies, the audio itself), and
 //! writes a JSON record plus a Markdown report with SVG plots. Modes:
 //!
-//! - [`latency`]: round-trip latency through the sim card's loopback and a sink
+//! - [`modes::latency`]: round-trip latency through the sim card's loopback and a sink
 //!   monitor, measured with impulses, next to the latency the design predicts;
-//! - [`load`]: CPU seconds per second of audio, context switches, xruns and memory of
+//! - [`modes::load`]: CPU seconds per second of audio, context switches, xruns and memory of
 //!   quaverd for N playback streams (at the device rate and resampled);
-//! - [`stress`]: the real-time thread's wakeup lateness and cycle time while CPU, disk
+//! - [`modes::stress`]: the real-time thread's wakeup lateness and cycle time while CPU, disk
 //!   and memory stressors run, next to cyclictest's figure for the same load;
-//! - [`peers`]: the same PulseAudio-protocol workload (N `pacat` clients) against
+//! - [`modes::peers`]: the same PulseAudio-protocol workload (N `pacat` clients) against
 //!   quaverd and PulseAudio, side by side;
-//! - [`synth`]: SynthMark-like voice, latency, jitter and switch marks, voices rendered
+//! - [`modes::synth`]: SynthMark-like voice, latency, jitter and switch marks, voices rendered
 //!   in a low-latency callback client;
-//! - [`jackbench`]: one JACK client (libjack loaded at run time) on quaverd, jackd2 and
+//! - [`modes::jack`] (`jack`): one JACK client (libjack loaded at run time) on quaverd, jackd2 and
 //!   PipeWire: xruns under load next to cyclictest, and per-client overhead;
-//! - [`bigbuf`]: one stream asking for 2 s on the sim card with a 2 s ring: quaverd's
+//! - [`modes::bigbuf`]: one stream asking for 2 s on the sim card with a 2 s ring: quaverd's
 //!   wakeups next to PulseAudio's, and how soon an event sound started meanwhile plays.
+//!
+//! The modes live in [`modes`], the instruments they share in [`tools`], and the
+//! Markdown/JSON/SVG output in [`report`].
 //!
 //! Benchmarks measure; the tests of this crate check that the instruments measure
 //! what they claim (e.g. a known injected delay shows up in `latency`), never timing.
 
 #![warn(missing_docs)]
 
-pub mod bigbuf;
 pub mod cli;
-pub mod clock;
-pub mod cyclictest;
-pub mod daemon;
-pub mod exec;
-pub mod jackbench;
-pub mod jackclient;
-pub mod jackffi;
-pub mod latency;
-pub mod load;
-pub mod machine;
-pub mod monlat;
-pub mod paclient;
-pub mod peers;
-pub mod procfs;
-pub mod progress;
+pub mod modes;
 pub mod report;
-pub mod rng;
-pub mod rt;
-pub mod servers;
-pub mod stats;
-pub mod stress;
-pub mod stressor;
-pub mod svg;
-pub mod switch;
-pub mod synth;
-pub mod underload;
+pub mod tools;
 
-use daemon::{Daemon, DaemonSpec};
+// The paths the integration tests (and docs) used before the modes/tools/report split.
+pub use modes::latency;
+pub use modes::peers::monlat;
+pub use tools::{exec, procfs, rng, servers};
+
 use std::path::PathBuf;
+use tools::daemon::{Daemon, DaemonSpec};
 
 /// What every mode needs: where quaverd is, the seed, how long to run, and the list
 /// of commands and notes that go into the report.
@@ -70,7 +54,7 @@ pub struct Ctx {
     /// `--realtime-priority` for quaverd (None: its default).
     pub realtime_priority: Option<i32>,
     /// Progress bars.
-    pub progress: progress::Progress,
+    pub progress: report::progress::Progress,
     /// Every external command run, in order.
     pub commands: Vec<String>,
     /// Remarks for the report.
@@ -85,7 +69,7 @@ impl Ctx {
             seed,
             quick,
             realtime_priority: None,
-            progress: progress::Progress::hidden(),
+            progress: report::progress::Progress::hidden(),
             commands: Vec::new(),
             notes: Vec::new(),
         }

@@ -1,0 +1,9 @@
+//! The measurements, one module per `quaver-bench` subcommand.
+
+pub mod bigbuf;
+pub mod jack;
+pub mod latency;
+pub mod load;
+pub mod peers;
+pub mod stress;
+pub mod synth;

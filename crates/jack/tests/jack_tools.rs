@@ -258,7 +258,7 @@ fn jack_iodelay_measures_the_sim_loopback_that_the_latency_bench_predicts() {
     let out = lines.lock().unwrap().clone();
     assert!(enough, "too few reports from jack_iodelay:\n{out}");
     // `quaver-bench latency` predicts the sim path's server part (ring to ring) as
-    // S = q + P (crates/bench/src/latency.rs): a JACK client reads its input and writes
+    // S = q + P (crates/bench/src/modes/latency/): a JACK client reads its input and writes
     // its output in the same cycle, with no ring of its own, so it sees exactly S. The
     // first reports come while jack_iodelay's detector locks on; of the rest, a device
     // xrun of a stalled VM may disturb one or two (the card restarts with the same lead).

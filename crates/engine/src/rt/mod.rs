@@ -33,7 +33,7 @@
 //! [`Processor`], `stream::FrameSource`/`FrameSink` and `callback::CallbackTransport`),
 //! each with its bound (the PulseAudio ones in detail: `docs/pulse.md`, "Threads"):
 //!
-//! - **Doorbells** (native `ShmSource`/`ShmSink`, `daemon/src/native.rs`): one eventfd
+//! - **Doorbells** (native `ShmSource`/`ShmSink`, `native/src/rt.rs`): one eventfd
 //!   write per stream per cycle; pulse's `Bell` (`transport.rs`): at most one until the
 //!   I/O thread has woken, however many streams ring it.
 //! - **Callback clients** (native `ShmCallback`): one eventfd write to wake the client,
@@ -41,15 +41,15 @@
 //! - **Client shared memory** (native `ShmRing`/`CallbackShm`, pulse's srbchannel and
 //!   memfd pool): plain loads and copies; every index a client can write is validated
 //!   first, and a corrupt one silences the stream or hands it back, never faults.
-//! - **REQUEST** (`pulse/src/rtwire.rs`): one non-blocking (`MSG_DONTWAIT`) `send` of 40
+//! - **REQUEST** (`pulse/src/rt/rtwire.rs`): one non-blocking (`MSG_DONTWAIT`) `send` of 40
 //!   bytes on the client's unix socket, at most one per stream per cycle, only under a
 //!   try-lock it never waits for; the kernel may allocate the socket buffer.
-//! - **Block releases** (`pulse/src/intake.rs`): at most `MAX_RELEASES` (16) 20-byte
+//! - **Block releases** (`pulse/src/rt/intake.rs`): at most `MAX_RELEASES` (16) 20-byte
 //!   frames, only in the same write as that REQUEST, never alone.
-//! - **srbchannel** (`pulse/src/srb.rs`): for a client that took it, those packets go
+//! - **srbchannel** (`pulse/src/io/srb.rs`): for a client that took it, those packets go
 //!   whole (or not at all) into its 32 KiB shared ring instead of the socket, plus one
 //!   non-blocking 8-byte pipe write to wake it if it sleeps (none again until it woke).
-//! - **Intake** (`pulse/src/intake.rs`): for one lent low-latency stream, up to 16 whole
+//! - **Intake** (`pulse/src/rt/intake.rs`): for one lent low-latency stream, up to 16 whole
 //!   memfd blocks per cycle, each copied from the client's sealed pool into a scratch
 //!   buffer (no larger than it) and decoded into the stream's ring; anything else in the
 //!   channel stops it before the frame and hands the intake back to the I/O thread.

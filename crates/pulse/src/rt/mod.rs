@@ -7,7 +7,7 @@
 //! - [`rtwire`]: REQUESTs the RT thread sends itself.
 //! - [`intake`]: the client's blocks the RT thread takes in itself.
 //!
-//! The rules every file here follows (the engine's contract, `engine/src/rt.rs`, with
+//! The rules every file here follows (the engine's contract, `engine/src/rt/mod.rs`, with
 //! the front-end's exceptions, each bounded):
 //!
 //! - No allocation or freeing, no locks that can wait (only try-locks never waited

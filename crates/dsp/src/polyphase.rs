@@ -1,13 +1,10 @@
 //! Exact polyphase resampling at a fixed rational ratio, with filter tables shared by
 //! every stream that converts between the same two rates.
 //!
-//! Why not rubato here: rubato builds a private sinc table for every resampler. With
-//! 32 streams of 44.1 kHz into a 48 kHz graph that is 32 copies of the same 20 KiB
-//! table, and a profile of quaverd (32 `paplay --latency-msec=20`, quantum 128) put
-//! half of the daemon's CPU in rubato's dot product, stalled on loads from those tables
-//! (the clients' and the I/O thread's wakeups on the same core evict them between two
-//! cycles), while the same 32 resamplers in a loop alone ran five times faster. One
-//! table per rate pair stays in cache. rubato still does every ratio that moves
+//! Why not rubato here: rubato builds a private sinc table for every resampler, so 32
+//! streams of 44.1 kHz into a 48 kHz graph keep 32 copies of the same 20 KiB table,
+//! which other threads' wakeups evict from the cache between two cycles (profiled in
+//! docs/dsp.md). One table per rate pair stays in cache. rubato still does every ratio that moves
 //! (drift, variable-rate streams) and the other qualities; the filter here is the one
 //! rubato's `medium` setting uses (windowed sinc, squared Blackman–Harris window,
 //! rubato's own cutoff for that length), evaluated at the exact sub-phases.
@@ -207,8 +204,8 @@ unsafe fn render_avx2_inner(
 }
 
 /// [`render_body`] for 32 taps with 8-lane vectors written out: the compiler kept the
-/// generic loop's sums in 4-lane registers with shuffles between them, and this took
-/// 11–13 % of the RT thread's time with one 44.1 kHz stream at 20 ms (perf). The row's
+/// generic loop's sums in 4-lane registers with shuffles between them, a hot spot of the
+/// RT thread with one resampled stream (figures in docs/bench.md). The row's
 /// four vectors are loaded once per frame for every channel; lane `k` sums taps `k`,
 /// `k + 8`, … and the lanes are added up as [`dot_body`] adds them, multiply then add
 /// (no fused multiply-add), so the result is the generic loop's bits.

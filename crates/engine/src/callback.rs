@@ -145,16 +145,15 @@ pub struct CallbackConfig {
 impl Default for CallbackConfig {
     fn default() -> Self {
         CallbackConfig {
-            // The whole period: under stress-ng on a 2-vCPU VM the callbacks that missed
-            // a 0.8 deadline at 64 frames had woken within 35 µs and finished between
-            // 0.87 and 1.03 periods (CPU slowdown episodes); answers a whole period
-            // allows are still in time for the device, whose margin (≥ 4 ms by default)
-            // covers the server's own mixing afterwards.
+            // The whole period: clients that miss a shorter deadline under load were
+            // woken in time and slowed down by the CPU; an answer within the period is
+            // still in time for the device, whose margin (≥ 4 ms by default) covers the
+            // server's own mixing afterwards.
             deadline: 1.0,
             async_after: 8,
-            // Far above the longest stall measured on the project's VM under load (a
-            // 67 ms wake at 32 frames), well below what a user takes for "hung"; jackd2
-            // gives a client 500 ms (its default --timeout) before it gives up on it.
+            // Far above the longest stall a loaded machine gives a woken client, well
+            // below what a user takes for "hung"; jackd2 gives a client 500 ms (its
+            // default --timeout) before it gives up on it.
             hung_ms: 250,
             // Long against the bursts that sent it async (CPU slowdowns of tens of ms,
             // seconds of compile or GC load come and go several times a second), short

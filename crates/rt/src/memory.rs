@@ -64,9 +64,8 @@ fn memlock_limit() -> Option<u64> {
 ///
 /// `Auto` locks only the RT stacks: locked pages cannot be given back by the allocator
 /// (glibc trims with `MADV_DONTNEED`, which locked pages refuse), so under `mlockall`
-/// the daemon's RSS stays at its high-water mark. Measured with 32 default-latency
-/// `paplay` streams, then one: 22.7 MB afterwards with `mlockall` against 6.8 MB without,
-/// and 61 MB through a whole `quaver-bench peers` run. `All` is for machines under
+/// the daemon's RSS stays at its high-water mark (three times the memory after a burst
+/// of streams, docs/bench.md). `All` is for machines under
 /// memory pressure, where a fault from swap on the RT path is the bigger risk.
 ///
 /// `MCL_ONFAULT` is why locking everything is affordable: pages are locked as they

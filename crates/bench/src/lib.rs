@@ -33,11 +33,6 @@ pub mod modes;
 pub mod report;
 pub mod tools;
 
-// The paths the integration tests (and docs) used before the modes/tools/report split.
-pub use modes::latency;
-pub use modes::peers::monlat;
-pub use tools::{exec, procfs, rng, servers};
-
 use std::path::PathBuf;
 use tools::daemon::{Daemon, DaemonSpec};
 

@@ -412,7 +412,7 @@ fn a_bench_told_to_stop_stops_the_daemon_it_started() {
     };
     let t0 = Instant::now();
     let daemon = loop {
-        if let Some(p) = quaver_bench::procfs::children_of(bench.id())
+        if let Some(p) = quaver_bench::tools::procfs::children_of(bench.id())
             .into_iter()
             .find(is_quaverd)
         {
@@ -445,7 +445,7 @@ fn a_bench_told_to_stop_stops_the_daemon_it_started() {
     // SAFETY: a signal to the child this test started.
     unsafe { libc::kill(bench.id() as i32, libc::SIGTERM) };
     let (status, _) =
-        quaver_bench::exec::wait_bounded(&mut bench, Duration::from_secs(20)).unwrap();
+        quaver_bench::tools::exec::wait_bounded(&mut bench, Duration::from_secs(20)).unwrap();
     let mut err = String::new();
     std::io::Read::read_to_string(&mut bench.stderr.take().unwrap(), &mut err).unwrap();
     let status = status.unwrap_or_else(|| panic!("the bench did not stop: {err}"));
@@ -470,7 +470,7 @@ fn peers_record(args: &[&str], seed: u64, dir: &Path) -> Option<serde_json::Valu
     all.extend_from_slice(args);
     all.extend_from_slice(&["--seed", &seed_s]);
     let o = bench(&all, dir);
-    if quaver_bench::exec::which("paplay").is_none() {
+    if quaver_bench::tools::exec::which("paplay").is_none() {
         assert!(!o.status.success());
         assert!(String::from_utf8_lossy(&o.stderr).contains("paplay"));
         return None;
@@ -526,7 +526,7 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
     // error would name the reason, never a zero).
     let pw_installed = ["pipewire", "pipewire-pulse", "wireplumber", "dbus-daemon"]
         .iter()
-        .all(|p| quaver_bench::exec::which(p).is_some());
+        .all(|p| quaver_bench::tools::exec::which(p).is_some());
     let pw = servers.iter().find(|s| s["server"] == "pipewire");
     assert_eq!(pw.is_some(), pw_installed);
     if let Some(pw) = pw {

@@ -5,7 +5,7 @@
 mod common;
 
 use quaver_bench::Ctx;
-use quaver_bench::latency::{self, LatencyOptions, LatencyPath, LatencyResults};
+use quaver_bench::modes::latency::{self, LatencyOptions, LatencyPath, LatencyResults};
 
 fn run(paths: &[LatencyPath], quanta: &[usize], inject: usize, after_idle: bool) -> LatencyResults {
     let mut ctx = Ctx::new(common::quaverd_bin(), 7, true);

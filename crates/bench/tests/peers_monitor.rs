@@ -6,9 +6,9 @@
 mod common;
 
 use quaver_bench::Ctx;
-use quaver_bench::monlat::{self, MonitorOptions, MonitorPoint};
-use quaver_bench::rng::Rng;
-use quaver_bench::servers::Server;
+use quaver_bench::modes::peers::monlat::{self, MonitorOptions, MonitorPoint};
+use quaver_bench::tools::rng::Rng;
+use quaver_bench::tools::servers::Server;
 
 /// A point at 20 ms in two rounds of one second each.
 fn point(server: &Server, inject_ms: u32) -> MonitorPoint {

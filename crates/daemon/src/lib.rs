@@ -128,6 +128,7 @@ pub fn run(cfg: Config) -> Result<()> {
                 .resample_quality
                 .parse()
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
+            restore: restore.clone(),
         },
         native::CallbackOptions {
             deadline: cfg.callback.deadline,

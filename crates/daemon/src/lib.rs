@@ -19,8 +19,8 @@ pub use quaver_rt::signals::{block_stop_signals, wait_for_stop_signal};
 
 /// Where stream restore keeps its entries: the configured file, else the default one,
 /// else (no state or home directory) memory only.
-fn restore_mode(cfg: &Config) -> quaver_pulse::RestoreMode {
-    use quaver_pulse::RestoreMode;
+fn restore_mode(cfg: &Config) -> quaver_policy::restore::RestoreMode {
+    use quaver_policy::restore::RestoreMode;
     if !cfg.pulse.stream_restore {
         return RestoreMode::Off;
     }
@@ -28,7 +28,7 @@ fn restore_mode(cfg: &Config) -> quaver_pulse::RestoreMode {
         .pulse
         .restore_file
         .clone()
-        .or_else(quaver_pulse::restore::default_path)
+        .or_else(quaver_policy::restore::default_path)
     {
         Some(path) => {
             tracing::info!("stream restore: entries kept in {}", path.display());
@@ -114,6 +114,9 @@ pub fn run(cfg: Config) -> Result<()> {
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
+    // One memory for both front-ends: a kind of stream keeps its volume whichever
+    // protocol its next stream comes through.
+    let restore = restore_mode(&cfg).open();
     let server = native::NativeServer::with_callback_options(
         engine.clone(),
         policy.clone(),
@@ -125,6 +128,7 @@ pub fn run(cfg: Config) -> Result<()> {
                 .resample_quality
                 .parse()
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
+            restore: restore.clone(),
         },
         native::CallbackOptions {
             deadline: cfg.callback.deadline,
@@ -149,7 +153,7 @@ pub fn run(cfg: Config) -> Result<()> {
                     memfd_record: cfg.pulse.memfd_record,
                     realtime_io_below_usec: cfg.pulse.realtime_io_below_ms as u64 * 1000,
                     rt_requests: cfg.pulse.rt_requests,
-                    stream_restore: restore_mode(&cfg),
+                    stream_restore: restore.clone(),
                     cookie_path: cfg.pulse.cookie.clone(),
                     modules: cfg.pulse.modules.clone(),
                     on_exit: cfg

@@ -9,12 +9,14 @@
 //! - `streams`: playback and record streams over shared-memory rings.
 //! - `callback`: callback (JACK-style) nodes.
 //! - `introspect`: the status, timing and graph replies.
+//! - `restore`: stream restore (the policy's store) for native streams.
 //! - `rt`: the RT half, what the engine calls every cycle.
 //!
 //! The protocol is described in `docs/protocol.md`, callback clients in `docs/jack.md`.
 
 mod callback;
 mod introspect;
+mod restore;
 mod rt;
 mod session;
 mod streams;
@@ -41,6 +43,8 @@ pub struct NativeOptions {
     pub max_streams_per_client: usize,
     /// Resampler quality for streams whose rate differs from the engine's.
     pub resample_quality: ResampleQuality,
+    /// Stream restore's entries, shared with the daemon's other front-ends; `None`: off.
+    pub restore: Option<quaver_policy::restore::SharedStore>,
 }
 
 /// Settings of callback (JACK-style) clients.
@@ -136,6 +140,8 @@ struct ClientEntry {
     pid: Option<u32>,
     /// Streams and callback nodes of this client.
     streams: Vec<NodeId>,
+    /// Stream restore's kind and the channel map of each stream that has a kind.
+    kinds: BTreeMap<NodeId, (String, quaver_dsp::ChannelMap)>,
     callbacks: BTreeMap<NodeId, CallbackEntry>,
 }
 

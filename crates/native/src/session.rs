@@ -129,6 +129,7 @@ impl NativeServer {
                                 name: client_name,
                                 pid,
                                 streams: Vec::new(),
+                                kinds: BTreeMap::new(),
                                 callbacks: BTreeMap::new(),
                             },
                         );
@@ -221,6 +222,7 @@ impl NativeServer {
                     let c = clients.get_mut(&client).expect("registered at hello");
                     let before = c.streams.len();
                     c.streams.retain(|&n| n != node);
+                    c.kinds.remove(&node);
                     if let Some(cb) = c.callbacks.remove(&node) {
                         cb.retire();
                     }
@@ -310,7 +312,10 @@ impl NativeServer {
             }
             Request::SetVolume { node, volume, mute } => {
                 match self.engine.set_volume(&node, volume, mute) {
-                    Ok(()) => (Reply::Ok, none),
+                    Ok(()) => {
+                        self.remember(&node, volume, mute);
+                        (Reply::Ok, none)
+                    }
                     Err(e) => (engine_error(e), none),
                 }
             }

@@ -26,7 +26,9 @@ impl NativeServer {
         p: &StreamParams,
     ) -> Result<(StreamCreated, Vec<OwnedFd>), Reply> {
         self.check_stream_limit(client)?;
-        let (target, node_map) = self.stream_target(p)?;
+        let restored = self.restored(client, p);
+        let remembered = restored.device(p, &self.engine.graph());
+        let (target, node_map) = self.stream_target(p, remembered.as_deref())?;
         let cfg = self.engine.config();
         let rate = self.engine.rate();
         let latency_engine = p
@@ -46,20 +48,29 @@ impl NativeServer {
             })?);
         let bell_fd = rustix::io::dup(bell.as_fd())
             .map_err(|e| Reply::error(ErrorCode::Internal, format!("dup eventfd: {e}")))?;
-        let spec = stream_spec(client, p, &node_map, latency_engine);
+        let mut spec = stream_spec(client, p, &node_map, latency_engine);
+        if let Some(v) = restored.volume(p) {
+            spec.volume = v;
+        }
         let processor = self.stream_processor(p, ring, &bell, &node_map, capacity)?;
         let id = self
             .engine
             .add_node_linked(spec, Some(processor), target.as_deref())
             .map_err(engine_error)?;
+        if restored.muted()
+            && let Err(e) = self.engine.set_volume(&id.to_string(), None, Some(true))
+        {
+            tracing::debug!("stream restore: mute of stream {id}: {e}");
+        }
         let node_name = self.engine.node_name(id).unwrap_or_default();
-        self.clients
-            .lock()
-            .expect("poisoned")
-            .get_mut(&client)
-            .expect("registered at hello")
-            .streams
-            .push(id);
+        {
+            let mut clients = self.clients.lock().expect("poisoned");
+            let c = clients.get_mut(&client).expect("registered at hello");
+            c.streams.push(id);
+            if let Some(key) = restored.key {
+                c.kinds.insert(id, (key, p.channels.clone()));
+            }
+        }
         tracing::info!(
             "client {client}: {:?} stream {node_name} ({} Hz, {}) → {}",
             p.direction,
@@ -94,9 +105,14 @@ impl NativeServer {
         Ok(())
     }
 
-    /// Where a new stream goes (the node it named, else the policy's default; none when
-    /// there is nothing to link to) and the channel layout of its node's ports.
-    fn stream_target(&self, p: &StreamParams) -> Result<(Option<String>, ChannelMap), Reply> {
+    /// Where a new stream goes (the node it named, else the device stream restore
+    /// remembers for its kind, else the policy's default; none when there is nothing to
+    /// link to) and the channel layout of its node's ports.
+    fn stream_target(
+        &self,
+        p: &StreamParams,
+        remembered: Option<&str>,
+    ) -> Result<(Option<String>, ChannelMap), Reply> {
         let graph = self.engine.graph();
         let views: Vec<NodeView> = graph
             .nodes
@@ -106,7 +122,11 @@ impl NativeServer {
                 kind: n.kind.as_str().to_string(),
             })
             .collect();
-        let requested = p.target.as_deref().or(p.monitor_of.as_deref());
+        let requested = p
+            .target
+            .as_deref()
+            .or(p.monitor_of.as_deref())
+            .or(remembered);
         let target = {
             let policy = self.policy.lock().expect("poisoned");
             match p.direction {

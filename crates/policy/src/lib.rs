@@ -6,8 +6,11 @@
 //!
 //! - [`rehome`]: the thread that moves streams off a device that goes away; it applies
 //!   the policy's answers to the engine.
+//! - [`restore`]: stream restore's memory (volume, mute and device per kind of stream),
+//!   one store for every front-end.
 
 pub mod rehome;
+pub mod restore;
 
 use serde::{Deserialize, Serialize};
 

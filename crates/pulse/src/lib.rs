@@ -47,7 +47,7 @@ pub use listener::{PulseListener, default_socket_path};
 /// The wire codec, re-exported for tests and tools that speak the protocol directly.
 pub use pulseaudio;
 pub use rt::{intake, rtwire, transport};
-pub use state::{PulseOptions, RestoreMode};
+pub use state::PulseOptions;
 pub use tcp::TcpOptions;
 pub use wire::{bufattr, convert, tagcheck};
 
@@ -81,11 +81,7 @@ impl PulseServer {
                 .map(|_| u32::from_ne_bytes(b))
                 .unwrap_or_else(|_| std::process::id())
         };
-        let restore = match &opts.stream_restore {
-            RestoreMode::Off => None,
-            RestoreMode::Memory => Some(Mutex::new(restore::Store::memory())),
-            RestoreMode::File(path) => Some(Mutex::new(restore::Store::open(path))),
-        };
+        let restore = opts.stream_restore.clone();
         let io = Arc::new(io::shared::IoShared::new().context("creating the pulse I/O bell")?);
         let server = Arc::new(Server {
             // Subscribe before anything else looks at the graph so no event is missed.

@@ -44,8 +44,9 @@ pub struct PulseOptions {
     /// Let the RT thread send playback streams' requests to unix-socket clients itself
     /// ([`crate::rt::rtwire`]).
     pub rt_requests: bool,
-    /// Where stream restore keeps its entries (see [`crate::ext::restore`]).
-    pub stream_restore: RestoreMode,
+    /// Stream restore's entries, shared with the daemon's other front-ends (see
+    /// [`crate::ext::restore`]); `None`: off, and its extension answers NOEXTENSION.
+    pub stream_restore: Option<quaver_policy::restore::SharedStore>,
     /// The auth cookie TCP clients present (`[pulse] cookie`); `None`:
     /// `~/.config/pulse/cookie`. Read (or created) when a TCP listener starts.
     pub cookie_path: Option<std::path::PathBuf>,
@@ -56,17 +57,6 @@ pub struct PulseOptions {
     /// clean stop, as on SIGTERM. `None`: EXIT is refused with ACCESS, as by
     /// PulseAudio's `--disallow-exit`.
     pub on_exit: Option<fn()>,
-}
-
-/// Whether and where stream restore remembers stream volumes, mutes and devices.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RestoreMode {
-    /// No stream restore; its extension answers NOEXTENSION.
-    Off,
-    /// Remembered until the server stops.
-    Memory,
-    /// Remembered in this file across restarts.
-    File(std::path::PathBuf),
 }
 
 /// SCHED_FIFO priority of the I/O thread while a low-latency stream plays: above every
@@ -85,7 +75,7 @@ impl Default for PulseOptions {
             realtime_io_below_usec: 8_000,
             rt_requests: false,
             // A library default must not write into the user's state directory.
-            stream_restore: RestoreMode::Memory,
+            stream_restore: Some(quaver_policy::restore::Store::memory().shared()),
             cookie_path: None,
             modules: Vec::new(),
             // A library must not let its clients stop the program it runs in unasked.
@@ -182,7 +172,7 @@ pub struct Server {
     /// A per-run random number PulseAudio clients use to detect restarts.
     pub cookie: u32,
     /// Stream restore's entries; `None` when it is off.
-    pub restore: Option<Mutex<crate::ext::restore::Store>>,
+    pub restore: Option<quaver_policy::restore::SharedStore>,
     /// Where accepted connections are handed to the I/O thread.
     pub(crate) io: Arc<crate::io::shared::IoShared>,
 }

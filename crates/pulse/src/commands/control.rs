@@ -318,7 +318,7 @@ impl Conn {
             .map_err(engine_err)?;
         self.srv.remember(index, |e, s| {
             if volume.is_some() {
-                e.volume = Some((s.map, s.cvolume));
+                e.volume = Some(crate::ext::restore::volume_from_pa(&s.map, &s.cvolume));
             }
             if mute.is_some() {
                 e.mute = mute;

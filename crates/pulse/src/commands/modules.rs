@@ -189,8 +189,11 @@ impl Conn {
                 let entries = lock().entries().clone();
                 self.out().reply_with(seq, |ts| {
                     for (name, e) in &entries {
-                        let (map, vol) =
-                            e.volume.unwrap_or((PaMap::empty(), ChannelVolume::empty()));
+                        let (map, vol) = e
+                            .volume
+                            .as_ref()
+                            .map(restore::volume_to_pa)
+                            .unwrap_or((PaMap::empty(), ChannelVolume::empty()));
                         ts.write_string(Some(cstr(name))).expect("vec");
                         ts.write(map).expect("vec");
                         ts.write(vol).expect("vec");
@@ -200,7 +203,7 @@ impl Conn {
                 });
             }
             Request::Write(mode, apply, entries) => {
-                let stored = lock().write(mode, entries)?;
+                let stored = lock().write(mode, entries).map_err(restore::store_error)?;
                 if apply {
                     srv.apply_restore(&stored);
                 }

@@ -1,42 +1,26 @@
-//! Stream restore: the volume, mute and device of each kind of stream remembered across
-//! restarts and given back to new streams of that kind, plus PulseAudio's extension
-//! protocol for it (`pa_ext_stream_restore_*`, which pavucontrol uses for its "System
-//! Sounds" slider).
+//! Stream restore's PulseAudio extension protocol (`pa_ext_stream_restore_*`, which
+//! pavucontrol uses for its "System Sounds" slider), and the conversion between its
+//! volumes and the policy store's.
 //!
-//! - **Kinds.** A stream's kind is its first of `media.role`, `application.id`,
-//!   `application.name`, `media.name`, prefixed by the direction, as PulseAudio forms them
-//!   ("sink-input-by-application-name:mpv"). A stream with none of them is not remembered.
-//! - **Remembering.** A client changing a stream's volume or mute, or moving it, records
-//!   the new value for the stream's kind. A client's own volume at creation is not
-//!   recorded (PulseAudio's `save_volume = false` there): only a choice made afterwards.
-//! - **Restoring.** A new stream takes the remembered device, volume and mute, each only
-//!   if the client did not ask for one itself, and the device only if it exists.
-//! - **Keeping.** The entries live in a TOML file (`$XDG_STATE_HOME/quaver/restore.toml`
-//!   by default), rewritten whole by a background thread after each change so no client
-//!   thread waits on the disk. A file that cannot be parsed is set aside as `….bad` with a
-//!   warning instead of being overwritten.
+//! The store itself (entries per kind of stream, its file, its limits, how kinds are
+//! formed) is `quaver_policy::restore`, shared with the native front-end; the half that
+//! works on live PulseAudio streams (`Server::restore_for`, `remember`,
+//! `apply_restore`) is `restore_live.rs`.
+//!
 //! - **Bad input.** Every field of the extension protocol is checked; a malformed request
 //!   gets an error reply (PulseAudio drops the whole connection instead), and the number
 //!   of entries is capped at [`MAX_ENTRIES`].
-//!
-//! This file is the store and the extension's parser, below the front-end's state; the
-//! half that works on live streams (`Server::restore_for`, `remember`, `apply_restore`)
-//! is `restore_live.rs`.
+//! - **Volumes.** The store keeps linear gains; a PulseAudio volume converts to one and
+//!   back exactly (the cube and cube root in `f64` lose less than half a step).
 
 use crate::wire::convert::prop_str;
 use crate::wire::convert::{MAX_CHANNELS, map_from_pa, map_to_pa};
 use pulseaudio::protocol::{ChannelMap as PaMap, ChannelVolume, Prop, Props, PulseError, Volume};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+pub use quaver_policy::restore::{Entry, MAX_ENTRIES, MAX_NAME, WriteMode};
+use quaver_policy::restore::{StoreError, StreamProps};
 
 /// The module name clients address the extension by.
 pub const MODULE_NAME: &str = "module-stream-restore";
-/// Most entries kept; a write that would exceed it is refused.
-pub const MAX_ENTRIES: usize = 1024;
-/// Longest entry name or device name accepted, in bytes.
-pub const MAX_NAME: usize = 512;
 /// The loudest volume the protocol allows (`PA_VOLUME_MAX`).
 pub const VOLUME_MAX: u32 = u32::MAX / 2;
 /// Version answered to TEST (PulseAudio's module answers 1).
@@ -56,28 +40,6 @@ pub mod sub {
     pub const SUBSCRIBE: u32 = 4;
     /// Sent to subscribers after the entries changed.
     pub const EVENT: u32 = 5;
-}
-
-/// How WRITE combines its entries with the stored ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteMode {
-    /// Drop every stored entry first.
-    Set,
-    /// Add only names not stored yet.
-    Merge,
-    /// Overwrite the names given.
-    Replace,
-}
-
-/// One remembered kind of stream.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Entry {
-    /// Per-channel volume with the channel map it was set in.
-    pub volume: Option<(PaMap, ChannelVolume)>,
-    /// Device name.
-    pub device: Option<String>,
-    /// Mute.
-    pub mute: Option<bool>,
 }
 
 /// A parsed extension request (after the module index and name).
@@ -256,7 +218,7 @@ impl Request {
                     let volume = if nv == 0 {
                         None
                     } else if nv == map.num_channels() as usize {
-                        Some((map, vol))
+                        Some(volume_from_pa(&map, &vol))
                     } else {
                         return t.err("volume and channel map differ in channels");
                     };
@@ -296,315 +258,67 @@ impl Request {
     }
 }
 
-/// The kind of a stream, from its proplist (PulseAudio's stream-group order).
+/// The kind of a stream, from its proplist (the policy's rule over PulseAudio's keys).
 pub fn stream_key(props: &Props, playback: bool) -> Option<String> {
-    let prefix = if playback {
-        "sink-input"
-    } else {
-        "source-output"
+    let role = prop_str(props, Prop::MediaRole);
+    let app_id = prop_str(props, Prop::ApplicationId);
+    let app_name = prop_str(props, Prop::ApplicationName);
+    let media_name = prop_str(props, Prop::MediaName);
+    let props = StreamProps {
+        role: role.as_deref(),
+        app_id: app_id.as_deref(),
+        app_name: app_name.as_deref(),
+        media_name: media_name.as_deref(),
     };
-    [
-        (Prop::MediaRole, "media-role"),
-        (Prop::ApplicationId, "application-id"),
-        (Prop::ApplicationName, "application-name"),
-        (Prop::MediaName, "media-name"),
-    ]
-    .into_iter()
-    .find_map(|(p, what)| {
-        prop_str(props, p)
-            .filter(|v| !v.is_empty())
-            .map(|v| format!("{prefix}-by-{what}:{v}"))
-    })
-    .filter(|k| k.len() <= MAX_NAME)
+    quaver_policy::restore::stream_key(&props, playback)
+}
+
+/// PulseAudio's software volume (cubic) as a linear gain, uncapped so that it converts
+/// back to the same step.
+fn gain_from_pa(v: Volume) -> f64 {
+    let f = v.as_u32() as f64 / Volume::NORM.as_u32() as f64;
+    f * f * f
+}
+
+/// A linear gain as PulseAudio's volume, to the nearest step.
+fn gain_to_pa(g: f64) -> Volume {
+    let raw = g.max(0.0).cbrt() * Volume::NORM.as_u32() as f64;
+    Volume::from_u32_clamped((raw.round() as u32).min(VOLUME_MAX))
+}
+
+/// A PulseAudio per-channel volume in channel map `map` as the store keeps it.
+pub fn volume_from_pa(map: &PaMap, v: &ChannelVolume) -> quaver_policy::restore::Volume {
+    quaver_policy::restore::Volume {
+        map: map_from_pa(map),
+        gains: v.channels().iter().map(|&c| gain_from_pa(c)).collect(),
+    }
+}
+
+/// A stored volume as PulseAudio's channel map and per-channel volume.
+pub fn volume_to_pa(v: &quaver_policy::restore::Volume) -> (PaMap, ChannelVolume) {
+    (map_to_pa(&v.map), cvolume(&v.gains))
+}
+
+fn cvolume(gains: &[f64]) -> ChannelVolume {
+    let mut out = ChannelVolume::empty();
+    for &g in gains.iter().take(MAX_CHANNELS as usize) {
+        out.push(gain_to_pa(g));
+    }
+    out
 }
 
 /// `entry`'s volume for a stream with channel map `map`: as stored when the maps match,
 /// else its loudest channel on every channel (no balance is carried across layouts).
 pub fn volume_for(entry: &Entry, map: &PaMap) -> Option<ChannelVolume> {
-    let (m, v) = entry.volume.as_ref()?;
-    if m == map {
-        return Some(*v);
-    }
-    let loudest = v
-        .channels()
-        .iter()
-        .map(|c| c.as_u32())
-        .max()
-        .unwrap_or(Volume::NORM.as_u32());
-    let mut out = ChannelVolume::empty();
-    for _ in 0..map.num_channels().max(1) {
-        out.push(Volume::from_u32_clamped(loudest));
-    }
-    Some(out)
+    let v = entry.volume.as_ref()?;
+    Some(cvolume(&v.gains_for(&map_from_pa(map))))
 }
 
-/// One entry in the file.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileEntry {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    device: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    mute: Option<bool>,
-    /// Channel positions, quaver's names ("FL,FR").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    channels: Option<String>,
-    /// Per-channel volume in PulseAudio units (65536 = 100 %).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    volume: Option<Vec<u32>>,
-}
-
-/// The file: a table of entries by name.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileFormat {
-    #[serde(default)]
-    entry: BTreeMap<String, FileEntry>,
-}
-
-/// The remembered entries, and the thread that keeps them on disk.
-#[derive(Debug)]
-pub struct Store {
-    entries: BTreeMap<String, Entry>,
-    saver: Option<mpsc::Sender<BTreeMap<String, Entry>>>,
-}
-
-impl Store {
-    /// Entries kept in memory only.
-    pub fn memory() -> Store {
-        Store {
-            entries: BTreeMap::new(),
-            saver: None,
-        }
+/// The protocol error for a change the store refused.
+pub fn store_error(e: StoreError) -> PulseError {
+    match e {
+        StoreError::TooMany => PulseError::TooLarge,
     }
-
-    /// Entries loaded from `path` (none if it does not exist), saved back there after
-    /// every change.
-    pub fn open(path: &Path) -> Store {
-        let entries = match std::fs::read_to_string(path) {
-            Ok(text) => match parse_file(&text) {
-                Ok(e) => {
-                    tracing::info!(
-                        "stream restore: {} entries from {}",
-                        e.len(),
-                        path.display()
-                    );
-                    e
-                }
-                Err(why) => {
-                    let bad = path.with_extension("toml.bad");
-                    tracing::warn!(
-                        "stream restore: {} is not valid ({why}); set aside as {} and starting empty",
-                        path.display(),
-                        bad.display()
-                    );
-                    if let Err(e) = std::fs::rename(path, &bad) {
-                        tracing::warn!("stream restore: cannot rename it: {e}");
-                    }
-                    BTreeMap::new()
-                }
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => {
-                tracing::warn!(
-                    "stream restore: cannot read {}: {e}; starting empty",
-                    path.display()
-                );
-                BTreeMap::new()
-            }
-        };
-        Store {
-            entries,
-            saver: spawn_saver(path.to_path_buf()),
-        }
-    }
-
-    /// Every entry, by name.
-    pub fn entries(&self) -> &BTreeMap<String, Entry> {
-        &self.entries
-    }
-
-    /// The entry for `key`.
-    pub fn get(&self, key: &str) -> Option<&Entry> {
-        self.entries.get(key)
-    }
-
-    /// Applies a WRITE; returns the names it stored.
-    pub fn write(
-        &mut self,
-        mode: WriteMode,
-        entries: Vec<(String, Entry)>,
-    ) -> Result<Vec<String>, PulseError> {
-        let mut next = if mode == WriteMode::Set {
-            BTreeMap::new()
-        } else {
-            self.entries.clone()
-        };
-        let mut stored = Vec::new();
-        for (name, e) in entries {
-            if mode == WriteMode::Merge && next.contains_key(&name) {
-                continue;
-            }
-            next.insert(name.clone(), e);
-            stored.push(name);
-        }
-        if next.len() > MAX_ENTRIES {
-            return Err(PulseError::TooLarge);
-        }
-        self.entries = next;
-        self.save();
-        Ok(stored)
-    }
-
-    /// Removes `names` (unknown ones are ignored, as PulseAudio does).
-    pub fn delete(&mut self, names: &[String]) {
-        for n in names {
-            self.entries.remove(n);
-        }
-        self.save();
-    }
-
-    /// Records a change a client made to a stream of kind `key`; returns whether the
-    /// entry changed. Refused silently (with a log line) once the store is full.
-    pub fn remember(&mut self, key: &str, f: impl FnOnce(&mut Entry)) -> bool {
-        if !self.entries.contains_key(key) && self.entries.len() >= MAX_ENTRIES {
-            tracing::warn!("stream restore: {MAX_ENTRIES} entries kept; not remembering {key}");
-            return false;
-        }
-        let e = self.entries.entry(key.to_string()).or_default();
-        let before = e.clone();
-        f(e);
-        if *e == before {
-            return false;
-        }
-        self.save();
-        true
-    }
-
-    fn save(&self) {
-        // Only a copy of the map here, under the caller's locks; the saving thread
-        // renders and writes it.
-        if let Some(tx) = &self.saver
-            && tx.send(self.entries.clone()).is_err()
-        {
-            tracing::warn!("stream restore: the saving thread has stopped; changes are not kept");
-        }
-    }
-}
-
-fn parse_file(text: &str) -> Result<BTreeMap<String, Entry>, String> {
-    let f: FileFormat = toml::from_str(text).map_err(|e| e.to_string())?;
-    let mut out = BTreeMap::new();
-    for (name, fe) in f.entry.into_iter().take(MAX_ENTRIES) {
-        let volume = match (fe.channels, fe.volume) {
-            (Some(c), Some(v)) => {
-                let map: quaver_dsp::ChannelMap =
-                    c.parse().map_err(|e| format!("entry \"{name}\": {e}"))?;
-                if map.len() != v.len() || v.is_empty() || v.len() > MAX_CHANNELS as usize {
-                    return Err(format!(
-                        "entry \"{name}\": {} channels but {} volumes",
-                        map.len(),
-                        v.len()
-                    ));
-                }
-                let mut cv = ChannelVolume::empty();
-                for raw in v {
-                    cv.push(Volume::from_u32_clamped(raw.min(VOLUME_MAX)));
-                }
-                Some((map_to_pa(&map), cv))
-            }
-            (None, None) => None,
-            _ => return Err(format!("entry \"{name}\": channels and volume go together")),
-        };
-        out.insert(
-            name,
-            Entry {
-                volume,
-                device: fe.device,
-                mute: fe.mute,
-            },
-        );
-    }
-    Ok(out)
-}
-
-fn to_file(entries: &BTreeMap<String, Entry>) -> String {
-    let f = FileFormat {
-        entry: entries
-            .iter()
-            .map(|(k, e)| {
-                let (channels, volume) = match &e.volume {
-                    Some((m, v)) => (
-                        Some(map_from_pa(m).to_string()),
-                        Some(v.channels().iter().map(|c| c.as_u32()).collect()),
-                    ),
-                    None => (None, None),
-                };
-                (
-                    k.clone(),
-                    FileEntry {
-                        device: e.device.clone(),
-                        mute: e.mute,
-                        channels,
-                        volume,
-                    },
-                )
-            })
-            .collect(),
-    };
-    let body = toml::to_string(&f).unwrap_or_default();
-    format!(
-        "# quaverd's remembered stream volumes, mutes and devices (stream restore).\n\
-         # Rewritten by quaverd; volumes are PulseAudio units (65536 = 100 %).\n{body}"
-    )
-}
-
-/// A thread writing the latest entries to `path` (via a temporary file and a rename, so
-/// a crash never leaves half a file); saves that pile up are coalesced.
-fn spawn_saver(path: PathBuf) -> Option<mpsc::Sender<BTreeMap<String, Entry>>> {
-    let (tx, rx) = mpsc::channel::<BTreeMap<String, Entry>>();
-    let spawned = std::thread::Builder::new()
-        .name("quaver-restore-save".into())
-        .spawn(move || {
-            while let Ok(mut entries) = rx.recv() {
-                while let Ok(newer) = rx.try_recv() {
-                    entries = newer;
-                }
-                if let Err(e) = write_atomically(&path, &to_file(&entries)) {
-                    tracing::warn!("stream restore: cannot save {}: {e}", path.display());
-                }
-            }
-        });
-    match spawned {
-        Ok(_) => Some(tx),
-        Err(e) => {
-            tracing::warn!("stream restore: cannot start the saving thread ({e}); memory only");
-            None
-        }
-    }
-}
-
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// The default file: `$XDG_STATE_HOME/quaver/restore.toml`, else
-/// `$HOME/.local/state/quaver/restore.toml`.
-pub fn default_path() -> Option<PathBuf> {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    env("XDG_STATE_HOME")
-        .or_else(|| env("HOME").map(|h| h.join(".local/state")))
-        .map(|d| d.join("quaver/restore.toml"))
 }
 
 /// Where the extension request in `payload` is addressed (module index, module name)
@@ -685,7 +399,8 @@ mod tests {
             panic!("{:?}", Request::parse(&p));
         };
         assert_eq!(e.len(), 2);
-        assert_eq!(e[0].1.volume, Some((PaMap::stereo(), stereo(30000))));
+        let (map, vol) = volume_to_pa(e[0].1.volume.as_ref().unwrap());
+        assert_eq!((map, vol), (PaMap::stereo(), stereo(30000)));
         assert_eq!(e[0].1.device, None);
         assert_eq!(e[1].1.volume, None);
         assert_eq!(e[1].1.device.as_deref(), Some("null-sink"));
@@ -768,40 +483,12 @@ mod tests {
     }
 
     #[test]
-    fn write_modes_and_the_cap() {
-        let mut s = Store::memory();
-        let e = |m| Entry {
-            mute: Some(m),
-            ..Entry::default()
-        };
-        s.write(WriteMode::Replace, vec![("a".into(), e(true))])
-            .unwrap();
-        s.write(
-            WriteMode::Merge,
-            vec![("a".into(), e(false)), ("b".into(), e(false))],
-        )
-        .unwrap();
-        assert_eq!(s.get("a").unwrap().mute, Some(true));
-        assert_eq!(s.get("b").unwrap().mute, Some(false));
-        s.write(WriteMode::Set, vec![("c".into(), e(true))])
-            .unwrap();
-        assert_eq!(s.entries().keys().collect::<Vec<_>>(), ["c"]);
-        s.delete(&["c".into(), "nothing".into()]);
-        assert!(s.entries().is_empty());
-        let many: Vec<_> = (0..=MAX_ENTRIES)
-            .map(|i| (i.to_string(), e(true)))
-            .collect();
-        assert_eq!(s.write(WriteMode::Set, many), Err(PulseError::TooLarge));
-        assert!(s.entries().is_empty(), "a refused write changes nothing");
-    }
-
-    #[test]
     fn volume_is_remapped_by_its_loudest_channel() {
         let mut v = ChannelVolume::empty();
         v.push(Volume::from_u32_clamped(1000));
         v.push(Volume::from_u32_clamped(5000));
         let e = Entry {
-            volume: Some((PaMap::stereo(), v)),
+            volume: Some(volume_from_pa(&PaMap::stereo(), &v)),
             ..Entry::default()
         };
         assert_eq!(volume_for(&e, &PaMap::stereo()), Some(v));
@@ -812,32 +499,24 @@ mod tests {
     }
 
     #[test]
-    fn the_file_round_trips_and_a_bad_one_is_set_aside() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state/quaver/restore.toml");
-        let mut s = Store::open(&path);
+    fn volumes_convert_to_the_store_and_back_exactly() {
         let mut map = PaMap::empty();
         map.push(P::FrontLeft);
         map.push(P::Lfe);
-        s.remember("sink-input-by-application-name:mpv", |e| {
-            e.volume = Some((map, stereo(40000)));
-            e.device = Some("null-sink".into());
-            e.mute = Some(false);
-        });
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !path.exists() {
-            assert!(std::time::Instant::now() < deadline, "never saved");
-            std::thread::sleep(std::time::Duration::from_millis(10));
+        map.push(P::Aux5);
+        map.push(P::TopRearCenter);
+        for raw in [
+            0, 1, 2, 1000, 30000, 40000, 65535, 65536, 65537, 100_000, VOLUME_MAX,
+        ] {
+            let mut v = ChannelVolume::empty();
+            for _ in 0..4 {
+                v.push(Volume::from_u32_clamped(raw));
+            }
+            let stored = volume_from_pa(&map, &v);
+            assert_eq!(volume_to_pa(&stored), (map, v), "{raw}");
         }
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.contains("channels = \"FL,LFE\""), "{text}");
-        let again = Store::open(&path);
-        assert_eq!(again.entries(), s.entries());
-
-        std::fs::write(&path, "[entry.x]\nvolume = [1]\n").unwrap();
-        let broken = Store::open(&path);
-        assert!(broken.entries().is_empty());
-        assert!(path.with_extension("toml.bad").exists());
-        assert!(!path.exists());
+        let unity = volume_from_pa(&PaMap::stereo(), &stereo(Volume::NORM.as_u32()));
+        assert_eq!(unity.gains, [1.0, 1.0]);
+        assert_eq!(unity.map, quaver_dsp::ChannelMap::stereo());
     }
 }

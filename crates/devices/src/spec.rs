@@ -333,17 +333,16 @@ impl Parser<'_> {
                     let parsed = v.split_once(':').and_then(|(c, ms)| {
                         let ms: f64 = ms.trim().parse().ok()?;
                         (ms.is_finite() && ms >= 0.0).then_some(())?;
-                        Some((c.trim().parse().ok()?, ms))
+                        // Not from_secs_f64: it panics past u64::MAX seconds.
+                        let duration = Duration::try_from_secs_f64(ms / 1000.0).ok()?;
+                        Some((c.trim().parse().ok()?, duration))
                     });
-                    let Some((at_cycle, ms)) = parsed else {
+                    let Some((at_cycle, duration)) = parsed else {
                         return Err(self.bad(format!(
                             "bad value '{v}' for stall (expected CYCLE:MILLISECONDS)"
                         )));
                     };
-                    config.faults.push(Fault::Stall {
-                        at_cycle,
-                        duration: Duration::from_secs_f64(ms / 1000.0),
-                    });
+                    config.faults.push(Fault::Stall { at_cycle, duration });
                 }
                 _ => {
                     return Err(self.unknown(

@@ -190,6 +190,8 @@ fn errors_name_the_offending_part() {
     assert!(bad("sim:drift_ppm=1e9").contains("drift_ppm"));
     assert!(bad("sim:stall=5").contains("'5'"));
     assert!(bad("sim:stall=x:5").contains("'x:5'"));
+    // Found by fuzz/device_spec: a stall too long for a Duration panicked.
+    assert!(bad("sim:stall=4:39999999999999999999999922229").contains("stall"));
     assert!(bad("sim:xrun=-1").contains("'-1'"));
     assert!(bad("sim:foo=1").contains("'foo'"));
 }

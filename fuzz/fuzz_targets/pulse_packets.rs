@@ -1,6 +1,6 @@
 //! Fuzzes the PulseAudio packet framing, the tagstruct bounds check and the command
-//! decoder with arbitrary client byte streams:
-//! `cd crates/pulse/fuzz && cargo +nightly fuzz run packets -- -max_total_time=60`.
+//! decoder with arbitrary client byte streams: `scripts/fuzz --run pulse_packets`
+//! (docs/fuzz.md).
 
 #![no_main]
 

@@ -8,6 +8,7 @@
 //! have indexes of their own, allocated by counters.
 
 use crate::io::shared::{ConnHandle, ConnMsg};
+use crate::memstat::{Counted, MemStats};
 use crate::rt::shared::{PlayShared, RecShared};
 use crate::wire::convert::{cstr, frames_to_usec};
 use pulseaudio::protocol::{
@@ -214,6 +215,8 @@ pub struct Server {
     pub restore: Option<Mutex<crate::ext::restore::Store>>,
     /// Where accepted connections are handed to the I/O thread.
     pub(crate) io: Arc<crate::io::shared::IoShared>,
+    /// The memory blocks STAT reports.
+    pub mem: Arc<MemStats>,
 }
 
 /// A resolved device (sink or source) by PulseAudio's view.
@@ -644,8 +647,9 @@ pub struct Sample {
     pub map: PaMap,
     /// Proplist given at upload.
     pub props: Props,
-    /// Decoded interleaved samples.
-    pub data: Arc<Vec<f32>>,
+    /// Decoded interleaved samples, counted as a memory block while anything holds
+    /// them (a playing sample outlives its removal from the cache).
+    pub data: Arc<Counted<Vec<f32>>>,
     /// Uploaded size in bytes.
     pub bytes: u32,
 }

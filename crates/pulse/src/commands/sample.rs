@@ -3,6 +3,7 @@
 use super::Reply;
 use crate::conn::Conn;
 use crate::conn::record::Upload;
+use crate::memstat::Counted;
 use crate::wire::convert::prop_str;
 use crate::wire::convert::{check_spec, frame_size};
 use pulseaudio::protocol::{
@@ -149,13 +150,14 @@ impl Conn {
         // A short upload is padded with silence, as PulseAudio stores the whole block.
         u.data.resize(u.length, 0);
         let mut data = vec![0f32; u.length / u.codec.bytes()];
+        let bytes = data.len() * size_of::<f32>();
         u.codec.decode(&u.data, &mut data);
         let mut sample = crate::state::Sample {
             name: u.name.clone(),
             spec: u.spec,
             map: u.map,
             props: u.props,
-            data: Arc::new(data),
+            data: Arc::new(Counted::new(data, bytes, &self.srv.mem)),
             bytes: u.length as u32,
         };
         let mut st = self.srv.lock();

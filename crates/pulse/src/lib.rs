@@ -12,6 +12,7 @@
 //! The source tree, bottom layer first (a file imports only from layers below it or
 //! beside it):
 //!
+//! - `memstat`: the memory-block counts STAT reports (imports nothing of ours).
 //! - `wire/`: packet framing ([`wire`]), the tagstruct bounds check ([`tagcheck`]),
 //!   conversions ([`convert`]) and buffer-attribute rules ([`bufattr`]).
 //! - `rt/`: the RT half of a stream ([`transport`], [`rtwire`], [`intake`]) and the
@@ -34,6 +35,7 @@ mod ext;
 mod introspect;
 mod io;
 mod ioloop;
+mod memstat;
 pub mod modules;
 pub use modules::pipe;
 mod rt;
@@ -93,6 +95,7 @@ impl PulseServer {
             cookie,
             restore,
             io: io.clone(),
+            mem: Arc::default(),
         });
         if let Some(t) = engine.config().suspend_timeout {
             // Listed as PulseAudio lists it, loaded at start; `timeout` is whole

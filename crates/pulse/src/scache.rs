@@ -5,6 +5,7 @@
 //! linked to the sink; a small waiter thread removes the node once the adapter reports
 //! the last frame played (the RT side rings an eventfd then), or after a deadline.
 
+use crate::memstat::Counted;
 use crate::state::{Device, Sample, Server};
 use crate::wire::convert::{frames_to_usec, map_from_pa};
 use pulseaudio::protocol::PulseError;
@@ -25,7 +26,7 @@ static PLAYING: AtomicUsize = AtomicUsize::new(0);
 
 /// Reads a cached sample once. RT-safe: the data is shared, nothing is allocated.
 pub struct SampleSource {
-    data: Arc<Vec<f32>>,
+    data: Arc<Counted<Vec<f32>>>,
     pos: usize,
     frames: u64,
     done: bool,

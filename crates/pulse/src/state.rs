@@ -8,6 +8,7 @@
 //! have indexes of their own, allocated by counters.
 
 use crate::io::shared::{ConnHandle, ConnMsg};
+use crate::memstat::{Counted, MemStats};
 use crate::rt::shared::{PlayShared, RecShared};
 use crate::wire::convert::{cstr, frames_to_usec};
 use pulseaudio::protocol::{
@@ -132,6 +133,23 @@ pub struct StreamRec {
     pub io: StreamIo,
 }
 
+/// The index a name that is a number stands for, read as PulseAudio's name registry
+/// reads one (`pa_atou`): decimal, `0x` hexadecimal or `0` octal, without sign or
+/// spaces, within `u32`; `None` when the name is not a number. PulseAudio tries a name
+/// as an index only after no object has that name (pavucontrol connects its level
+/// meters to "<index>"; `pactl set-default-sink 1` works).
+pub fn index_name(name: &str) -> Option<u32> {
+    let (digits, radix) = match name.strip_prefix("0x").or_else(|| name.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None if name.len() > 1 && name.starts_with('0') => (&name[1..], 8),
+        None => (name, 10),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    u32::from_str_radix(digits, radix).ok()
+}
+
 /// Mutable state behind the server's mutex.
 #[derive(Debug, Default)]
 pub struct State {
@@ -157,6 +175,18 @@ pub struct State {
     pub next_module: u32,
 }
 
+impl State {
+    /// The index of the cached sample `name` resolves to, as PulseAudio's name registry
+    /// resolves it: a sample of that name, else a name that is a number as an index.
+    pub fn sample_by_name(&self, name: &str) -> Option<u32> {
+        self.samples
+            .iter()
+            .find(|(_, s)| s.name == name)
+            .map(|(&i, _)| i)
+            .or_else(|| index_name(name).filter(|i| self.samples.contains_key(i)))
+    }
+}
+
 /// Everything the connection, accept and event threads share.
 pub struct Server {
     /// The engine (control API only).
@@ -175,6 +205,8 @@ pub struct Server {
     pub restore: Option<quaver_policy::restore::SharedStore>,
     /// Where accepted connections are handed to the I/O thread.
     pub(crate) io: Arc<crate::io::shared::IoShared>,
+    /// The memory blocks STAT reports.
+    pub mem: Arc<MemStats>,
 }
 
 /// A resolved device (sink or source) by PulseAudio's view.
@@ -276,7 +308,9 @@ impl Server {
         }
     }
 
-    /// A sink by name (or `@DEFAULT_SINK@`).
+    /// A sink as PulseAudio's name registry resolves a name: `@DEFAULT_SINK@`, a sink
+    /// of that name, else a name that is a number ([`index_name`]) as an index. Every
+    /// command and module argument that names a sink comes through here.
     pub fn sink_by_name(&self, graph: &Graph, name: &str) -> Option<Device> {
         if name == "@DEFAULT_SINK@" {
             return self.default_sink(graph);
@@ -286,6 +320,7 @@ impl Server {
             .values()
             .find(|n| n.kind == NodeKind::DeviceSink && n.name == name)
             .map(sink_device)
+            .or_else(|| self.sink_by_index(graph, index_name(name)?))
     }
 
     /// A sink by index.
@@ -306,13 +341,7 @@ impl Server {
     ) -> Option<Device> {
         match (index, name) {
             (Some(i), _) => self.sink_by_index(graph, i),
-            // As PulseAudio's name registry: a name that is a number is an index
-            // (pavucontrol connects its level meters to "<index>").
-            (None, Some(n)) => self.sink_by_name(graph, n).or_else(|| {
-                n.parse::<u32>()
-                    .ok()
-                    .and_then(|i| self.sink_by_index(graph, i))
-            }),
+            (None, Some(n)) => self.sink_by_name(graph, n),
             (None, None) => None,
         }
     }
@@ -331,8 +360,10 @@ impl Server {
             })
     }
 
-    /// A source by name: a capture device, a `<sink>.monitor`, `@DEFAULT_SOURCE@` or
-    /// `@DEFAULT_MONITOR@`.
+    /// A source as PulseAudio's name registry resolves a name: a capture device, a
+    /// `<sink>.monitor`, `@DEFAULT_SOURCE@` or `@DEFAULT_MONITOR@`, else a name that is
+    /// a number ([`index_name`]) as an index. Every command and module argument that
+    /// names a source comes through here.
     pub fn source_by_name(&self, graph: &Graph, name: &str) -> Option<Device> {
         match name {
             "@DEFAULT_SOURCE@" => return self.default_source(graph),
@@ -349,12 +380,16 @@ impl Server {
         {
             return Some(source_device(n));
         }
-        let sink = name.strip_suffix(".monitor")?;
-        let node = graph
-            .nodes
-            .values()
-            .find(|n| n.kind == NodeKind::DeviceSink && n.name == sink)?;
-        self.monitor_of(graph, node.id)
+        let monitored = name.strip_suffix(".monitor").and_then(|sink| {
+            graph
+                .nodes
+                .values()
+                .find(|n| n.kind == NodeKind::DeviceSink && n.name == sink)
+        });
+        match monitored {
+            Some(node) => self.monitor_of(graph, node.id),
+            None => self.source_by_index(graph, index_name(name)?),
+        }
     }
 
     /// A source by index.
@@ -376,13 +411,7 @@ impl Server {
     ) -> Option<Device> {
         match (index, name) {
             (Some(i), _) => self.source_by_index(graph, i),
-            // As PulseAudio's name registry: a name that is a number is an index
-            // (pavucontrol connects its level meters to "<index>").
-            (None, Some(n)) => self.source_by_name(graph, n).or_else(|| {
-                n.parse::<u32>()
-                    .ok()
-                    .and_then(|i| self.source_by_index(graph, i))
-            }),
+            (None, Some(n)) => self.source_by_name(graph, n),
             (None, None) => None,
         }
     }
@@ -608,8 +637,9 @@ pub struct Sample {
     pub map: PaMap,
     /// Proplist given at upload.
     pub props: Props,
-    /// Decoded interleaved samples.
-    pub data: Arc<Vec<f32>>,
+    /// Decoded interleaved samples, counted as a memory block while anything holds
+    /// them (a playing sample outlives its removal from the cache).
+    pub data: Arc<Counted<Vec<f32>>>,
     /// Uploaded size in bytes.
     pub bytes: u32,
 }
@@ -632,6 +662,35 @@ impl Sample {
             length: self.bytes,
             lazy: None,
             props: self.props.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::index_name;
+
+    #[test]
+    fn names_that_are_numbers_read_as_pulseaudio_reads_them() {
+        assert_eq!(index_name("0"), Some(0));
+        assert_eq!(index_name("12"), Some(12));
+        assert_eq!(index_name("0x1f"), Some(31));
+        assert_eq!(index_name("0X1F"), Some(31));
+        assert_eq!(index_name("010"), Some(8), "a leading zero is octal");
+        assert_eq!(index_name("4294967295"), Some(u32::MAX));
+        for not in [
+            "",
+            "+1",
+            "-1",
+            " 1",
+            "1 ",
+            "1.0",
+            "0x",
+            "08",
+            "4294967296",
+            "sink",
+        ] {
+            assert_eq!(index_name(not), None, "{not:?}");
         }
     }
 }

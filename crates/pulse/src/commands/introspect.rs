@@ -13,17 +13,16 @@ impl Conn {
     /// STAT.
     pub(crate) fn stat(&mut self, seq: u32) -> Reply {
         let srv = self.srv.clone();
-        let st = srv.lock();
-        let blocks = st.streams.len() as u32;
-        let cache: u32 = st.samples.values().map(|s| s.bytes).sum();
-        drop(st);
+        let cache: u32 = srv.lock().samples.values().map(|s| s.bytes).sum();
+        let m = srv.mem.read();
+        let wire = |n: u64| n.min(u32::MAX as u64) as u32;
         self.out().reply(
             seq,
             &StatInfo {
-                memblock_total: blocks,
-                memblock_total_size: 0,
-                memblock_allocated: blocks,
-                memblock_allocated_size: 0,
+                memblock_total: wire(m.live_blocks),
+                memblock_total_size: wire(m.live_bytes),
+                memblock_allocated: wire(m.total_blocks),
+                memblock_allocated_size: wire(m.total_bytes),
                 sample_cache_size: cache,
             },
         );

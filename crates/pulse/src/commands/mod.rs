@@ -107,6 +107,7 @@ impl Conn {
             CommandTag::DisableSrbchannel,
             CommandTag::RegisterMemfdShmid,
             CommandTag::SendObjectMessage,
+            CommandTag::GetSampleInfo,
         ];
         if let Some(&t) = manual.iter().find(|&&t| t as u32 == tag) {
             let r = self.manual(seq, t, &data[10..]);
@@ -193,6 +194,13 @@ impl Conn {
                 let _params = text()?;
                 self.send_object_message(seq, path, message)
             }
+            CommandTag::GetSampleInfo => {
+                // The codec reads only the index; a lookup by name sends the invalid
+                // index and the name after it.
+                let idx = ts.read_u32().map_err(|_| PulseError::Invalid)?;
+                let name = ts.read_string().ok().flatten();
+                self.get_sample_info(seq, idx, name)
+            }
             _ => Err(PulseError::NotSupported),
         }
     }
@@ -220,7 +228,7 @@ impl Conn {
             Command::GetModuleInfoList => self.get_module_info_list(seq),
             Command::GetCardInfo(_) => Err(PulseError::NoEntity),
             Command::GetCardInfoList => self.get_card_info_list(seq),
-            Command::GetSampleInfo(idx) => self.get_sample_info(seq, idx),
+            Command::GetSampleInfo(idx) => self.get_sample_info(seq, idx, None),
             Command::GetSampleInfoList => self.get_sample_info_list(seq),
             Command::LookupSink(name) => self.lookup_sink(seq, name),
             Command::LookupSource(name) => self.lookup_source(seq, name),

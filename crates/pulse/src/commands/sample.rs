@@ -3,6 +3,7 @@
 use super::Reply;
 use crate::conn::Conn;
 use crate::conn::record::Upload;
+use crate::memstat::Counted;
 use crate::wire::convert::prop_str;
 use crate::wire::convert::{check_spec, frame_size};
 use pulseaudio::protocol::{
@@ -11,15 +12,28 @@ use pulseaudio::protocol::{
 use std::sync::Arc;
 
 impl Conn {
-    /// GET_SAMPLE_INFO.
-    pub(crate) fn get_sample_info(&mut self, seq: u32, idx: u32) -> Reply {
+    /// GET_SAMPLE_INFO, by index or (with the invalid index) by name.
+    pub(crate) fn get_sample_info(
+        &mut self,
+        seq: u32,
+        idx: u32,
+        name: Option<std::ffi::CString>,
+    ) -> Reply {
         let srv = self.srv.clone();
-        let info = srv
-            .lock()
+        let st = srv.lock();
+        let idx = match (idx, name) {
+            (u32::MAX, Some(n)) => st
+                .sample_by_name(n.to_str().map_err(|_| PulseError::Invalid)?)
+                .ok_or(PulseError::NoEntity)?,
+            (u32::MAX, None) => return Err(PulseError::Invalid),
+            (i, _) => i,
+        };
+        let info = st
             .samples
             .get(&idx)
             .map(|s| s.info(idx))
             .ok_or(PulseError::NoEntity)?;
+        drop(st);
         self.out().reply(seq, &info);
         Ok(())
     }
@@ -58,13 +72,12 @@ impl Conn {
         }
         .ok_or(PulseError::NoEntity)?;
         let name = p.name.to_str().map_err(|_| PulseError::Invalid)?;
-        let sample = srv
-            .lock()
-            .samples
-            .values()
-            .find(|s| s.name == name)
-            .cloned()
-            .ok_or(PulseError::NoEntity)?;
+        let sample = {
+            let st = srv.lock();
+            st.sample_by_name(name)
+                .and_then(|i| st.samples.get(&i).cloned())
+                .ok_or(PulseError::NoEntity)?
+        };
         let gain = if p.volume == u32::MAX {
             1.0
         } else {
@@ -82,12 +95,7 @@ impl Conn {
         let srv = self.srv.clone();
         let name = name.to_str().map_err(|_| PulseError::Invalid)?;
         let mut st = srv.lock();
-        let idx = st
-            .samples
-            .iter()
-            .find(|(_, s)| s.name == name)
-            .map(|(&i, _)| i)
-            .ok_or(PulseError::NoEntity)?;
+        let idx = st.sample_by_name(name).ok_or(PulseError::NoEntity)?;
         st.samples.remove(&idx);
         drop(st);
         srv.broadcast(Fac::SampleCache, Ev::Removed, idx);
@@ -142,23 +150,27 @@ impl Conn {
         // A short upload is padded with silence, as PulseAudio stores the whole block.
         u.data.resize(u.length, 0);
         let mut data = vec![0f32; u.length / u.codec.bytes()];
+        let bytes = data.len() * size_of::<f32>();
         u.codec.decode(&u.data, &mut data);
-        let sample = crate::state::Sample {
+        let mut sample = crate::state::Sample {
             name: u.name.clone(),
             spec: u.spec,
             map: u.map,
             props: u.props,
-            data: Arc::new(data),
+            data: Arc::new(Counted::new(data, bytes, &self.srv.mem)),
             bytes: u.length as u32,
         };
         let mut st = self.srv.lock();
-        let existing = st
-            .samples
-            .iter()
-            .find(|(_, s)| s.name == u.name)
-            .map(|(&i, _)| i);
+        // As PulseAudio's cache: an upload whose name resolves to a sample (by name, or
+        // a number as its index) replaces that sample's audio, keeping its name.
+        let existing = st.sample_by_name(&u.name);
         let (idx, ev) = match existing {
-            Some(i) => (i, Ev::Changed),
+            Some(i) => {
+                if let Some(old) = st.samples.get(&i) {
+                    sample.name = old.name.clone();
+                }
+                (i, Ev::Changed)
+            }
             None => {
                 let i = st.next_sample;
                 st.next_sample += 1;

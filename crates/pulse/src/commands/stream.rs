@@ -340,6 +340,7 @@ impl Conn {
             .max(1024)
             .next_power_of_two();
         let (producer, consumer) = rtrb::RingBuffer::new(ring_frames * ch);
+        let ring_block = srv.mem.block(ring_frames * ch * size_of::<f32>());
         let corked = p.flags.start_corked;
         let shared = Arc::new(PlayShared::new(
             self.handle.bell.clone(),
@@ -404,6 +405,7 @@ impl Conn {
                 configured_usec: fixed.configured_sink_usec,
                 shared,
                 ring: Some(producer),
+                _ring_block: ring_block,
                 ring_frames,
                 pending: VecDeque::new(),
                 carry: Vec::new(),
@@ -538,6 +540,7 @@ impl Conn {
             .max(4096)
             .next_power_of_two();
         let (producer, consumer) = rtrb::RingBuffer::new(ring_frames * ch);
+        let ring_block = srv.mem.block(ring_frames * ch * size_of::<f32>());
         let corked = p.flags.start_corked;
         let shared = Arc::new(RecShared::new(self.handle.bell.clone(), corked));
         let sink = RecSink::new(shared.clone(), producer, ch);
@@ -592,6 +595,7 @@ impl Conn {
                 configured_usec: fixed.configured_source_usec,
                 shared,
                 ring: consumer,
+                _ring_block: ring_block,
                 frag_frames,
                 sent: 0,
                 scratch: Vec::new(),

@@ -103,6 +103,8 @@ pub(crate) struct Conn {
     pub(crate) last_tag: u32,
     /// The shared ring-buffer channel, once offered.
     pub(crate) srb: Option<crate::io::srb::Srb>,
+    /// The srbchannel's ring as a memory block for STAT.
+    pub(crate) srb_block: Option<crate::memstat::MemBlock>,
     /// The memfd pool record audio goes out through (memfd clients).
     pub(crate) pool: Option<ExportPool>,
     /// Framing of what arrives through the srbchannel (its own byte stream).
@@ -218,6 +220,7 @@ impl Conn {
             shm_bytes: 0,
             last_tag: 0,
             srb: None,
+            srb_block: None,
             pool: None,
             srb_reader: {
                 let mut r = PacketReader::new();

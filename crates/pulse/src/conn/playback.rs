@@ -1,5 +1,6 @@
 //! The control side of a playback stream: decoding, the ring, requests.
 
+use crate::memstat::MemBlock;
 use crate::rt::rtwire::Periods;
 use crate::rt::shared::{F_CORKED, F_DRAIN, NEVER, PlayShared};
 use crate::wire::convert::{Codec, bytes_to_usec, usec_to_bytes};
@@ -35,6 +36,8 @@ pub(crate) struct Playback {
     pub(crate) shared: Arc<PlayShared>,
     /// The stream's ring; `None` while the RT thread's intake holds it.
     pub(crate) ring: Option<rtrb::Producer<f32>>,
+    /// The ring as a memory block for STAT, held as long as the stream.
+    pub(crate) _ring_block: MemBlock,
     pub(crate) ring_frames: usize,
     pub(crate) pending: VecDeque<f32>,
     pub(crate) carry: Vec<u8>,
@@ -493,6 +496,7 @@ mod request_tests {
             configured_usec: 4000,
             shared,
             ring: Some(producer),
+            _ring_block: Arc::new(crate::memstat::MemStats::default()).block(4096 * 2 * 4),
             ring_frames: 4096,
             pending: VecDeque::new(),
             carry: Vec::new(),

@@ -1,6 +1,7 @@
 //! The control side of a record stream (and its peak detector), and an upload.
 
 use crate::io::export::ExportPool;
+use crate::memstat::MemBlock;
 use crate::rt::shared::{NEVER, RecShared};
 use crate::wire::Out;
 use crate::wire::bufattr::{self};
@@ -29,6 +30,8 @@ pub(crate) struct Record {
     pub(crate) configured_usec: u64,
     pub(crate) shared: Arc<RecShared>,
     pub(crate) ring: rtrb::Consumer<f32>,
+    /// The ring as a memory block for STAT, held as long as the stream.
+    pub(crate) _ring_block: MemBlock,
     pub(crate) frag_frames: usize,
     pub(crate) sent: u64,
     pub(crate) scratch: Vec<u8>,

@@ -43,6 +43,7 @@ impl Conn {
         );
         tracing::debug!("pulse client {}: srbchannel offered", self.client);
         self.srb = Some(srb);
+        self.srb_block = Some(self.srv.mem.block(crate::io::srb::BLOCK_SIZE));
     }
     /// A packet of 'L' words (a tagstruct of u32s) whose descriptors go with its first
     /// byte.
@@ -79,7 +80,7 @@ impl Conn {
     /// audio can go out as references into it.
     pub(crate) fn offer_pool(&mut self) {
         let shm_id = self.new_shm_id();
-        let mut pool = match ExportPool::new(shm_id) {
+        let mut pool = match ExportPool::new(shm_id, self.srv.mem.clone()) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(

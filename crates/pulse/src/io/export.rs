@@ -20,7 +20,9 @@
 //! RT side fills), so nothing here is shared between threads.
 
 use crate::io::shm::SealedMemfd;
+use crate::memstat::MemStats;
 use rustix::fd::OwnedFd;
+use std::sync::Arc;
 
 /// Bytes per slot: PulseAudio's pool slot size. A larger chunk is sent as several
 /// references.
@@ -43,8 +45,10 @@ pub(crate) struct ExportPool {
     pub shm_id: u32,
     /// Free slots, most recently released last.
     free: Vec<u16>,
-    /// Which slots the client holds.
-    held: [bool; SLOTS],
+    /// Which slots the client holds, and the bytes in each (STAT counts a held slot as
+    /// a memory block of those bytes).
+    held: [Option<u32>; SLOTS],
+    stats: Arc<MemStats>,
     /// Set once the client held every slot (logged once).
     pub exhausted: bool,
     /// Blocks sent as references.
@@ -58,13 +62,14 @@ pub(crate) struct ExportPool {
 }
 
 impl ExportPool {
-    /// A new pool registered under `shm_id`.
-    pub(crate) fn new(shm_id: u32) -> std::io::Result<ExportPool> {
+    /// A new pool registered under `shm_id`, its slots in flight counted in `stats`.
+    pub(crate) fn new(shm_id: u32, stats: Arc<MemStats>) -> std::io::Result<ExportPool> {
         Ok(ExportPool {
             mem: SealedMemfd::new("quaver-pulse-record", SLOTS * SLOT_SIZE)?,
             shm_id,
             free: (0..SLOTS as u16).rev().collect(),
-            held: [false; SLOTS],
+            held: [None; SLOTS],
+            stats,
             exhausted: false,
             blocks: 0,
             bytes: 0,
@@ -94,7 +99,8 @@ impl ExportPool {
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.ptr().add(offset), data.len());
         }
-        self.held[slot] = true;
+        self.held[slot] = Some(data.len() as u32);
+        self.stats.alloc(data.len());
         self.peak_held = self.peak_held.max(SLOTS - self.free.len());
         self.blocks += 1;
         self.bytes += data.len() as u64;
@@ -107,13 +113,24 @@ impl ExportPool {
         let Some(slot) = block_id
             .checked_sub(FIRST_BLOCK_ID)
             .map(|s| s as usize)
-            .filter(|&s| s < SLOTS && self.held[s])
+            .filter(|&s| s < SLOTS && self.held[s].is_some())
         else {
             return false;
         };
-        self.held[slot] = false;
+        if let Some(len) = self.held[slot].take() {
+            self.stats.free(len as usize);
+        }
         self.free.push(slot as u16);
         true
+    }
+}
+
+impl Drop for ExportPool {
+    fn drop(&mut self) {
+        // The client's mapping may outlive us, but the blocks are no longer ours.
+        for len in self.held.iter().flatten() {
+            self.stats.free(*len as usize);
+        }
     }
 }
 
@@ -123,7 +140,8 @@ mod tests {
 
     #[test]
     fn slots_are_reused_last_in_first_out_and_bounded() {
-        let mut p = ExportPool::new(9).unwrap();
+        let stats = Arc::new(MemStats::default());
+        let mut p = ExportPool::new(9, stats.clone()).unwrap();
         let (a, off_a) = p.put(&[1; 100]).unwrap();
         assert_eq!((a, off_a), (FIRST_BLOCK_ID, 0));
         assert!(p.release(a));
@@ -144,11 +162,25 @@ mod tests {
         assert_eq!(p.put(&[4; 8]).unwrap().0, ids[7]);
         assert_eq!(p.blocks, SLOTS as u64 + 2);
         assert_eq!(p.peak_held, SLOTS);
+        // Slots the client holds count as blocks until released or the pool goes.
+        let m = stats.read();
+        assert_eq!(m.live_blocks, SLOTS as u64);
+        assert_eq!(
+            m.live_bytes,
+            100 + (SLOTS - 2) as u64 * SLOT_SIZE as u64 + 8
+        );
+        assert_eq!(m.total_blocks, SLOTS as u64 + 2);
+        assert!(p.release(ids[7]));
+        assert_eq!(stats.read().live_blocks, SLOTS as u64 - 1);
+        drop(p);
+        let m = stats.read();
+        assert_eq!((m.live_blocks, m.live_bytes), (0, 0));
+        assert_eq!(m.total_blocks, SLOTS as u64 + 2);
     }
 
     #[test]
     fn the_client_reads_what_was_put_through_its_descriptor() {
-        let mut p = ExportPool::new(9).unwrap();
+        let mut p = ExportPool::new(9, Arc::default()).unwrap();
         let fd = p.take_memfd().unwrap();
         let st = rustix::fs::fstat(&fd).unwrap();
         assert_eq!(st.st_size as usize, SLOTS * SLOT_SIZE);

@@ -64,36 +64,39 @@ impl Conn {
 
     /// SET_DEFAULT_SINK.
     pub(crate) fn set_default_sink(&mut self, seq: u32, name: std::ffi::CString) -> Reply {
-        let srv = self.srv.clone();
-        let name = name.to_str().map_err(|_| PulseError::Invalid)?.to_string();
-        let graph = srv.engine.graph();
-        let d = srv
-            .sink_by_name(&graph, &name)
-            .ok_or(PulseError::NoEntity)?;
-        srv.policy
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .set_default_sink(Some(d.name.clone()));
-        srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
-        srv.follow_default(&d, true);
-        self.out().ack(seq);
-        Ok(())
+        self.set_default(seq, name, true)
     }
 
     /// SET_DEFAULT_SOURCE.
     pub(crate) fn set_default_source(&mut self, seq: u32, name: std::ffi::CString) -> Reply {
+        self.set_default(seq, name, false)
+    }
+
+    /// The default sink (`sink`) or source becomes the device named `name`, and the
+    /// streams that follow the default move to it.
+    fn set_default(&mut self, seq: u32, name: std::ffi::CString, sink: bool) -> Reply {
         let srv = self.srv.clone();
-        let name = name.to_str().map_err(|_| PulseError::Invalid)?.to_string();
+        let name = name.to_str().map_err(|_| PulseError::Invalid)?;
         let graph = srv.engine.graph();
-        let d = srv
-            .source_by_name(&graph, &name)
-            .ok_or(PulseError::NoEntity)?;
-        srv.policy
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .set_default_source(Some(d.name.clone()));
+        let d = if sink {
+            srv.sink_by_name(&graph, name)
+        } else {
+            srv.source_by_name(&graph, name)
+        }
+        .ok_or(PulseError::NoEntity)?;
+        {
+            let mut policy = srv
+                .policy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if sink {
+                policy.set_default_sink(Some(d.name.clone()));
+            } else {
+                policy.set_default_source(Some(d.name.clone()));
+            }
+        }
         srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
-        srv.follow_default(&d, false);
+        srv.follow_default(&d, sink);
         self.out().ack(seq);
         Ok(())
     }

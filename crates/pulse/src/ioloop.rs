@@ -277,6 +277,9 @@ struct IoLoop {
     gather_now: bool,
     /// Intakes the RT thread holds, as of the last pass.
     lent: usize,
+    /// At SCHED_FIFO, makes the thread sleep now and then when it is too busy to (see
+    /// `quaver_rt::rttime`): RLIMIT_RTTIME would kill the daemon otherwise.
+    rttime: quaver_rt::RttimeGuard,
 }
 
 /// Serves every connection until the process ends.
@@ -311,6 +314,7 @@ impl IoLoop {
             gathered: false,
             gather_now: false,
             lent: 0,
+            rttime: quaver_rt::RttimeGuard::for_this_process(),
         })
     }
 
@@ -320,6 +324,20 @@ impl IoLoop {
         let Some((after_bell, mut clock)) = self.wait()? else {
             return Ok(());
         };
+        if let Some(ran) = self.rttime.check() {
+            let n = self.rttime.forced();
+            let msg = format!(
+                "pulse I/O thread: busy {:.1} ms without sleeping; slept {} µs so that \
+                 RLIMIT_RTTIME does not end the daemon ({n} times so far)",
+                ran as f64 / 1e6,
+                quaver_rt::rttime::FORCED_SLEEP.as_micros(),
+            );
+            if n.is_power_of_two() {
+                tracing::warn!("{msg}");
+            } else {
+                tracing::debug!("{msg}");
+            }
+        }
         self.gather(after_bell)?;
         let all = self.read_sockets(&mut clock);
         if let Some(c) = clock.as_mut() {

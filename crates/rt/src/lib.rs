@@ -16,6 +16,7 @@
 pub mod dbus;
 pub mod memory;
 pub mod rtkit;
+pub mod rttime;
 pub mod sched;
 pub mod signals;
 
@@ -25,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use memory::{LockOutcome, MemoryLock, lock_process, prepare_rt_stack};
+pub use rttime::RttimeGuard;
 pub use sched::{
     DeadlineParams, ThreadUsage, Tid, UtilClamp, set_deadline, set_fifo, set_normal, thread_usage,
 };

@@ -268,6 +268,21 @@ impl Engine {
                     let (rate, prio) = (self.shared.rate, self.shared.config.rt_priority);
                     crate::rt::sched::quantum_changed(&self.shared.realtime, q, rate, prio);
                 }
+                RtEvent::ForcedSleep { ran_ns } => {
+                    let forced_sleeps = self.shared.stats.forced_sleeps.load(Relaxed);
+                    let msg = format!(
+                        "real-time thread: cycles ran back to back for {:.1} ms; it slept \
+                         {} µs so that RLIMIT_RTTIME does not end the daemon ({forced_sleeps} \
+                         times so far)",
+                        ran_ns as f64 / 1e6,
+                        quaver_rt::rttime::FORCED_SLEEP.as_micros()
+                    );
+                    if forced_sleeps.is_power_of_two() {
+                        tracing::warn!("{msg}");
+                    } else {
+                        tracing::debug!("{msg}");
+                    }
+                }
                 RtEvent::Margin { device, frames } => tracing::debug!(
                     "device {}: safety margin now {frames} frames ({:.1} ms)",
                     self.shared.devices[device].name,

@@ -29,6 +29,14 @@
 //! Nothing plays at either moment, and only the thread that owns the devices may touch
 //! them; PulseAudio's I/O thread suspends and reopens its cards the same way.
 //!
+//! Another, between cycles: when cycles have run back to back for a quarter of
+//! RLIMIT_RTTIME (at most 50 ms) without the thread ever sleeping — an overloaded
+//! engine whose deadlines are always already past — it sleeps 100 µs
+//! ([`quaver_rt::RttimeGuard`]), counted in [`RtStats::forced_sleeps`]. Without that
+//! sleep the kernel kills the whole daemon at the limit; RealtimeKit always sets one.
+//! The guard reads the thread's context-switch count (`getrusage`) at most every
+//! quarter budget, nothing else.
+//!
 //! Exceptions granted to front-end code that runs inside the cycle (through
 //! [`Processor`], `stream::FrameSource`/`FrameSink` and `callback::CallbackTransport`),
 //! each with its bound (the PulseAudio ones in detail: `docs/pulse.md`, "Threads"):

@@ -81,6 +81,12 @@ pub enum RtEvent {
     },
     /// The quantum changed.
     Quantum(usize),
+    /// Cycles ran back to back this long (ns) without the thread sleeping, so it slept
+    /// briefly to stay inside RLIMIT_RTTIME (`quaver_rt::rttime`).
+    ForcedSleep {
+        /// How long it had run without blocking.
+        ran_ns: u64,
+    },
     /// A device's adaptive safety margin changed.
     Margin {
         /// Device index.

@@ -554,6 +554,9 @@ impl RtRunner {
     /// Runs cycles until shutdown, suspending while idle; returns the devices so the
     /// control side can close them. Runs on the engine's real-time thread.
     pub fn run(mut self) -> Vec<Box<dyn Device>> {
+        // An engine whose cycles take longer than their period never sleeps; under
+        // RLIMIT_RTTIME that ends the process (see `quaver_rt::rttime`).
+        let mut rttime = quaver_rt::RttimeGuard::for_this_process();
         loop {
             if self.suspended {
                 self.ring_service();
@@ -580,6 +583,10 @@ impl RtRunner {
             }
             if !self.run_cycle() {
                 break;
+            }
+            if let Some(ran_ns) = rttime.check() {
+                self.stats.forced_sleeps.fetch_add(1, Relaxed);
+                self.event(RtEvent::ForcedSleep { ran_ns });
             }
         }
         if self.running {

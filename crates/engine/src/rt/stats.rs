@@ -79,6 +79,9 @@ pub struct RtStats {
     pub overdue_runs: AtomicU64,
     /// Cycle processing time, log2 buckets of ns.
     pub busy_hist: [AtomicU64; HIST_BUCKETS],
+    /// Brief sleeps forced on the thread after cycles ran back to back for a quarter of
+    /// RLIMIT_RTTIME (`quaver_rt::rttime`).
+    pub forced_sleeps: AtomicU64,
 }
 
 /// Buckets of the log2 timing histograms (the last, from 2^31 ns ≈ 2.1 s, takes all longer).

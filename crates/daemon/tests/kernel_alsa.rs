@@ -21,7 +21,7 @@ const RATE: usize = 48000;
 struct Run {
     /// The script's output (shown on any failure).
     output: String,
-    /// The files the script wrote into the output directory, by name, as text.
+    /// The files the script wrote into the output directory, by relative path.
     files: std::collections::BTreeMap<String, Vec<u8>>,
     /// The noise played in both directions (interleaved stereo s16).
     input: Vec<i16>,
@@ -71,12 +71,16 @@ fn ready(test: &str) -> Option<&'static Run> {
         );
         return None;
     }
-    Some(run().expect("the rig answered --check"))
+    match run().expect("the rig answered --check") {
+        Ok(r) => Some(r),
+        Err(e) => panic!("{e}"),
+    }
 }
 
-/// Boots the guest once for every test in this file; None when the rig is unavailable.
-fn run() -> Option<&'static Run> {
-    static RUN: OnceLock<Option<Run>> = OnceLock::new();
+/// Boots the guest once for every test in this file; None when the rig is unavailable,
+/// the reason when the run failed (kept, so that no other test boots it again).
+fn run() -> Option<Result<&'static Run, &'static str>> {
+    static RUN: OnceLock<Option<Result<Run, String>>> = OnceLock::new();
     RUN.get_or_init(|| {
         if guest::available().is_err() {
             return None;
@@ -99,16 +103,22 @@ fn run() -> Option<&'static Run> {
         let result = g.run(SCRIPT);
         // Shown with --nocapture or on a failure: each scenario's attempts.
         eprintln!("{}{}", result.output, result.rig);
-        result.ok();
+        if !result.status.success() {
+            return Some(Err(format!(
+                "the guest script failed ({}):\n{}\n--- scripts/guest ---\n{}",
+                result.status, result.output, result.rig
+            )));
+        }
         let mut files = std::collections::BTreeMap::new();
         collect(g.out(), g.out(), &mut files);
-        Some(Run {
+        Some(Ok(Run {
             output: result.output,
             files,
             input,
-        })
+        }))
     })
     .as_ref()
+    .map(|r| r.as_ref().map_err(String::as_str))
 }
 
 fn collect(root: &Path, dir: &Path, into: &mut std::collections::BTreeMap<String, Vec<u8>>) {

@@ -254,6 +254,40 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&out.stdout), tricky);
     }
 
+    /// One boot checks the rig's own promises: the cards are there, a value with
+    /// quotes reaches the script, its output and exit status come back, a file it
+    /// writes under `$OUT` is seen here, other writes stay in the guest.
+    #[test]
+    fn a_guest_run_returns_output_status_and_files() {
+        if !skip_unless_available(module_path!()) {
+            return;
+        }
+        let g = Guest::new()
+            .modules("snd-aloop snd-dummy")
+            .env("TRICKY", "it's \"quoted\" $HOME");
+        std::fs::write(g.path("input"), "from the host").unwrap();
+        let run = g.run(
+            "cat /proc/asound/cards\n\
+             printf '[%s]\\n' \"$TRICKY\"\n\
+             echo \"$(cat \"$OUT/input\") and back\" > \"$OUT/result\"\n\
+             touch /usr/quaver-guest-write && echo guest-wrote\n\
+             exit 5\n",
+        );
+        assert_eq!(run.status.code(), Some(5), "{run:?}");
+        assert!(
+            run.output.contains("Loopback") && run.output.contains("Dummy"),
+            "{run:?}"
+        );
+        assert!(run.output.contains("[it's \"quoted\" $HOME]"), "{run:?}");
+        // The overlay takes writes, and they never reach the host.
+        assert!(run.output.contains("guest-wrote"), "{run:?}");
+        assert!(!Path::new("/usr/quaver-guest-write").exists());
+        assert_eq!(
+            std::fs::read_to_string(g.path("result")).unwrap().trim(),
+            "from the host and back"
+        );
+    }
+
     #[test]
     fn the_rig_script_is_found_and_answers_check() {
         assert!(script().is_file(), "{}", script().display());

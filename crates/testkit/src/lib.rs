@@ -1,7 +1,8 @@
 //! What the end-to-end tests of every crate share: a private quaverd per test (own
 //! runtime, config and state directories, started and stopped by PID), the workspace's
 //! built binaries, bounded waits and the signal/process helpers around them, and the
-//! WAV and bit-exactness helpers the audio tests compare with.
+//! WAV and bit-exactness helpers the audio tests compare with, and the kernel-ALSA
+//! guest rig ([`guest`]).
 //!
 //! A dev-dependency only. Every wait here is time-bounded, and nothing is ever stopped
 //! by name.
@@ -9,6 +10,7 @@
 mod audio;
 mod bins;
 mod daemon;
+pub mod guest;
 mod process;
 
 pub use audio::*;

@@ -11,6 +11,7 @@
 //!   rate.
 //! * [`config`]: [`AlsaConfig`], [`Pacing`] and the margin that follows from them.
 //! * `driver.rs` and `cycle.rs`: timer-based scheduling and recovery on top of those.
+//! * [`hotplug`]: cards coming and going, from the kernel's uevents.
 //! * this module: [`AlsaDevice`] over the driver, and listing PCMs and cards.
 //!
 //! # Scheduling
@@ -44,6 +45,7 @@
 pub mod config;
 mod cycle;
 pub mod dll;
+pub mod hotplug;
 mod driver;
 pub(crate) mod ffi;
 pub mod params;

@@ -1,0 +1,131 @@
+//! Cards plugged in and unplugged while quaverd runs: one thread blocked on the kernel's
+//! uevents (`quaver_devices::alsa::hotplug`, no periodic wakeups). A card that appears
+//! is opened ([`open_card`]) and added to the running engine, so its sink and source
+//! show up in every front-end (and streams that remember it move there: stream
+//! restore). A card that disappears is reported gone to the engine, which drops and
+//! closes it at once; the rehome thread (`quaver_policy::rehome`) moves its streams to
+//! the next sink and removes it. docs/alsa/hotplug.md.
+
+use quaver_devices::alsa::hotplug::{CardEvent, UeventSocket, card_id};
+use quaver_devices::spec::{DeviceDefaults, open_device};
+use quaver_devices::{Device, DeviceError};
+use quaver_engine::Engine;
+use std::collections::HashMap;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Tries at opening a card that was just announced: its PCMs are registered before its
+/// control device, but the first open can still find it busy (udev applying
+/// permissions, another server probing it).
+const OPEN_TRIES: u32 = 3;
+/// Pause between those tries.
+const OPEN_RETRY: Duration = Duration::from_millis(200);
+
+/// Opens card `card` as a device of the engine's rate. The one place that decides what
+/// a plugged-in card becomes (today `alsa:hw:N` with the card's id as its name; card
+/// profiles replace this).
+pub fn open_card(card: u32, defaults: &DeviceDefaults) -> Result<Box<dyn Device>, DeviceError> {
+    let name = card_id(card).unwrap_or_else(|| format!("card{card}"));
+    open_device(&format!("alsa:hw:{card},name={name}"), defaults)
+}
+
+/// Starts the thread that follows cards as they come and go. Without a netlink socket
+/// (a sandbox that forbids it) it logs why and returns `None`: the daemon runs on with
+/// the cards it has.
+pub fn spawn(engine: Engine, defaults: DeviceDefaults) -> Option<JoinHandle<()>> {
+    let socket = match UeventSocket::open() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("hotplug: {e}; cards plugged in later are not opened");
+            return None;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("quaver-hotplug".into())
+        .spawn(move || follow_cards(&socket, &engine, &defaults));
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!("hotplug: cannot start its thread: {e}");
+            None
+        }
+    }
+}
+
+/// The thread's loop: ends when the socket fails.
+fn follow_cards(socket: &UeventSocket, engine: &Engine, defaults: &DeviceDefaults) {
+    // Cards this thread added: card number → (device index, device name).
+    let mut cards: HashMap<u32, (usize, String)> = HashMap::new();
+    loop {
+        let event = match socket.next_card_event() {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!("hotplug: reading kernel uevents: {e}; no more cards followed");
+                return;
+            }
+        };
+        match event {
+            CardEvent::Added(card) => {
+                if cards.contains_key(&card) {
+                    continue;
+                }
+                if let Some(added) = card_added(engine, defaults, card) {
+                    cards.insert(card, added);
+                }
+            }
+            CardEvent::Removed(card) => {
+                if let Some((index, name)) = cards.remove(&card) {
+                    card_removed(engine, card, index, &name);
+                }
+            }
+        }
+    }
+}
+
+/// Opens card `card` and adds it to the engine; its index and name.
+fn card_added(engine: &Engine, defaults: &DeviceDefaults, card: u32) -> Option<(usize, String)> {
+    let mut tries = 0;
+    let device = loop {
+        tries += 1;
+        match open_card(card, defaults) {
+            Ok(d) => break d,
+            Err(e) if tries < OPEN_TRIES && !matches!(e, DeviceError::Unavailable { .. }) => {
+                tracing::debug!("hotplug: card {card}: {e}; trying again");
+                std::thread::sleep(OPEN_RETRY);
+            }
+            Err(e) => {
+                tracing::warn!("hotplug: card {card} appeared but cannot be opened: {e}");
+                return None;
+            }
+        }
+    };
+    let name = device.info().name.clone();
+    match engine.add_device(device) {
+        Ok(index) => {
+            tracing::info!("hotplug: card {card} ({name}) plugged in");
+            Some((index, name))
+        }
+        Err(e) => {
+            tracing::warn!("hotplug: card {card} ({name}) cannot join the engine: {e}");
+            None
+        }
+    }
+}
+
+/// Card `card`, added as device `index`, went away: the engine drops it (if it has not
+/// noticed by itself already) and the rehome thread moves its streams.
+fn card_removed(engine: &Engine, card: u32, index: usize, name: &str) {
+    // The index may already be free (the engine saw the card fail first and its
+    // streams moved), and then must not name another device.
+    let same = engine
+        .devices()
+        .iter()
+        .any(|(i, info)| *i == index && info.name == name);
+    if !same {
+        return;
+    }
+    tracing::info!("hotplug: card {card} ({name}) unplugged");
+    if let Err(e) = engine.device_gone(index) {
+        tracing::debug!("hotplug: card {card}: {e}");
+    }
+}

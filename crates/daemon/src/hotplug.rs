@@ -21,11 +21,25 @@ const OPEN_TRIES: u32 = 3;
 /// Pause between those tries.
 const OPEN_RETRY: Duration = Duration::from_millis(200);
 
+/// Most waits for a new card's id: the kernel names the card (`Dummy`, `PCH`) after its
+/// devices are registered, so its `add` can come a moment before.
+const ID_TRIES: u32 = 10;
+/// Pause between those waits.
+const ID_RETRY: Duration = Duration::from_millis(100);
+
 /// Opens card `card` as a device of the engine's rate. The one place that decides what
 /// a plugged-in card becomes (today `alsa:hw:N` with the card's id as its name; card
 /// profiles replace this).
 pub fn open_card(card: u32, defaults: &DeviceDefaults) -> Result<Box<dyn Device>, DeviceError> {
-    let name = card_id(card).unwrap_or_else(|| format!("card{card}"));
+    let mut id = card_id(card);
+    for _ in 1..ID_TRIES {
+        if id.is_some() {
+            break;
+        }
+        std::thread::sleep(ID_RETRY);
+        id = card_id(card);
+    }
+    let name = id.unwrap_or_else(|| format!("card{card}"));
     open_device(&format!("alsa:hw:{card},name={name}"), defaults)
 }
 

@@ -148,11 +148,20 @@ pub fn parse_uevent(msg: &[u8]) -> Option<CardEvent> {
     }
 }
 
-/// Card N's id (`/sys/class/sound/cardN/id`, e.g. "Dummy", "PCH"), if the card exists.
+/// Card N's id (e.g. "Dummy", "PCH"), if the card exists and is named yet: from
+/// sysfs, else from `/proc/asound`. Right after the card's `add` it can still be empty:
+/// the kernel names a card once its devices are registered.
 pub fn card_id(card: u32) -> Option<String> {
-    let id = std::fs::read_to_string(format!("/sys/class/sound/card{card}/id")).ok()?;
-    let id = id.trim();
-    (!id.is_empty()).then(|| id.to_string())
+    [
+        format!("/sys/class/sound/card{card}/id"),
+        format!("/proc/asound/card{card}/id"),
+    ]
+    .iter()
+    .find_map(|path| {
+        let id = std::fs::read_to_string(path).ok()?;
+        let id = id.trim();
+        (!id.is_empty()).then(|| id.to_string())
+    })
 }
 
 #[cfg(test)]

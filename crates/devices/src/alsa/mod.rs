@@ -45,9 +45,9 @@
 pub mod config;
 mod cycle;
 pub mod dll;
-pub mod hotplug;
 mod driver;
 pub(crate) mod ffi;
+pub mod hotplug;
 pub mod params;
 pub mod pcm;
 

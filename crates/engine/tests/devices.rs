@@ -276,6 +276,63 @@ fn a_device_reported_gone_from_outside_leaves_and_an_added_one_drives_after_the_
     engine.shutdown_manual(runner).unwrap();
 }
 
+/// A stream that counts the cycles it is run.
+struct Counted(Arc<AtomicU64>);
+
+impl quaver_engine::Processor for Counted {
+    fn process(
+        &mut self,
+        _cx: &quaver_engine::CycleInfo,
+        _inputs: Planar<'_>,
+        outputs: &mut PlanarMut<'_>,
+    ) {
+        self.0.fetch_add(1, Relaxed);
+        for ch in 0..outputs.channels() {
+            outputs.channel_mut(ch).fill(1.0);
+        }
+    }
+}
+
+#[test]
+fn a_stream_of_a_vanished_card_waits_for_its_move_and_loses_nothing() {
+    let (a, pa) = Card::plug("a");
+    let (b, pb) = Card::plug("b");
+    let (engine, mut runner) = Engine::new_manual(config(), vec![a, b]).unwrap();
+    let runs = Arc::new(AtomicU64::new(0));
+    let mut s = NodeSpec::new("tone", NodeKind::PlaybackStream);
+    s.outputs = ChannelMap::stereo();
+    engine
+        .add_node_linked(s, Some(Box::new(Counted(runs.clone()))), Some("b-sink"))
+        .unwrap();
+    for _ in 0..3 {
+        runner.run_cycle();
+    }
+    let before = runs.load(Relaxed);
+    assert!(before >= 2);
+    pb.unplugged.store(true, Relaxed);
+    // The cycle that finds b gone ran the stream (its audio was lost with the card);
+    // the cycles until the policy moves it do not run it.
+    runner.run_cycle();
+    let at_unplug = runs.load(Relaxed);
+    for _ in 0..5 {
+        runner.run_cycle();
+    }
+    assert_eq!(
+        runs.load(Relaxed),
+        at_unplug,
+        "a stream into a gone card only ran on"
+    );
+    let to_a = pa.written.load(Relaxed);
+    engine.relink("tone", None, "a-sink").unwrap();
+    engine.remove_device(1).unwrap();
+    for _ in 0..4 {
+        runner.run_cycle();
+    }
+    assert!(runs.load(Relaxed) >= at_unplug + 3, "moved, it runs again");
+    assert!(pa.written.load(Relaxed) > to_a, "and plays on a");
+    engine.shutdown_manual(runner).unwrap();
+}
+
 #[test]
 fn devices_of_another_rate_or_too_small_a_ring_are_refused_and_closed() {
     let (a, _pa) = Card::plug("a");

@@ -86,7 +86,7 @@ impl RtRunner {
         self.plan
             .steps
             .iter()
-            .filter(|s| s.stream && !s.once)
+            .filter(|s| s.stream && !s.once && !s.only_device.is_some_and(|d| self.gone[d]))
             .all(|s| {
                 slots[s.slot]
                     .as_mut()
@@ -108,6 +108,9 @@ impl RtRunner {
         for si in 0..self.plan.steps.len() {
             let step = self.plan.steps[si].clone();
             if step.once && !first {
+                continue;
+            }
+            if step.only_device.is_some_and(|d| self.gone[d]) {
                 continue;
             }
             // A split-phase node's outputs exist only once it finished: finish the ones

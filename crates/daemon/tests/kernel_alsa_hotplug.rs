@@ -140,7 +140,10 @@ sleep 1
 modprobe snd-dummy; echo MODPROBE_RC=$?
 for i in $(seq 50); do pactl list short sinks | grep -q Dummy-sink && break; sleep 0.2; done
 echo "SINKS AFTER PLUG:"; pactl list short sinks
-paplay -d Dummy-sink $D/tone.wav & PP=$!
+# Played on the cable, then moved to the new card by the user: stream restore remembers.
+paplay -d loop-sink $D/tone.wav & PP=$!
+for i in $(seq 50); do pactl list short sink-inputs | grep -q . && break; sleep 0.2; done
+pactl move-sink-input $(pactl list short sink-inputs | cut -f1 | head -1) Dummy-sink; echo MOVE_RC=$?
 sleep 2
 echo "INPUTS BEFORE:"; pactl list short sink-inputs
 arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 7 $D/cable.wav & AR=$!
@@ -154,6 +157,12 @@ echo "SINKS AFTER UNPLUG:"; pactl list short sinks
 echo "INPUTS AFTER:"; pactl list short sink-inputs
 kill -0 $PP && echo PAPLAY_ALIVE=yes
 wait $AR; echo ARECORD_RC=$?
+# Plugged in again: the stream whose kind remembers the card goes back to it.
+modprobe snd-dummy
+for i in $(seq 50); do pactl list short sinks | grep -q Dummy-sink && break; sleep 0.2; done
+sleep 2
+echo "SINKS REPLUGGED:"; pactl list short sinks
+echo "INPUTS REPLUGGED:"; pactl list short sink-inputs
 kill $PP $SUB
 stop $QP
 "#;
@@ -171,6 +180,7 @@ stop $QP
         "pactl subscribe did not report the new sink #{dummy}:\n{events}"
     );
     let loop_sink = sink_index(&sinks, "loop-sink").expect("loop-sink");
+    assert_eq!(field(&out, "MOVE_RC"), "0", "{all}");
     let before = section(&out, "INPUTS BEFORE:");
     assert!(
         before
@@ -206,6 +216,14 @@ stop $QP
     );
     assert_eq!(field(&out, "ARECORD_RC"), "0", "{all}");
     assert_tone_on_the_cable(&dir.path().join("cable.wav"), 4.0, &all);
+    // Plugged in again, the card takes back the stream that was moved to it.
+    let again = sink_index(&section(&out, "SINKS REPLUGGED:"), "Dummy-sink")
+        .unwrap_or_else(|| panic!("no Dummy-sink after the second modprobe\n{all}"));
+    let replugged = section(&out, "INPUTS REPLUGGED:");
+    assert!(
+        replugged.iter().any(|l| l.split('\t').nth(1) == Some(&again.to_string())),
+        "the stream that remembers Dummy-sink did not go back to it (#{again}): {replugged:?}\n{all}"
+    );
     assert_eq!(
         field(&out, "QUAVERD_RC"),
         "0",

@@ -6,8 +6,8 @@
 //! closes it at once; the rehome thread (`quaver_policy::rehome`) moves its streams to
 //! the next sink and removes it. docs/alsa/hotplug.md.
 
-use quaver_devices::alsa::hotplug::{CardEvent, UeventSocket, card_id};
-use quaver_devices::spec::{DeviceDefaults, open_device};
+use quaver_devices::alsa::hotplug::{CardEvent, UeventSocket, card_id, pcm_card};
+use quaver_devices::spec::{DeviceDefaults, DeviceSpec, open_device, parse_spec};
 use quaver_devices::{Device, DeviceError};
 use quaver_engine::Engine;
 use std::collections::HashMap;
@@ -43,10 +43,38 @@ pub fn open_card(card: u32, defaults: &DeviceDefaults) -> Result<Box<dyn Device>
     open_device(&format!("alsa:hw:{card},name={name}"), defaults)
 }
 
-/// Starts the thread that follows cards as they come and go. Without a netlink socket
-/// (a sandbox that forbids it) it logs why and returns `None`: the daemon runs on with
-/// the cards it has.
-pub fn spawn(engine: Engine, defaults: DeviceDefaults) -> Option<JoinHandle<()>> {
+/// Card number → the engine's device index and name, for the cards the thread knows.
+type Cards = HashMap<u32, (usize, String)>;
+
+/// The cards that the configured devices (`specs`, opened in this order as engine
+/// devices 0, 1, …) opened: so the card's removal reaches them even while they are
+/// closed for idleness, and its return does not open it a second time.
+pub fn configured_cards(engine: &Engine, specs: &[String], defaults: &DeviceDefaults) -> Cards {
+    let devices = engine.devices();
+    let mut cards = Cards::new();
+    for (index, spec) in specs.iter().enumerate() {
+        let Ok(DeviceSpec::Alsa(cfg)) = parse_spec(spec, defaults) else {
+            continue;
+        };
+        // A card that could not be opened fell back to the null device: not a card.
+        let Some((_, info)) = devices
+            .iter()
+            .find(|(i, d)| *i == index && d.description.starts_with("ALSA "))
+        else {
+            continue;
+        };
+        if let Some(card) = pcm_card(&cfg.pcm) {
+            cards.insert(card, (index, info.name.clone()));
+        }
+    }
+    cards
+}
+
+/// Starts the thread that follows cards as they come and go; `cards` are those the
+/// engine has open already ([`configured_cards`]). Without a netlink socket (a sandbox
+/// that forbids it) it logs why and returns `None`: the daemon runs on with the cards
+/// it has.
+pub fn spawn(engine: Engine, defaults: DeviceDefaults, cards: Cards) -> Option<JoinHandle<()>> {
     let socket = match UeventSocket::open() {
         Ok(s) => s,
         Err(e) => {
@@ -56,7 +84,7 @@ pub fn spawn(engine: Engine, defaults: DeviceDefaults) -> Option<JoinHandle<()>>
     };
     let spawned = std::thread::Builder::new()
         .name("quaver-hotplug".into())
-        .spawn(move || follow_cards(&socket, &engine, &defaults));
+        .spawn(move || follow_cards(&socket, &engine, &defaults, cards));
     match spawned {
         Ok(h) => Some(h),
         Err(e) => {
@@ -67,9 +95,8 @@ pub fn spawn(engine: Engine, defaults: DeviceDefaults) -> Option<JoinHandle<()>>
 }
 
 /// The thread's loop: ends when the socket fails.
-fn follow_cards(socket: &UeventSocket, engine: &Engine, defaults: &DeviceDefaults) {
-    // Cards this thread added: card number → (device index, device name).
-    let mut cards: HashMap<u32, (usize, String)> = HashMap::new();
+fn follow_cards(socket: &UeventSocket, engine: &Engine, defaults: &DeviceDefaults, cards: Cards) {
+    let mut cards = cards;
     loop {
         let event = match socket.next_card_event() {
             Ok(e) => e,
@@ -80,7 +107,11 @@ fn follow_cards(socket: &UeventSocket, engine: &Engine, defaults: &DeviceDefault
         };
         match event {
             CardEvent::Added(card) => {
-                if cards.contains_key(&card) {
+                // Ours already (configured, or an `add` seen twice): still in the engine.
+                if cards
+                    .get(&card)
+                    .is_some_and(|(i, name)| present(engine, *i, name))
+                {
                     continue;
                 }
                 if let Some(added) = card_added(engine, defaults, card) {
@@ -126,16 +157,20 @@ fn card_added(engine: &Engine, defaults: &DeviceDefaults, card: u32) -> Option<(
     }
 }
 
+/// Whether device `index` is still the device named `name`.
+fn present(engine: &Engine, index: usize, name: &str) -> bool {
+    engine
+        .devices()
+        .iter()
+        .any(|(i, info)| *i == index && info.name == name)
+}
+
 /// Card `card`, added as device `index`, went away: the engine drops it (if it has not
 /// noticed by itself already) and the rehome thread moves its streams.
 fn card_removed(engine: &Engine, card: u32, index: usize, name: &str) {
     // The index may already be free (the engine saw the card fail first and its
     // streams moved), and then must not name another device.
-    let same = engine
-        .devices()
-        .iter()
-        .any(|(i, info)| *i == index && info.name == name);
-    if !same {
+    if !present(engine, index, name) {
         return;
     }
     tracing::info!("hotplug: card {card} ({name}) unplugged");

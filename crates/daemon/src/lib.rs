@@ -73,7 +73,7 @@ fn pulse_tcp(cfg: &Config) -> Result<Option<quaver_pulse::TcpOptions>> {
 
 /// Opens the cards plugged in from now on, at the engine's rate (`hotplug`), where
 /// alsa-lib can be loaded.
-fn follow_cards(engine: &Engine, channels: ChannelMap) {
+fn follow_cards(engine: &Engine, specs: &[String], channels: ChannelMap) {
     if let Err(why) = quaver_devices::alsa::available() {
         tracing::debug!("hotplug: off ({why})");
         return;
@@ -82,7 +82,8 @@ fn follow_cards(engine: &Engine, channels: ChannelMap) {
         rate: engine.rate(),
         channels,
     };
-    hotplug::spawn(engine.clone(), defaults);
+    let cards = hotplug::configured_cards(engine, specs, &defaults);
+    hotplug::spawn(engine.clone(), defaults, cards);
 }
 
 /// Starts quaverd with `cfg` and serves until a stop signal arrives.
@@ -129,7 +130,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
-    follow_cards(&engine, channels);
+    follow_cards(&engine, &cfg.engine.devices, channels);
     // One memory for both front-ends: a kind of stream keeps its volume whichever
     // protocol its next stream comes through.
     let restore = restore_mode(&cfg).open();

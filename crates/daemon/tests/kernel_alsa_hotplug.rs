@@ -69,12 +69,22 @@ fn field<'a>(out: &'a str, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {key}= in the guest's output:\n{out}"))
 }
 
-/// The lines after `SECTION` up to the next line in capitals followed by ':'.
+/// The `pactl list short` lines (tab-separated) after the line `name`, up to the next
+/// header (`SOME WORDS:`) or `KEY=value` line; other programs' messages in between are
+/// skipped.
 fn section<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    let header = |l: &str| {
+        !l.contains('\t')
+            && (l.ends_with(':')
+                || l.split_once('=').is_some_and(|(k, _)| {
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                }))
+    };
     out.lines()
         .skip_while(|l| *l != name)
         .skip(1)
-        .take_while(|l| !l.ends_with(':') || l.contains('\t'))
+        .take_while(|l| !header(l))
+        .filter(|l| l.contains('\t'))
         .collect()
 }
 
@@ -99,7 +109,9 @@ fn prologue(dir: &Path) -> String {
     format!(
         "set -u\nD={dir}\nQ={quaverd}\nexport XDG_RUNTIME_DIR=/tmp/xdg HOME=/tmp/home\n\
          mkdir -p -m 700 $XDG_RUNTIME_DIR; mkdir -p $HOME\n\
-         unbind() {{ timeout 20 sh -c 'echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/unbind'; echo UNBIND_RC=$?; }}\n\
+         unbind() {{ (echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/unbind) & U=$!; \
+           for i in $(seq 100); do kill -0 $U 2> /dev/null || break; sleep 0.2; done; \
+           if kill -0 $U 2> /dev/null; then echo UNBIND_RC=blocked; else wait $U; echo UNBIND_RC=$?; fi; }}\n\
          stop() {{ kill $1; timeout 20 tail --pid=$1 -f /dev/null; wait $1; echo QUAVERD_RC=$?; }}\n",
         dir = dir.display(),
         quaverd = quaverd_bin().display()
@@ -146,7 +158,7 @@ for i in $(seq 50); do pactl list short sink-inputs | grep -q . && break; sleep 
 pactl move-sink-input $(pactl list short sink-inputs | cut -f1 | head -1) Dummy-sink; echo MOVE_RC=$?
 sleep 2
 echo "INPUTS BEFORE:"; pactl list short sink-inputs
-arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 7 $D/cable.wav & AR=$!
+arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 7 $D/cable.wav 2> $D/arecord.err & AR=$!
 sleep 2
 unbind
 timeout 20 modprobe -r snd-dummy; echo MODPROBE_R_RC=$?
@@ -221,7 +233,9 @@ stop $QP
         .unwrap_or_else(|| panic!("no Dummy-sink after the second modprobe\n{all}"));
     let replugged = section(&out, "INPUTS REPLUGGED:");
     assert!(
-        replugged.iter().any(|l| l.split('\t').nth(1) == Some(&again.to_string())),
+        replugged
+            .iter()
+            .any(|l| l.split('\t').nth(1) == Some(&again.to_string())),
         "the stream that remembers Dummy-sink did not go back to it (#{again}): {replugged:?}\n{all}"
     );
     assert_eq!(
@@ -243,7 +257,7 @@ $Q --device alsa:hw:Dummy,name=dummy --device alsa:hw:Loopback,0,0,name=loop > $
 for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
 paplay -d dummy-sink $D/tone.wav & PP=$!
 sleep 2
-arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 6 $D/cable.wav & AR=$!
+arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 6 $D/cable.wav 2> $D/arecord.err & AR=$!
 sleep 1
 unbind
 sleep 1
@@ -253,6 +267,21 @@ echo "INPUTS AFTER:"; pactl list short sink-inputs
 kill -0 $PP && echo PAPLAY_ALIVE=yes
 wait $AR; echo ARECORD_RC=$?
 kill $PP
+stop $QP
+# The configured card again, closed for idleness when it goes: nothing finds it failing,
+# the uevent alone must take it out; and back, it must not be opened twice.
+echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/bind
+$Q --suspend-timeout-ms 300 --device alsa:hw:Dummy,name=dummy --device alsa:hw:Loopback,0,0,name=loop > $D/quaverd2.log 2>&1 & QP=$!
+for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
+sleep 2
+echo "SINKS IDLE:"; pactl list short sinks
+unbind
+sleep 2
+echo "SINKS IDLE UNPLUGGED:"; pactl list short sinks
+echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/bind
+for i in $(seq 50); do pactl list short sinks | grep -q Dummy-sink && break; sleep 0.2; done
+sleep 1
+echo "SINKS IDLE REPLUGGED:"; pactl list short sinks
 stop $QP
 "#;
     let out = run_in_guest("snd-aloop snd-dummy", dir.path(), &script);
@@ -280,4 +309,22 @@ stop $QP
     assert_tone_on_the_cable(&dir.path().join("cable.wav"), 3.0, &all);
     // The vanished card was closed when it went, so shutting down has nothing to fail on.
     assert_eq!(field(&out, "QUAVERD_RC"), "0", "{all}");
+    // Idle and closed, the configured card is taken out by its uevent, and opened once
+    // when it is back.
+    let log2 = std::fs::read_to_string(dir.path().join("quaverd2.log")).unwrap_or_default();
+    let all = format!("{all}\n--- second quaverd log:\n{log2}");
+    assert!(
+        sink_index(&section(&out, "SINKS IDLE:"), "dummy-sink").is_some(),
+        "{all}"
+    );
+    let gone = section(&out, "SINKS IDLE UNPLUGGED:");
+    assert_eq!(sink_index(&gone, "dummy-sink"), None, "{all}");
+    assert!(sink_index(&gone, "loop-sink").is_some(), "{all}");
+    let back = section(&out, "SINKS IDLE REPLUGGED:");
+    assert!(sink_index(&back, "Dummy-sink").is_some(), "{all}");
+    assert_eq!(
+        back.len(),
+        2,
+        "the card back once, with the cable: {back:?}\n{all}"
+    );
 }

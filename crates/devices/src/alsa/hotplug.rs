@@ -164,6 +164,32 @@ pub fn card_id(card: u32) -> Option<String> {
     })
 }
 
+/// The card part of an ALSA PCM name, as written: `hw:1,0` → `1`, `plughw:Dummy` →
+/// `Dummy`, `front:CARD=PCH,DEV=0` → `PCH`; `None` for a PCM that names no card
+/// (`default`, `null`).
+pub fn pcm_card_token(pcm: &str) -> Option<&str> {
+    let (_, args) = pcm.split_once(':')?;
+    let token = match args.split(',').find_map(|a| a.trim().strip_prefix("CARD=")) {
+        Some(card) => card,
+        None => args.split(',').next()?.trim(),
+    };
+    let token = token.trim_matches('"');
+    (!token.is_empty() && !token.contains('=')).then_some(token)
+}
+
+/// The number of the card an ALSA PCM name opens, if it names one that exists now.
+pub fn pcm_card(pcm: &str) -> Option<u32> {
+    let token = pcm_card_token(pcm)?;
+    if let Ok(n) = token.parse() {
+        return Some(n);
+    }
+    let cards = std::fs::read_dir("/sys/class/sound").ok()?;
+    cards.flatten().find_map(|e| {
+        let n: u32 = e.file_name().to_str()?.strip_prefix("card")?.parse().ok()?;
+        (card_id(n)? == token).then_some(n)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +219,19 @@ mod tests {
             "DEVNAME=snd/controlC12",
         ]);
         assert_eq!(parse_uevent(&remove), Some(CardEvent::Removed(12)));
+    }
+
+    #[test]
+    fn the_card_of_a_pcm_name() {
+        assert_eq!(pcm_card_token("hw:1"), Some("1"));
+        assert_eq!(pcm_card_token("hw:Loopback,0,0"), Some("Loopback"));
+        assert_eq!(pcm_card_token("plughw:CARD=PCH,DEV=3"), Some("PCH"));
+        assert_eq!(pcm_card_token("front:CARD=\"Dummy\""), Some("Dummy"));
+        assert_eq!(pcm_card_token("hw:DEV=0"), None);
+        assert_eq!(pcm_card_token("default"), None);
+        assert_eq!(pcm_card_token("null"), None);
+        assert_eq!(pcm_card(""), None);
+        assert_eq!(pcm_card("hw:7,0"), Some(7));
     }
 
     #[test]

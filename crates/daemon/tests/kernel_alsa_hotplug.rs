@@ -148,7 +148,8 @@ fn a_card_plugged_in_appears_and_unplugged_while_playing_lets_go() {
 $Q --device alsa:hw:Loopback,0,0,name=loop > $D/quaverd.log 2>&1 & QP=$!
 for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
 pactl subscribe > $D/events.log 2>&1 & SUB=$!
-sleep 1
+# Subscribed once it reports another client coming and going.
+for i in $(seq 50); do pactl info > /dev/null; grep -q "on client" $D/events.log && break; sleep 0.2; done
 modprobe snd-dummy; echo MODPROBE_RC=$?
 for i in $(seq 50); do pactl list short sinks | grep -q Dummy-sink && break; sleep 0.2; done
 echo "SINKS AFTER PLUG:"; pactl list short sinks

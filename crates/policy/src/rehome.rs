@@ -134,3 +134,82 @@ fn device_gone(engine: &Engine, policy: &Mutex<Policy>, device: usize) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quaver_devices::{NullConfig, NullDevice};
+    use quaver_dsp::{ChannelMap, Planar, PlanarMut};
+    use quaver_engine::{CycleInfo, EngineConfig, NodeSpec, Processor};
+    use std::time::{Duration, Instant};
+
+    struct Silence;
+
+    impl Processor for Silence {
+        fn process(&mut self, _cx: &CycleInfo, _inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
+            outputs.fill_silence();
+        }
+    }
+
+    fn null(name: &str) -> Box<NullDevice> {
+        Box::new(
+            NullDevice::new(NullConfig {
+                name: name.into(),
+                ..NullConfig::default()
+            })
+            .unwrap(),
+        )
+    }
+
+    /// The sink `stream` plays into, if any.
+    fn target(engine: &Engine, stream: NodeId) -> Option<String> {
+        engine.inspect(|g| {
+            let out = g.nodes.get(&stream)?.outputs.first()?;
+            let l = g.links.values().find(|l| l.output == *out)?;
+            Some(g.nodes[&g.ports[&l.input].node].name.clone())
+        })
+    }
+
+    fn wait(mut f: impl FnMut() -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn a_stream_left_without_a_sink_moves_to_the_next_device_that_appears() {
+        let cfg = EngineConfig {
+            rt_priority: 0,
+            suspend_timeout: None,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::start(cfg, vec![null("a")]).unwrap();
+        spawn(engine.clone(), Arc::new(Mutex::new(Policy::default()))).unwrap();
+        let mut s = NodeSpec::new("tone", NodeKind::PlaybackStream);
+        s.outputs = ChannelMap::stereo();
+        let tone = engine
+            .add_node_linked(s, Some(Box::new(Silence)), Some("a-sink"))
+            .unwrap();
+        engine.device_gone(0).unwrap();
+        let gone = || engine.inspect(|g| g.node_by_name("a-sink").is_some_and(|n| n.gone));
+        assert!(wait(gone), "a-sink was not marked gone");
+        // Nowhere to go: it stays where it was, and so does the gone device.
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(target(&engine, tone).as_deref(), Some("a-sink"));
+        assert_eq!(engine.devices().len(), 1);
+        let b = engine.add_device(null("b")).unwrap();
+        assert!(
+            wait(|| target(&engine, tone).as_deref() == Some("b-sink")),
+            "the stream did not move to the new device: {:?}",
+            target(&engine, tone)
+        );
+        assert!(wait(|| engine.devices().iter().map(|d| d.0).eq([b])));
+        assert!(engine.inspect(|g| g.node_by_name("a-sink").is_none()));
+        engine.shutdown().unwrap();
+    }
+}

@@ -386,3 +386,14 @@ fn adding_removing_and_losing_devices_allocates_nothing_in_the_cycle() {
     assert_eq!(engine.stats().leaked.load(Relaxed), 0);
     engine.shutdown_manual(runner).unwrap();
 }
+
+#[test]
+fn a_card_that_vanished_unnoticed_does_not_fail_the_shutdown() {
+    let (a, pa) = Card::plug("a");
+    let (engine, mut runner) = Engine::new_manual(config(), vec![a]).unwrap();
+    runner.run_cycle();
+    // Gone while nothing looked (closed for idleness, say): found only by the close.
+    pa.unplugged.store(true, Relaxed);
+    engine.shutdown_manual(runner).unwrap();
+    assert!(pa.closed.load(Relaxed));
+}

@@ -352,14 +352,33 @@ impl Engine {
 fn close_all(devices: Vec<Option<Box<dyn Device>>>) -> Result<(), EngineError> {
     let mut first = Ok(());
     for mut d in devices.into_iter().flatten() {
-        if let Err(e) = d.close() {
-            tracing::error!("closing {}: {e}", d.info().name);
-            if first.is_ok() {
-                first = Err(EngineError::Device(e));
+        match d.close() {
+            // A card that vanished unnoticed (closed for idleness, say) has nothing
+            // left to flush: not a failed shutdown.
+            Err(e) if is_vanished(&e) => {
+                tracing::info!("closing {}: {e} (the device is gone)", d.info().name);
             }
+            Err(e) => {
+                tracing::error!("closing {}: {e}", d.info().name);
+                if first.is_ok() {
+                    first = Err(EngineError::Device(e));
+                }
+            }
+            Ok(()) => {}
         }
     }
     first
+}
+
+/// Whether a device error says the device is no longer there.
+fn is_vanished(e: &quaver_devices::DeviceError) -> bool {
+    match e {
+        quaver_devices::DeviceError::Gone(_) => true,
+        quaver_devices::DeviceError::Io { source, .. } => {
+            matches!(source.raw_os_error(), Some(libc::ENODEV | libc::ENXIO))
+        }
+        _ => false,
+    }
 }
 
 /// Refuses what one engine cannot drive (no device, too many, bad quantum bounds, mixed

@@ -43,8 +43,9 @@ pub fn open_card(card: u32, defaults: &DeviceDefaults) -> Result<Box<dyn Device>
     open_device(&format!("alsa:hw:{card},name={name}"), defaults)
 }
 
-/// Card number → the engine's device index and name, for the cards the thread knows.
-type Cards = HashMap<u32, (usize, String)>;
+/// Card number → the engine's devices on it (index and name), for the cards the thread
+/// knows (a configuration may open several PCMs of one card).
+type Cards = HashMap<u32, Vec<(usize, String)>>;
 
 /// The cards that the configured devices (`specs`, opened in this order as engine
 /// devices 0, 1, …) opened: so the card's removal reaches them even while they are
@@ -64,7 +65,10 @@ pub fn configured_cards(engine: &Engine, specs: &[String], defaults: &DeviceDefa
             continue;
         };
         if let Some(card) = pcm_card(&cfg.pcm) {
-            cards.insert(card, (index, info.name.clone()));
+            cards
+                .entry(card)
+                .or_default()
+                .push((index, info.name.clone()));
         }
     }
     cards
@@ -108,18 +112,16 @@ fn follow_cards(socket: &UeventSocket, engine: &Engine, defaults: &DeviceDefault
         match event {
             CardEvent::Added(card) => {
                 // Ours already (configured, or an `add` seen twice): still in the engine.
-                if cards
-                    .get(&card)
-                    .is_some_and(|(i, name)| present(engine, *i, name))
-                {
+                let known = cards.get(&card).into_iter().flatten();
+                if known.clone().any(|(i, name)| present(engine, *i, name)) {
                     continue;
                 }
                 if let Some(added) = card_added(engine, defaults, card) {
-                    cards.insert(card, added);
+                    cards.insert(card, vec![added]);
                 }
             }
             CardEvent::Removed(card) => {
-                if let Some((index, name)) = cards.remove(&card) {
+                for (index, name) in cards.remove(&card).unwrap_or_default() {
                     card_removed(engine, card, index, &name);
                 }
             }

@@ -4,6 +4,7 @@
 //! the library crates, so this crate stays thin.
 
 pub mod config;
+pub mod hotplug;
 
 use anyhow::{Context, Result};
 use config::Config;
@@ -70,6 +71,21 @@ fn pulse_tcp(cfg: &Config) -> Result<Option<quaver_pulse::TcpOptions>> {
     }))
 }
 
+/// Opens the cards plugged in from now on, at the engine's rate (`hotplug`), where
+/// alsa-lib can be loaded.
+fn follow_cards(engine: &Engine, specs: &[String], channels: ChannelMap) {
+    if let Err(why) = quaver_devices::alsa::available() {
+        tracing::debug!("hotplug: off ({why})");
+        return;
+    }
+    let defaults = DeviceDefaults {
+        rate: engine.rate(),
+        channels,
+    };
+    let cards = hotplug::configured_cards(engine, specs, &defaults);
+    hotplug::spawn(engine.clone(), defaults, cards);
+}
+
 /// Starts quaverd with `cfg` and serves until a stop signal arrives.
 pub fn run(cfg: Config) -> Result<()> {
     let runtime_dir = cfg.runtime_dir();
@@ -89,7 +105,7 @@ pub fn run(cfg: Config) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("engine.channels: {e}"))?;
     let defaults = DeviceDefaults {
         rate: cfg.engine.rate,
-        channels,
+        channels: channels.clone(),
     };
     let mut devices = Vec::new();
     for spec in &cfg.engine.devices {
@@ -114,6 +130,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
+    follow_cards(&engine, &cfg.engine.devices, channels);
     // One memory for both front-ends: a kind of stream keeps its volume whichever
     // protocol its next stream comes through.
     let restore = restore_mode(&cfg).open();

@@ -177,9 +177,36 @@ pub(crate) fn compile(
             device,
             stream: node.kind.is_stream(),
             once: once.contains(&id),
+            only_device: if node.kind.is_stream() {
+                only_device(graph, id)
+            } else {
+                None
+            },
         });
     }
     (plan, current)
+}
+
+/// The device whose nodes are all that node `id` is linked with, if there is one.
+fn only_device(graph: &Graph, id: NodeId) -> Option<usize> {
+    let node_of = |p: &PortId| graph.ports.get(p).map(|p| p.node);
+    let mut device = None;
+    for l in graph.links.values() {
+        let (o, i) = (node_of(&l.output)?, node_of(&l.input)?);
+        let peer = if o == id {
+            i
+        } else if i == id {
+            o
+        } else {
+            continue;
+        };
+        let d = graph.nodes.get(&peer)?.device?;
+        if device.is_some_and(|x| x != d) {
+            return None;
+        }
+        device = Some(d);
+    }
+    device
 }
 
 /// The nodes that stop in this plan while they played into running nodes, and the

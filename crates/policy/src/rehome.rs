@@ -1,7 +1,9 @@
 //! Rehoming: when a device fails or is unplugged, the streams playing to it (or
 //! recording from it) move to the policy's choice among the devices left, and the
-//! device's nodes leave the graph, so every front-end sees the sink or source go away and
-//! its streams turn up on the new one. The daemon keeps running either way.
+//! device leaves the engine with its nodes (`Engine::remove_device`), so every front-end
+//! sees the sink or source go away and its streams turn up on the new one. The daemon
+//! keeps running either way. Streams with nowhere to go stay (silent) on the gone
+//! device's nodes until a device appears; then they move there and the gone device goes.
 //!
 //! One thread, woken only by graph events (no periodic wakeups). Not to be confused with
 //! `quaver_engine::follow` (follower devices and their clock drift).
@@ -18,10 +20,25 @@ pub fn spawn(engine: Engine, policy: Arc<Mutex<Policy>>) -> std::io::Result<Join
     std::thread::Builder::new()
         .name("quaver-follow".into())
         .spawn(move || {
+            // Gone devices whose streams had nowhere to go.
+            let mut stranded = BTreeSet::new();
             // Ends when the engine (and with it the sender) is gone.
             while let Ok(ev) = events.recv() {
-                if let GraphEvent::DeviceGone(device) = ev {
-                    device_gone(&engine, &policy, device);
+                match ev {
+                    GraphEvent::DeviceGone(device) if !device_gone(&engine, &policy, device) => {
+                        stranded.insert(device);
+                    }
+                    GraphEvent::NodeAdded(id) if !stranded.is_empty() => {
+                        let is_device = engine.inspect(|g| {
+                            g.nodes
+                                .get(&id)
+                                .is_some_and(|n| n.device.is_some() && !n.gone)
+                        });
+                        if is_device {
+                            stranded.retain(|&d| !device_gone(&engine, &policy, d));
+                        }
+                    }
+                    _ => {}
                 }
             }
         })
@@ -61,8 +78,9 @@ fn peers(graph: &Graph, node: NodeId) -> BTreeSet<NodeId> {
 }
 
 /// Moves every stream of device `device` to the policy's fallback, then removes the
-/// device's nodes. With nowhere to go, the streams stay (silent) and the reason is logged.
-fn device_gone(engine: &Engine, policy: &Mutex<Policy>, device: usize) {
+/// device and its nodes; returns whether it did. With nowhere to go, the streams stay
+/// (silent) and the reason is logged.
+fn device_gone(engine: &Engine, policy: &Mutex<Policy>, device: usize) -> bool {
     let graph = engine.graph();
     let views = live_views(&graph);
     let (sink, source) = {
@@ -107,12 +125,91 @@ fn device_gone(engine: &Engine, policy: &Mutex<Policy>, device: usize) {
         }
     }
     if stranded {
-        return;
+        return false;
     }
-    for (id, name, _) in gone {
-        match engine.remove_node(id) {
-            Ok(()) => tracing::info!("removed {name}: its device is gone"),
-            Err(e) => tracing::error!("removing {name}: {e}"),
+    let names: Vec<String> = gone.into_iter().map(|(_, name, _)| name).collect();
+    match engine.remove_device(device) {
+        Ok(()) => tracing::info!("removed {}: its device is gone", names.join(" and ")),
+        Err(e) => tracing::error!("removing {}: {e}", names.join(" and ")),
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quaver_devices::{NullConfig, NullDevice};
+    use quaver_dsp::{ChannelMap, Planar, PlanarMut};
+    use quaver_engine::{CycleInfo, EngineConfig, NodeSpec, Processor};
+    use std::time::{Duration, Instant};
+
+    struct Silence;
+
+    impl Processor for Silence {
+        fn process(&mut self, _cx: &CycleInfo, _inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
+            outputs.fill_silence();
         }
+    }
+
+    fn null(name: &str) -> Box<NullDevice> {
+        Box::new(
+            NullDevice::new(NullConfig {
+                name: name.into(),
+                ..NullConfig::default()
+            })
+            .unwrap(),
+        )
+    }
+
+    /// The sink `stream` plays into, if any.
+    fn target(engine: &Engine, stream: NodeId) -> Option<String> {
+        engine.inspect(|g| {
+            let out = g.nodes.get(&stream)?.outputs.first()?;
+            let l = g.links.values().find(|l| l.output == *out)?;
+            Some(g.nodes[&g.ports[&l.input].node].name.clone())
+        })
+    }
+
+    fn wait(mut f: impl FnMut() -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn a_stream_left_without_a_sink_moves_to_the_next_device_that_appears() {
+        let cfg = EngineConfig {
+            rt_priority: 0,
+            suspend_timeout: None,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::start(cfg, vec![null("a")]).unwrap();
+        spawn(engine.clone(), Arc::new(Mutex::new(Policy::default()))).unwrap();
+        let mut s = NodeSpec::new("tone", NodeKind::PlaybackStream);
+        s.outputs = ChannelMap::stereo();
+        let tone = engine
+            .add_node_linked(s, Some(Box::new(Silence)), Some("a-sink"))
+            .unwrap();
+        engine.device_gone(0).unwrap();
+        let gone = || engine.inspect(|g| g.node_by_name("a-sink").is_some_and(|n| n.gone));
+        assert!(wait(gone), "a-sink was not marked gone");
+        // Nowhere to go: it stays where it was, and so does the gone device.
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(target(&engine, tone).as_deref(), Some("a-sink"));
+        assert_eq!(engine.devices().len(), 1);
+        let b = engine.add_device(null("b")).unwrap();
+        assert!(
+            wait(|| target(&engine, tone).as_deref() == Some("b-sink")),
+            "the stream did not move to the new device: {:?}",
+            target(&engine, tone)
+        );
+        assert!(wait(|| engine.devices().iter().map(|d| d.0).eq([b])));
+        assert!(engine.inspect(|g| g.node_by_name("a-sink").is_none()));
+        engine.shutdown().unwrap();
     }
 }

@@ -11,6 +11,7 @@
 //!   rate.
 //! * [`config`]: [`AlsaConfig`], [`Pacing`] and the margin that follows from them.
 //! * `driver.rs` and `cycle.rs`: timer-based scheduling and recovery on top of those.
+//! * [`hotplug`]: cards coming and going, from the kernel's uevents.
 //! * this module: [`AlsaDevice`] over the driver, and listing PCMs and cards.
 //!
 //! # Scheduling
@@ -46,6 +47,7 @@ mod cycle;
 pub mod dll;
 mod driver;
 pub(crate) mod ffi;
+pub mod hotplug;
 pub mod params;
 pub mod pcm;
 

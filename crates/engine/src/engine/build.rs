@@ -5,7 +5,7 @@ use crate::EngineError;
 use crate::engine::config::EngineConfig;
 use crate::engine::handle::{Control, Engine, Shared, notify, round_pow2};
 use crate::engine::report::{GraphEvent, SlotMark};
-use crate::graph::{Graph, NodeKind, NodeSpec};
+use crate::graph::{Graph, NodeId, NodeKind, NodeSpec};
 use crate::rt::follow::Follower;
 use crate::rt::msg::{Garbage, RtEvent, ToRt};
 use crate::rt::plan::NodeSlot;
@@ -137,7 +137,11 @@ impl Engine {
                 service_bell,
                 config,
                 rate,
-                devices: infos.clone(),
+                devices: std::sync::RwLock::new({
+                    let mut v: Vec<Option<DeviceInfo>> = infos.iter().cloned().map(Some).collect();
+                    v.resize(MAX_DEVICES, None);
+                    v
+                }),
                 periods,
                 max_fill,
                 realtime: Mutex::new(RtThread {
@@ -148,16 +152,26 @@ impl Engine {
                 stopping: false.into(),
             }),
         };
-        engine.add_device_nodes(device_node_specs(&infos))?;
+        let specs = infos
+            .iter()
+            .enumerate()
+            .flat_map(|(i, info)| device_node_specs(i, info))
+            .collect();
+        engine.add_device_nodes(&mut engine.lock(), specs)?;
         Ok((engine, runner))
     }
 
     /// Adds every device node in one plan, so the first cycle already reads every
     /// capture side and writes every playback side: a duplex card whose sides started
     /// a cycle apart would carry an extra quantum of round-trip latency for good.
-    fn add_device_nodes(&self, specs: Vec<NodeSpec>) -> Result<(), EngineError> {
-        let mut ctl = self.lock();
+    /// Returns the new nodes.
+    pub(super) fn add_device_nodes(
+        &self,
+        ctl: &mut Control,
+        specs: Vec<NodeSpec>,
+    ) -> Result<Vec<NodeId>, EngineError> {
         let mut ids = HashSet::new();
+        let mut order = Vec::new();
         for spec in specs {
             let slot = ctl
                 .free_slots
@@ -171,10 +185,13 @@ impl Engine {
                 spec.volume,
                 spec.kind.volume_on_inputs(),
             ));
-            ids.insert(ctl.graph.add_node(&spec, slot));
-            self.send(&mut ctl, ToRt::AddNode { slot, node })?;
+            let id = ctl.graph.add_node(&spec, slot);
+            ids.insert(id);
+            order.push(id);
+            self.send(ctl, ToRt::AddNode { slot, node })?;
         }
-        self.publish_with_new(&mut ctl, &ids)
+        self.publish_with_new(ctl, &ids)?;
+        Ok(order)
     }
 
     /// Builds an engine and starts its real-time and service threads.
@@ -241,12 +258,12 @@ impl Engine {
         while let Ok(e) = ctl.events.pop() {
             match e {
                 RtEvent::Xrun { device } => {
-                    tracing::warn!("xrun on device {}", self.shared.devices[device].name)
+                    tracing::warn!("xrun on device {}", self.device_name(device))
                 }
                 RtEvent::DeviceGone { device } => {
                     tracing::error!(
-                        "device {} failed and is no longer driven",
-                        self.shared.devices[device].name
+                        "device {} failed or went away and is no longer driven",
+                        self.device_name(device)
                     );
                     for n in ctl.graph.nodes.values_mut() {
                         if n.device == Some(device) {
@@ -285,14 +302,14 @@ impl Engine {
                 }
                 RtEvent::Margin { device, frames } => tracing::debug!(
                     "device {}: safety margin now {frames} frames ({:.1} ms)",
-                    self.shared.devices[device].name,
+                    self.device_name(device),
                     frames as f64 * 1000.0 / self.shared.rate as f64
                 ),
                 RtEvent::DeviceClosed { device } => {
-                    tracing::info!("device {} closed (idle)", self.shared.devices[device].name)
+                    tracing::info!("device {} closed (idle)", self.device_name(device))
                 }
                 RtEvent::DeviceReopened { device } => {
-                    tracing::info!("device {} reopened", self.shared.devices[device].name)
+                    tracing::info!("device {} reopened", self.device_name(device))
                 }
             }
             out.push(e);
@@ -332,17 +349,36 @@ impl Engine {
     }
 }
 
-fn close_all(devices: Vec<Box<dyn Device>>) -> Result<(), EngineError> {
+fn close_all(devices: Vec<Option<Box<dyn Device>>>) -> Result<(), EngineError> {
     let mut first = Ok(());
-    for mut d in devices {
-        if let Err(e) = d.close() {
-            tracing::error!("closing {}: {e}", d.info().name);
-            if first.is_ok() {
-                first = Err(EngineError::Device(e));
+    for mut d in devices.into_iter().flatten() {
+        match d.close() {
+            // A card that vanished unnoticed (closed for idleness, say) has nothing
+            // left to flush: not a failed shutdown.
+            Err(e) if is_vanished(&e) => {
+                tracing::info!("closing {}: {e} (the device is gone)", d.info().name);
             }
+            Err(e) => {
+                tracing::error!("closing {}: {e}", d.info().name);
+                if first.is_ok() {
+                    first = Err(EngineError::Device(e));
+                }
+            }
+            Ok(()) => {}
         }
     }
     first
+}
+
+/// Whether a device error says the device is no longer there.
+fn is_vanished(e: &quaver_devices::DeviceError) -> bool {
+    match e {
+        quaver_devices::DeviceError::Gone(_) => true,
+        quaver_devices::DeviceError::Io { source, .. } => {
+            matches!(source.raw_os_error(), Some(libc::ENODEV | libc::ENXIO))
+        }
+        _ => false,
+    }
 }
 
 /// Refuses what one engine cannot drive (no device, too many, bad quantum bounds, mixed
@@ -408,7 +444,7 @@ fn followers(
     infos: &[DeviceInfo],
     rate: u32,
     quantum_max: usize,
-) -> Result<Vec<Option<Follower>>, EngineError> {
+) -> Result<Vec<Option<Box<Follower>>>, EngineError> {
     infos
         .iter()
         .enumerate()
@@ -416,37 +452,44 @@ fn followers(
             if i == 0 {
                 return Ok(None);
             }
-            Follower::new(
-                rate,
-                info.playback.as_ref().map(|c| c.len()),
-                info.capture.as_ref().map(|c| c.len()),
-                quantum_max,
-            )
-            .map(Some)
-            .map_err(|e| EngineError::Config(format!("device {}: rate matching: {e}", info.name)))
+            follower_for(info, rate, quantum_max).map(Some)
         })
         .collect()
 }
 
-/// The nodes of the devices: a sink per playback side, a source per capture side.
-fn device_node_specs(infos: &[DeviceInfo]) -> Vec<NodeSpec> {
+/// The rate matching of a device that follows another's clock (control thread).
+pub(super) fn follower_for(
+    info: &DeviceInfo,
+    rate: u32,
+    quantum_max: usize,
+) -> Result<Box<Follower>, EngineError> {
+    Follower::new(
+        rate,
+        info.playback.as_ref().map(|c| c.len()),
+        info.capture.as_ref().map(|c| c.len()),
+        quantum_max,
+    )
+    .map(Box::new)
+    .map_err(|e| EngineError::Config(format!("device {}: rate matching: {e}", info.name)))
+}
+
+/// The nodes of device `i`: a sink for its playback side, a source for its capture side.
+pub(super) fn device_node_specs(i: usize, info: &DeviceInfo) -> Vec<NodeSpec> {
     let mut specs = Vec::new();
-    for (i, info) in infos.iter().enumerate() {
-        if let Some(map) = &info.playback {
-            let mut s = NodeSpec::new(&format!("{}-sink", info.name), NodeKind::DeviceSink);
-            s.description = info.description.clone();
-            s.inputs = map.clone();
-            s.outputs = map.clone();
-            s.device = Some(i);
-            specs.push(s);
-        }
-        if let Some(map) = &info.capture {
-            let mut s = NodeSpec::new(&format!("{}-source", info.name), NodeKind::DeviceSource);
-            s.description = info.description.clone();
-            s.outputs = map.clone();
-            s.device = Some(i);
-            specs.push(s);
-        }
+    if let Some(map) = &info.playback {
+        let mut s = NodeSpec::new(&format!("{}-sink", info.name), NodeKind::DeviceSink);
+        s.description = info.description.clone();
+        s.inputs = map.clone();
+        s.outputs = map.clone();
+        s.device = Some(i);
+        specs.push(s);
+    }
+    if let Some(map) = &info.capture {
+        let mut s = NodeSpec::new(&format!("{}-source", info.name), NodeKind::DeviceSource);
+        s.description = info.description.clone();
+        s.outputs = map.clone();
+        s.device = Some(i);
+        specs.push(s);
     }
     specs
 }

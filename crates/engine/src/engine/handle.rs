@@ -14,7 +14,7 @@ use quaver_devices::{Device, DeviceInfo};
 use rustix::fd::OwnedFd;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Release;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ pub(super) struct Control {
 }
 
 /// The real-time thread (which hands the devices back) and the service thread.
-pub(super) type EngineThreads = (JoinHandle<Vec<Box<dyn Device>>>, JoinHandle<()>);
+pub(super) type EngineThreads = (JoinHandle<Vec<Option<Box<dyn Device>>>>, JoinHandle<()>);
 
 pub(super) struct Shared {
     pub(super) ctl: Mutex<Control>,
@@ -54,7 +54,10 @@ pub(super) struct Shared {
     pub(super) service_bell: Arc<OwnedFd>,
     pub(super) config: EngineConfig,
     pub(super) rate: u32,
-    pub(super) devices: Vec<DeviceInfo>,
+    /// The devices by index (`MAX_DEVICES` entries): `None` for a free index. An index
+    /// is taken until [`Engine::remove_device`], gone or not, so node `device` indices
+    /// never point at another device.
+    pub(super) devices: RwLock<Vec<Option<DeviceInfo>>>,
     /// Most quanta any device holds between render and playout.
     pub(super) periods: usize,
     /// Most playback frames the driver can keep queued filling ahead; 0 where it
@@ -99,12 +102,34 @@ impl Engine {
             .expect("engine control mutex poisoned")
     }
 
-    /// Frees an object the RT thread retired; a device error is logged first.
+    /// Frees an object the RT thread retired; a device error is logged first, and a
+    /// device handed back is closed.
     pub(super) fn dispose(&self, g: Garbage) {
-        if let Garbage::DeviceError { device, error } = &g {
-            tracing::error!("device {}: {error}", self.shared.devices[*device].name);
+        match g {
+            Garbage::DeviceError { device, error } => {
+                tracing::error!("device {}: {error}", self.device_name(device));
+            }
+            Garbage::Device { mut device, .. } => {
+                let name = device.info().name.clone();
+                // A vanished card answers its close with "No such device": expected.
+                match device.close() {
+                    Ok(()) => tracing::info!("device {name} closed"),
+                    Err(e) => tracing::info!("device {name} closed ({e})"),
+                }
+            }
+            g => drop(g),
         }
-        drop(g);
+    }
+
+    /// The name of device `index` for logs ("device N" once it is removed).
+    pub(super) fn device_name(&self, index: usize) -> String {
+        self.shared
+            .devices
+            .read()
+            .expect("poisoned")
+            .get(index)
+            .and_then(|d| d.as_ref())
+            .map_or_else(|| format!("#{index}"), |d| d.name.clone())
     }
 
     pub(super) fn send(&self, ctl: &mut Control, msg: ToRt) -> Result<(), EngineError> {
@@ -216,7 +241,14 @@ impl Engine {
         stopped: &HashSet<NodeId>,
         quantum: usize,
     ) -> usize {
-        if self.shared.max_fill == 0 {
+        // Filling ahead needs the only device (a follower could not be rewound with it).
+        if self.shared.max_fill == 0
+            || graph
+                .nodes
+                .values()
+                .filter_map(|n| n.device)
+                .any(|d| d != 0)
+        {
             return 0;
         }
         // What a suspended sink holds does not run, so it limits nothing.

@@ -6,11 +6,13 @@
 //! - `handle.rs`: the [`Engine`] handle, its control state, and publishing plans;
 //! - `build.rs`: building and starting an engine, the service thread, shutdown;
 //! - `edit.rs`: graph edits;
+//! - `devices.rs`: devices added and removed while the engine runs;
 //! - `status.rs`: reading the graph, status and per-node timing;
 //! - [`config`] and [`report`]: the types going in and coming out.
 
 mod build;
 pub mod config;
+mod devices;
 mod edit;
 mod handle;
 pub mod report;

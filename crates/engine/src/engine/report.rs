@@ -7,6 +7,8 @@ use quaver_devices::DeviceInfo;
 /// A device as the engine reports it.
 #[derive(Debug, Clone)]
 pub struct DeviceStatus {
+    /// Its index (a node's `device`).
+    pub index: usize,
     /// Static description.
     pub info: DeviceInfo,
     /// Suspended for idleness.

@@ -6,7 +6,6 @@ use crate::engine::handle::Engine;
 use crate::engine::report::{DeviceStatus, EngineStatus, GraphEvent, NodeTiming, SlotMark};
 use crate::graph::{Graph, NodeId, NodeKind};
 use crate::rt::stats::RtStats;
-use quaver_devices::DeviceInfo;
 use quaver_rt::monotonic_ns;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -57,11 +56,6 @@ impl Engine {
         &self.shared.config
     }
 
-    /// Static descriptions of the devices, in engine order.
-    pub fn devices(&self) -> &[DeviceInfo] {
-        &self.shared.devices
-    }
-
     /// Counters and state for `quaver status`.
     pub fn status(&self) -> EngineStatus {
         let s = &self.shared.stats;
@@ -83,14 +77,13 @@ impl Engine {
             busy_ns_last: s.busy_ns_last.load(Relaxed),
             busy_ns_max: s.busy_ns_max.load(Relaxed),
             devices: self
-                .shared
-                .devices
-                .iter()
-                .enumerate()
+                .devices()
+                .into_iter()
                 .map(|(i, info)| {
                     let d = &s.devices[i];
                     DeviceStatus {
-                        info: info.clone(),
+                        index: i,
+                        info,
                         suspended,
                         gone: d.gone.load(Relaxed),
                         closed: d.closed.load(Relaxed),

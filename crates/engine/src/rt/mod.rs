@@ -29,6 +29,14 @@
 //! Nothing plays at either moment, and only the thread that owns the devices may touch
 //! them; PulseAudio's I/O thread suspends and reopens its cards the same way.
 //!
+//! Devices come and go while the thread runs (`devices.rs`): a device opened on a
+//! control thread arrives through the queue into a place allocated up front, and is
+//! started at the next cycle's start (device I/O: prepare, a prefill of silence,
+//! start). A device that fails or goes away (an unplugged card answers `-ENODEV`) is
+//! taken out in the cycle that saw it and handed back through the garbage queue, so
+//! its handles are closed on the service thread at its next wakeup rather than here:
+//! the unplug waits for them, and closing blocks. If it drove, the next device drives.
+//!
 //! Another, between cycles: when cycles have run back to back for a quarter of
 //! RLIMIT_RTTIME (at most 50 ms) without the thread ever sleeping — an overloaded
 //! engine whose deadlines are always already past — it sleeps 100 µs
@@ -76,6 +84,7 @@
 //! - [`follow`]: rate matching of follower devices; [`retune`]: a stream's new rate
 //!   converter; [`sched`]: the thread's scheduling, set from the control side.
 
+mod devices;
 pub mod follow;
 pub mod msg;
 pub mod node;

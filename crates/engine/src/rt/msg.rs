@@ -1,7 +1,9 @@
 //! The queues between the control side and the real-time thread: what each side sends.
 
+use crate::rt::follow::Follower;
 use crate::rt::plan::{NodeSlot, Plan};
 use crate::rt::retune::Retune;
+use quaver_devices::Device;
 
 /// Plans that may wait for the RT thread before it takes them all in one cycle: it
 /// applies one per cycle so each plan's link fades play out, but a burst of edits must
@@ -36,6 +38,23 @@ pub(crate) enum ToRt {
     },
     /// A new idle timeout before the devices suspend, in frames (`None`: never).
     SuspendAfter(Option<u64>),
+    /// A device opened at run time takes the free index `index` (its nodes follow in
+    /// their own messages); it drives the cycles if no device does.
+    AddDevice {
+        index: usize,
+        device: Box<dyn Device>,
+        follower: Option<Box<Follower>>,
+    },
+    /// The device at `index` leaves (its nodes are already out of the plan): handed
+    /// back to be closed on the control side.
+    RemoveDevice {
+        index: usize,
+    },
+    /// The device at `index` went away (its card was unplugged): dropped and reported
+    /// as [`RtEvent::DeviceGone`], as if it had failed.
+    DeviceGone {
+        index: usize,
+    },
     Shutdown,
 }
 
@@ -45,6 +64,16 @@ pub(crate) enum Garbage {
     Node(#[allow(dead_code)] Box<NodeSlot>),
     /// The rate converter a retune replaced.
     Retune(#[allow(dead_code)] Box<Retune>),
+    /// A device that failed, went away or was removed, with its rate matching: closed
+    /// (at once: its card may be waiting for the handles to go) and freed by the control
+    /// side.
+    Device {
+        device: Box<dyn Device>,
+        #[allow(dead_code)]
+        follower: Option<Box<Follower>>,
+    },
+    /// A follower's rate matching left behind by a device taken out before.
+    Follower(#[allow(dead_code)] Box<Follower>),
     /// Why a device failed: logged (and freed) by the control side.
     DeviceError {
         device: usize,

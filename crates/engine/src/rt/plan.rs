@@ -48,6 +48,9 @@ pub(crate) struct Step {
     /// Runs in the plan's first cycle only: a node that stopped in this plan, rendering
     /// the cycle in which its links to running nodes fade out.
     pub once: bool,
+    /// A stream linked with one device's nodes only: while that device is gone it does
+    /// not run, so none of its audio is lost before the policy moves it elsewhere.
+    pub only_device: Option<usize>,
 }
 
 /// An immutable, fully resolved execution plan.

@@ -12,15 +12,19 @@ impl RtRunner {
     /// stream can deliver another quantum (a stream that cannot would underrun in a
     /// burst of cycles; its client gets until the watermark instead), else none.
     pub(crate) fn set_driver_fill(&mut self, q: usize) {
-        if self.gone[0] {
+        let Some(d) = self.driver else {
             return;
-        }
-        let fill = if self.plan.fill > 0 && self.streams_ready(q) {
+        };
+        // Filling ahead needs one device (a follower could not be rewound with it): a
+        // device added since the plan was compiled turns it off at once.
+        let fill = if self.plan.fill > 0 && self.live_devices() == 1 && self.streams_ready(q) {
             self.plan.fill
         } else {
             0
         };
-        self.devices[0].set_fill(fill);
+        if let Some(dev) = self.devices[d].as_mut() {
+            dev.set_fill(fill);
+        }
     }
 
     /// Takes back what the driver has queued beyond a normal cycle and lets every node
@@ -29,12 +33,18 @@ impl RtRunner {
     /// node that already produced output cannot take it back, or when little is
     /// queued. Single-device engines only (fill is off otherwise). *RT*.
     pub(crate) fn rewind(&mut self, q: usize) {
-        if self.gone[0] || !self.running || self.devices.len() != 1 {
+        let Some(d) = self.driver else {
+            return;
+        };
+        if !self.running || self.live_devices() != 1 {
             return;
         }
         // A normal cycle keeps about a quantum plus the watermark queued; rewinding
         // that would gain nothing.
-        if self.devices[0].playback_delay() <= 2 * q {
+        if self.devices[d]
+            .as_ref()
+            .is_none_or(|dev| dev.playback_delay() <= 2 * q)
+        {
             return;
         }
         let all_can = self.plan.steps.iter().all(|s| {
@@ -48,7 +58,7 @@ impl RtRunner {
         // Filling ahead, the refill follows at once; otherwise keep one quantum so the
         // driver's next wakeup finds its usual lead.
         let keep = if self.plan.fill > 0 { 0 } else { q };
-        let frames = self.devices[0].rewind(keep);
+        let frames = self.devices[d].as_mut().map_or(0, |dev| dev.rewind(keep));
         if frames == 0 {
             return;
         }
@@ -76,7 +86,7 @@ impl RtRunner {
         self.plan
             .steps
             .iter()
-            .filter(|s| s.stream && !s.once)
+            .filter(|s| s.stream && !s.once && !s.only_device.is_some_and(|d| self.gone[d]))
             .all(|s| {
                 slots[s.slot]
                     .as_mut()
@@ -98,6 +108,9 @@ impl RtRunner {
         for si in 0..self.plan.steps.len() {
             let step = self.plan.steps[si].clone();
             if step.once && !first {
+                continue;
+            }
+            if step.only_device.is_some_and(|d| self.gone[d]) {
                 continue;
             }
             // A split-phase node's outputs exist only once it finished: finish the ones
@@ -152,11 +165,11 @@ impl RtRunner {
                     if self.start_fades[d].is_ramping() {
                         self.start_fades[d].apply(&mut inputs.view_mut(q));
                     }
-                    if !self.gone[d] {
+                    if let Some(dev) = self.devices[d].as_deref_mut() {
                         let ok = self.followers[d]
                             .as_mut()
-                            .and_then(|f| f.write(self.devices[d].as_mut(), inputs.view(q)))
-                            .unwrap_or_else(|| self.devices[d].write(inputs.view(q)).is_ok());
+                            .and_then(|f| f.write(&mut *dev, inputs.view(q)))
+                            .unwrap_or_else(|| dev.write(inputs.view(q)).is_ok());
                         if !ok {
                             self.mark_gone(d);
                         }
@@ -167,13 +180,16 @@ impl RtRunner {
                 }
                 Some(DeviceRole::Source(d)) => {
                     let mut out = outputs.view_mut(q);
-                    let ok = !self.gone[d]
-                        && self.followers[d]
+                    let ok = self.devices[d].as_deref_mut().map(|dev| {
+                        self.followers[d]
                             .as_mut()
-                            .and_then(|f| f.read(self.devices[d].as_mut(), &mut out))
-                            .unwrap_or_else(|| self.devices[d].read(&mut out).is_ok());
-                    if !ok {
+                            .and_then(|f| f.read(&mut *dev, &mut out))
+                            .unwrap_or_else(|| dev.read(&mut out).is_ok())
+                    });
+                    if ok != Some(true) {
                         out.fill_silence();
+                    }
+                    if ok == Some(false) {
                         self.mark_gone(d);
                     }
                 }

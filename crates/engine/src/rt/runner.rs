@@ -34,15 +34,24 @@ fn sleep_until_ns(t: u64) {
 pub struct RtRunner {
     pub(crate) slots: Vec<Option<Box<NodeSlot>>>,
     pub(crate) plan: Box<Plan>,
-    pub(crate) devices: Vec<Box<dyn Device>>,
+    /// The devices by index (`MAX_DEVICES` entries, allocated up front): `None` for a
+    /// free index, or once a device failed, went away or was removed (handed back).
+    pub(crate) devices: Vec<Option<Box<dyn Device>>>,
+    /// The device whose clock paces the cycles; `None` paces on our own clock.
+    pub(crate) driver: Option<usize>,
+    /// Per index: the device failed or went away (reported; its nodes may still be in
+    /// the plan until the control side removes them).
     pub(crate) gone: [bool; MAX_DEVICES],
+    /// Per index: added while running, started at the next cycle's start.
+    pub(crate) needs_start: [bool; MAX_DEVICES],
     /// Devices whose handles an idle suspend closed (the next start reopens them).
     pub(crate) closed: [bool; MAX_DEVICES],
     /// Per device: the fade-in applied to playback after each start or resume (unity
     /// once done), so the first sound after a suspend does not click.
     pub(crate) start_fades: [GainRamp; MAX_DEVICES],
-    /// Per device, the rate matching of a follower (`None` for the driver, device 0).
-    pub(crate) followers: Vec<Option<Follower>>,
+    /// Per device index, the rate matching of a follower (`None` for the first driver;
+    /// unused while its device drives).
+    pub(crate) followers: Vec<Option<Box<Follower>>>,
     /// Length of those fades, frames.
     pub(crate) start_fade_frames: usize,
     pub(crate) from_ctl: Consumer<ToRt>,
@@ -113,13 +122,19 @@ pub(crate) struct RtSettings {
 
 impl RtRunner {
     /// A runner over `devices` (the first drives the clock), with one follower entry per
-    /// device. Control thread: allocates every slot and buffer it will use.
+    /// device. Control thread: allocates every slot and buffer it will use, including
+    /// room for `MAX_DEVICES` devices.
     pub(crate) fn new(
         devices: Vec<Box<dyn Device>>,
-        followers: Vec<Option<Follower>>,
+        followers: Vec<Option<Box<Follower>>>,
         links: RtLinks,
         s: RtSettings,
     ) -> RtRunner {
+        let driver = (!devices.is_empty()).then_some(0);
+        let mut devices: Vec<Option<Box<dyn Device>>> = devices.into_iter().map(Some).collect();
+        devices.resize_with(MAX_DEVICES, || None);
+        let mut followers = followers;
+        followers.resize_with(MAX_DEVICES, || None);
         RtRunner {
             slots: (0..s.slots).map(|_| None).collect(),
             plan: Box::new(Plan {
@@ -127,8 +142,10 @@ impl RtRunner {
                 ..Plan::default()
             }),
             devices,
+            driver,
             followers,
             gone: [false; MAX_DEVICES],
+            needs_start: [false; MAX_DEVICES],
             closed: [false; MAX_DEVICES],
             start_fades: std::array::from_fn(|_| GainRamp::new(1.0)),
             start_fade_frames: s.start_fade_frames,
@@ -162,7 +179,7 @@ impl RtRunner {
         }
     }
 
-    fn retire(&mut self, g: Garbage) {
+    pub(crate) fn retire(&mut self, g: Garbage) {
         if let Err(rtrb::PushError::Full(g)) = self.garbage.push(g) {
             // Freeing here would break the no-free rule; a leak is the lesser evil.
             std::mem::forget(g);
@@ -171,7 +188,7 @@ impl RtRunner {
         self.notify = true;
     }
 
-    fn event(&mut self, e: RtEvent) {
+    pub(crate) fn event(&mut self, e: RtEvent) {
         if self.events.push(e).is_err() {
             self.stats.events_dropped.fetch_add(1, Relaxed);
         }
@@ -252,6 +269,13 @@ impl RtRunner {
                         self.suspend_after_frames = frames;
                     }
                 }
+                ToRt::AddDevice {
+                    index,
+                    device,
+                    follower,
+                } => self.add_device(index, device, follower),
+                ToRt::RemoveDevice { index } => self.remove_device(index),
+                ToRt::DeviceGone { index } => self.mark_gone(index),
                 ToRt::Shutdown => {
                     self.shutdown = true;
                     break;
@@ -269,44 +293,54 @@ impl RtRunner {
 
     fn start_devices(&mut self, q: usize) {
         for i in 0..self.devices.len() {
-            if !self.gone[i] {
-                match self.devices[i].start(q) {
-                    Ok(()) if self.closed[i] => {
-                        self.closed[i] = false;
-                        self.event(RtEvent::DeviceReopened { device: i });
-                    }
-                    Ok(()) => {}
-                    Err(error) => {
-                        // The reason goes to the control side to be logged (a reopen
-                        // that failed or negotiated something else says why).
-                        self.retire(Garbage::DeviceError { device: i, error });
-                        self.mark_gone(i);
-                    }
-                }
-            }
-            if let Some(f) = self.followers[i].as_mut() {
-                f.reset();
-            }
-            if self.devices[i].fades_in_on_start() {
-                self.start_fades[i] = GainRamp::new(0.0);
-                self.start_fades[i].set_target(1.0, self.start_fade_frames);
-            }
+            self.start_device(i, q);
         }
         self.fallback_deadline = quaver_rt::monotonic_ns();
         self.running = true;
     }
 
+    /// Starts (or reopens and starts) device `i` if it is there, with a fresh follower
+    /// loop and a fade-in; a device that fails is dropped. *RT*, between cycles.
+    pub(crate) fn start_device(&mut self, i: usize, q: usize) {
+        self.needs_start[i] = false;
+        let Some(dev) = self.devices[i].as_mut() else {
+            return;
+        };
+        let fades = dev.fades_in_on_start();
+        match dev.start(q) {
+            Ok(()) if self.closed[i] => {
+                self.closed[i] = false;
+                self.event(RtEvent::DeviceReopened { device: i });
+            }
+            Ok(()) => {}
+            Err(error) => {
+                // The reason goes to the control side to be logged (a reopen
+                // that failed or negotiated something else says why).
+                self.retire(Garbage::DeviceError { device: i, error });
+                self.mark_gone(i);
+                return;
+            }
+        }
+        if let Some(f) = self.followers[i].as_mut() {
+            f.reset();
+        }
+        if fades {
+            self.start_fades[i] = GainRamp::new(0.0);
+            self.start_fades[i].set_target(1.0, self.start_fade_frames);
+        }
+    }
+
     /// Reads every follower's levels and steers its converters for this cycle. *RT*.
     fn follow_devices(&mut self, q: usize) {
-        for i in 1..self.devices.len() {
-            let Some(f) = self.followers[i].as_mut() else {
-                continue;
-            };
-            if self.gone[i] {
-                f.active = false;
+        for i in 0..self.devices.len() {
+            if self.driver == Some(i) {
                 continue;
             }
-            match self.devices[i].follow(q) {
+            let (Some(f), Some(dev)) = (self.followers[i].as_mut(), self.devices[i].as_mut())
+            else {
+                continue;
+            };
+            match dev.follow(q) {
                 Ok(Some(levels)) => {
                     f.active = true;
                     f.update(levels, q, self.rate);
@@ -321,23 +355,20 @@ impl RtRunner {
         }
     }
 
-    pub(crate) fn mark_gone(&mut self, i: usize) {
-        if !self.gone[i] {
-            self.gone[i] = true;
-            self.stats.devices[i].gone.store(true, Relaxed);
-            self.event(RtEvent::DeviceGone { device: i });
-        }
-    }
-
-    /// Waits for the driver (device 0), or paces on our own clock if it is gone.
-    /// Returns false when the wait was cut short by a control message (no cycle due).
+    /// Waits for the driver, or paces on our own clock if no device drives. Returns
+    /// false when the wait was cut short by a control message (no cycle due). A driver
+    /// that fails here is dropped and the next device waited for at once.
     fn wait_driver(&mut self, q: usize) -> bool {
-        if !self.gone[0] {
-            match self.devices[0].wait_or_wake(q, rustix::fd::AsFd::as_fd(&*self.wake)) {
+        while let Some(d) = self.driver {
+            let Some(dev) = self.devices[d].as_mut() else {
+                self.promote_driver();
+                continue;
+            };
+            match dev.wait_or_wake(q, rustix::fd::AsFd::as_fd(&*self.wake)) {
                 Ok(WaitStatus::Ready) => return true,
                 Ok(WaitStatus::Xrun) => {
                     self.stats.xruns.fetch_add(1, Relaxed);
-                    self.event(RtEvent::Xrun { device: 0 });
+                    self.event(RtEvent::Xrun { device: d });
                     return true;
                 }
                 Ok(WaitStatus::Woken) => {
@@ -346,9 +377,9 @@ impl RtRunner {
                     let _ = rustix::io::read(&*self.wake, &mut buf);
                     return false;
                 }
-                Err(_) => {
-                    self.mark_gone(0);
-                    self.fallback_deadline = quaver_rt::monotonic_ns();
+                Err(error) => {
+                    self.retire(Garbage::DeviceError { device: d, error });
+                    self.mark_gone(d);
                 }
             }
         }
@@ -395,6 +426,12 @@ impl RtRunner {
         let q = self.plan.quantum.max(1);
         if !self.running {
             self.start_devices(q);
+        } else if self.needs_start.contains(&true) {
+            for i in 0..self.devices.len() {
+                if self.needs_start[i] {
+                    self.start_device(i, q);
+                }
+            }
         }
         if q != self.last_quantum {
             self.last_quantum = q;
@@ -418,9 +455,7 @@ impl RtRunner {
         // whole cycle later.
         self.apply_messages_up_to(0);
         let mut overdue = false;
-        if !self.gone[0]
-            && let Some(late) = self.devices[0].wakeup_lateness_ns()
-        {
+        if let Some(late) = self.driver_device().and_then(|d| d.wakeup_lateness_ns()) {
             self.stats.lateness_hist[hist_bucket(late)].fetch_add(1, Relaxed);
             self.stats.lateness_max_ns.fetch_max(late, Relaxed);
             // A whole period late: the next cycle was due before this one began (what
@@ -446,22 +481,12 @@ impl RtRunner {
             cycle: self.cycle,
             time_ns: t0,
             position: self.position,
-            playback_delay: if self.gone[0] {
-                0
-            } else {
-                self.devices[0].playback_delay()
-            },
-            capture_delay: if self.gone[0] {
-                0
-            } else {
-                self.devices[0].capture_delay()
-            },
+            playback_delay: self.driver_device().map_or(0, |d| d.playback_delay()),
+            capture_delay: self.driver_device().map_or(0, |d| d.capture_delay()),
             // As published after the previous cycle: the margin moves seconds apart.
-            margin_frames: if self.gone[0] {
-                0
-            } else {
-                self.stats.devices[0].margin_frames.load(Relaxed) as usize
-            },
+            margin_frames: self.driver.map_or(0, |d| {
+                self.stats.devices[d].margin_frames.load(Relaxed) as usize
+            }),
         };
         let end = self.process_graph(&cx);
         self.first_cycle_of_plan = false;
@@ -486,6 +511,7 @@ impl RtRunner {
         // service thread at debug level); an array, not a Vec: this runs in the cycle.
         let mut changed = [None; MAX_DEVICES];
         for (i, d) in self.devices.iter().enumerate() {
+            let Some(d) = d else { continue };
             let c = d.counters();
             let s = &self.stats.devices[i];
             s.wakeups.store(c.wakeups, Relaxed);
@@ -524,7 +550,7 @@ impl RtRunner {
                 .suspend_after_frames
                 .is_some_and(|limit| self.idle_frames >= limit)
         {
-            for d in self.devices.iter_mut() {
+            for d in self.devices.iter_mut().flatten() {
                 d.suspend();
             }
             self.running = false;
@@ -534,10 +560,7 @@ impl RtRunner {
             // The cycle is over and nothing plays until a stream wakes us: release the
             // devices (see the module docs for why this may block here).
             for i in 0..self.devices.len() {
-                if !self.gone[i] && self.devices[i].close_idle() {
-                    self.closed[i] = true;
-                    self.event(RtEvent::DeviceClosed { device: i });
-                }
+                self.close_idle(i);
             }
             self.publish_device_counters();
         }
@@ -551,9 +574,10 @@ impl RtRunner {
         let _ = rustix::io::read(&*self.wake, &mut buf);
     }
 
-    /// Runs cycles until shutdown, suspending while idle; returns the devices so the
-    /// control side can close them. Runs on the engine's real-time thread.
-    pub fn run(mut self) -> Vec<Box<dyn Device>> {
+    /// Runs cycles until shutdown, suspending while idle; returns the devices (by
+    /// index, `None` where there is none) so the control side can close them. Runs on
+    /// the engine's real-time thread.
+    pub fn run(mut self) -> Vec<Option<Box<dyn Device>>> {
         // An engine whose cycles take longer than their period never sleeps; under
         // RLIMIT_RTTIME that ends the process (see `quaver_rt::rttime`).
         let mut rttime = quaver_rt::RttimeGuard::for_this_process();
@@ -590,7 +614,7 @@ impl RtRunner {
             }
         }
         if self.running {
-            for d in self.devices.iter_mut() {
+            for d in self.devices.iter_mut().flatten() {
                 d.suspend();
             }
         }

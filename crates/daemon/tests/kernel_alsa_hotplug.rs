@@ -1,0 +1,331 @@
+//! Cards plugged in and unplugged while quaverd runs, on a real kernel ALSA (the QEMU
+//! guest of `scripts/guest`): `modprobe snd-dummy` makes a new sink appear (listed and
+//! announced to subscribers), and unbinding the dummy card while a `paplay` plays on
+//! it completes (quaverd closes the vanished card at once), the stream goes on through
+//! the loopback cable, and quaverd keeps serving. Skipped, loudly, where the guest
+//! cannot run (`scripts/guest --check` exits 3).
+
+use quaver_testkit::{quaverd_bin, read_wav_f32, write_wav_s16};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The guest's whole run may take this long (software emulation, ~5x slower).
+const GUEST_TIMEOUT_S: u32 = 300;
+
+fn guest_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/guest")
+}
+
+/// Whether the guest rig runs here; says loudly why not.
+fn rig_available(test: &str) -> bool {
+    let out = Command::new(guest_script())
+        .arg("--check")
+        .output()
+        .expect("running scripts/guest --check");
+    match out.status.code() {
+        Some(0) => true,
+        Some(3) => {
+            eprintln!(
+                "SKIPPED: {test}: the kernel-ALSA guest cannot run here: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            false
+        }
+        other => panic!(
+            "scripts/guest --check exited {other:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// Runs `script` (bash) in the guest with `modules` loaded and `dir` writable; returns
+/// its output, after checking the guest itself ran (exit 4: it died).
+fn run_in_guest(modules: &str, dir: &Path, script: &str) -> String {
+    let path = dir.join("script.sh");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new(guest_script())
+        .args(["--modules", modules, "--timeout"])
+        .arg(GUEST_TIMEOUT_S.to_string())
+        .arg("--out")
+        .arg(dir)
+        .arg("--")
+        .arg("bash")
+        .arg(&path)
+        .output()
+        .expect("running scripts/guest");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "the guest run failed:\n{text}");
+    text
+}
+
+/// The value printed on the line `KEY=value`.
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in the guest's output:\n{out}"))
+}
+
+/// The `pactl list short` lines (tab-separated) after the line `name`, up to the next
+/// header (`SOME WORDS:`) or `KEY=value` line; other programs' messages in between are
+/// skipped.
+fn section<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    let header = |l: &str| {
+        !l.contains('\t')
+            && (l.ends_with(':')
+                || l.split_once('=').is_some_and(|(k, _)| {
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                }))
+    };
+    out.lines()
+        .skip_while(|l| *l != name)
+        .skip(1)
+        .take_while(|l| !header(l))
+        .filter(|l| l.contains('\t'))
+        .collect()
+}
+
+/// The sink listed as `name` in `pactl list short sinks` lines: its index.
+fn sink_index(lines: &[&str], name: &str) -> Option<u32> {
+    lines.iter().find_map(|l| {
+        let mut f = l.split('\t');
+        let index = f.next()?.parse().ok()?;
+        (f.next()? == name).then_some(index)
+    })
+}
+
+/// The common start of both scripts: a runtime directory and a 30 s tone.
+fn prologue(dir: &Path) -> String {
+    let tone: Vec<i16> = (0..48_000 * 30)
+        .flat_map(|i| {
+            let v = (9830.0 * (i as f32 * 440.0 * std::f32::consts::TAU / 48_000.0).sin()) as i16;
+            [v, v]
+        })
+        .collect();
+    write_wav_s16(&dir.join("tone.wav"), 48_000, 2, &tone);
+    format!(
+        "set -u\nD={dir}\nQ={quaverd}\nexport XDG_RUNTIME_DIR=/tmp/xdg HOME=/tmp/home\n\
+         mkdir -p -m 700 $XDG_RUNTIME_DIR; mkdir -p $HOME\n\
+         unbind() {{ (echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/unbind) & U=$!; \
+           for i in $(seq 100); do kill -0 $U 2> /dev/null || break; sleep 0.2; done; \
+           if kill -0 $U 2> /dev/null; then echo UNBIND_RC=blocked; else wait $U; echo UNBIND_RC=$?; fi; }}\n\
+         stop() {{ kill $1; timeout 20 tail --pid=$1 -f /dev/null; wait $1; echo QUAVERD_RC=$?; }}\n",
+        dir = dir.display(),
+        quaverd = quaverd_bin().display()
+    )
+}
+
+/// The cable's recording after the unplug: the tone (RMS 0.21 at full scale 0.3) must
+/// be there, on both channels.
+fn assert_tone_on_the_cable(path: &Path, from_s: f32, log: &str) {
+    let (spec, samples) = read_wav_f32(path);
+    assert_eq!((spec.sample_rate, spec.channels), (48_000, 2));
+    let start = (from_s * 48_000.0) as usize * 2;
+    assert!(
+        samples.len() > start + 48_000,
+        "the cable recording is too short ({} samples)\n{log}",
+        samples.len()
+    );
+    let tail = &samples[start..];
+    let rms = (tail.iter().map(|s| s * s).sum::<f32>() / tail.len() as f32).sqrt();
+    assert!(
+        rms > 0.1,
+        "after the unplug the cable carries RMS {rms}, not the tone the stream plays\n{log}"
+    );
+}
+
+#[test]
+fn a_card_plugged_in_appears_and_unplugged_while_playing_lets_go() {
+    if !rig_available("a_card_plugged_in_appears_and_unplugged_while_playing_lets_go") {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let script = prologue(dir.path())
+        + r#"
+$Q --device alsa:hw:Loopback,0,0,name=loop > $D/quaverd.log 2>&1 & QP=$!
+for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
+pactl subscribe > $D/events.log 2>&1 & SUB=$!
+# Subscribed once it reports another client coming and going.
+for i in $(seq 50); do pactl info > /dev/null; grep -q "on client" $D/events.log && break; sleep 0.2; done
+modprobe snd-dummy; echo MODPROBE_RC=$?
+for i in $(seq 50); do pactl list short sinks | grep -q Dummy-sink && break; sleep 0.2; done
+echo "SINKS AFTER PLUG:"; pactl list short sinks
+# Played on the cable, then moved to the new card by the user: stream restore remembers.
+paplay -d loop-sink $D/tone.wav & PP=$!
+for i in $(seq 50); do pactl list short sink-inputs | grep -q . && break; sleep 0.2; done
+pactl move-sink-input $(pactl list short sink-inputs | cut -f1 | head -1) Dummy-sink; echo MOVE_RC=$?
+sleep 2
+echo "INPUTS BEFORE:"; pactl list short sink-inputs
+arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 7 $D/cable.wav 2> $D/arecord.err & AR=$!
+sleep 2
+unbind
+timeout 20 modprobe -r snd-dummy; echo MODPROBE_R_RC=$?
+sleep 1
+kill -0 $QP && echo ALIVE=yes
+pactl info > /dev/null; echo PACTL_INFO_RC=$?
+echo "SINKS AFTER UNPLUG:"; pactl list short sinks
+echo "INPUTS AFTER:"; pactl list short sink-inputs
+kill -0 $PP && echo PAPLAY_ALIVE=yes
+wait $AR; echo ARECORD_RC=$?
+# Plugged in again: the stream whose kind remembers the card goes back to it.
+modprobe snd-dummy
+for i in $(seq 50); do pactl list short sinks | grep -q Dummy-sink && break; sleep 0.2; done
+sleep 2
+echo "SINKS REPLUGGED:"; pactl list short sinks
+echo "INPUTS REPLUGGED:"; pactl list short sink-inputs
+kill $PP $SUB
+stop $QP
+"#;
+    let out = run_in_guest("snd-aloop", dir.path(), &script);
+    let log = std::fs::read_to_string(dir.path().join("quaverd.log")).unwrap_or_default();
+    let all = format!("{out}\n--- quaverd log:\n{log}");
+    assert_eq!(field(&out, "MODPROBE_RC"), "0", "{all}");
+    // (a) The new card is a sink, and subscribers heard of it.
+    let sinks = section(&out, "SINKS AFTER PLUG:");
+    let dummy = sink_index(&sinks, "Dummy-sink")
+        .unwrap_or_else(|| panic!("no Dummy-sink after modprobe snd-dummy\n{all}"));
+    let events = std::fs::read_to_string(dir.path().join("events.log")).unwrap();
+    assert!(
+        events.contains(&format!("Event 'new' on sink #{dummy}")),
+        "pactl subscribe did not report the new sink #{dummy}:\n{events}"
+    );
+    let loop_sink = sink_index(&sinks, "loop-sink").expect("loop-sink");
+    assert_eq!(field(&out, "MOVE_RC"), "0", "{all}");
+    let before = section(&out, "INPUTS BEFORE:");
+    assert!(
+        before
+            .iter()
+            .any(|l| l.split('\t').nth(1) == Some(&dummy.to_string())),
+        "paplay did not play on Dummy-sink: {before:?}\n{all}"
+    );
+    // (b) Unplugged while playing: the unbind completes (the PCM was closed), the
+    // module can go, the stream is on the cable's sink, quaverd serves on.
+    assert_eq!(
+        field(&out, "UNBIND_RC"),
+        "0",
+        "the unbind blocked or failed\n{all}"
+    );
+    assert_eq!(field(&out, "MODPROBE_R_RC"), "0", "{all}");
+    assert_eq!(field(&out, "ALIVE"), "yes", "{all}");
+    assert_eq!(field(&out, "PACTL_INFO_RC"), "0", "{all}");
+    assert_eq!(
+        sink_index(&section(&out, "SINKS AFTER UNPLUG:"), "Dummy-sink"),
+        None
+    );
+    let after = section(&out, "INPUTS AFTER:");
+    assert!(
+        after
+            .iter()
+            .any(|l| l.split('\t').nth(1) == Some(&loop_sink.to_string())),
+        "the stream did not move to loop-sink: {after:?}\n{all}"
+    );
+    assert_eq!(field(&out, "PAPLAY_ALIVE"), "yes", "{all}");
+    assert!(
+        events.contains(&format!("Event 'remove' on sink #{dummy}")),
+        "{events}"
+    );
+    assert_eq!(field(&out, "ARECORD_RC"), "0", "{all}");
+    assert_tone_on_the_cable(&dir.path().join("cable.wav"), 4.0, &all);
+    // Plugged in again, the card takes back the stream that was moved to it.
+    let again = sink_index(&section(&out, "SINKS REPLUGGED:"), "Dummy-sink")
+        .unwrap_or_else(|| panic!("no Dummy-sink after the second modprobe\n{all}"));
+    let replugged = section(&out, "INPUTS REPLUGGED:");
+    assert!(
+        replugged
+            .iter()
+            .any(|l| l.split('\t').nth(1) == Some(&again.to_string())),
+        "the stream that remembers Dummy-sink did not go back to it (#{again}): {replugged:?}\n{all}"
+    );
+    assert_eq!(
+        field(&out, "QUAVERD_RC"),
+        "0",
+        "quaverd did not stop cleanly\n{all}"
+    );
+}
+
+#[test]
+fn the_driving_card_unplugged_while_playing_hands_over_to_the_other() {
+    if !rig_available("the_driving_card_unplugged_while_playing_hands_over_to_the_other") {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let script = prologue(dir.path())
+        + r#"
+$Q --device alsa:hw:Dummy,name=dummy --device alsa:hw:Loopback,0,0,name=loop > $D/quaverd.log 2>&1 & QP=$!
+for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
+paplay -d dummy-sink $D/tone.wav & PP=$!
+sleep 2
+arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 6 $D/cable.wav 2> $D/arecord.err & AR=$!
+sleep 1
+unbind
+sleep 1
+kill -0 $QP && echo ALIVE=yes
+echo "SINKS AFTER UNPLUG:"; pactl list short sinks
+echo "INPUTS AFTER:"; pactl list short sink-inputs
+kill -0 $PP && echo PAPLAY_ALIVE=yes
+wait $AR; echo ARECORD_RC=$?
+kill $PP
+stop $QP
+# The configured card again, closed for idleness when it goes: nothing finds it failing,
+# the uevent alone must take it out; and back, it must not be opened twice.
+echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/bind
+$Q --suspend-timeout-ms 300 --device alsa:hw:Dummy,name=dummy --device alsa:hw:Loopback,0,0,name=loop > $D/quaverd2.log 2>&1 & QP=$!
+for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
+sleep 2
+echo "SINKS IDLE:"; pactl list short sinks
+unbind
+sleep 2
+echo "SINKS IDLE UNPLUGGED:"; pactl list short sinks
+echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/bind
+for i in $(seq 50); do pactl list short sinks | grep -q Dummy-sink && break; sleep 0.2; done
+sleep 1
+echo "SINKS IDLE REPLUGGED:"; pactl list short sinks
+stop $QP
+"#;
+    let out = run_in_guest("snd-aloop snd-dummy", dir.path(), &script);
+    let log = std::fs::read_to_string(dir.path().join("quaverd.log")).unwrap_or_default();
+    let all = format!("{out}\n--- quaverd log:\n{log}");
+    assert_eq!(
+        field(&out, "UNBIND_RC"),
+        "0",
+        "the unbind blocked or failed\n{all}"
+    );
+    assert_eq!(field(&out, "ALIVE"), "yes", "{all}");
+    let sinks = section(&out, "SINKS AFTER UNPLUG:");
+    assert_eq!(sink_index(&sinks, "dummy-sink"), None, "{all}");
+    let loop_sink = sink_index(&sinks, "loop-sink").expect("loop-sink");
+    let after = section(&out, "INPUTS AFTER:");
+    assert!(
+        after
+            .iter()
+            .any(|l| l.split('\t').nth(1) == Some(&loop_sink.to_string())),
+        "the stream did not move to loop-sink: {after:?}\n{all}"
+    );
+    assert_eq!(field(&out, "PAPLAY_ALIVE"), "yes", "{all}");
+    assert_eq!(field(&out, "ARECORD_RC"), "0", "{all}");
+    // The cable was a follower and now drives: the tone reaches it after the unplug.
+    assert_tone_on_the_cable(&dir.path().join("cable.wav"), 3.0, &all);
+    // The vanished card was closed when it went, so shutting down has nothing to fail on.
+    assert_eq!(field(&out, "QUAVERD_RC"), "0", "{all}");
+    // Idle and closed, the configured card is taken out by its uevent, and opened once
+    // when it is back.
+    let log2 = std::fs::read_to_string(dir.path().join("quaverd2.log")).unwrap_or_default();
+    let all = format!("{all}\n--- second quaverd log:\n{log2}");
+    assert!(
+        sink_index(&section(&out, "SINKS IDLE:"), "dummy-sink").is_some(),
+        "{all}"
+    );
+    let gone = section(&out, "SINKS IDLE UNPLUGGED:");
+    assert_eq!(sink_index(&gone, "dummy-sink"), None, "{all}");
+    assert!(sink_index(&gone, "loop-sink").is_some(), "{all}");
+    let back = section(&out, "SINKS IDLE REPLUGGED:");
+    assert!(sink_index(&back, "Dummy-sink").is_some(), "{all}");
+    assert_eq!(
+        back.len(),
+        2,
+        "the card back once, with the cable: {back:?}\n{all}"
+    );
+}

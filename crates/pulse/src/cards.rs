@@ -209,7 +209,8 @@ impl Conn {
 /// Writes a source record as PulseAudio does. The `pulseaudio` crate's own writer
 /// leaves out each port's availability group and type from protocol 34 on, which makes
 /// clients fail on the first source that has a port ("Protocol error"); this is its
-/// layout with those two fields (`protocol-native.c`, `source_fill_tagstruct`).
+/// layout with those two fields, as `source_fill_tagstruct` in PulseAudio's
+/// `protocol-native.c` writes it.
 pub(crate) fn write_source_info(
     w: &mut pulseaudio::protocol::TagStructWriter<'_>,
     s: &pa::SourceInfo,
@@ -254,7 +255,8 @@ pub(crate) fn write_source_info(
         }
         w.write_string(s.ports.get(s.active_port).map(|p| &p.name))?;
     }
-    if version >= 21 {
+    // Sources carry formats from 22 (sinks from 21).
+    if version >= 22 {
         w.write_u8(s.formats.len() as u8)?;
         for format in &s.formats {
             w.write(format)?;

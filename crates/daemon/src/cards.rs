@@ -252,3 +252,81 @@ pub fn fill_nodes(engine: &Engine, cards: &mut [Card], owners: &[Option<Owner>])
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quaver_devices::alsa::cards::{PcmCaps, PcmProbe, build_profiles};
+    use quaver_devices::alsa::params::PcmFormat;
+
+    fn pcm(device: u32, dir: Direction, name: &str) -> PcmProbe {
+        PcmProbe {
+            device,
+            dir,
+            id: name.into(),
+            name: name.into(),
+            caps: Ok(PcmCaps {
+                channels_min: 2,
+                channels_max: 2,
+                channel_counts: vec![2],
+                rate_min: 48_000,
+                rate_max: 48_000,
+                rates: vec![48_000],
+                formats: vec![PcmFormat::S16],
+            }),
+        }
+    }
+
+    #[test]
+    fn a_card_record_has_one_port_per_mapping_port_with_its_profiles() {
+        let probe = CardProbe {
+            index: 2,
+            id: "PCH".into(),
+            name: "HDA Intel PCH".into(),
+            long_name: "HDA Intel PCH at 0xf7f10000 irq 32".into(),
+            driver: "HDA-Intel".into(),
+            pcms: vec![
+                pcm(0, Direction::Playback, "Analog"),
+                pcm(0, Direction::Capture, "Analog"),
+                pcm(3, Direction::Playback, "HDMI 0"),
+            ],
+        };
+        let profiles = build_profiles(&probe, 48_000);
+        let card = card_record(&probe, &profiles, profiles.default_profile().name.clone());
+        assert_eq!(card.name, "alsa_card.PCH");
+        assert_eq!(card.index, 2);
+        assert_eq!(card.active, "output:analog-stereo+input:analog-stereo");
+        let names: Vec<_> = card.ports.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["analog-output", "analog-input", "hdmi-output-0"]);
+        let hdmi = &card.ports[2];
+        assert_eq!(hdmi.port_type, PortType::Hdmi);
+        assert_eq!(hdmi.direction, PortDirection::Output);
+        assert_eq!(
+            hdmi.profiles,
+            [
+                "output:hdmi-stereo+input:analog-stereo",
+                "output:hdmi-stereo"
+            ]
+        );
+        assert_eq!(card.ports[1].direction, PortDirection::Input);
+        assert_eq!(card.ports[1].profiles.len(), 3, "{:?}", card.ports[1]);
+        assert!(
+            card.ports
+                .iter()
+                .all(|p| p.available == Availability::Unknown)
+        );
+        let prop = |k: &str| {
+            card.props
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(prop("alsa.card"), Some("2"));
+        assert_eq!(
+            prop("alsa.long_card_name"),
+            Some("HDA Intel PCH at 0xf7f10000 irq 32")
+        );
+        assert_eq!(prop("device.description"), Some("HDA Intel PCH"));
+        assert_eq!(card.profiles.last().unwrap().name, "off");
+    }
+}

@@ -438,6 +438,22 @@ mod tests {
     }
 
     #[test]
+    fn discovery_is_the_default_and_an_empty_list_means_it() {
+        assert_eq!(EngineSection::default().devices, ["auto"]);
+        let cfg = Config::parse("[engine]\ndevices = []\n", Path::new("q.toml")).unwrap();
+        assert!(cfg.engine.devices.is_empty());
+        let err = format!(
+            "{:#}",
+            Config::parse(
+                "[engine]\ndevices = [\"auto\", \"auto\"]\n",
+                Path::new("q.toml")
+            )
+            .unwrap_err()
+        );
+        assert!(err.contains("\"auto\" more than once"), "{err}");
+    }
+
+    #[test]
     fn unknown_key_names_its_line() {
         let err = Config::parse(
             "[engine]\nrate = 48000\nquantum_mni = 64\n",

@@ -159,7 +159,8 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineSection {
-    /// Devices to open; the first drives the clock.
+    /// Devices to open; the first drives the clock. `"auto"` (the default, and what an
+    /// empty list means) stands for every ALSA card found, else the null device.
     pub devices: Vec<String>,
     /// Sample rate for devices that do not name one.
     pub rate: u32,
@@ -194,7 +195,7 @@ pub struct EngineSection {
 impl Default for EngineSection {
     fn default() -> Self {
         EngineSection {
-            devices: vec!["null".into()],
+            devices: vec![crate::cards::AUTO.into()],
             rate: 48000,
             channels: "stereo".into(),
             quantum_min: 32,
@@ -243,8 +244,13 @@ impl Config {
     /// Checks values that TOML types alone cannot.
     pub fn validate(&self) -> Result<()> {
         let e = &self.engine;
-        if e.devices.is_empty() {
-            bail!("engine.devices must name at least one device");
+        if e.devices
+            .iter()
+            .filter(|d| d.trim() == crate::cards::AUTO)
+            .count()
+            > 1
+        {
+            bail!("engine.devices names \"auto\" more than once");
         }
         if !(1..=384_000).contains(&e.rate) {
             bail!("engine.rate {} is outside 1..=384000", e.rate);
@@ -432,6 +438,22 @@ mod tests {
     }
 
     #[test]
+    fn discovery_is_the_default_and_an_empty_list_means_it() {
+        assert_eq!(EngineSection::default().devices, ["auto"]);
+        let cfg = Config::parse("[engine]\ndevices = []\n", Path::new("q.toml")).unwrap();
+        assert!(cfg.engine.devices.is_empty());
+        let err = format!(
+            "{:#}",
+            Config::parse(
+                "[engine]\ndevices = [\"auto\", \"auto\"]\n",
+                Path::new("q.toml")
+            )
+            .unwrap_err()
+        );
+        assert!(err.contains("\"auto\" more than once"), "{err}");
+    }
+
+    #[test]
     fn unknown_key_names_its_line() {
         let err = Config::parse(
             "[engine]\nrate = 48000\nquantum_mni = 64\n",
@@ -459,7 +481,7 @@ mod tests {
             "[engine]\nquantum_min = 4096\nquantum_default = 1024\n",
             "[engine]\nresample_quality = \"best\"\n",
             "[server]\nlog_level = \"loud\"\n",
-            "[engine]\ndevices = []\n",
+            "[engine]\ndevices = [\"auto\", \"null\", \"auto\"]\n",
             "[pulse]\nmax_clients = 0\n",
             "[pulse]\nenable = true\n",
             "[pulse]\ntcp = \"localhost\"\n",

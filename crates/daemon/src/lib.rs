@@ -3,6 +3,7 @@
 //! The binary (`main.rs`) parses flags and calls [`run`]; everything with logic lives in
 //! the library crates, so this crate stays thin.
 
+pub mod cards;
 pub mod config;
 pub mod hotplug;
 
@@ -42,6 +43,81 @@ fn restore_mode(cfg: &Config) -> quaver_policy::restore::RestoreMode {
             RestoreMode::Memory
         }
     }
+}
+
+/// Where the chosen card profiles are kept: the state directory, else memory only.
+fn card_store() -> quaver_policy::cards::ProfileStore {
+    use quaver_policy::cards::{ProfileStore, default_store_path};
+    match default_store_path() {
+        Some(path) => ProfileStore::open(&path),
+        None => ProfileStore::memory(),
+    }
+}
+
+/// What [`open_devices`] opened.
+struct OpenedDevices {
+    /// The engine's devices, the driver first.
+    devices: Vec<Box<dyn quaver_devices::Device>>,
+    /// Per device, the card it belongs to (`None`: not a discovered card's).
+    owners: Vec<Option<cards::Owner>>,
+    /// The cards found (their nodes filled once the engine runs).
+    cards: Vec<quaver_policy::cards::Card>,
+}
+
+/// Opens the configured devices in order, `"auto"` (or an empty list) standing for
+/// every card found ([`cards::open_cards`]); the null device when that leaves none.
+fn open_devices(
+    cfg: &Config,
+    defaults: &DeviceDefaults,
+    registry: &quaver_policy::cards::Cards,
+) -> Result<OpenedDevices> {
+    let auto = [cards::AUTO.to_string()];
+    let specs: &[String] = if cfg.engine.devices.is_empty() {
+        &auto
+    } else {
+        &cfg.engine.devices
+    };
+    let mut out = OpenedDevices {
+        devices: Vec::new(),
+        owners: Vec::new(),
+        cards: Vec::new(),
+    };
+    for spec in specs {
+        if spec.trim() == cards::AUTO {
+            let room = quaver_engine::rt::MAX_DEVICES.saturating_sub(out.devices.len());
+            let found = cards::open_cards(defaults, registry, room);
+            for o in found.devices {
+                out.devices.push(o.device);
+                out.owners.push(Some(o.owner));
+            }
+            out.cards.extend(found.cards);
+            continue;
+        }
+        let dev = match open_device(spec, defaults) {
+            Ok(d) => d,
+            // A sound card may be absent or busy; the daemon still serves on a null
+            // device at the same rate so clients keep working, and says why.
+            Err(
+                e @ (DeviceError::Unavailable { .. }
+                | DeviceError::Io { .. }
+                | DeviceError::Gone(_)),
+            ) if spec.starts_with("alsa:") => {
+                tracing::warn!("{spec}: {e}; falling back to the null device");
+                open_device("null", defaults).context("opening the fallback null device")?
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening device '{spec}'")),
+        };
+        tracing::info!("device {}: {}", dev.info().name, dev.info().description);
+        out.devices.push(dev);
+        out.owners.push(None);
+    }
+    if out.devices.is_empty() {
+        tracing::info!("no sound card opened; serving on the null sink and source");
+        out.devices
+            .push(open_device("null", defaults).context("opening the null device")?);
+        out.owners.push(None);
+    }
+    Ok(out)
 }
 
 /// The PulseAudio TCP settings, with the cookie loaded (or created), if TCP is on.
@@ -107,26 +183,15 @@ pub fn run(cfg: Config) -> Result<()> {
         rate: cfg.engine.rate,
         channels: channels.clone(),
     };
-    let mut devices = Vec::new();
-    for spec in &cfg.engine.devices {
-        let dev = match open_device(spec, &defaults) {
-            Ok(d) => d,
-            // A sound card may be absent or busy; the daemon still serves on a null
-            // device at the same rate so clients keep working, and says why.
-            Err(
-                e @ (DeviceError::Unavailable { .. }
-                | DeviceError::Io { .. }
-                | DeviceError::Gone(_)),
-            ) if spec.starts_with("alsa:") => {
-                tracing::warn!("{spec}: {e}; falling back to the null device");
-                open_device("null", &defaults).context("opening the fallback null device")?
-            }
-            Err(e) => return Err(e).with_context(|| format!("opening device '{spec}'")),
-        };
-        tracing::info!("device {}: {}", dev.info().name, dev.info().description);
-        devices.push(dev);
+    let mut registry = quaver_policy::cards::Cards::new(card_store());
+    let mut opened = open_devices(&cfg, &defaults, &registry)?;
+    let engine =
+        Engine::start(cfg.engine_config(), opened.devices).context("starting the engine")?;
+    cards::fill_nodes(&engine, &mut opened.cards, &opened.owners);
+    for c in opened.cards {
+        registry.add(c);
     }
-    let engine = Engine::start(cfg.engine_config(), devices).context("starting the engine")?;
+    let registry = registry.shared();
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
@@ -177,6 +242,7 @@ pub fn run(cfg: Config) -> Result<()> {
                         .pulse
                         .allow_exit
                         .then_some(quaver_rt::signals::request_stop as fn()),
+                    cards: Some(registry.clone()),
                     resample_quality: cfg
                         .engine
                         .resample_quality

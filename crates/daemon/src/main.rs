@@ -5,8 +5,9 @@ use clap::Parser;
 use quaver_daemon::config::Config;
 use std::path::PathBuf;
 
-/// The quaver sound server. With no arguments it serves on a null sink (with monitor)
-/// and a null source at 48 kHz stereo.
+/// The quaver sound server. With no arguments it opens every ALSA card it finds (each
+/// through its profile), or a null sink (with monitor) and null source at 48 kHz stereo
+/// when there is none.
 #[derive(Parser, Debug)]
 #[command(name = "quaverd", version, about)]
 struct Args {
@@ -16,7 +17,8 @@ struct Args {
     /// Runtime directory for the socket (default: $XDG_RUNTIME_DIR/quaver).
     #[arg(long)]
     runtime_dir: Option<PathBuf>,
-    /// Device to open, repeatable; the first drives the clock (null, file:PATH.wav, sim…).
+    /// Device to open, repeatable; the first drives the clock (auto, null, alsa:PCM,
+    /// file:PATH.wav, sim…).
     #[arg(long = "device", short = 'd')]
     devices: Vec<String>,
     /// Default sample rate in Hz.

@@ -4,11 +4,14 @@
 //! routes the same way. The policy sees a plain view of the graph (no engine types) and
 //! answers with node names.
 //!
+//! - [`cards`]: the sound cards the daemon opened (profiles, ports, active profile,
+//!   their sinks and sources) and the profile chosen per card, for the front-ends.
 //! - [`rehome`]: the thread that moves streams off a device that goes away; it applies
 //!   the policy's answers to the engine.
 //! - [`restore`]: stream restore's memory (volume, mute and device per kind of stream),
 //!   one store for every front-end.
 
+pub mod cards;
 pub mod rehome;
 pub mod restore;
 

@@ -153,6 +153,10 @@ impl Server {
         set(&mut props, Prop::DeviceClass, "sound");
         set(&mut props, Prop::DeviceApi, "quaver");
         props.set_bytes(cstr("node.name"), cstr(&node.name).as_bytes_with_nul());
+        let card = self.device_card(&node.name);
+        if let Some(c) = &card {
+            crate::cards::add_props(&mut props, c);
+        }
         let latency = Self::device_latency_usec(snap);
         SinkInfo {
             index: node.id,
@@ -183,8 +187,8 @@ impl Server {
             driver: Some(cstr("quaver")),
             base_volume: Volume::NORM,
             volume_steps: Some(65537),
-            card_index: None,
-            ports: Vec::new(),
+            card_index: card.as_ref().map(|c| c.index),
+            ports: card.map(|c| vec![c.port]).unwrap_or_default(),
             active_port: 0,
             formats: vec![FormatInfo::new(FormatEncoding::Pcm)],
         }
@@ -216,6 +220,11 @@ impl Server {
             if dev.monitor { "monitor" } else { "sound" },
         );
         set(&mut props, Prop::DeviceApi, "quaver");
+        // A monitor belongs to its sink's card, without a port of its own.
+        let card = self.device_card(&node.name);
+        if let Some(c) = card.as_ref().filter(|_| !dev.monitor) {
+            crate::cards::add_props(&mut props, c);
+        }
         let latency = Self::device_latency_usec(snap);
         let (volume, muted) = if dev.monitor {
             (
@@ -254,8 +263,11 @@ impl Server {
             actual_latency: latency,
             configured_latency: latency,
             driver: Some(cstr("quaver")),
-            card_index: None,
-            ports: Vec::new(),
+            card_index: card.as_ref().map(|c| c.index),
+            ports: card
+                .filter(|_| !dev.monitor)
+                .map(|c| vec![c.port])
+                .unwrap_or_default(),
             active_port: 0,
             formats: vec![FormatInfo::new(FormatEncoding::Pcm)],
         })

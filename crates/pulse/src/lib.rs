@@ -28,6 +28,7 @@
 //! - [`modules`]: LOAD_MODULE, one file per module kind (`modules/pipe/` for the pipe
 //!   sink and source).
 
+mod cards;
 mod commands;
 mod conn;
 mod dispatch;

@@ -58,6 +58,9 @@ pub struct PulseOptions {
     /// clean stop, as on SIGTERM. `None`: EXIT is refused with ACCESS, as by
     /// PulseAudio's `--disallow-exit`.
     pub on_exit: Option<fn()>,
+    /// The sound cards the daemon opened (`pactl list cards`, `set-card-profile`, the
+    /// card fields of sinks and sources); `None`: no cards.
+    pub cards: Option<quaver_policy::cards::SharedCards>,
 }
 
 /// SCHED_FIFO priority of the I/O thread while a low-latency stream plays: above every
@@ -81,6 +84,7 @@ impl Default for PulseOptions {
             modules: Vec::new(),
             // A library must not let its clients stop the program it runs in unasked.
             on_exit: None,
+            cards: None,
         }
     }
 }

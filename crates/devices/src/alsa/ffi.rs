@@ -184,6 +184,35 @@ alsa_table! {
     device_name_hint = "snd_device_name_hint": fn(c_int, *const c_char, *mut *mut *mut c_void) -> c_int;
     device_name_get_hint = "snd_device_name_get_hint": fn(*const c_void, *const c_char) -> *mut c_char;
     device_name_free_hint = "snd_device_name_free_hint": fn(*mut *mut c_void) -> c_int;
+
+    // Card discovery (cards.rs): the control interface's card and PCM info, and the
+    // ranges of a PCM's configuration space.
+    ctl_open = "snd_ctl_open": fn(*mut *mut Opaque, *const c_char, c_int) -> c_int;
+    ctl_close = "snd_ctl_close": fn(*mut Opaque) -> c_int;
+    ctl_card_info_malloc = "snd_ctl_card_info_malloc": fn(*mut *mut Opaque) -> c_int;
+    ctl_card_info_free = "snd_ctl_card_info_free": fn(*mut Opaque);
+    ctl_card_info = "snd_ctl_card_info": fn(*mut Opaque, *mut Opaque) -> c_int;
+    ctl_card_info_get_id = "snd_ctl_card_info_get_id": fn(*const Opaque) -> *const c_char;
+    ctl_card_info_get_name = "snd_ctl_card_info_get_name": fn(*const Opaque) -> *const c_char;
+    ctl_card_info_get_longname = "snd_ctl_card_info_get_longname": fn(*const Opaque) -> *const c_char;
+    ctl_card_info_get_driver = "snd_ctl_card_info_get_driver": fn(*const Opaque) -> *const c_char;
+    ctl_pcm_next_device = "snd_ctl_pcm_next_device": fn(*mut Opaque, *mut c_int) -> c_int;
+    ctl_pcm_info = "snd_ctl_pcm_info": fn(*mut Opaque, *mut Opaque) -> c_int;
+    pcm_info_malloc = "snd_pcm_info_malloc": fn(*mut *mut Opaque) -> c_int;
+    pcm_info_free = "snd_pcm_info_free": fn(*mut Opaque);
+    pcm_info_set_device = "snd_pcm_info_set_device": fn(*mut Opaque, c_uint);
+    pcm_info_set_subdevice = "snd_pcm_info_set_subdevice": fn(*mut Opaque, c_uint);
+    pcm_info_set_stream = "snd_pcm_info_set_stream": fn(*mut Opaque, c_int);
+    pcm_info_get_id = "snd_pcm_info_get_id": fn(*const Opaque) -> *const c_char;
+    pcm_info_get_name = "snd_pcm_info_get_name": fn(*const Opaque) -> *const c_char;
+    pcm_info_get_subdevices_count = "snd_pcm_info_get_subdevices_count": fn(*const Opaque) -> c_uint;
+    pcm_info_get_subdevices_avail = "snd_pcm_info_get_subdevices_avail": fn(*const Opaque) -> c_uint;
+    hw_get_channels_min = "snd_pcm_hw_params_get_channels_min": fn(*const Opaque, *mut c_uint) -> c_int;
+    hw_get_channels_max = "snd_pcm_hw_params_get_channels_max": fn(*const Opaque, *mut c_uint) -> c_int;
+    hw_get_rate_min = "snd_pcm_hw_params_get_rate_min": fn(*const Opaque, *mut c_uint, *mut c_int) -> c_int;
+    hw_get_rate_max = "snd_pcm_hw_params_get_rate_max": fn(*const Opaque, *mut c_uint, *mut c_int) -> c_int;
+    hw_test_channels = "snd_pcm_hw_params_test_channels": fn(*mut Opaque, *mut Opaque, c_uint) -> c_int;
+    hw_test_rate = "snd_pcm_hw_params_test_rate": fn(*mut Opaque, *mut Opaque, c_uint, c_int) -> c_int;
 }
 
 // SAFETY: the table holds plain function pointers into a library that is never unloaded.

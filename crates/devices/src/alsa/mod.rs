@@ -12,6 +12,8 @@
 //! * [`config`]: [`AlsaConfig`], [`Pacing`] and the margin that follows from them.
 //! * `driver.rs` and `cycle.rs`: timer-based scheduling and recovery on top of those.
 //! * [`hotplug`]: cards coming and going, from the kernel's uevents.
+//! * [`cards`]: card discovery and PulseAudio-style profiles built from what each PCM
+//!   negotiates.
 //! * this module: [`AlsaDevice`] over the driver, and listing PCMs and cards.
 //!
 //! # Scheduling
@@ -42,6 +44,7 @@
 //! 1 s steps on the real-time thread), requeues `quantum + margin` frames of silence and
 //! returns [`WaitStatus::Xrun`]. `-ENODEV`/DISCONNECTED is [`DeviceError::Gone`].
 
+pub mod cards;
 pub mod config;
 mod cycle;
 pub mod dll;
@@ -294,6 +297,13 @@ impl AlsaDevice {
             .iter()
             .all(|(_, s)| s.pcm_type != ffi::SND_PCM_TYPE_FILE);
         Ok(AlsaDevice { driver, setups })
+    }
+
+    /// This device with `description` for its sink and source (a card's name and
+    /// profile, instead of the negotiation summary). *control*.
+    pub fn with_description(mut self, description: String) -> Self {
+        self.driver.info.description = description;
+        self
     }
 
     /// What was negotiated, per direction (a reopen after an idle close must negotiate

@@ -1,4 +1,5 @@
-//! Introspection: server, sinks, sources, streams, clients, modules, lookups, STAT.
+//! Introspection: server, sinks, sources, streams, clients, modules, lookups, STAT
+//! (cards: `crate::cards`).
 
 use super::Reply;
 use crate::conn::Conn;
@@ -75,7 +76,10 @@ impl Conn {
         let info = srv
             .source_info(&snap, &srv.lock(), &dev)
             .ok_or(PulseError::NoEntity)?;
-        self.out().reply(seq, &info);
+        let version = self.version;
+        self.out().reply_with(seq, |w| {
+            let _ = crate::cards::write_source_info(w, &info, version);
+        });
         Ok(())
     }
 
@@ -84,7 +88,12 @@ impl Conn {
         let srv = self.srv.clone();
         let snap = srv.snapshot();
         let list = srv.source_list(&snap, &srv.lock());
-        self.out().reply(seq, &list);
+        let version = self.version;
+        self.out().reply_with(seq, |w| {
+            for info in &list {
+                let _ = crate::cards::write_source_info(w, info, version);
+            }
+        });
         Ok(())
     }
 
@@ -163,12 +172,6 @@ impl Conn {
         let srv = self.srv.clone();
         let list = srv.module_list(&srv.lock());
         self.out().reply(seq, &list);
-        Ok(())
-    }
-
-    /// GET_CARD_INFO_LIST.
-    pub(crate) fn get_card_info_list(&mut self, seq: u32) -> Reply {
-        self.out().reply_with(seq, |_| {});
         Ok(())
     }
 

@@ -226,7 +226,7 @@ impl Conn {
             Command::GetClientInfoList => self.get_client_info_list(seq),
             Command::GetModuleInfo(idx) => self.get_module_info(seq, idx),
             Command::GetModuleInfoList => self.get_module_info_list(seq),
-            Command::GetCardInfo(_) => Err(PulseError::NoEntity),
+            Command::GetCardInfo(q) => self.get_card_info(seq, q),
             Command::GetCardInfoList => self.get_card_info_list(seq),
             Command::GetSampleInfo(idx) => self.get_sample_info(seq, idx, None),
             Command::GetSampleInfoList => self.get_sample_info_list(seq),
@@ -254,9 +254,9 @@ impl Conn {
             Command::KillSourceOutput(idx) => {
                 self.kill_stream_request(seq, idx, NodeKind::RecordStream)
             }
+            Command::SetCardProfile(p) => self.set_card_profile(seq, p),
             Command::SetSinkPort(_)
             | Command::SetSourcePort(_)
-            | Command::SetCardProfile(_)
             | Command::SetPortLatencyOffset(_) => Err(PulseError::NoEntity),
             Command::LoadModule(p) => self.load_module(seq, p),
             Command::UnloadModule(idx) => self.unload_module(seq, idx),

@@ -1,0 +1,332 @@
+//! Discovery by default: with no devices configured (or `"auto"` among them) quaverd
+//! opens every ALSA card it finds, each through its active profile's PCMs, and fills
+//! the card registry the front-ends present. Every failure is logged with the card's
+//! name and what was wrong, and the other cards serve. docs/alsa/discovery.md.
+
+use quaver_devices::Device;
+use quaver_devices::alsa::cards::{self as alsa_cards, CardProbe, CardProfiles, Mapping, PortKind};
+use quaver_devices::alsa::{AlsaConfig, AlsaDevice, params::Direction};
+use quaver_devices::spec::DeviceDefaults;
+use quaver_engine::{Engine, NodeKind};
+use quaver_policy::cards::{
+    Availability, Card, CardNode, CardPort, CardProfile, Cards, PortDirection, PortType,
+};
+
+/// The value of `engine.devices` that asks for discovery.
+pub const AUTO: &str = "auto";
+
+/// The card an engine device belongs to, and the ports its sink and source use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The card's index.
+    pub card: u32,
+    /// The port its sink uses, if it plays.
+    pub output_port: Option<String>,
+    /// The port its source uses, if it captures.
+    pub input_port: Option<String>,
+}
+
+/// A device opened for a card, waiting for its graph nodes.
+pub struct Opened {
+    /// The device.
+    pub device: Box<dyn Device>,
+    /// Its card and ports.
+    pub owner: Owner,
+}
+
+/// Cards found and devices opened by [`open_cards`].
+#[derive(Default)]
+pub struct Discovered {
+    /// The devices, in card order.
+    pub devices: Vec<Opened>,
+    /// The cards (their nodes are filled once the engine runs, [`fill_nodes`]).
+    pub cards: Vec<Card>,
+}
+
+/// The card's name in the registry and for PulseAudio: `alsa_card.ID`.
+pub fn card_name(id: &str) -> String {
+    format!("alsa_card.{id}")
+}
+
+/// Finds every card, builds its profiles and opens the devices of the profile
+/// remembered for it in `reg` (else its default), at most `room` devices in all.
+pub fn open_cards(defaults: &DeviceDefaults, reg: &Cards, room: usize) -> Discovered {
+    let mut out = Discovered::default();
+    let found = match alsa_cards::discover() {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("card discovery: {e}");
+            return out;
+        }
+    };
+    if found.is_empty() {
+        tracing::info!("card discovery: no ALSA cards");
+    }
+    for card in found {
+        let card = match card {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("card discovery: {e}; card skipped");
+                continue;
+            }
+        };
+        open_card(&card, defaults, reg, room, &mut out);
+    }
+    out
+}
+
+fn open_card(
+    card: &CardProbe,
+    defaults: &DeviceDefaults,
+    reg: &Cards,
+    room: usize,
+    out: &mut Discovered,
+) {
+    let label = format!("card '{}' ({})", card.name, card.id);
+    let profiles = alsa_cards::build_profiles(card, defaults.rate);
+    for p in &profiles.problems {
+        tracing::warn!("{p}; skipped");
+    }
+    let name = card_name(&card.id);
+    let profile = match reg.remembered(&name) {
+        Some(r) => match profiles.get(r) {
+            Some(p) => p,
+            None => {
+                tracing::warn!(
+                    "{label}: the remembered profile '{r}' is not offered now; using the default"
+                );
+                profiles.default_profile()
+            }
+        },
+        None => profiles.default_profile(),
+    };
+    let template = AlsaConfig {
+        rate: defaults.rate,
+        ..AlsaConfig::default()
+    };
+    let mut opened_any = false;
+    for dev in alsa_cards::devices_for(card, profile, &template) {
+        if out.devices.len() >= room {
+            tracing::warn!(
+                "{label}: {} not opened: one engine drives at most {} devices",
+                dev.config.name,
+                quaver_engine::rt::MAX_DEVICES
+            );
+            continue;
+        }
+        let pcm = dev.config.pcm.clone();
+        let mut d = match AlsaDevice::open(dev.config) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(
+                    "{label}: opening {pcm} for profile {}: {e}; skipped",
+                    profile.name
+                );
+                continue;
+            }
+        };
+        if d.info().rate != defaults.rate {
+            tracing::warn!(
+                "{label}: {pcm} opened at {} Hz, not the engine's {} Hz; skipped",
+                d.info().rate,
+                defaults.rate
+            );
+            let _ = d.close();
+            continue;
+        }
+        tracing::info!(
+            "{label}: device {}: {}",
+            d.info().name,
+            d.info().description
+        );
+        opened_any = true;
+        let port_of = |m: &Option<String>, mapping: &Option<Mapping>| {
+            m.as_ref().and(mapping.as_ref()).map(|m| m.port.clone())
+        };
+        out.devices.push(Opened {
+            owner: Owner {
+                card: card.index as u32,
+                output_port: port_of(&dev.output, &profile.output),
+                input_port: port_of(&dev.input, &profile.input),
+            },
+            device: Box::new(d.with_description(dev.description)),
+        });
+    }
+    let active = if opened_any || profile.name == "off" {
+        profile.name.clone()
+    } else {
+        tracing::warn!(
+            "{label}: nothing of profile {} opened; the card is off",
+            profile.name
+        );
+        "off".to_string()
+    };
+    out.cards.push(card_record(card, &profiles, active));
+}
+
+/// The registry's record of `card` (no nodes yet).
+pub fn card_record(card: &CardProbe, profiles: &CardProfiles, active: String) -> Card {
+    let mut ports: Vec<CardPort> = Vec::new();
+    for p in &profiles.profiles {
+        for m in [&p.output, &p.input].into_iter().flatten() {
+            let direction = match m.dir {
+                Direction::Playback => PortDirection::Output,
+                Direction::Capture => PortDirection::Input,
+            };
+            match ports.iter_mut().find(|x| x.name == m.port) {
+                Some(x) if !x.profiles.contains(&p.name) => x.profiles.push(p.name.clone()),
+                Some(_) => {}
+                None => ports.push(CardPort {
+                    name: m.port.clone(),
+                    description: m.port_description.clone(),
+                    priority: m.priority * 100,
+                    direction,
+                    // Jack detection is not read yet: the card cannot tell.
+                    available: Availability::Unknown,
+                    port_type: match m.port_kind {
+                        PortKind::Analog => PortType::Analog,
+                        PortKind::Hdmi => PortType::Hdmi,
+                        PortKind::Spdif => PortType::Spdif,
+                    },
+                    profiles: vec![p.name.clone()],
+                }),
+            }
+        }
+    }
+    Card {
+        index: card.index as u32,
+        name: card_name(&card.id),
+        driver: "quaver-alsa".into(),
+        props: vec![
+            ("alsa.card".into(), card.index.to_string()),
+            ("alsa.card_name".into(), card.name.clone()),
+            ("alsa.long_card_name".into(), card.long_name.clone()),
+            ("alsa.driver_name".into(), card.driver.clone()),
+            ("alsa.id".into(), card.id.clone()),
+            ("device.api".into(), "alsa".into()),
+            ("device.class".into(), "sound".into()),
+            ("device.string".into(), card.index.to_string()),
+            ("device.description".into(), card.name.clone()),
+        ],
+        profiles: profiles
+            .profiles
+            .iter()
+            .map(|p| CardProfile {
+                name: p.name.clone(),
+                description: p.description.clone(),
+                priority: p.priority,
+                sinks: p.sinks(),
+                sources: p.sources(),
+                available: true,
+            })
+            .collect(),
+        ports,
+        active,
+        pending: None,
+        nodes: Vec::new(),
+    }
+}
+
+/// Records, for each card, the sink and source nodes the engine made of its devices;
+/// `owners[i]` is the card and ports of engine device `i` (`None`: not a card's).
+pub fn fill_nodes(engine: &Engine, cards: &mut [Card], owners: &[Option<Owner>]) {
+    let graph = engine.graph();
+    for node in graph.nodes.values() {
+        let Some(Some(owner)) = node.device.and_then(|i| owners.get(i)) else {
+            continue;
+        };
+        let Some(c) = cards.iter_mut().find(|c| c.index == owner.card) else {
+            continue;
+        };
+        let (direction, port) = match node.kind {
+            NodeKind::DeviceSink => (PortDirection::Output, &owner.output_port),
+            NodeKind::DeviceSource => (PortDirection::Input, &owner.input_port),
+            _ => continue,
+        };
+        if let Some(port) = port {
+            c.nodes.push(CardNode {
+                node: node.name.clone(),
+                direction,
+                port: port.clone(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quaver_devices::alsa::cards::{PcmCaps, PcmProbe, build_profiles};
+    use quaver_devices::alsa::params::PcmFormat;
+
+    fn pcm(device: u32, dir: Direction, name: &str) -> PcmProbe {
+        PcmProbe {
+            device,
+            dir,
+            id: name.into(),
+            name: name.into(),
+            caps: Ok(PcmCaps {
+                channels_min: 2,
+                channels_max: 2,
+                channel_counts: vec![2],
+                rate_min: 48_000,
+                rate_max: 48_000,
+                rates: vec![48_000],
+                formats: vec![PcmFormat::S16],
+            }),
+        }
+    }
+
+    #[test]
+    fn a_card_record_has_one_port_per_mapping_port_with_its_profiles() {
+        let probe = CardProbe {
+            index: 2,
+            id: "PCH".into(),
+            name: "HDA Intel PCH".into(),
+            long_name: "HDA Intel PCH at 0xf7f10000 irq 32".into(),
+            driver: "HDA-Intel".into(),
+            pcms: vec![
+                pcm(0, Direction::Playback, "Analog"),
+                pcm(0, Direction::Capture, "Analog"),
+                pcm(3, Direction::Playback, "HDMI 0"),
+            ],
+        };
+        let profiles = build_profiles(&probe, 48_000);
+        let card = card_record(&probe, &profiles, profiles.default_profile().name.clone());
+        assert_eq!(card.name, "alsa_card.PCH");
+        assert_eq!(card.index, 2);
+        assert_eq!(card.active, "output:analog-stereo+input:analog-stereo");
+        let names: Vec<_> = card.ports.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["analog-output", "analog-input", "hdmi-output-0"]);
+        let hdmi = &card.ports[2];
+        assert_eq!(hdmi.port_type, PortType::Hdmi);
+        assert_eq!(hdmi.direction, PortDirection::Output);
+        assert_eq!(
+            hdmi.profiles,
+            [
+                "output:hdmi-stereo+input:analog-stereo",
+                "output:hdmi-stereo"
+            ]
+        );
+        assert_eq!(card.ports[1].direction, PortDirection::Input);
+        assert_eq!(card.ports[1].profiles.len(), 3, "{:?}", card.ports[1]);
+        assert!(
+            card.ports
+                .iter()
+                .all(|p| p.available == Availability::Unknown)
+        );
+        let prop = |k: &str| {
+            card.props
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(prop("alsa.card"), Some("2"));
+        assert_eq!(
+            prop("alsa.long_card_name"),
+            Some("HDA Intel PCH at 0xf7f10000 irq 32")
+        );
+        assert_eq!(prop("device.description"), Some("HDA Intel PCH"));
+        assert_eq!(card.profiles.last().unwrap().name, "off");
+    }
+}

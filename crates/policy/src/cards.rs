@@ -1,0 +1,426 @@
+//! Sound cards as the front-ends present them: each card's profiles, ports, active
+//! profile and the sinks and sources it opened, and the profile chosen per card,
+//! remembered across restarts.
+//!
+//! The daemon discovers cards (through `quaver-devices`) and fills this registry; the
+//! PulseAudio front-end presents it (`pactl list cards`, `set-card-profile`) without
+//! knowing any device type. Plain data only: names, numbers, strings.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Whether a port is plugged in, as far as the card can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Availability {
+    /// The card cannot tell (no jack detection).
+    #[default]
+    Unknown,
+    /// Unplugged.
+    No,
+    /// Plugged in.
+    Yes,
+}
+
+/// Which way a port carries audio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortDirection {
+    /// To the world: a sink's port.
+    Output,
+    /// From the world: a source's port.
+    Input,
+}
+
+/// The connector behind a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortType {
+    /// Analog line, speaker, headphones or microphone.
+    Analog,
+    /// HDMI or DisplayPort.
+    Hdmi,
+    /// S/PDIF.
+    Spdif,
+}
+
+/// One profile of a card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardProfile {
+    /// "output:analog-stereo+input:analog-stereo", "off", …
+    pub name: String,
+    /// "Analog Stereo Output + Analog Stereo Input", …
+    pub description: String,
+    /// Higher is preferred.
+    pub priority: u32,
+    /// Sinks it opens.
+    pub sinks: u32,
+    /// Sources it opens.
+    pub sources: u32,
+    /// Whether it can be used now.
+    pub available: bool,
+}
+
+/// One port of a card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardPort {
+    /// "analog-output", "hdmi-output-0", …
+    pub name: String,
+    /// "Analog Output", "HDMI / DisplayPort", …
+    pub description: String,
+    /// Higher is preferred.
+    pub priority: u32,
+    /// Output (sink) or input (source).
+    pub direction: PortDirection,
+    /// Plugged in or not, or unknown.
+    pub available: Availability,
+    /// The connector.
+    pub port_type: PortType,
+    /// The profiles that offer it.
+    pub profiles: Vec<String>,
+}
+
+/// A sink or source a card opened, and the port it plays through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardNode {
+    /// The graph node's name.
+    pub node: String,
+    /// Output for a sink, input for a source.
+    pub direction: PortDirection,
+    /// The card port it uses.
+    pub port: String,
+}
+
+/// A sound card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Card {
+    /// Its index (the kernel's card number for ALSA cards).
+    pub index: u32,
+    /// Its name: `alsa_card.ID`.
+    pub name: String,
+    /// The backend module driving it, e.g. "quaver-alsa".
+    pub driver: String,
+    /// Properties (`alsa.card`, `device.description`, …), in order.
+    pub props: Vec<(String, String)>,
+    /// Every profile, best first.
+    pub profiles: Vec<CardProfile>,
+    /// Every port.
+    pub ports: Vec<CardPort>,
+    /// The profile whose devices are open.
+    pub active: String,
+    /// A profile chosen at run time that is not open yet (applied at the next start).
+    pub pending: Option<String>,
+    /// The sinks and sources it opened.
+    pub nodes: Vec<CardNode>,
+}
+
+/// Why a card or profile request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CardError {
+    /// No card has that index or name.
+    #[error("no card {0}")]
+    NoCard(String),
+    /// The card has no profile of that name.
+    #[error("card {card} has no profile '{profile}'")]
+    NoProfile {
+        /// The card's name.
+        card: String,
+        /// The profile asked for.
+        profile: String,
+    },
+    /// The profile exists but cannot be used now.
+    #[error("profile '{profile}' of card {card} is not available")]
+    Unavailable {
+        /// The card's name.
+        card: String,
+        /// The profile asked for.
+        profile: String,
+    },
+}
+
+/// What choosing a profile did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// It is the active profile already (any pending choice is dropped).
+    Active,
+    /// Remembered for the card; its devices open at the next start.
+    Pending,
+}
+
+/// Every card, and the remembered profile per card.
+#[derive(Debug, Default)]
+pub struct Cards {
+    cards: Vec<Card>,
+    store: ProfileStore,
+}
+
+/// The registry, shared by the daemon and the front-ends.
+pub type SharedCards = Arc<Mutex<Cards>>;
+
+impl Cards {
+    /// No cards yet; remembered profiles from `store`.
+    pub fn new(store: ProfileStore) -> Self {
+        Cards {
+            cards: Vec::new(),
+            store,
+        }
+    }
+
+    /// This registry, ready to share.
+    pub fn shared(self) -> SharedCards {
+        Arc::new(Mutex::new(self))
+    }
+
+    /// Adds (or replaces, by index) a card.
+    pub fn add(&mut self, card: Card) {
+        self.cards.retain(|c| c.index != card.index);
+        self.cards.push(card);
+        self.cards.sort_by_key(|c| c.index);
+    }
+
+    /// Every card, by index.
+    pub fn list(&self) -> &[Card] {
+        &self.cards
+    }
+
+    /// The card with `index`, else the one called `name`.
+    pub fn find(&self, index: Option<u32>, name: Option<&str>) -> Option<&Card> {
+        self.cards
+            .iter()
+            .find(|c| Some(c.index) == index || Some(c.name.as_str()) == name)
+    }
+
+    /// The card that opened the node `node` (a sink or source), and the node's entry.
+    pub fn node(&self, node: &str) -> Option<(&Card, &CardNode)> {
+        self.cards
+            .iter()
+            .find_map(|c| c.nodes.iter().find(|n| n.node == node).map(|n| (c, n)))
+    }
+
+    /// The profile remembered for the card called `card_name`.
+    pub fn remembered(&self, card_name: &str) -> Option<&str> {
+        self.store.get(card_name)
+    }
+
+    /// Checks `profile` against the card (by `index`, else `name`) and remembers it;
+    /// returns the card's index and what the choice did. Switching the open devices
+    /// happens at the next start (see docs/alsa/discovery.md).
+    pub fn choose(
+        &mut self,
+        index: Option<u32>,
+        name: Option<&str>,
+        profile: &str,
+    ) -> Result<(u32, Choice), CardError> {
+        let card = self
+            .cards
+            .iter_mut()
+            .find(|c| Some(c.index) == index || Some(c.name.as_str()) == name)
+            .ok_or_else(|| {
+                CardError::NoCard(
+                    name.map(str::to_string)
+                        .or(index.map(|i| i.to_string()))
+                        .unwrap_or_default(),
+                )
+            })?;
+        let p = card
+            .profiles
+            .iter()
+            .find(|p| p.name == profile)
+            .ok_or_else(|| CardError::NoProfile {
+                card: card.name.clone(),
+                profile: profile.to_string(),
+            })?;
+        if !p.available {
+            return Err(CardError::Unavailable {
+                card: card.name.clone(),
+                profile: profile.to_string(),
+            });
+        }
+        self.store.set(&card.name, profile);
+        if card.active == profile {
+            card.pending = None;
+            Ok((card.index, Choice::Active))
+        } else {
+            card.pending = Some(profile.to_string());
+            Ok((card.index, Choice::Pending))
+        }
+    }
+}
+
+/// The profile chosen per card (`card name = "profile"`), in a small TOML file under
+/// the state directory, rewritten (atomically) on every change.
+#[derive(Debug, Default)]
+pub struct ProfileStore {
+    path: Option<PathBuf>,
+    entries: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    #[serde(default)]
+    profiles: BTreeMap<String, String>,
+}
+
+impl ProfileStore {
+    /// Choices kept in memory only.
+    pub fn memory() -> Self {
+        ProfileStore::default()
+    }
+
+    /// Choices loaded from `path` (none if it does not exist; a file that does not parse
+    /// is logged and set aside as `*.toml.bad`) and saved back there.
+    pub fn open(path: &Path) -> Self {
+        let entries = match std::fs::read_to_string(path) {
+            Ok(text) => match toml::from_str::<ProfileFile>(&text) {
+                Ok(f) => f.profiles,
+                Err(e) => {
+                    let bad = path.with_extension("toml.bad");
+                    tracing::warn!(
+                        "card profiles: {} is not valid ({}); set aside as {}",
+                        path.display(),
+                        e.to_string().trim_end(),
+                        bad.display()
+                    );
+                    let _ = std::fs::rename(path, &bad);
+                    BTreeMap::new()
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => {
+                tracing::warn!("card profiles: cannot read {}: {e}", path.display());
+                BTreeMap::new()
+            }
+        };
+        ProfileStore {
+            path: Some(path.to_path_buf()),
+            entries,
+        }
+    }
+
+    /// The profile remembered for `card`.
+    pub fn get(&self, card: &str) -> Option<&str> {
+        self.entries.get(card).map(String::as_str)
+    }
+
+    /// Remembers `profile` for `card` and saves the file (a failure is logged: the
+    /// choice still holds for this run).
+    pub fn set(&mut self, card: &str, profile: &str) {
+        if self.get(card) == Some(profile) {
+            return;
+        }
+        self.entries.insert(card.to_string(), profile.to_string());
+        let Some(path) = &self.path else { return };
+        let body = toml::to_string(&ProfileFile {
+            profiles: self.entries.clone(),
+        })
+        .unwrap_or_default();
+        let text = format!(
+            "# quaverd's chosen profile per sound card (pactl set-card-profile).\n\
+             # Rewritten by quaverd; applied when the card is opened.\n{body}"
+        );
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension("toml.tmp");
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            tracing::warn!("card profiles: cannot save {}: {e}", path.display());
+        }
+    }
+}
+
+/// The default file: `$XDG_STATE_HOME/quaver/card-profiles.toml`, else
+/// `$HOME/.local/state/quaver/card-profiles.toml`.
+pub fn default_store_path() -> Option<PathBuf> {
+    crate::restore::default_path().map(|p| p.with_file_name("card-profiles.toml"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(index: u32) -> Card {
+        let profile = |name: &str, available| CardProfile {
+            name: name.into(),
+            description: name.into(),
+            priority: 1,
+            sinks: 1,
+            sources: 0,
+            available,
+        };
+        Card {
+            index,
+            name: format!("alsa_card.C{index}"),
+            driver: "quaver-alsa".into(),
+            props: Vec::new(),
+            profiles: vec![
+                profile("output:analog-stereo", true),
+                profile("output:hdmi-stereo", false),
+                profile("off", true),
+            ],
+            ports: Vec::new(),
+            active: "output:analog-stereo".into(),
+            pending: None,
+            nodes: vec![CardNode {
+                node: format!("C{index}.analog-stereo-sink"),
+                direction: PortDirection::Output,
+                port: "analog-output".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn choices_are_checked_remembered_and_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/card-profiles.toml");
+        let mut cards = Cards::new(ProfileStore::open(&path));
+        cards.add(card(3));
+        cards.add(card(1));
+        assert_eq!(cards.list()[0].index, 1);
+        assert_eq!(
+            cards.choose(Some(9), None, "off"),
+            Err(CardError::NoCard("9".into()))
+        );
+        assert!(matches!(
+            cards.choose(None, Some("alsa_card.C1"), "output:surround"),
+            Err(CardError::NoProfile { .. })
+        ));
+        assert!(matches!(
+            cards.choose(Some(1), None, "output:hdmi-stereo"),
+            Err(CardError::Unavailable { .. })
+        ));
+        assert_eq!(
+            cards.choose(None, Some("alsa_card.C1"), "off"),
+            Ok((1, Choice::Pending))
+        );
+        assert_eq!(
+            cards.find(Some(1), None).unwrap().pending.as_deref(),
+            Some("off")
+        );
+        assert_eq!(
+            cards.choose(Some(3), None, "output:analog-stereo"),
+            Ok((3, Choice::Active))
+        );
+        let again = Cards::new(ProfileStore::open(&path));
+        assert_eq!(again.remembered("alsa_card.C1"), Some("off"));
+        assert_eq!(
+            again.remembered("alsa_card.C3"),
+            Some("output:analog-stereo")
+        );
+        let (c, n) = cards.node("C3.analog-stereo-sink").unwrap();
+        assert_eq!((c.index, n.port.as_str()), (3, "analog-output"));
+    }
+
+    #[test]
+    fn a_broken_file_is_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("card-profiles.toml");
+        std::fs::write(&path, "profiles = 3\n").unwrap();
+        let store = ProfileStore::open(&path);
+        assert_eq!(store.get("x"), None);
+        assert!(path.with_extension("toml.bad").exists());
+    }
+}

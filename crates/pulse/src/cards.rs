@@ -1,0 +1,306 @@
+//! Cards as PulseAudio clients see them: GET_CARD_INFO(_LIST) records, the card fields
+//! of sink and source records, and SET_CARD_PROFILE — all from the daemon's card
+//! registry ([`quaver_policy::cards`]); this front-end knows no device type.
+//!
+//! The wire format is PulseAudio's (`protocol-native.c`, `card_fill_tagstruct`): each
+//! profile's `available` from protocol 29, the ports from 26, their latency offset from
+//! 27, availability group and type from 34; the `pulseaudio` crate's codec writes those
+//! gates from the connection's version.
+
+use crate::commands::Reply;
+use crate::conn::Conn;
+use crate::state::Server;
+use crate::wire::convert::cstr;
+use pulseaudio::protocol::port_info::{PortAvailable, PortDirection, PortInfo, PortType};
+use pulseaudio::protocol::{
+    self as pa, CardInfo, CardPortInfo, CardProfileInfo, Prop, Props, PulseError,
+    SubscriptionEventFacility as Fac, SubscriptionEventType as Ev,
+};
+use quaver_policy::cards::{self, Availability, Card, Choice};
+
+fn available(a: Availability) -> PortAvailable {
+    match a {
+        Availability::Unknown => PortAvailable::Unknown,
+        Availability::No => PortAvailable::No,
+        Availability::Yes => PortAvailable::Yes,
+    }
+}
+
+/// PulseAudio's direction values: 1 is a sink's port (the crate calls it `Input`, the
+/// sink's input side), 2 a source's.
+fn direction(d: cards::PortDirection) -> PortDirection {
+    match d {
+        cards::PortDirection::Output => PortDirection::Input,
+        cards::PortDirection::Input => PortDirection::Output,
+    }
+}
+
+fn port_type(t: cards::PortType) -> PortType {
+    match t {
+        cards::PortType::Analog => PortType::Analog,
+        cards::PortType::Hdmi => PortType::Hdmi,
+        cards::PortType::Spdif => PortType::Spdif,
+    }
+}
+
+/// The card record of `card`.
+pub(crate) fn card_info(card: &Card) -> CardInfo {
+    let mut props = Props::new();
+    for (k, v) in &card.props {
+        props.set_bytes(cstr(k), cstr(v).as_bytes_with_nul());
+    }
+    if let Some(p) = &card.pending {
+        // Honest about a choice that is remembered but not open yet.
+        props.set_bytes(cstr("quaver.profile.pending"), cstr(p).as_bytes_with_nul());
+    }
+    CardInfo {
+        index: card.index,
+        name: cstr(&card.name),
+        props,
+        owner_module_index: Some(crate::modules::DEVICES_MODULE),
+        driver: Some(cstr(&card.driver)),
+        ports: card
+            .ports
+            .iter()
+            .map(|p| CardPortInfo {
+                name: cstr(&p.name),
+                port_type: port_type(p.port_type),
+                description: Some(cstr(&p.description)),
+                props: Props::new(),
+                dir: direction(p.direction),
+                priority: p.priority,
+                available: available(p.available),
+                availability_group: None,
+                profiles: p.profiles.iter().map(|n| cstr(n)).collect(),
+                latency_offset: 0,
+            })
+            .collect(),
+        profiles: card
+            .profiles
+            .iter()
+            .map(|p| CardProfileInfo {
+                name: cstr(&p.name),
+                description: Some(cstr(&p.description)),
+                priority: p.priority,
+                available: p.available as u32,
+                num_sinks: p.sinks,
+                num_sources: p.sources,
+            })
+            .collect(),
+        active_profile: Some(cstr(&card.active)),
+    }
+}
+
+/// A sink's or source's card fields: the card index, its one port (active), and the
+/// card's properties to add to the device's.
+pub(crate) struct DeviceCard {
+    /// The card's index.
+    pub index: u32,
+    /// The device's port.
+    pub port: PortInfo,
+    /// `alsa.card`, `device.string`, … of the card.
+    pub props: Vec<(String, String)>,
+}
+
+impl Server {
+    /// The card fields of the sink or source node called `node`, if a card opened it.
+    pub(crate) fn device_card(&self, node: &str) -> Option<DeviceCard> {
+        let reg = self.opts.cards.as_ref()?;
+        let reg = reg
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (card, n) = reg.node(node)?;
+        let port = card.ports.iter().find(|p| p.name == n.port)?;
+        Some(DeviceCard {
+            index: card.index,
+            port: PortInfo {
+                name: cstr(&port.name),
+                port_type: port_type(port.port_type),
+                description: Some(cstr(&port.description)),
+                dir: direction(port.direction),
+                priority: port.priority,
+                available: available(port.available),
+                availability_group: None,
+            },
+            props: card
+                .props
+                .iter()
+                .filter(|(k, _)| k.starts_with("alsa.") || k == "device.string")
+                .cloned()
+                .collect(),
+        })
+    }
+}
+
+/// Adds a card's properties to a device's.
+pub(crate) fn add_props(props: &mut Props, card: &DeviceCard) {
+    for (k, v) in &card.props {
+        props.set_bytes(cstr(k), cstr(v).as_bytes_with_nul());
+    }
+    props.set(Prop::DeviceApi, cstr("alsa"));
+}
+
+impl Conn {
+    /// GET_CARD_INFO_LIST.
+    pub(crate) fn get_card_info_list(&mut self, seq: u32) -> Reply {
+        let list: Vec<CardInfo> = match &self.srv.opts.cards {
+            Some(reg) => reg
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .list()
+                .iter()
+                .map(card_info)
+                .collect(),
+            None => Vec::new(),
+        };
+        self.out().reply(seq, &list);
+        Ok(())
+    }
+
+    /// GET_CARD_INFO, by index or name.
+    pub(crate) fn get_card_info(&mut self, seq: u32, q: pa::GetCardInfo) -> Reply {
+        let reg = self.srv.opts.cards.clone().ok_or(PulseError::NoEntity)?;
+        let info = {
+            let reg = reg
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let name = q.name.as_ref().and_then(|n| n.to_str().ok());
+            card_info(reg.find(q.index, name).ok_or(PulseError::NoEntity)?)
+        };
+        self.out().reply(seq, &info);
+        Ok(())
+    }
+
+    /// SET_CARD_PROFILE: checks the card and profile and remembers the choice; the
+    /// devices of a different profile open at the next start (switching them at run
+    /// time needs the engine to add and remove devices, docs/alsa/discovery.md).
+    pub(crate) fn set_card_profile(&mut self, seq: u32, p: pa::SetCardProfileParams) -> Reply {
+        let reg = self.srv.opts.cards.clone().ok_or(PulseError::NoEntity)?;
+        let profile = p.profile_name.to_str().map_err(|_| PulseError::Invalid)?;
+        let name = p.card_name.as_ref().and_then(|n| n.to_str().ok());
+        let result = reg
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .choose(p.card_index, name, profile);
+        match result {
+            Ok((index, choice)) => {
+                if choice == Choice::Pending {
+                    tracing::info!(
+                        "card {index}: profile '{profile}' remembered; its devices open when quaverd next starts (run-time switching is not implemented yet)"
+                    );
+                }
+                self.srv.broadcast(Fac::Card, Ev::Changed, index);
+                self.out().ack(seq);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::info!("set-card-profile refused: {e}");
+                Err(match e {
+                    cards::CardError::NoCard(_) | cards::CardError::NoProfile { .. } => {
+                        PulseError::NoEntity
+                    }
+                    cards::CardError::Unavailable { .. } => PulseError::NotSupported,
+                })
+            }
+        }
+    }
+}
+
+/// Writes a source record as PulseAudio does. The `pulseaudio` crate's own writer
+/// leaves out each port's availability group and type from protocol 34 on, which makes
+/// clients fail on the first source that has a port ("Protocol error"); this is its
+/// layout with those two fields, as `source_fill_tagstruct` in PulseAudio's
+/// `protocol-native.c` writes it.
+pub(crate) fn write_source_info(
+    w: &mut pulseaudio::protocol::TagStructWriter<'_>,
+    s: &pa::SourceInfo,
+    version: u16,
+) -> Result<(), pulseaudio::protocol::ProtocolError> {
+    w.write_index(Some(s.index))?;
+    w.write_string(Some(&s.name))?;
+    w.write_string(s.description.as_ref())?;
+    w.write(s.sample_spec)?;
+    w.write(s.channel_map)?;
+    w.write_index(s.owner_module_index)?;
+    w.write(s.cvolume)?;
+    w.write_bool(s.muted)?;
+    w.write_index(s.monitor_of_sink_index)?;
+    w.write_string(s.monitor_of_sink_name.as_ref())?;
+    w.write_usec(s.actual_latency)?;
+    w.write_string(s.driver.as_ref())?;
+    w.write_u32(s.flags.bits())?;
+    if version >= 13 {
+        w.write(&s.props)?;
+        w.write_usec(s.configured_latency)?;
+    }
+    if version >= 15 {
+        w.write(s.base_volume)?;
+        w.write_u32(s.state as u32)?;
+        w.write_u32(s.volume_steps.unwrap_or(0))?;
+        w.write_index(s.card_index)?;
+    }
+    if version >= 16 {
+        w.write_u32(s.ports.len() as u32)?;
+        for port in &s.ports {
+            w.write_string(Some(&port.name))?;
+            w.write_string(port.description.as_ref())?;
+            w.write_u32(port.priority)?;
+            if version >= 24 {
+                w.write_u32(port.available as u32)?;
+            }
+            if version >= 34 {
+                w.write_string(port.availability_group.as_ref())?;
+                w.write_u32(port.port_type as u32)?;
+            }
+        }
+        w.write_string(s.ports.get(s.active_port).map(|p| &p.name))?;
+    }
+    // Sources carry formats from 22 (sinks from 21).
+    if version >= 22 {
+        w.write_u8(s.formats.len() as u8)?;
+        for format in &s.formats {
+            w.write(format)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulseaudio::protocol::{TagStructReader, TagStructWriter};
+
+    #[test]
+    fn a_source_with_a_port_reads_back_at_every_version_that_has_ports() {
+        let mut info = pa::SourceInfo {
+            index: 7,
+            name: cstr("Dummy.analog-stereo-source"),
+            card_index: Some(1),
+            ..Default::default()
+        };
+        info.ports.push(PortInfo {
+            name: cstr("analog-input"),
+            port_type: PortType::Analog,
+            description: Some(cstr("Analog Input")),
+            dir: PortDirection::Output,
+            priority: 1500,
+            available: PortAvailable::Unknown,
+            availability_group: None,
+        });
+        for version in [16u16, 24, 33, 34, 35] {
+            let mut buf = Vec::new();
+            let mut w = TagStructWriter::new(&mut buf, version);
+            write_source_info(&mut w, &info, version).unwrap();
+            let mut cur = std::io::Cursor::new(&buf[..]);
+            let mut r = TagStructReader::new(&mut cur, version);
+            let back: pa::SourceInfo = r.read().unwrap();
+            assert_eq!(back.ports.len(), 1, "protocol {version}");
+            assert_eq!(back.ports[0].name, info.ports[0].name);
+            assert_eq!(back.card_index, Some(1));
+            assert!(
+                !r.has_data_left().unwrap(),
+                "protocol {version}: bytes left"
+            );
+        }
+    }
+}

@@ -184,6 +184,40 @@ alsa_table! {
     device_name_hint = "snd_device_name_hint": fn(c_int, *const c_char, *mut *mut *mut c_void) -> c_int;
     device_name_get_hint = "snd_device_name_get_hint": fn(*const c_void, *const c_char) -> *mut c_char;
     device_name_free_hint = "snd_device_name_free_hint": fn(*mut *mut c_void) -> c_int;
+
+    // Simple mixer (mixer.rs): hardware volume and mute of a card's elements.
+    mixer_open = "snd_mixer_open": fn(*mut *mut Opaque, c_int) -> c_int;
+    mixer_close = "snd_mixer_close": fn(*mut Opaque) -> c_int;
+    mixer_attach = "snd_mixer_attach": fn(*mut Opaque, *const c_char) -> c_int;
+    mixer_selem_register = "snd_mixer_selem_register": fn(*mut Opaque, *mut c_void, *mut *mut c_void) -> c_int;
+    mixer_load = "snd_mixer_load": fn(*mut Opaque) -> c_int;
+    mixer_first_elem = "snd_mixer_first_elem": fn(*mut Opaque) -> *mut Opaque;
+    mixer_elem_next = "snd_mixer_elem_next": fn(*mut Opaque) -> *mut Opaque;
+    mixer_handle_events = "snd_mixer_handle_events": fn(*mut Opaque) -> c_int;
+    mixer_poll_descriptors_count = "snd_mixer_poll_descriptors_count": fn(*mut Opaque) -> c_int;
+    mixer_poll_descriptors = "snd_mixer_poll_descriptors": fn(*mut Opaque, *mut libc::pollfd, c_uint) -> c_int;
+    mixer_poll_descriptors_revents = "snd_mixer_poll_descriptors_revents": fn(*mut Opaque, *mut libc::pollfd, c_uint, *mut c_ushort) -> c_int;
+    selem_get_name = "snd_mixer_selem_get_name": fn(*mut Opaque) -> *const c_char;
+    selem_get_index = "snd_mixer_selem_get_index": fn(*mut Opaque) -> c_uint;
+    selem_is_active = "snd_mixer_selem_is_active": fn(*mut Opaque) -> c_int;
+    selem_has_playback_volume = "snd_mixer_selem_has_playback_volume": fn(*mut Opaque) -> c_int;
+    selem_has_capture_volume = "snd_mixer_selem_has_capture_volume": fn(*mut Opaque) -> c_int;
+    selem_has_playback_switch = "snd_mixer_selem_has_playback_switch": fn(*mut Opaque) -> c_int;
+    selem_has_capture_switch = "snd_mixer_selem_has_capture_switch": fn(*mut Opaque) -> c_int;
+    selem_has_playback_channel = "snd_mixer_selem_has_playback_channel": fn(*mut Opaque, c_int) -> c_int;
+    selem_has_capture_channel = "snd_mixer_selem_has_capture_channel": fn(*mut Opaque, c_int) -> c_int;
+    selem_get_playback_volume_range = "snd_mixer_selem_get_playback_volume_range": fn(*mut Opaque, *mut c_long, *mut c_long) -> c_int;
+    selem_get_capture_volume_range = "snd_mixer_selem_get_capture_volume_range": fn(*mut Opaque, *mut c_long, *mut c_long) -> c_int;
+    selem_get_playback_db_range = "snd_mixer_selem_get_playback_dB_range": fn(*mut Opaque, *mut c_long, *mut c_long) -> c_int;
+    selem_get_capture_db_range = "snd_mixer_selem_get_capture_dB_range": fn(*mut Opaque, *mut c_long, *mut c_long) -> c_int;
+    selem_get_playback_db = "snd_mixer_selem_get_playback_dB": fn(*mut Opaque, c_int, *mut c_long) -> c_int;
+    selem_get_capture_db = "snd_mixer_selem_get_capture_dB": fn(*mut Opaque, c_int, *mut c_long) -> c_int;
+    selem_set_playback_db_all = "snd_mixer_selem_set_playback_dB_all": fn(*mut Opaque, c_long, c_int) -> c_int;
+    selem_set_capture_db_all = "snd_mixer_selem_set_capture_dB_all": fn(*mut Opaque, c_long, c_int) -> c_int;
+    selem_get_playback_switch = "snd_mixer_selem_get_playback_switch": fn(*mut Opaque, c_int, *mut c_int) -> c_int;
+    selem_get_capture_switch = "snd_mixer_selem_get_capture_switch": fn(*mut Opaque, c_int, *mut c_int) -> c_int;
+    selem_set_playback_switch_all = "snd_mixer_selem_set_playback_switch_all": fn(*mut Opaque, c_int) -> c_int;
+    selem_set_capture_switch_all = "snd_mixer_selem_set_capture_switch_all": fn(*mut Opaque, c_int) -> c_int;
 }
 
 // SAFETY: the table holds plain function pointers into a library that is never unloaded.

@@ -4,6 +4,7 @@
 //! the library crates, so this crate stays thin.
 
 pub mod config;
+mod mixers;
 
 use anyhow::{Context, Result};
 use config::Config;
@@ -92,9 +93,13 @@ pub fn run(cfg: Config) -> Result<()> {
         channels,
     };
     let mut devices = Vec::new();
+    let mut alsa_opened = Vec::new();
     for spec in &cfg.engine.devices {
         let dev = match open_device(spec, &defaults) {
-            Ok(d) => d,
+            Ok(d) => {
+                alsa_opened.push((devices.len(), spec.clone()));
+                d
+            }
             // A sound card may be absent or busy; the daemon still serves on a null
             // device at the same rate so clients keep working, and says why.
             Err(
@@ -111,6 +116,7 @@ pub fn run(cfg: Config) -> Result<()> {
         devices.push(dev);
     }
     let engine = Engine::start(cfg.engine_config(), devices).context("starting the engine")?;
+    mixers::attach(&engine, &alsa_opened, &defaults);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;

@@ -382,8 +382,9 @@ impl Engine {
         if let Some(m) = mute {
             n.mute = m;
         }
-        let gain = if n.mute { 0.0 } else { n.volume };
-        let slot = n.slot;
+        let (slot, v, m) = (n.slot, n.volume, n.mute);
+        // A device node with a hardware volume drives its element; the gain is the rest.
+        let gain = super::hwvol::node_gain(&mut ctl, id, v, m, volume.is_some(), mute.is_some());
         let ramp = self.shared.config.ramp_frames;
         self.send(&mut ctl, ToRt::Volume { slot, gain, ramp })?;
         self.request_rewind(&mut ctl)?;

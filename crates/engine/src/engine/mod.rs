@@ -13,6 +13,7 @@ mod build;
 pub mod config;
 mod edit;
 mod handle;
+mod hwvol;
 pub mod report;
 mod status;
 

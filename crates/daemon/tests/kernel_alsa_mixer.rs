@@ -1,0 +1,201 @@
+//! Hardware volume on real kernel ALSA, in the QEMU guest (`scripts/guest`): quaverd
+//! drives snd-dummy's Master in dB from `pactl`, follows `amixer` (shown in
+//! `pactl list sinks` and as a subscription event), and keeps snd-aloop (no dB-capable
+//! element) on software volume, bit-exact at 100 %. Skipped, loudly, where the rig
+//! cannot run (`scripts/guest --check` exits 3).
+
+use quaver_testkit::{assert_contains_exactly, noise_s16, quaverd_bin, write_wav_s16};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn guest_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/guest")
+}
+
+/// `scripts/guest --check`: false (after saying why, loudly) when the rig cannot run.
+fn rig_available() -> bool {
+    let out = Command::new(guest_script())
+        .arg("--check")
+        .output()
+        .expect("running scripts/guest --check");
+    match out.status.code() {
+        Some(0) => true,
+        Some(3) => {
+            eprintln!(
+                "SKIPPED: kernel ALSA mixer tests: the guest rig cannot run here: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            false
+        }
+        other => panic!(
+            "scripts/guest --check exited {other:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// What runs in the guest. Every wait is bounded; processes are stopped by PID.
+/// Arguments: quaverd, the output directory, the WAV to play (the guest passes on only
+/// a few environment variables).
+const SCRIPT: &str = r#"
+set -u
+Q=$1 OUT=$2 WAV=$3
+export XDG_RUNTIME_DIR=$(mktemp -d) HOME=$(mktemp -d)
+wait_server() {
+    for _ in $(seq 150); do pactl info >/dev/null 2>&1 && return 0; sleep 0.2; done
+    echo "quaverd did not answer pactl in 30 s"; return 1
+}
+wait_for() {  # FILE PATTERN: up to 10 s
+    for _ in $(seq 50); do grep -q "$2" "$1" && return 0; sleep 0.2; done; return 1
+}
+# Idle suspend off: its state events would mix with the volume events.
+QARGS="--suspend-timeout-ms 0"
+
+# 1. snd-dummy: Master has a dB range (-45..0 dB, 0.3 dB steps) and no playback switch.
+amixer -q -c Dummy sset Master -- -30dB
+"$Q" $QARGS --device alsa:hw:Dummy > "$OUT/dummy.log" 2>&1 & QP=$!
+wait_server || exit 10
+pactl list sinks > "$OUT/sinks-start.txt"
+pactl set-sink-volume @DEFAULT_SINK@ 50%
+amixer -c Dummy sget Master > "$OUT/master-50.txt"
+pactl set-sink-volume @DEFAULT_SINK@ 100%
+amixer -c Dummy sget Master > "$OUT/master-100.txt"
+pactl subscribe > "$OUT/subscribe.txt" 2>&1 & SP=$!
+sleep 2
+cp "$OUT/subscribe.txt" "$OUT/subscribe-before.txt"
+amixer -q -c Dummy sset Master -- -21dB
+wait_for "$OUT/subscribe.txt" "'change' on sink" || echo "no sink change event in 10 s"
+pactl list sinks > "$OUT/sinks-amixer.txt"
+kill $SP; wait $SP
+kill $QP; wait $QP; echo $? > "$OUT/dummy.rc"
+
+# 2. snd-aloop has no mixer elements; give it a "Master Playback Volume" without dB
+#    information (a user-space element) so the no-dB path is taken too.
+python3 - <<'PY' > "$OUT/add-element.txt" 2>&1
+import ctypes
+a = ctypes.CDLL("libasound.so.2")
+ctl = ctypes.c_void_p()
+assert a.snd_ctl_open(ctypes.byref(ctl), b"hw:Loopback", 0) == 0
+eid = ctypes.c_void_p()
+a.snd_ctl_elem_id_malloc(ctypes.byref(eid))
+a.snd_ctl_elem_id_set_interface(eid, 2)  # SND_CTL_ELEM_IFACE_MIXER
+a.snd_ctl_elem_id_set_name(eid, b"Master Playback Volume")
+rc = a.snd_ctl_elem_add_integer(ctl, eid, 2, ctypes.c_long(0), ctypes.c_long(100), ctypes.c_long(1))
+print("snd_ctl_elem_add_integer", rc)
+PY
+"$Q" $QARGS --device alsa:hw:Loopback,0,0,format=s16 > "$OUT/loop.log" 2>&1 & QP=$!
+wait_server || exit 11
+pactl list sinks > "$OUT/sinks-loop.txt"
+arecord -q -D hw:Loopback,1,0 -f S16_LE -r 48000 -c 2 -t raw "$OUT/rec.raw" & AP=$!
+sleep 1
+paplay "$WAV"
+sleep 1
+kill -INT $AP; wait $AP
+kill $QP; wait $QP; echo $? > "$OUT/loop.rc"
+"#;
+
+fn read(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The `Volume:` line of the first sink in `pactl list sinks` output.
+fn volume_line(sinks: &str) -> &str {
+    sinks
+        .lines()
+        .find(|l| l.trim_start().starts_with("Volume:"))
+        .unwrap_or_else(|| panic!("no Volume line in:\n{sinks}"))
+}
+
+fn flags_line(sinks: &str) -> &str {
+    sinks
+        .lines()
+        .find(|l| l.trim_start().starts_with("Flags:"))
+        .unwrap_or_else(|| panic!("no Flags line in:\n{sinks}"))
+}
+
+#[test]
+fn pactl_drives_the_mixer_amixer_drives_pactl_and_100_percent_is_bit_exact() {
+    if !rig_available() {
+        return;
+    }
+    let out = tempfile::tempdir_in("/tmp").unwrap();
+    let dir = out.path();
+    let wav = dir.join("noise.wav");
+    let input = noise_s16(48000 * 2, 32, 20000);
+    write_wav_s16(&wav, 48000, 2, &input);
+    std::fs::write(dir.join("script.sh"), SCRIPT).unwrap();
+    let run = Command::new(guest_script())
+        .args(["--timeout", "400", "--out"])
+        .arg(dir)
+        .arg("--")
+        .arg("bash")
+        .arg(dir.join("script.sh"))
+        .arg(quaverd_bin())
+        .arg(dir)
+        .arg(&wav)
+        .output()
+        .expect("running scripts/guest");
+    let said = format!(
+        "guest exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.status.code(),
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(run.status.success(), "{said}");
+    let dummy_log = read(dir, "dummy.log");
+    let loop_log = read(dir, "loop.log");
+    let logs = format!("{said}\ndummy.log:\n{dummy_log}\nloop.log:\n{loop_log}");
+
+    // The dummy sink has a hardware volume, in dB, starting from what Master held.
+    assert!(
+        dummy_log.contains("sink volume on hw:Dummy 'Master' (-45.00..0.00 dB"),
+        "{logs}"
+    );
+    let start = read(dir, "sinks-start.txt");
+    assert!(flags_line(&start).contains("HW_VOLUME_CTRL"), "{start}");
+    assert!(flags_line(&start).contains("DECIBEL_VOLUME"), "{start}");
+    assert!(volume_line(&start).contains("-30.00 dB"), "{start}");
+    // 50 % (cubic) = -18.06 dB; Master rounds up to its next 0.3 dB step.
+    let m50 = read(dir, "master-50.txt");
+    assert_eq!(m50.matches("[-18.00dB]").count(), 2, "{m50}");
+    // 100 % = 0 dB in hardware.
+    let m100 = read(dir, "master-100.txt");
+    assert_eq!(m100.matches("[0.00dB]").count(), 2, "{m100}");
+    // amixer -21 dB (a step: -45 + 80 × 0.3): the sink's volume follows
+    // (10^(-21/60) = 45 %), with a change event.
+    let before = read(dir, "subscribe-before.txt");
+    assert!(
+        !before.contains("on sink"),
+        "events before amixer: {before}"
+    );
+    let events = read(dir, "subscribe.txt");
+    assert!(
+        events.contains("Event 'change' on sink #"),
+        "{events}\n{logs}"
+    );
+    let after = read(dir, "sinks-amixer.txt");
+    let v = volume_line(&after);
+    assert!(v.contains("-21.00 dB") && v.contains("45%"), "{v}\n{logs}");
+    assert_eq!(read(dir, "dummy.rc").trim(), "0", "{logs}");
+
+    // The loopback card: its only element has no dB information → software volume,
+    // logged with the card and the element; 100 % is bit-exact through the cable.
+    assert!(
+        read(dir, "add-element.txt").contains("snd_ctl_elem_add_integer 0"),
+        "{}",
+        read(dir, "add-element.txt")
+    );
+    assert!(
+        loop_log.contains("card hw:Loopback, element 'Master' has no dB information"),
+        "{logs}"
+    );
+    let sinks = read(dir, "sinks-loop.txt");
+    assert!(!flags_line(&sinks).contains("HW_VOLUME_CTRL"), "{sinks}");
+    let raw = std::fs::read(dir.join("rec.raw")).unwrap();
+    let rec: Vec<i16> = raw
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    assert_contains_exactly(&rec, &input, "paplay → quaverd → hw:Loopback,0,0 → arecord");
+    assert_eq!(read(dir, "loop.rc").trim(), "0", "{logs}");
+}

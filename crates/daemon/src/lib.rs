@@ -116,7 +116,8 @@ pub fn run(cfg: Config) -> Result<()> {
         devices.push(dev);
     }
     let engine = Engine::start(cfg.engine_config(), devices).context("starting the engine")?;
-    mixers::attach(&engine, &alsa_opened, &defaults);
+    // Kept while serving: each mixer's watch thread follows amixer and the jacks.
+    let _mixers = mixers::attach(&engine, &alsa_opened, &defaults);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;

@@ -1,16 +1,24 @@
 //! Hardware volume for ALSA devices: opens the mixer of each opened card and attaches
 //! the element a desktop server would use to the device's sink and source
 //! (docs/alsa/mixer.md). Anything that goes wrong leaves that device on software volume
-//! and says why.
+//! and says why. The same watch thread reports the card's jacks (docs/alsa/jacks.md);
+//! until cards have ports, their availability is logged.
 
+use quaver_devices::alsa::jack::{Jack, port_of_jack};
 use quaver_devices::alsa::mixer::{Mixer, NoElement, card_of_pcm};
 use quaver_devices::spec::{DeviceDefaults, DeviceSpec, parse_spec};
 use quaver_engine::Engine;
 use std::sync::Arc;
 
 /// Attaches hardware volumes to the devices opened from `opened` (engine device index,
-/// spec as configured).
-pub(crate) fn attach(engine: &Engine, opened: &[(usize, String)], defaults: &DeviceDefaults) {
+/// spec as configured). Returns the mixers, which the caller keeps for as long as it
+/// serves (their watch threads end when they are dropped).
+pub(crate) fn attach(
+    engine: &Engine,
+    opened: &[(usize, String)],
+    defaults: &DeviceDefaults,
+) -> Vec<Mixer> {
+    let mut mixers = Vec::new();
     for (index, spec) in opened {
         let Ok(DeviceSpec::Alsa(cfg)) = parse_spec(spec, defaults) else {
             continue;
@@ -29,6 +37,7 @@ pub(crate) fn attach(engine: &Engine, opened: &[(usize, String)], defaults: &Dev
                 continue;
             }
         };
+        watch_jacks(&mixer, &card);
         for (capture, wanted) in [(false, cfg.playback), (true, cfg.capture)] {
             if !wanted {
                 continue;
@@ -51,5 +60,39 @@ pub(crate) fn attach(engine: &Engine, opened: &[(usize, String)], defaults: &Dev
                 ),
             }
         }
+        mixers.push(mixer);
+    }
+    mixers
+}
+
+fn log_jack(card: &str, j: &Jack) {
+    let port = port_of_jack(&j.name).map_or("no known port", |p| p.0);
+    let state = match (j.removed, j.plugged) {
+        (true, _) => "removed",
+        (false, true) => "plugged",
+        (false, false) => "unplugged",
+    };
+    tracing::info!(
+        "card {card}: jack '{}' {state} ({port}: {})",
+        j.name,
+        if j.plugged {
+            "available"
+        } else {
+            "not available"
+        }
+    );
+}
+
+/// Logs the card's jacks now and whenever one changes.
+fn watch_jacks(mixer: &Mixer, card: &str) {
+    match mixer.jacks() {
+        Ok(jacks) => {
+            for j in &jacks {
+                log_jack(card, j);
+            }
+            let card = card.to_string();
+            mixer.watch_jacks(Box::new(move |j| log_jack(&card, &j)));
+        }
+        Err(e) => tracing::warn!("card {card}: no jack detection ({e})"),
     }
 }

@@ -1,8 +1,9 @@
 //! Hardware volume on real kernel ALSA, in the QEMU guest (`scripts/guest`): quaverd
 //! drives snd-dummy's Master in dB from `pactl`, follows `amixer` (shown in
-//! `pactl list sinks` and as a subscription event), and keeps snd-aloop (no dB-capable
-//! element) on software volume, bit-exact at 100 %. Skipped, loudly, where the rig
-//! cannot run (`scripts/guest --check` exits 3).
+//! `pactl list sinks` and as a subscription event), sees a user-space "Headphone Jack"
+//! plugged and unplugged, and keeps snd-aloop (no dB-capable element) on software
+//! volume, bit-exact at 100 %. One guest boot for all of it (each costs ~1 min of both
+//! CPUs). Skipped, loudly, where the rig cannot run (`scripts/guest --check` exits 3).
 
 use quaver_testkit::{assert_contains_exactly, noise_s16, quaverd_bin, write_wav_s16};
 use std::path::{Path, PathBuf};
@@ -67,6 +68,28 @@ amixer -q -c Dummy sset Master -- -21dB
 wait_for "$OUT/subscribe.txt" "'change' on sink" || echo "no sink change event in 10 s"
 pactl list sinks > "$OUT/sinks-amixer.txt"
 kill $SP; wait $SP
+# Jacks: a user-space "Headphone Jack" (interface CARD, BOOLEAN) added, plugged, unplugged.
+python3 - <<'PY' > "$OUT/jack.txt" 2>&1
+import ctypes, time
+a = ctypes.CDLL("libasound.so.2")
+ctl = ctypes.c_void_p()
+assert a.snd_ctl_open(ctypes.byref(ctl), b"hw:Dummy", 0) == 0
+eid = ctypes.c_void_p()
+a.snd_ctl_elem_id_malloc(ctypes.byref(eid))
+a.snd_ctl_elem_id_set_interface(eid, 0)  # SND_CTL_ELEM_IFACE_CARD
+a.snd_ctl_elem_id_set_name(eid, b"Headphone Jack")
+print("snd_ctl_elem_add_boolean", a.snd_ctl_elem_add_boolean(ctl, eid, 1), flush=True)
+val = ctypes.c_void_p()
+a.snd_ctl_elem_value_malloc(ctypes.byref(val))
+a.snd_ctl_elem_value_set_id(val, eid)
+for on in (1, 0):
+    time.sleep(1)
+    a.snd_ctl_elem_value_set_boolean(val, 0, ctypes.c_long(on))
+    print("snd_ctl_elem_write", on, a.snd_ctl_elem_write(ctl, val), flush=True)
+PY
+for _ in $(seq 50); do
+    [ "$(grep -c "jack 'Headphone Jack'" "$OUT/dummy.log")" -ge 3 ] && break; sleep 0.2
+done
 kill $QP; wait $QP; echo $? > "$OUT/dummy.rc"
 
 # 2. snd-aloop has no mixer elements; give it a "Master Playback Volume" without dB
@@ -114,7 +137,7 @@ fn flags_line(sinks: &str) -> &str {
 }
 
 #[test]
-fn pactl_drives_the_mixer_amixer_drives_pactl_and_100_percent_is_bit_exact() {
+fn pactl_drives_the_mixer_amixer_drives_pactl_jacks_are_seen_and_100_percent_is_bit_exact() {
     if !rig_available() {
         return;
     }
@@ -177,6 +200,31 @@ fn pactl_drives_the_mixer_amixer_drives_pactl_and_100_percent_is_bit_exact() {
     let v = volume_line(&after);
     assert!(v.contains("-21.00 dB") && v.contains("45%"), "{v}\n{logs}");
     assert_eq!(read(dir, "dummy.rc").trim(), "0", "{logs}");
+
+    // The jack: added (unplugged), plugged, unplugged — each seen by the watch thread.
+    let jack = read(dir, "jack.txt");
+    assert!(
+        jack.contains("snd_ctl_elem_add_boolean 0")
+            && jack.contains("snd_ctl_elem_write 1 ")
+            && jack.contains("snd_ctl_elem_write 0 "),
+        "{jack}"
+    );
+    let seen: Vec<&str> = dummy_log
+        .lines()
+        .filter_map(|l| {
+            l.split_once("card hw:Dummy: jack 'Headphone Jack' ")
+                .map(|x| x.1)
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "unplugged (analog-output-headphones: not available)",
+            "plugged (analog-output-headphones: available)",
+            "unplugged (analog-output-headphones: not available)",
+        ],
+        "{logs}"
+    );
 
     // The loopback card: its only element has no dB information → software volume,
     // logged with the card and the element; 100 % is bit-exact through the cable.

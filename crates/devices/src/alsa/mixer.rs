@@ -21,6 +21,7 @@
 //! reported back.
 
 use super::ffi::{self, Lib, Opaque};
+use super::jack::{Jack, Jacks};
 use crate::DeviceError;
 use crate::hwvol::{HardwareVolume, HwCallback, HwEvent, HwReading, HwVolumeInfo};
 use std::ffi::{CString, c_int, c_long, c_ushort};
@@ -100,9 +101,15 @@ struct Watched {
 // SAFETY: `elem` belongs to the handle and is only used under the `State` mutex.
 unsafe impl Send for Watched {}
 
+/// Called on the watch thread with a jack that changed.
+pub type JackCallback = Box<dyn Fn(Jack) + Send + Sync>;
+
 struct State {
     handle: Handle,
     watched: Vec<Watched>,
+    /// The card's jack controls, or why they cannot be watched.
+    jacks: Result<Jacks, String>,
+    on_jack: Option<Arc<JackCallback>>,
     /// Why the mixer closed, once it has.
     gone: Option<String>,
 }
@@ -131,6 +138,9 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Ok(j) = &mut st.jacks {
+            j.close(self.lib);
+        }
         if !st.handle.0.is_null() {
             // SAFETY: the handle is live and nothing else holds it any more.
             unsafe { (self.lib.mixer_close)(st.handle.0) };
@@ -226,6 +236,8 @@ impl Mixer {
             state: Mutex::new(State {
                 handle: Handle(h),
                 watched: Vec::new(),
+                jacks: Jacks::open(lib, card),
+                on_jack: None,
                 gone: None,
             }),
             // SAFETY: a fresh descriptor we own.
@@ -252,6 +264,20 @@ impl Mixer {
     /// The card this mixer controls.
     pub fn card(&self) -> &str {
         &self.owner.shared.card
+    }
+
+    /// The card's jack controls as last read, or why they cannot be watched.
+    pub fn jacks(&self) -> Result<Vec<Jack>, String> {
+        match &self.owner.shared.lock().jacks {
+            Ok(j) => Ok(j.current()),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    /// Calls `on_jack` on the watch thread whenever a jack control changes (plugged,
+    /// unplugged, added, removed). Replaces an earlier callback.
+    pub fn watch_jacks(&self, on_jack: JackCallback) {
+        self.owner.shared.lock().on_jack = Some(Arc::new(on_jack));
     }
 
     /// The names of the card's simple elements (index appended when not 0).
@@ -435,7 +461,7 @@ fn reading(w: &Watched, values: &[(c_long, c_int)]) -> HwReading {
 fn watch_loop(sh: &Shared) {
     let lib = sh.lib;
     let why = loop {
-        let mut fds = {
+        let fds = {
             let st = sh.lock();
             let h = st.handle.0;
             // SAFETY: live handle.
@@ -459,8 +485,13 @@ fn watch_loop(sh: &Shared) {
                 events: libc::POLLIN,
                 revents: 0,
             };
-            fds
+            let mixer_fds = fds.len();
+            if let Ok(j) = &st.jacks {
+                fds.extend(j.poll_fds(lib));
+            }
+            (fds, mixer_fds)
         };
+        let (mut fds, mixer_fds) = fds;
         // SAFETY: valid array of pollfds; blocks without a timeout (no periodic wakeup).
         let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, -1) };
         if rc < 0 {
@@ -474,11 +505,24 @@ fn watch_loop(sh: &Shared) {
         }
         let mut st = sh.lock();
         let h = st.handle.0;
+        let (mixer_part, ctl_part) = fds.split_at_mut(mixer_fds);
+        let mut jack_calls = Vec::new();
+        if ctl_part.iter().any(|f| f.revents != 0)
+            && let Ok(j) = &mut st.jacks
+        {
+            if j.failed(lib, ctl_part) {
+                break "the control device reported an error (card removed?)".to_string();
+            }
+            let changed = j.handle_events(lib);
+            if let Some(f) = &st.on_jack {
+                jack_calls = changed.into_iter().map(|c| (f.clone(), c)).collect();
+            }
+        }
         let mut revents: c_ushort = 0;
-        let n = (fds.len() - 1) as _;
+        let n = (mixer_part.len() - 1) as _;
         // SAFETY: the descriptors polled above, of the live handle.
         let rc = unsafe {
-            (lib.mixer_poll_descriptors_revents)(h, fds[1..].as_mut_ptr(), n, &mut revents)
+            (lib.mixer_poll_descriptors_revents)(h, mixer_part[1..].as_mut_ptr(), n, &mut revents)
         };
         if rc < 0 {
             break format!("snd_mixer_poll_descriptors_revents: {}", lib.error_text(rc));
@@ -506,6 +550,9 @@ fn watch_loop(sh: &Shared) {
         for (f, r) in calls {
             f(HwEvent::Changed(r));
         }
+        for (f, j) in jack_calls {
+            f(j);
+        }
     };
     let calls: Vec<_> = {
         let mut st = sh.lock();
@@ -514,6 +561,10 @@ fn watch_loop(sh: &Shared) {
             unsafe { (lib.mixer_close)(st.handle.0) };
             st.handle.0 = std::ptr::null_mut();
         }
+        if let Ok(j) = &mut st.jacks {
+            j.close(lib);
+        }
+        st.jacks = Err(format!("closed: {why}"));
         st.gone = Some(why.clone());
         st.watched
             .iter_mut()

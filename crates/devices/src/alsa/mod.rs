@@ -46,6 +46,7 @@ mod cycle;
 pub mod dll;
 mod driver;
 pub(crate) mod ffi;
+pub mod jack;
 pub mod mixer;
 pub mod params;
 pub mod pcm;

@@ -52,15 +52,23 @@ wait_for() {  # FILE PATTERN: up to 10 s
 # Idle suspend off: its state events would mix with the volume events.
 QARGS="--suspend-timeout-ms 0"
 
-# 1. snd-dummy: Master has a dB range (-45..0 dB, 0.3 dB steps) and no playback switch.
+# 1. snd-dummy: Master has a dB range (-45..0 dB, 0.3 dB steps) and no playback switch;
+#    Mic (the source's) the same range and a capture switch.
 amixer -q -c Dummy sset Master -- -30dB
-"$Q" $QARGS --device alsa:hw:Dummy > "$OUT/dummy.log" 2>&1 & QP=$!
+amixer -q -c Dummy sset Mic nocap
+"$Q" $QARGS --device alsa:hw:Dummy,capture=on > "$OUT/dummy.log" 2>&1 & QP=$!
 wait_server || exit 10
 pactl list sinks > "$OUT/sinks-start.txt"
 pactl set-sink-volume @DEFAULT_SINK@ 50%
 amixer -c Dummy sget Master > "$OUT/master-50.txt"
 pactl set-sink-volume @DEFAULT_SINK@ 100%
 amixer -c Dummy sget Master > "$OUT/master-100.txt"
+pactl list sources > "$OUT/sources-start.txt"
+pactl set-source-volume alsa-source 50%
+pactl set-source-mute alsa-source 0
+amixer -c Dummy sget Mic > "$OUT/mic-unmuted.txt"
+pactl set-source-mute alsa-source 1
+amixer -c Dummy sget Mic > "$OUT/mic-muted.txt"
 pactl subscribe > "$OUT/subscribe.txt" 2>&1 & SP=$!
 sleep 2
 cp "$OUT/subscribe.txt" "$OUT/subscribe-before.txt"
@@ -184,6 +192,22 @@ fn pactl_drives_the_mixer_amixer_drives_pactl_jacks_are_seen_and_100_percent_is_
     // 100 % = 0 dB in hardware.
     let m100 = read(dir, "master-100.txt");
     assert_eq!(m100.matches("[0.00dB]").count(), 2, "{m100}");
+    // The source: Mic in dB, mute on its capture switch (muted at start: switch off).
+    let sources = read(dir, "sources-start.txt");
+    let source = sources
+        .split("Source #")
+        .find(|s| s.contains("Name: alsa-source"))
+        .unwrap_or_else(|| panic!("no alsa-source in:\n{sources}"));
+    let flags = flags_line(source);
+    assert!(
+        flags.contains("HW_VOLUME_CTRL") && flags.contains("HW_MUTE_CTRL"),
+        "{source}"
+    );
+    assert!(source.contains("Mute: yes"), "{source}");
+    let mic = read(dir, "mic-unmuted.txt");
+    assert_eq!(mic.matches("[-18.00dB] Capture [on]").count(), 2, "{mic}");
+    let mic = read(dir, "mic-muted.txt");
+    assert_eq!(mic.matches("[-18.00dB] Capture [off]").count(), 2, "{mic}");
     // amixer -21 dB (a step: -45 + 80 × 0.3): the sink's volume follows
     // (10^(-21/60) = 45 %), with a change event.
     let before = read(dir, "subscribe-before.txt");

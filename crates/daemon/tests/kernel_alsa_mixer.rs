@@ -98,6 +98,11 @@ PY
 for _ in $(seq 50); do
     [ "$(grep -c "jack 'Headphone Jack'" "$OUT/dummy.log")" -ge 3 ] && break; sleep 0.2
 done
+# The watch thread sleeps in poll: no wakeup while nothing changes.
+T=$(dirname "$(grep -lx "mixer hw:Dummy" /proc/$QP/task/*/comm | head -1)")
+switches() { awk '/^voluntary_ctxt_switches/ {print $2}' "$T/status"; }
+c1=$(switches); sleep 3; c2=$(switches)
+echo "$T $c1 $c2" > "$OUT/mixer-wakeups.txt"
 kill $QP; wait $QP; echo $? > "$OUT/dummy.rc"
 
 # 2. snd-aloop has no mixer elements; give it a "Master Playback Volume" without dB
@@ -224,6 +229,14 @@ fn pactl_drives_the_mixer_amixer_drives_pactl_jacks_are_seen_and_100_percent_is_
     let v = volume_line(&after);
     assert!(v.contains("-21.00 dB") && v.contains("45%"), "{v}\n{logs}");
     assert_eq!(read(dir, "dummy.rc").trim(), "0", "{logs}");
+
+    // The mixer's watch thread: no wakeup in 3 idle seconds.
+    let w = read(dir, "mixer-wakeups.txt");
+    let f: Vec<&str> = w.split_whitespace().collect();
+    assert!(
+        f.len() == 3 && f[0].starts_with("/proc/") && f[1] == f[2],
+        "mixer thread (task, switches before, after): {w}"
+    );
 
     // The jack: added (unplugged), plugged, unplugged — each seen by the watch thread.
     let jack = read(dir, "jack.txt");

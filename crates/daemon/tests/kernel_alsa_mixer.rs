@@ -128,6 +128,18 @@ paplay "$WAV"
 sleep 1
 kill -INT $AP; wait $AP
 kill $QP; wait $QP; echo $? > "$OUT/loop.rc"
+
+# 3. The mixer never keeps a card: once the PCM is closed for idleness, unbinding
+#    snd-dummy closes the mixer at once and the module can be removed.
+"$Q" --device alsa:hw:Dummy > "$OUT/unbind.log" 2>&1 & QP=$!
+wait_server || exit 12
+wait_for "$OUT/unbind.log" "closed (idle)" || echo "no idle close in 10 s"
+timeout 30 sh -c 'echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/unbind'
+echo "unbind $?" > "$OUT/unbind.txt"
+wait_for "$OUT/unbind.log" "mixer hw:Dummy: the control device reported an error" || true
+timeout 30 modprobe -r snd-dummy; echo "modprobe-r $?" >> "$OUT/unbind.txt"
+kill -0 $QP && echo "alive" >> "$OUT/unbind.txt"
+kill $QP; wait $QP
 "#;
 
 fn read(dir: &Path, name: &str) -> String {
@@ -283,4 +295,13 @@ fn pactl_drives_the_mixer_amixer_drives_pactl_jacks_are_seen_and_100_percent_is_
         .collect();
     assert_contains_exactly(&rec, &input, "paplay → quaverd → hw:Loopback,0,0 → arecord");
     assert_eq!(read(dir, "loop.rc").trim(), "0", "{logs}");
+
+    // Unbinding the card closes its mixer; the module then goes; quaverd runs on.
+    let unbind = read(dir, "unbind.txt");
+    let unbind_log = read(dir, "unbind.log");
+    assert_eq!(unbind, "unbind 0\nmodprobe-r 0\nalive\n", "{unbind_log}");
+    assert!(
+        unbind_log.contains("mixer hw:Dummy: the control device reported an error"),
+        "{unbind_log}"
+    );
 }

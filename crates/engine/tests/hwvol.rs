@@ -170,3 +170,15 @@ fn mute_uses_the_switch_and_outside_changes_become_the_volume() {
     assert_eq!(el.read().unwrap().db, -20.0, "the element is not touched");
     engine.shutdown_manual(runner).unwrap();
 }
+
+#[test]
+fn removing_the_node_releases_its_element() {
+    let (engine, runner) = engine();
+    let el = FakeElement::new(false);
+    let id = engine.attach_hardware_volume(0, false, el.clone()).unwrap();
+    assert_eq!(Arc::strong_count(&el), 2, "the engine holds it");
+    engine.remove_node(id).unwrap();
+    assert_eq!(Arc::strong_count(&el), 1, "released with the node");
+    assert!(engine.hardware_volumes().is_empty());
+    engine.shutdown_manual(runner).unwrap();
+}

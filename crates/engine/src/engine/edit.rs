@@ -185,6 +185,11 @@ impl Engine {
         ctl.free_slots.push(node.slot);
         self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::NodeRemoved(id));
+        // A device node's mixer goes with it, released after the lock: dropping the last
+        // handle joins its watch thread, which may be waiting for this lock.
+        let hw = ctl.hw.remove(&id);
+        drop(ctl);
+        drop(hw);
         Ok(())
     }
 

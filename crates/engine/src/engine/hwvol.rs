@@ -154,7 +154,8 @@ impl Engine {
             }
             HwEvent::Gone(why) => {
                 tracing::warn!("node {id}: {why}; its volume is software only from now on");
-                ctl.hw.remove(&id);
+                // Dropped on this (the watch) thread, which the mixer does not join.
+                let _gone = ctl.hw.remove(&id);
                 if let Some(n) = ctl.graph.nodes.get(&id) {
                     let (slot, gain) = (n.slot, if n.mute { 0.0 } else { n.volume });
                     let ramp = self.shared.config.ramp_frames;

@@ -518,6 +518,14 @@ fn watch_loop(sh: &Shared) {
                 jack_calls = changed.into_iter().map(|c| (f.clone(), c)).collect();
             }
         }
+        if mixer_part[1..].iter().all(|f| f.revents == 0) {
+            // Only the jack handle woke: nothing for the elements.
+            drop(st);
+            for (f, j) in jack_calls {
+                f(j);
+            }
+            continue;
+        }
         let mut revents: c_ushort = 0;
         let n = (mixer_part.len() - 1) as _;
         // SAFETY: the descriptors polled above, of the live handle.

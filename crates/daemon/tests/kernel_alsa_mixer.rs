@@ -5,7 +5,7 @@
 //! volume, bit-exact at 100 %. One guest boot for all of it (each costs ~1 min of both
 //! CPUs). Skipped, loudly, where the rig cannot run (`scripts/guest --check` exits 3).
 
-use quaver_testkit::{assert_contains_exactly, noise_s16, quaverd_bin, write_wav_s16};
+use quaver_testkit::{assert_contains_exactly, noise_s16, quaver_bin, quaverd_bin, write_wav_s16};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -36,11 +36,11 @@ fn rig_available() -> bool {
 }
 
 /// What runs in the guest. Every wait is bounded; processes are stopped by PID.
-/// Arguments: quaverd, the output directory, the WAV to play (the guest passes on only
-/// a few environment variables).
+/// Arguments: quaverd, the output directory, the WAV to play, the quaver CLI (the guest
+/// passes on only a few environment variables).
 const SCRIPT: &str = r#"
 set -u
-Q=$1 OUT=$2 WAV=$3
+Q=$1 OUT=$2 WAV=$3 QC=$4
 export XDG_RUNTIME_DIR=$(mktemp -d) HOME=$(mktemp -d)
 wait_server() {
     for _ in $(seq 150); do pactl info >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -63,6 +63,9 @@ pactl set-sink-volume @DEFAULT_SINK@ 50%
 amixer -c Dummy sget Master > "$OUT/master-50.txt"
 pactl set-sink-volume @DEFAULT_SINK@ 100%
 amixer -c Dummy sget Master > "$OUT/master-100.txt"
+# The native protocol reaches the same volume (the engine does the split).
+"$QC" volume alsa-sink -6dB > "$OUT/native-volume.txt" 2>&1
+amixer -c Dummy sget Master > "$OUT/master-native.txt"
 pactl list sources > "$OUT/sources-start.txt"
 pactl set-source-volume alsa-source 50%
 pactl set-source-mute alsa-source 0
@@ -183,6 +186,7 @@ fn pactl_drives_the_mixer_amixer_drives_pactl_jacks_are_seen_and_100_percent_is_
         .arg(quaverd_bin())
         .arg(dir)
         .arg(&wav)
+        .arg(quaver_bin())
         .output()
         .expect("running scripts/guest");
     let said = format!(
@@ -211,6 +215,14 @@ fn pactl_drives_the_mixer_amixer_drives_pactl_jacks_are_seen_and_100_percent_is_
     // 100 % = 0 dB in hardware.
     let m100 = read(dir, "master-100.txt");
     assert_eq!(m100.matches("[0.00dB]").count(), 2, "{m100}");
+    // `quaver volume alsa-sink -6dB` (native protocol): -6 dB is a step.
+    let native = read(dir, "master-native.txt");
+    assert_eq!(
+        native.matches("[-6.00dB]").count(),
+        2,
+        "{native}\nquaver volume said: {}",
+        read(dir, "native-volume.txt")
+    );
     // The source: Mic in dB, mute on its capture switch (muted at start: switch off).
     let sources = read(dir, "sources-start.txt");
     let source = sources

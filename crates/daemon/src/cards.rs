@@ -32,6 +32,9 @@ pub struct Opened {
     pub device: Box<dyn Device>,
     /// Its card and ports.
     pub owner: Owner,
+    /// An `alsa:` spec for the same PCM and directions (the mixer finds its card and
+    /// elements from it).
+    pub spec: String,
 }
 
 /// Cards found and devices opened by [`open_cards`].
@@ -115,6 +118,12 @@ fn open_card(
             continue;
         }
         let pcm = dev.config.pcm.clone();
+        let onoff = |b: bool| if b { "on" } else { "off" };
+        let spec = format!(
+            "alsa:{pcm},playback={},capture={}",
+            onoff(dev.config.playback),
+            onoff(dev.config.capture)
+        );
         let mut d = match AlsaDevice::open(dev.config) {
             Ok(d) => d,
             Err(e) => {
@@ -144,6 +153,7 @@ fn open_card(
             m.as_ref().and(mapping.as_ref()).map(|m| m.port.clone())
         };
         out.devices.push(Opened {
+            spec,
             owner: Owner {
                 card: card.index as u32,
                 output_port: port_of(&dev.output, &profile.output),

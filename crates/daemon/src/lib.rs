@@ -6,6 +6,7 @@
 pub mod cards;
 pub mod config;
 pub mod hotplug;
+mod mixers;
 
 use anyhow::{Context, Result};
 use config::Config;
@@ -62,6 +63,9 @@ struct OpenedDevices {
     owners: Vec<Option<cards::Owner>>,
     /// The cards found (their nodes filled once the engine runs).
     cards: Vec<quaver_policy::cards::Card>,
+    /// ALSA devices that opened (engine device index, spec): their cards' mixers give
+    /// them hardware volume once the engine runs.
+    mixer_specs: Vec<(usize, String)>,
 }
 
 /// Opens the configured devices in order, `"auto"` (or an empty list) standing for
@@ -81,12 +85,14 @@ fn open_devices(
         devices: Vec::new(),
         owners: Vec::new(),
         cards: Vec::new(),
+        mixer_specs: Vec::new(),
     };
     for spec in specs {
         if spec.trim() == cards::AUTO {
             let room = quaver_engine::rt::MAX_DEVICES.saturating_sub(out.devices.len());
             let found = cards::open_cards(defaults, registry, room);
             for o in found.devices {
+                out.mixer_specs.push((out.devices.len(), o.spec));
                 out.devices.push(o.device);
                 out.owners.push(Some(o.owner));
             }
@@ -94,7 +100,10 @@ fn open_devices(
             continue;
         }
         let dev = match open_device(spec, defaults) {
-            Ok(d) => d,
+            Ok(d) => {
+                out.mixer_specs.push((out.devices.len(), spec.clone()));
+                d
+            }
             // A sound card may be absent or busy; the daemon still serves on a null
             // device at the same rate so clients keep working, and says why.
             Err(
@@ -192,6 +201,8 @@ pub fn run(cfg: Config) -> Result<()> {
         registry.add(c);
     }
     let registry = registry.shared();
+    // Kept while serving: each mixer's watch thread follows amixer and the jacks.
+    let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;

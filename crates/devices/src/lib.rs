@@ -20,6 +20,7 @@ use std::time::Duration;
 pub mod alsa;
 pub mod clock;
 pub mod file;
+pub mod hwvol;
 pub mod margin;
 pub mod null;
 mod pacer;

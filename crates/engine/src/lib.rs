@@ -29,6 +29,7 @@ pub use callback::{
 };
 pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent, NodeTiming};
 pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
+pub use quaver_devices::hwvol::{HardwareVolume, HwVolumeInfo};
 pub use rt::msg::RtEvent;
 pub use rt::node::{CycleInfo, Processor};
 pub use rt::runner::RtRunner;

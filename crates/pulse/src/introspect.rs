@@ -35,6 +35,8 @@ pub struct Snapshot {
     pub default_sink: Option<Device>,
     /// Default source.
     pub default_source: Option<Device>,
+    /// Device nodes whose volume drives a mixer element.
+    pub hw_volumes: std::collections::BTreeMap<NodeId, quaver_engine::HwVolumeInfo>,
 }
 
 fn set(props: &mut Props, key: Prop, value: &str) {
@@ -92,6 +94,7 @@ impl Server {
             graph,
             default_sink,
             default_source,
+            hw_volumes: self.engine.hardware_volumes(),
         }
     }
 
@@ -112,6 +115,18 @@ impl Server {
                 *v
             }
             _ => uniform_cvolume(channels, gain),
+        }
+    }
+
+    /// The volume flags and step count of a device node, as PulseAudio reports an ALSA
+    /// sink or source: with a hardware volume (always with dB, see
+    /// docs/alsa/mixer.md) HW_VOLUME_CTRL, HW_MUTE_CTRL where the element has a switch,
+    /// and the element's steps; a software volume has 65537 steps. The base volume is
+    /// always NORM: 100 % is 0 dB in hardware.
+    fn volume_caps(snap: &Snapshot, node: NodeId) -> (bool, bool, u32) {
+        match snap.hw_volumes.get(&node) {
+            Some(hw) => (true, hw.has_switch, hw.steps),
+            None => (false, false, 65537),
         }
     }
 
@@ -158,6 +173,10 @@ impl Server {
             crate::cards::add_props(&mut props, c);
         }
         let latency = Self::device_latency_usec(snap);
+        let (hw_volume, hw_mute, steps) = Self::volume_caps(snap, node.id);
+        let mut flags = SinkFlags::LATENCY | SinkFlags::DECIBEL_VOLUME;
+        flags.set(SinkFlags::HW_VOLUME_CTRL, hw_volume);
+        flags.set(SinkFlags::HW_MUTE_CTRL, hw_mute);
         SinkInfo {
             index: node.id,
             name: cstr(&node.name),
@@ -181,12 +200,12 @@ impl Server {
             muted: node.mute,
             monitor_source_index: Some(node.id),
             monitor_source_name: Some(cstr(&monitor_name(&node.name))),
-            flags: SinkFlags::LATENCY | SinkFlags::DECIBEL_VOLUME,
+            flags,
             actual_latency: latency,
             configured_latency: latency,
             driver: Some(cstr("quaver")),
             base_volume: Volume::NORM,
-            volume_steps: Some(65537),
+            volume_steps: Some(steps),
             card_index: card.as_ref().map(|c| c.index),
             ports: card.map(|c| vec![c.port]).unwrap_or_default(),
             active_port: 0,
@@ -226,6 +245,15 @@ impl Server {
             crate::cards::add_props(&mut props, c);
         }
         let latency = Self::device_latency_usec(snap);
+        // A monitor's node is its sink's: only a capture device has the source's mixer.
+        let (hw_volume, hw_mute, steps) = if dev.monitor {
+            (false, false, 65537)
+        } else {
+            Self::volume_caps(snap, dev.node)
+        };
+        let mut flags = SourceFlags::LATENCY | SourceFlags::DECIBEL_VOLUME;
+        flags.set(SourceFlags::HW_VOLUME_CTRL, hw_volume);
+        flags.set(SourceFlags::HW_MUTE_CTRL, hw_mute);
         let (volume, muted) = if dev.monitor {
             (
                 Self::device_volume(st, true, dev.index, 1.0, map.len()),
@@ -255,11 +283,11 @@ impl Server {
             owner_module_index: Self::device_owner(st, node),
             cvolume: volume,
             base_volume: Volume::NORM,
-            volume_steps: Some(65537),
+            volume_steps: Some(steps),
             muted,
             monitor_of_sink_index: dev.monitor.then_some(node.id),
             monitor_of_sink_name: dev.monitor.then(|| cstr(&node.name)),
-            flags: SourceFlags::LATENCY | SourceFlags::DECIBEL_VOLUME,
+            flags,
             actual_latency: latency,
             configured_latency: latency,
             driver: Some(cstr("quaver")),

@@ -68,6 +68,14 @@ pub(crate) const SND_PCM_TSTAMP_TYPE_MONOTONIC: c_int = 1;
 pub(crate) const SND_PCM_TYPE_FILE: c_int = 3;
 pub(crate) const SND_PCM_TYPE_NULL: c_int = 4;
 
+/// `control.h`: the card interface (jacks live there), element events and masks.
+pub(crate) const SND_CTL_ELEM_IFACE_CARD: c_int = 0;
+pub(crate) const SND_CTL_EVENT_ELEM: c_int = 0;
+pub(crate) const SND_CTL_EVENT_MASK_VALUE: c_uint = 1;
+pub(crate) const SND_CTL_EVENT_MASK_ADD: c_uint = 1 << 2;
+pub(crate) const SND_CTL_EVENT_MASK_REMOVE: c_uint = !0;
+pub(crate) const SND_CTL_NONBLOCK: c_int = 1;
+
 /// The library file opened unless `QUAVER_ALSA_LIBRARY` names another.
 pub const LIBRARY: &str = "libasound.so.2";
 
@@ -213,6 +221,71 @@ alsa_table! {
     hw_get_rate_max = "snd_pcm_hw_params_get_rate_max": fn(*const Opaque, *mut c_uint, *mut c_int) -> c_int;
     hw_test_channels = "snd_pcm_hw_params_test_channels": fn(*mut Opaque, *mut Opaque, c_uint) -> c_int;
     hw_test_rate = "snd_pcm_hw_params_test_rate": fn(*mut Opaque, *mut Opaque, c_uint, c_int) -> c_int;
+
+    // Simple mixer (mixer.rs): hardware volume and mute of a card's elements.
+    mixer_open = "snd_mixer_open": fn(*mut *mut Opaque, c_int) -> c_int;
+    mixer_close = "snd_mixer_close": fn(*mut Opaque) -> c_int;
+    mixer_attach = "snd_mixer_attach": fn(*mut Opaque, *const c_char) -> c_int;
+    mixer_selem_register = "snd_mixer_selem_register": fn(*mut Opaque, *mut c_void, *mut *mut c_void) -> c_int;
+    mixer_load = "snd_mixer_load": fn(*mut Opaque) -> c_int;
+    mixer_first_elem = "snd_mixer_first_elem": fn(*mut Opaque) -> *mut Opaque;
+    mixer_elem_next = "snd_mixer_elem_next": fn(*mut Opaque) -> *mut Opaque;
+    mixer_handle_events = "snd_mixer_handle_events": fn(*mut Opaque) -> c_int;
+    mixer_poll_descriptors_count = "snd_mixer_poll_descriptors_count": fn(*mut Opaque) -> c_int;
+    mixer_poll_descriptors = "snd_mixer_poll_descriptors": fn(*mut Opaque, *mut libc::pollfd, c_uint) -> c_int;
+    mixer_poll_descriptors_revents = "snd_mixer_poll_descriptors_revents": fn(*mut Opaque, *mut libc::pollfd, c_uint, *mut c_ushort) -> c_int;
+    selem_get_name = "snd_mixer_selem_get_name": fn(*mut Opaque) -> *const c_char;
+    selem_get_index = "snd_mixer_selem_get_index": fn(*mut Opaque) -> c_uint;
+    selem_is_active = "snd_mixer_selem_is_active": fn(*mut Opaque) -> c_int;
+    selem_has_playback_volume = "snd_mixer_selem_has_playback_volume": fn(*mut Opaque) -> c_int;
+    selem_has_capture_volume = "snd_mixer_selem_has_capture_volume": fn(*mut Opaque) -> c_int;
+    selem_has_playback_switch = "snd_mixer_selem_has_playback_switch": fn(*mut Opaque) -> c_int;
+    selem_has_capture_switch = "snd_mixer_selem_has_capture_switch": fn(*mut Opaque) -> c_int;
+    selem_has_playback_channel = "snd_mixer_selem_has_playback_channel": fn(*mut Opaque, c_int) -> c_int;
+    selem_has_capture_channel = "snd_mixer_selem_has_capture_channel": fn(*mut Opaque, c_int) -> c_int;
+    selem_get_playback_volume_range = "snd_mixer_selem_get_playback_volume_range": fn(*mut Opaque, *mut c_long, *mut c_long) -> c_int;
+    selem_get_capture_volume_range = "snd_mixer_selem_get_capture_volume_range": fn(*mut Opaque, *mut c_long, *mut c_long) -> c_int;
+    selem_get_playback_db_range = "snd_mixer_selem_get_playback_dB_range": fn(*mut Opaque, *mut c_long, *mut c_long) -> c_int;
+    selem_get_capture_db_range = "snd_mixer_selem_get_capture_dB_range": fn(*mut Opaque, *mut c_long, *mut c_long) -> c_int;
+    selem_get_playback_db = "snd_mixer_selem_get_playback_dB": fn(*mut Opaque, c_int, *mut c_long) -> c_int;
+    selem_get_capture_db = "snd_mixer_selem_get_capture_dB": fn(*mut Opaque, c_int, *mut c_long) -> c_int;
+    selem_set_playback_db_all = "snd_mixer_selem_set_playback_dB_all": fn(*mut Opaque, c_long, c_int) -> c_int;
+    selem_set_capture_db_all = "snd_mixer_selem_set_capture_dB_all": fn(*mut Opaque, c_long, c_int) -> c_int;
+    selem_get_playback_switch = "snd_mixer_selem_get_playback_switch": fn(*mut Opaque, c_int, *mut c_int) -> c_int;
+    selem_get_capture_switch = "snd_mixer_selem_get_capture_switch": fn(*mut Opaque, c_int, *mut c_int) -> c_int;
+    selem_set_playback_switch_all = "snd_mixer_selem_set_playback_switch_all": fn(*mut Opaque, c_int) -> c_int;
+    selem_set_capture_switch_all = "snd_mixer_selem_set_capture_switch_all": fn(*mut Opaque, c_int) -> c_int;
+
+    // Control interface (alsa/jack.rs): jack controls and their events.
+    // (ctl_open and ctl_close are in the card discovery block above.)
+    ctl_subscribe_events = "snd_ctl_subscribe_events": fn(*mut Opaque, c_int) -> c_int;
+    ctl_poll_descriptors_count = "snd_ctl_poll_descriptors_count": fn(*mut Opaque) -> c_int;
+    ctl_poll_descriptors = "snd_ctl_poll_descriptors": fn(*mut Opaque, *mut libc::pollfd, c_uint) -> c_int;
+    ctl_poll_descriptors_revents = "snd_ctl_poll_descriptors_revents": fn(*mut Opaque, *mut libc::pollfd, c_uint, *mut c_ushort) -> c_int;
+    ctl_read = "snd_ctl_read": fn(*mut Opaque, *mut Opaque) -> c_int;
+    ctl_event_malloc = "snd_ctl_event_malloc": fn(*mut *mut Opaque) -> c_int;
+    ctl_event_free = "snd_ctl_event_free": fn(*mut Opaque);
+    ctl_event_get_type = "snd_ctl_event_get_type": fn(*const Opaque) -> c_int;
+    ctl_event_elem_get_mask = "snd_ctl_event_elem_get_mask": fn(*const Opaque) -> c_uint;
+    ctl_event_elem_get_id = "snd_ctl_event_elem_get_id": fn(*const Opaque, *mut Opaque);
+    ctl_elem_id_malloc = "snd_ctl_elem_id_malloc": fn(*mut *mut Opaque) -> c_int;
+    ctl_elem_id_free = "snd_ctl_elem_id_free": fn(*mut Opaque);
+    ctl_elem_id_get_interface = "snd_ctl_elem_id_get_interface": fn(*const Opaque) -> c_int;
+    ctl_elem_id_get_name = "snd_ctl_elem_id_get_name": fn(*const Opaque) -> *const c_char;
+    ctl_elem_id_get_index = "snd_ctl_elem_id_get_index": fn(*const Opaque) -> c_uint;
+    ctl_elem_value_malloc = "snd_ctl_elem_value_malloc": fn(*mut *mut Opaque) -> c_int;
+    ctl_elem_value_free = "snd_ctl_elem_value_free": fn(*mut Opaque);
+    ctl_elem_value_set_id = "snd_ctl_elem_value_set_id": fn(*mut Opaque, *const Opaque);
+    ctl_elem_value_get_boolean = "snd_ctl_elem_value_get_boolean": fn(*const Opaque, c_uint) -> c_long;
+    ctl_elem_read = "snd_ctl_elem_read": fn(*mut Opaque, *mut Opaque) -> c_int;
+    ctl_elem_list_malloc = "snd_ctl_elem_list_malloc": fn(*mut *mut Opaque) -> c_int;
+    ctl_elem_list_free = "snd_ctl_elem_list_free": fn(*mut Opaque);
+    ctl_elem_list = "snd_ctl_elem_list": fn(*mut Opaque, *mut Opaque) -> c_int;
+    ctl_elem_list_alloc_space = "snd_ctl_elem_list_alloc_space": fn(*mut Opaque, c_uint) -> c_int;
+    ctl_elem_list_free_space = "snd_ctl_elem_list_free_space": fn(*mut Opaque);
+    ctl_elem_list_get_count = "snd_ctl_elem_list_get_count": fn(*const Opaque) -> c_uint;
+    ctl_elem_list_get_used = "snd_ctl_elem_list_get_used": fn(*const Opaque) -> c_uint;
+    ctl_elem_list_get_id = "snd_ctl_elem_list_get_id": fn(*const Opaque, c_uint, *mut Opaque);
 }
 
 // SAFETY: the table holds plain function pointers into a library that is never unloaded.

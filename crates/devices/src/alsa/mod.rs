@@ -51,6 +51,8 @@ pub mod dll;
 mod driver;
 pub(crate) mod ffi;
 pub mod hotplug;
+pub mod jack;
+pub mod mixer;
 pub mod params;
 pub mod pcm;
 

@@ -123,6 +123,7 @@ impl Engine {
             garbage,
             events,
             held: false,
+            hw: Default::default(),
         };
         let engine = Engine {
             shared: Arc::new(Shared {

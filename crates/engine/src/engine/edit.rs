@@ -185,6 +185,11 @@ impl Engine {
         ctl.free_slots.push(node.slot);
         self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::NodeRemoved(id));
+        // A device node's mixer goes with it, released after the lock: dropping the last
+        // handle joins its watch thread, which may be waiting for this lock.
+        let hw = ctl.hw.remove(&id);
+        drop(ctl);
+        drop(hw);
         Ok(())
     }
 
@@ -382,8 +387,9 @@ impl Engine {
         if let Some(m) = mute {
             n.mute = m;
         }
-        let gain = if n.mute { 0.0 } else { n.volume };
-        let slot = n.slot;
+        let (slot, v, m) = (n.slot, n.volume, n.mute);
+        // A device node with a hardware volume drives its element; the gain is the rest.
+        let gain = super::hwvol::node_gain(&mut ctl, id, v, m, volume.is_some(), mute.is_some());
         let ramp = self.shared.config.ramp_frames;
         self.send(&mut ctl, ToRt::Volume { slot, gain, ramp })?;
         self.request_rewind(&mut ctl)?;

@@ -39,6 +39,15 @@ pub(super) struct Control {
     pub(super) events: rtrb::Consumer<RtEvent>,
     /// Devices suspended on request ([`Engine::hold`]).
     pub(super) held: bool,
+    /// Device nodes with a hardware volume (`hwvol.rs`).
+    pub(super) hw: std::collections::HashMap<NodeId, HwEntry>,
+}
+
+/// A device node's hardware volume and the software gain that completes it (kept here,
+/// with the rest of the control state; `hwvol.rs` uses it).
+pub(super) struct HwEntry {
+    pub(super) control: Arc<dyn quaver_devices::hwvol::HardwareVolume>,
+    pub(super) sw_gain: f32,
 }
 
 /// The real-time thread (which hands the devices back) and the service thread.

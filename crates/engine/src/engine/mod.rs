@@ -15,6 +15,7 @@ pub mod config;
 mod devices;
 mod edit;
 mod handle;
+mod hwvol;
 pub mod report;
 mod status;
 

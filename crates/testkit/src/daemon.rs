@@ -22,8 +22,9 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts quaverd with `args` (plus a private runtime dir and no real-time priority)
-    /// and waits until its socket accepts connections.
+    /// Starts quaverd with `args` (plus a private runtime dir, no real-time priority,
+    /// and the null device unless `args` name a device or a config) and waits until its
+    /// socket accepts connections.
     pub fn start(args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         Self::start_in(dir, args)
@@ -32,8 +33,16 @@ impl Daemon {
     /// Like [`Daemon::start`] in a given temporary directory.
     pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
         let mut cmd = Command::new(quaverd_bin());
-        cmd.args(["--realtime-priority", "0", "--log-level", "debug"])
-            .args(args);
+        cmd.args(["--realtime-priority", "0", "--log-level", "debug"]);
+        // quaverd's default opens every sound card found: a test that names neither a
+        // device nor a config must not take the developer's cards.
+        if !args
+            .iter()
+            .any(|a| matches!(*a, "--device" | "-d" | "--config") || a.starts_with("--device="))
+        {
+            cmd.args(["--device", "null"]);
+        }
+        cmd.args(args);
         Self::start_cmd(dir, cmd)
     }
 

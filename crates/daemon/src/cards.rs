@@ -4,7 +4,9 @@
 //! name and what was wrong, and the other cards serve. docs/alsa/discovery.md.
 
 use quaver_devices::Device;
-use quaver_devices::alsa::cards::{self as alsa_cards, CardProbe, CardProfiles, Mapping, PortKind};
+use quaver_devices::alsa::cards::{
+    self as alsa_cards, CardProbe, CardProfiles, Mapping, PortKind, Profile,
+};
 use quaver_devices::alsa::{AlsaConfig, AlsaDevice, params::Direction};
 use quaver_devices::spec::DeviceDefaults;
 use quaver_engine::{Engine, NodeKind};
@@ -44,6 +46,9 @@ pub struct Discovered {
     pub devices: Vec<Opened>,
     /// The cards (their nodes are filled once the engine runs, [`fill_nodes`]).
     pub cards: Vec<Card>,
+    /// Each card's probe and profiles, in the same order: what a later profile switch
+    /// opens from.
+    pub probes: Vec<(CardProbe, CardProfiles)>,
 }
 
 /// The card's name in the registry and for PulseAudio: `alsa_card.ID`.
@@ -85,36 +90,81 @@ fn open_card(
     room: usize,
     out: &mut Discovered,
 ) {
-    let label = format!("card '{}' ({})", card.name, card.id);
     let profiles = alsa_cards::build_profiles(card, defaults.rate);
     for p in &profiles.problems {
         tracing::warn!("{p}; skipped");
     }
-    let name = card_name(&card.id);
-    let profile = match reg.remembered(&name) {
+    let profile = pick_profile(card, &profiles, reg.remembered(&card_name(&card.id)));
+    let room = room.saturating_sub(out.devices.len());
+    let (opened, _problems) = open_profile(card, profile, defaults, room);
+    let active = if !opened.is_empty() || profile.name == "off" {
+        profile.name.clone()
+    } else {
+        tracing::warn!(
+            "{}: nothing of profile {} opened; the card is off",
+            label(card),
+            profile.name
+        );
+        "off".to_string()
+    };
+    out.devices.extend(opened);
+    out.cards.push(card_record(card, &profiles, active));
+    out.probes.push((card.clone(), profiles));
+}
+
+/// How logs name a card: `card 'Dummy' (Dummy)`.
+pub fn label(card: &CardProbe) -> String {
+    format!("card '{}' ({})", card.name, card.id)
+}
+
+/// The profile to open: the one `remembered` for the card if it is offered now (else
+/// the reason is logged), otherwise the default.
+pub fn pick_profile<'a>(
+    card: &CardProbe,
+    profiles: &'a CardProfiles,
+    remembered: Option<&str>,
+) -> &'a Profile {
+    match remembered {
         Some(r) => match profiles.get(r) {
             Some(p) => p,
             None => {
                 tracing::warn!(
-                    "{label}: the remembered profile '{r}' is not offered now; using the default"
+                    "{}: the remembered profile '{r}' is not offered now; using the default",
+                    label(card)
                 );
                 profiles.default_profile()
             }
         },
         None => profiles.default_profile(),
-    };
+    }
+}
+
+/// Opens the devices of `profile` of `card` at the engine's rate, at most `room`; what
+/// failed is logged with the card's name, skipped, and returned as one line each.
+pub fn open_profile(
+    card: &CardProbe,
+    profile: &Profile,
+    defaults: &DeviceDefaults,
+    room: usize,
+) -> (Vec<Opened>, Vec<String>) {
+    let label = label(card);
     let template = AlsaConfig {
         rate: defaults.rate,
         ..AlsaConfig::default()
     };
-    let mut opened_any = false;
+    let mut opened = Vec::new();
+    let mut problems = Vec::new();
+    let mut fail = |why: String| {
+        tracing::warn!("{why}; skipped");
+        problems.push(why);
+    };
     for dev in alsa_cards::devices_for(card, profile, &template) {
-        if out.devices.len() >= room {
-            tracing::warn!(
+        if opened.len() >= room {
+            fail(format!(
                 "{label}: {} not opened: one engine drives at most {} devices",
                 dev.config.name,
                 quaver_engine::rt::MAX_DEVICES
-            );
+            ));
             continue;
         }
         let pcm = dev.config.pcm.clone();
@@ -127,19 +177,19 @@ fn open_card(
         let mut d = match AlsaDevice::open(dev.config) {
             Ok(d) => d,
             Err(e) => {
-                tracing::warn!(
-                    "{label}: opening {pcm} for profile {}: {e}; skipped",
+                fail(format!(
+                    "{label}: opening {pcm} for profile {}: {e}",
                     profile.name
-                );
+                ));
                 continue;
             }
         };
         if d.info().rate != defaults.rate {
-            tracing::warn!(
-                "{label}: {pcm} opened at {} Hz, not the engine's {} Hz; skipped",
+            fail(format!(
+                "{label}: {pcm} opened at {} Hz, not the engine's {} Hz",
                 d.info().rate,
                 defaults.rate
-            );
+            ));
             let _ = d.close();
             continue;
         }
@@ -148,11 +198,10 @@ fn open_card(
             d.info().name,
             d.info().description
         );
-        opened_any = true;
         let port_of = |m: &Option<String>, mapping: &Option<Mapping>| {
             m.as_ref().and(mapping.as_ref()).map(|m| m.port.clone())
         };
-        out.devices.push(Opened {
+        opened.push(Opened {
             spec,
             owner: Owner {
                 card: card.index as u32,
@@ -162,16 +211,7 @@ fn open_card(
             device: Box::new(d.with_description(dev.description)),
         });
     }
-    let active = if opened_any || profile.name == "off" {
-        profile.name.clone()
-    } else {
-        tracing::warn!(
-            "{label}: nothing of profile {} opened; the card is off",
-            profile.name
-        );
-        "off".to_string()
-    };
-    out.cards.push(card_record(card, &profiles, active));
+    (opened, problems)
 }
 
 /// The registry's record of `card` (no nodes yet).

@@ -6,6 +6,7 @@
 pub mod cards;
 pub mod config;
 pub mod hotplug;
+pub mod live;
 mod mixers;
 
 use anyhow::{Context, Result};
@@ -63,10 +64,19 @@ struct OpenedDevices {
     owners: Vec<Option<cards::Owner>>,
     /// The cards found (their nodes filled once the engine runs).
     cards: Vec<quaver_policy::cards::Card>,
-    /// ALSA devices that opened (engine device index, spec): their cards' mixers give
-    /// them hardware volume once the engine runs.
+    /// Each found card's probe, profiles and devices (engine index, spec, owner).
+    card_devices: Vec<CardDevices>,
+    /// Configured ALSA devices that opened (engine device index, spec): their cards'
+    /// mixers give them hardware volume once the engine runs.
     mixer_specs: Vec<(usize, String)>,
 }
+
+/// A discovered card as [`live::LiveCards::adopt`] takes it.
+type CardDevices = (
+    quaver_devices::alsa::cards::CardProbe,
+    quaver_devices::alsa::cards::CardProfiles,
+    Vec<(usize, String, cards::Owner)>,
+);
 
 /// Opens the configured devices in order, `"auto"` (or an empty list) standing for
 /// every card found ([`cards::open_cards`]); the null device when that leaves none.
@@ -85,18 +95,30 @@ fn open_devices(
         devices: Vec::new(),
         owners: Vec::new(),
         cards: Vec::new(),
+        card_devices: Vec::new(),
         mixer_specs: Vec::new(),
     };
     for spec in specs {
         if spec.trim() == cards::AUTO {
             let room = quaver_engine::rt::MAX_DEVICES.saturating_sub(out.devices.len());
             let found = cards::open_cards(defaults, registry, room);
+            let mut per_card: Vec<CardDevices> = found
+                .probes
+                .into_iter()
+                .map(|(p, f)| (p, f, Vec::new()))
+                .collect();
             for o in found.devices {
-                out.mixer_specs.push((out.devices.len(), o.spec));
+                if let Some(c) = per_card
+                    .iter_mut()
+                    .find(|c| c.0.index as u32 == o.owner.card)
+                {
+                    c.2.push((out.devices.len(), o.spec, o.owner.clone()));
+                }
                 out.devices.push(o.device);
                 out.owners.push(Some(o.owner));
             }
             out.cards.extend(found.cards);
+            out.card_devices.extend(per_card);
             continue;
         }
         let dev = match open_device(spec, defaults) {
@@ -157,18 +179,19 @@ fn pulse_tcp(cfg: &Config) -> Result<Option<quaver_pulse::TcpOptions>> {
 }
 
 /// Opens the cards plugged in from now on, at the engine's rate (`hotplug`), where
-/// alsa-lib can be loaded.
-fn follow_cards(engine: &Engine, specs: &[String], channels: ChannelMap) {
+/// alsa-lib can be loaded; `specs` are the configured ALSA devices that opened.
+fn follow_cards(
+    engine: &Engine,
+    specs: &[(usize, String)],
+    defaults: &DeviceDefaults,
+    live: Arc<live::LiveCards>,
+) {
     if let Err(why) = quaver_devices::alsa::available() {
         tracing::debug!("hotplug: off ({why})");
         return;
     }
-    let defaults = DeviceDefaults {
-        rate: engine.rate(),
-        channels,
-    };
-    let cards = hotplug::configured_cards(engine, specs, &defaults);
-    hotplug::spawn(engine.clone(), defaults, cards);
+    let cards = hotplug::configured_cards(engine, specs, defaults);
+    hotplug::spawn(engine.clone(), cards, live);
 }
 
 /// Starts quaverd with `cfg` and serves until a stop signal arrives.
@@ -190,7 +213,7 @@ pub fn run(cfg: Config) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("engine.channels: {e}"))?;
     let defaults = DeviceDefaults {
         rate: cfg.engine.rate,
-        channels: channels.clone(),
+        channels,
     };
     let mut registry = quaver_policy::cards::Cards::new(card_store());
     let mut opened = open_devices(&cfg, &defaults, &registry)?;
@@ -204,9 +227,23 @@ pub fn run(cfg: Config) -> Result<()> {
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
     let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
+    // The discovered cards: their mixers, cards plugged in later, profile switches.
+    let live = live::LiveCards::new(
+        engine.clone(),
+        defaults.clone(),
+        registry.clone(),
+        policy.clone(),
+    );
+    for (probe, profiles, devices) in opened.card_devices {
+        live.adopt(probe, profiles, devices);
+    }
+    registry
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .set_switcher(live.clone());
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
-    follow_cards(&engine, &cfg.engine.devices, channels);
+    follow_cards(&engine, &opened.mixer_specs, &defaults, live);
     // One memory for both front-ends: a kind of stream keeps its volume whichever
     // protocol its next stream comes through.
     let restore = restore_mode(&cfg).open();

@@ -1,19 +1,21 @@
 //! Card discovery against a real kernel ALSA, in the QEMU guest (`scripts/guest`) with
 //! snd-aloop and snd-dummy: quaverd with no configuration opens both cards, `pactl`
 //! lists them with profiles and ports and their sinks, a `paplay` to the loopback
-//! card's sink arrives bit-exact at the other end of the cable, a chosen profile is
-//! remembered and applied at the next start, and a card whose PCM is busy is logged
-//! while the other card serves. Skipped (loudly) where the rig cannot run.
+//! card's sink arrives bit-exact at the other end of the cable, `set-card-profile`
+//! switches a card's devices at run time (off lets another program open the card; back
+//! on, the sink returns; a switch under a playing stream keeps it alive) and is
+//! remembered for the next start, and a card whose PCM is busy is logged while the
+//! other card serves. Skipped (loudly) where the rig cannot run.
 //!
 //! One guest boot runs every step (a boot costs ~10-30 s of both CPUs); the script
 //! prints `=== STEP` sections that the assertions below read.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use quaver_testkit::guest::{self, Guest};
+use std::path::Path;
 
-/// The steps, run as root in the guest. `$1`: the --out directory; `$2`: quaverd.
+/// The steps, run as root in the guest (`$OUT`: the shared directory; `$QUAVERD`).
 const SCRIPT: &str = r#"
-out=$1; quaverd=$2; wav=$out/tone.wav
+out=$OUT; quaverd=$QUAVERD; wav=$out/tone.wav
 # Sockets cannot live on the 9p --out mount: the runtime and state stay in the guest.
 priv=$(mktemp -d)
 export XDG_RUNTIME_DIR=$priv/run HOME=$priv/home XDG_STATE_HOME=$priv/state
@@ -35,12 +37,40 @@ start "$out/run1.log"
 echo "=== CARDS"; pactl list cards
 echo "=== SINKS"; pactl list short sinks
 echo "=== SOURCES"; pactl list short sources
+timeout 200 env pactl subscribe > "$priv/events.log" 2>&1 & SUB=$!
+# Subscribed once it reports another client coming and going.
+for _ in $(seq 50); do pactl info > /dev/null; grep -q "on client" "$priv/events.log" && break; sleep 0.2; done
 echo "=== CHOOSE"
 pactl set-card-profile alsa_card.Dummy off; echo "set exit $?"
 pactl set-card-profile alsa_card.Dummy output:no-such; echo "bad set exit $?"
 pactl list cards | grep -E "Name: alsa_card|Active Profile|quaver.profile.pending"
 cat "$XDG_STATE_HOME/quaver/card-profiles.toml"
+echo "=== OFF"
+pactl list short sinks
+# Off closes the card's PCMs: another program can open them.
+timeout 20 aplay -q -D hw:Dummy -f S16_LE -r 48000 -c 2 -d 1 /dev/zero; echo "aplay exit $?"
+echo "=== BACK"
+pactl set-card-profile alsa_card.Dummy output:analog-stereo+input:analog-stereo; echo "back exit $?"
+pactl list short sinks
+pactl list cards | grep -E "Name: alsa_card|Active Profile"
+paplay --device=Dummy.analog-stereo-sink "$wav"; echo "dummy paplay exit $?"
+echo "=== SWITCH"
+paplay --device=Loopback.analog-stereo-sink "$out/long.wav" & P=$!
+for _ in $(seq 50); do pactl list short sink-inputs | grep -q . && break; sleep 0.2; done
+pactl set-card-profile alsa_card.Loopback output:analog-stereo; echo "loop switch exit $?"
+sleep 1
+kill -0 $P && echo "paplay alive"
+echo "sinks:"; pactl list short sinks
+echo "inputs:"; pactl list short sink-inputs
+pactl list cards | grep -E "Name: alsa_card|Active Profile"
+wait $P; echo "switch paplay exit $?"
+pactl set-card-profile alsa_card.Loopback output:analog-stereo+input:analog-stereo; echo "loop back exit $?"
+# Off again, for the restart below.
+pactl set-card-profile alsa_card.Dummy off; echo "off again exit $?"
+kill $SUB
+echo "=== EVENTS"; cat "$priv/events.log"
 stop
+echo "=== LOG1"; grep -E "WARN|ERROR" "$out/run1.log" | head -20
 
 # The dummy card off (remembered above), the loopback card drives alone: the
 # emulated CPU is too slow for a follower's resampling to keep the cable gapless.
@@ -66,6 +96,20 @@ paplay --device=Loopback.analog-stereo-sink "$wav"; echo "busy paplay exit $?"
 stop
 kill "$B"; wait "$B"
 echo "=== LOG3"; cat "$out/run3.log"
+
+# A profile whose PCM another program took while the card was off: the switch fails
+# with an error to the client, logged with the card's name, and the card stays off.
+start "$out/run4.log"
+pactl set-card-profile alsa_card.Dummy off; echo "off exit $?"
+aplay -q -D hw:Dummy,0 -f S16_LE -r 48000 -c 2 -t raw /dev/zero & B=$!
+sleep 1
+echo "=== REFUSED"
+pactl set-card-profile alsa_card.Dummy output:analog-stereo+input:analog-stereo; echo "busy set exit $?"
+pactl list cards | grep -E "Name: alsa_card|Active Profile"
+pactl info > /dev/null; echo "info exit $?"
+stop
+kill "$B"; wait "$B"
+echo "=== LOG4"; grep -E "WARN|ERROR" "$out/run4.log" | head -20
 echo "=== END"
 "#;
 
@@ -127,46 +171,20 @@ fn section<'a>(out: &'a str, name: &str) -> &'a str {
     &rest[..rest.find("\n=== ").unwrap_or(rest.len())]
 }
 
-/// Runs the steps in the guest; `None` when the rig is not available here.
-fn run_guest(dir: &Path, quaverd: &Path) -> Option<String> {
-    let guest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/guest");
-    let check = Command::new(&guest).arg("--check").output().unwrap();
-    if check.status.code() == Some(3) {
-        eprintln!(
-            "SKIPPED: kernel ALSA card tests: {}",
-            String::from_utf8_lossy(&check.stderr).trim()
-        );
+/// Runs the steps in `g`; `None` when the rig is not available here.
+fn run_guest(g: &Guest) -> Option<String> {
+    if !guest::skip_unless_available("kernel ALSA card tests") {
         return None;
     }
-    let script = dir.join("steps.sh");
-    std::fs::write(&script, SCRIPT).unwrap();
-    let out = Command::new(&guest)
-        .args([
-            "--modules",
-            "snd-aloop snd-dummy",
-            "--timeout",
-            "300",
-            "--out",
-        ])
-        .arg(dir)
-        .args(["--", "bash"])
-        .arg(&script)
-        .arg(dir)
-        .arg(quaverd)
-        .output()
-        .unwrap();
+    let t0 = std::time::Instant::now();
+    let run = g.run(SCRIPT);
+    eprintln!("kernel_alsa_cards: guest run took {:?}", t0.elapsed());
     // The guest's console ends lines with CR LF.
-    let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    let text = run.ok().replace("\r\n", "\n");
     // Kept for reading after a failure.
     let _ = std::fs::write(
         quaver_testkit::target_dir().join("kernel_alsa_cards.out"),
         &text,
-    );
-    assert!(
-        out.status.success(),
-        "guest failed ({:?}): {}\n{text}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
     );
     Some(text)
 }
@@ -175,16 +193,18 @@ fn run_guest(dir: &Path, quaverd: &Path) -> Option<String> {
 fn quaverd_without_configuration_opens_every_card() {
     let quaverd = quaver_testkit::quaverd_bin();
     assert!(quaverd.exists(), "build the binaries first: {quaverd:?}");
-    // Under /tmp: the guest sees it at the same path and --out makes it writable.
-    let dir = tempfile::Builder::new()
-        .prefix("quaver-cards-")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let g = Guest::new()
+        .modules("snd-aloop snd-dummy")
+        .timeout(std::time::Duration::from_secs(360))
+        .env("QUAVERD", &quaverd);
     let sig = signal();
-    write_wav(&dir.path().join("tone.wav"), &sig);
-    let Some(out) = run_guest(dir.path(), &quaverd) else {
+    write_wav(&g.path("tone.wav"), &sig);
+    // 4 s of silence: long enough to be playing while a profile switches.
+    write_wav(&g.path("long.wav"), &vec![0; 48_000 * 2 * 4]);
+    let Some(out) = run_guest(&g) else {
         return;
     };
+    let dir = g.out();
 
     let cards = section(&out, "CARDS");
     for want in [
@@ -216,7 +236,7 @@ fn quaverd_without_configuration_opens_every_card() {
         .trim()
         .to_string();
     let log2 = section(&out, "LOG2");
-    let raw = std::fs::read(dir.path().join("cable.raw")).unwrap();
+    let raw = std::fs::read(dir.join("cable.raw")).unwrap();
     let got = decode(&raw, &format).unwrap();
     let first = got.iter().position(|&v| v != 0.0).unwrap_or_else(|| {
         panic!(
@@ -247,11 +267,80 @@ fn quaverd_without_configuration_opens_every_card() {
     let choose = section(&out, "CHOOSE");
     assert!(choose.lines().any(|l| l == "set exit 0"), "{choose}");
     assert!(!choose.lines().any(|l| l == "bad set exit 0"), "{choose}");
+    // Switched at once: nothing left pending.
     assert!(
-        choose.contains("quaver.profile.pending = \"off\""),
+        choose.contains("Name: alsa_card.Dummy\n\tActive Profile: off"),
         "{choose}"
     );
+    assert!(!choose.contains("quaver.profile.pending"), "{choose}");
     assert!(choose.contains("\"alsa_card.Dummy\" = \"off\""), "{choose}");
+    let log1 = section(&out, "LOG1");
+    let off = section(&out, "OFF");
+    assert!(
+        !off.contains("Dummy."),
+        "the dummy card's sink is still there:\n{off}"
+    );
+    assert!(off.contains("Loopback.analog-stereo-sink"), "{off}");
+    assert!(
+        off.lines().any(|l| l == "aplay exit 0"),
+        "aplay could not open the card switched off:\n{off}\n{log1}"
+    );
+    let back = section(&out, "BACK");
+    assert!(back.lines().any(|l| l == "back exit 0"), "{back}\n{log1}");
+    assert!(back.contains("Dummy.analog-stereo-sink"), "{back}");
+    assert!(
+        back.contains(
+            "Name: alsa_card.Dummy\n\tActive Profile: output:analog-stereo+input:analog-stereo"
+        ),
+        "{back}"
+    );
+    assert!(
+        back.lines().any(|l| l == "dummy paplay exit 0"),
+        "{back}\n{log1}"
+    );
+    let switch = section(&out, "SWITCH");
+    assert!(
+        switch.lines().any(|l| l == "loop switch exit 0"),
+        "{switch}\n{log1}"
+    );
+    assert!(
+        switch.lines().any(|l| l == "paplay alive"),
+        "{switch}\n{log1}"
+    );
+    assert!(
+        switch.contains("Name: alsa_card.Loopback\n\tActive Profile: output:analog-stereo\n"),
+        "{switch}"
+    );
+    // The stream is back on the card's new sink (same name, new index).
+    let sink_of = |name: &str| {
+        switch
+            .split("inputs:")
+            .next()
+            .unwrap()
+            .lines()
+            .find(|l| l.split('\t').nth(1) == Some(name))
+            .and_then(|l| l.split('\t').next())
+            .map(str::to_string)
+    };
+    let loop_sink = sink_of("Loopback.analog-stereo-sink")
+        .unwrap_or_else(|| panic!("no loopback sink after the switch:\n{switch}"));
+    let inputs = switch.split("inputs:").nth(1).unwrap();
+    assert!(
+        inputs
+            .lines()
+            .any(|l| l.split('\t').nth(1) == Some(loop_sink.as_str())),
+        "the stream is not on the loopback card's new sink #{loop_sink}:\n{switch}"
+    );
+    assert!(
+        switch.lines().any(|l| l == "switch paplay exit 0"),
+        "{switch}\n{log1}"
+    );
+    assert!(switch.lines().any(|l| l == "loop back exit 0"), "{switch}");
+    assert!(switch.lines().any(|l| l == "off again exit 0"), "{switch}");
+    let events = section(&out, "EVENTS");
+    assert!(events.contains("Event 'change' on card #1"), "{events}");
+    assert!(events.contains("Event 'change' on card #0"), "{events}");
+    assert!(events.contains("Event 'remove' on sink #"), "{events}");
 
     let restart = section(&out, "RESTART");
     assert!(
@@ -265,6 +354,25 @@ fn quaverd_without_configuration_opens_every_card() {
     assert!(busy.contains("Loopback.analog-stereo-sink"), "{busy}");
     assert!(!busy.contains("Dummy.analog-stereo-sink"), "{busy}");
     assert!(busy.contains("busy paplay exit 0"), "{busy}");
+    let refused = section(&out, "REFUSED");
+    let log4 = section(&out, "LOG4");
+    assert!(
+        refused
+            .lines()
+            .any(|l| l.starts_with("busy set exit ") && l != "busy set exit 0"),
+        "a switch to a busy PCM succeeded:\n{refused}\n{log4}"
+    );
+    assert!(
+        refused.contains("Name: alsa_card.Dummy\n\tActive Profile: off"),
+        "{refused}"
+    );
+    assert!(refused.lines().any(|l| l == "info exit 0"), "{refused}");
+    assert!(
+        log4.lines().any(|l| l.contains(
+            "card 'Dummy' (Dummy): profile output:analog-stereo+input:analog-stereo did not open"
+        ) && l.contains("going back to profile off")),
+        "the failed switch is not logged with the card's name:\n{log4}"
+    );
     let log = section(&out, "LOG3");
     assert!(
         log.lines().any(

@@ -5,42 +5,15 @@
 //! volume, bit-exact at 100 %. One guest boot for all of it (each costs ~1 min of both
 //! CPUs). Skipped, loudly, where the rig cannot run (`scripts/guest --check` exits 3).
 
+use quaver_testkit::guest::{self, Guest};
 use quaver_testkit::{assert_contains_exactly, noise_s16, quaver_bin, quaverd_bin, write_wav_s16};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn guest_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/guest")
-}
-
-/// `scripts/guest --check`: false (after saying why, loudly) when the rig cannot run.
-fn rig_available() -> bool {
-    let out = Command::new(guest_script())
-        .arg("--check")
-        .output()
-        .expect("running scripts/guest --check");
-    match out.status.code() {
-        Some(0) => true,
-        Some(3) => {
-            eprintln!(
-                "SKIPPED: kernel ALSA mixer tests: the guest rig cannot run here: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            false
-        }
-        other => panic!(
-            "scripts/guest --check exited {other:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
-}
+use std::path::Path;
 
 /// What runs in the guest. Every wait is bounded; processes are stopped by PID.
-/// Arguments: quaverd, the output directory, the WAV to play, the quaver CLI (the guest
-/// passes on only a few environment variables).
+/// Environment: `$Q` quaverd, `$OUT` the shared directory, `$WAV` the file to play,
+/// `$QC` the quaver CLI.
 const SCRIPT: &str = r#"
 set -u
-Q=$1 OUT=$2 WAV=$3 QC=$4
 export XDG_RUNTIME_DIR=$(mktemp -d) HOME=$(mktemp -d)
 wait_server() {
     for _ in $(seq 150); do pactl info >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -168,32 +141,27 @@ fn flags_line(sinks: &str) -> &str {
 
 #[test]
 fn pactl_drives_the_mixer_amixer_drives_pactl_jacks_are_seen_and_100_percent_is_bit_exact() {
-    if !rig_available() {
+    if !guest::skip_unless_available("kernel ALSA mixer tests") {
         return;
     }
-    let out = tempfile::tempdir_in("/tmp").unwrap();
-    let dir = out.path();
-    let wav = dir.join("noise.wav");
+    let g = Guest::new()
+        .modules("snd-aloop snd-dummy")
+        .timeout(std::time::Duration::from_secs(400))
+        .env("Q", quaverd_bin())
+        .env("QC", quaver_bin());
+    let wav = g.path("noise.wav");
     let input = noise_s16(48000 * 2, 32, 20000);
     write_wav_s16(&wav, 48000, 2, &input);
-    std::fs::write(dir.join("script.sh"), SCRIPT).unwrap();
-    let run = Command::new(guest_script())
-        .args(["--timeout", "400", "--out"])
-        .arg(dir)
-        .arg("--")
-        .arg("bash")
-        .arg(dir.join("script.sh"))
-        .arg(quaverd_bin())
-        .arg(dir)
-        .arg(&wav)
-        .arg(quaver_bin())
-        .output()
-        .expect("running scripts/guest");
+    let g = g.env("WAV", &wav);
+    let dir = g.out();
+    let t0 = std::time::Instant::now();
+    let run = g.run(SCRIPT);
+    eprintln!("kernel_alsa_mixer: guest run took {:?}", t0.elapsed());
     let said = format!(
-        "guest exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        "guest exit {:?}\noutput:\n{}\nscripts/guest:\n{}",
         run.status.code(),
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
+        run.output,
+        run.rig
     );
     assert!(run.status.success(), "{said}");
     let dummy_log = read(dir, "dummy.log");

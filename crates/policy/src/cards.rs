@@ -146,11 +146,46 @@ pub enum Choice {
     Pending,
 }
 
+/// A card that came, changed or went, for the front-ends' subscribers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CardChange {
+    /// The card with this index appeared.
+    New(u32),
+    /// Its profile, nodes or ports changed.
+    Changed(u32),
+    /// It went away.
+    Removed(u32),
+}
+
+/// Told of every [`CardChange`]; called without the registry's lock held.
+pub type CardListener = Arc<dyn Fn(CardChange) + Send + Sync>;
+
+/// Switches a card's open devices to another profile (the daemon does: it knows the
+/// devices). Called without the registry's lock held; it updates the registry itself.
+pub trait ProfileSwitch: Send + Sync {
+    /// Closes card `card`'s devices and opens those of `profile`; the error says what
+    /// failed, with the card's name.
+    fn switch(&self, card: u32, profile: &str) -> Result<(), String>;
+}
+
 /// Every card, and the remembered profile per card.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Cards {
     cards: Vec<Card>,
     store: ProfileStore,
+    listeners: Vec<CardListener>,
+    switcher: Option<Arc<dyn ProfileSwitch>>,
+}
+
+impl std::fmt::Debug for Cards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cards")
+            .field("cards", &self.cards)
+            .field("store", &self.store)
+            .field("listeners", &self.listeners.len())
+            .field("switcher", &self.switcher.is_some())
+            .finish()
+    }
 }
 
 /// The registry, shared by the daemon and the front-ends.
@@ -162,7 +197,85 @@ impl Cards {
         Cards {
             cards: Vec::new(),
             store,
+            listeners: Vec::new(),
+            switcher: None,
         }
+    }
+
+    /// Adds a listener for cards coming, changing and going.
+    pub fn listen(&mut self, listener: CardListener) {
+        self.listeners.push(listener);
+    }
+
+    /// The listeners, to call after the lock is released.
+    pub fn listeners(&self) -> Vec<CardListener> {
+        self.listeners.clone()
+    }
+
+    /// Sets what switches a card's devices at run time.
+    pub fn set_switcher(&mut self, switcher: Arc<dyn ProfileSwitch>) {
+        self.switcher = Some(switcher);
+    }
+
+    /// What switches a card's devices, if anything does.
+    pub fn switcher(&self) -> Option<Arc<dyn ProfileSwitch>> {
+        self.switcher.clone()
+    }
+
+    /// Removes the card with `index`; returns it.
+    pub fn remove(&mut self, index: u32) -> Option<Card> {
+        let at = self.cards.iter().position(|c| c.index == index)?;
+        Some(self.cards.remove(at))
+    }
+
+    /// Records that card `index` now runs `profile` with `nodes`, and remembers the
+    /// choice when `remember` is set.
+    pub fn set_active(&mut self, index: u32, profile: &str, nodes: Vec<CardNode>, remember: bool) {
+        let Some(card) = self.cards.iter_mut().find(|c| c.index == index) else {
+            return;
+        };
+        card.active = profile.to_string();
+        card.pending = None;
+        card.nodes = nodes;
+        if remember {
+            self.store.set(&card.name, profile);
+        }
+    }
+
+    /// Checks `profile` against the card (by `index`, else `name`) without remembering
+    /// it; returns the card's index.
+    pub fn check(
+        &self,
+        index: Option<u32>,
+        name: Option<&str>,
+        profile: &str,
+    ) -> Result<u32, CardError> {
+        let card = self
+            .cards
+            .iter()
+            .find(|c| Some(c.index) == index || Some(c.name.as_str()) == name)
+            .ok_or_else(|| {
+                CardError::NoCard(
+                    name.map(str::to_string)
+                        .or(index.map(|i| i.to_string()))
+                        .unwrap_or_default(),
+                )
+            })?;
+        let p = card
+            .profiles
+            .iter()
+            .find(|p| p.name == profile)
+            .ok_or_else(|| CardError::NoProfile {
+                card: card.name.clone(),
+                profile: profile.to_string(),
+            })?;
+        if !p.available {
+            return Err(CardError::Unavailable {
+                card: card.name.clone(),
+                profile: profile.to_string(),
+            });
+        }
+        Ok(card.index)
     }
 
     /// This registry, ready to share.
@@ -202,39 +315,20 @@ impl Cards {
     }
 
     /// Checks `profile` against the card (by `index`, else `name`) and remembers it;
-    /// returns the card's index and what the choice did. Switching the open devices
-    /// happens at the next start (see docs/alsa/discovery.md).
+    /// returns the card's index and what the choice did. For a registry without a
+    /// [`ProfileSwitch`]: the choice applies at the next start.
     pub fn choose(
         &mut self,
         index: Option<u32>,
         name: Option<&str>,
         profile: &str,
     ) -> Result<(u32, Choice), CardError> {
+        let at = self.check(index, name, profile)?;
         let card = self
             .cards
             .iter_mut()
-            .find(|c| Some(c.index) == index || Some(c.name.as_str()) == name)
-            .ok_or_else(|| {
-                CardError::NoCard(
-                    name.map(str::to_string)
-                        .or(index.map(|i| i.to_string()))
-                        .unwrap_or_default(),
-                )
-            })?;
-        let p = card
-            .profiles
-            .iter()
-            .find(|p| p.name == profile)
-            .ok_or_else(|| CardError::NoProfile {
-                card: card.name.clone(),
-                profile: profile.to_string(),
-            })?;
-        if !p.available {
-            return Err(CardError::Unavailable {
-                card: card.name.clone(),
-                profile: profile.to_string(),
-            });
-        }
+            .find(|c| c.index == at)
+            .expect("checked above");
         self.store.set(&card.name, profile);
         if card.active == profile {
             card.pending = None;
@@ -412,6 +506,39 @@ mod tests {
         );
         let (c, n) = cards.node("C3.analog-stereo-sink").unwrap();
         assert_eq!((c.index, n.port.as_str()), (3, "analog-output"));
+    }
+
+    #[test]
+    fn a_switched_card_is_active_at_once_remembered_and_removable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("card-profiles.toml");
+        let mut cards = Cards::new(ProfileStore::open(&path));
+        cards.add(card(1));
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let h = heard.clone();
+        cards.listen(Arc::new(move |c| h.lock().unwrap().push(c)));
+        assert_eq!(cards.check(None, Some("alsa_card.C1"), "off"), Ok(1));
+        assert!(matches!(
+            cards.check(Some(1), None, "output:hdmi-stereo"),
+            Err(CardError::Unavailable { .. })
+        ));
+        // Checking remembers nothing; switching does.
+        assert_eq!(cards.remembered("alsa_card.C1"), None);
+        cards.set_active(1, "off", Vec::new(), true);
+        let c = cards.find(Some(1), None).unwrap();
+        assert_eq!((c.active.as_str(), c.pending.clone()), ("off", None));
+        assert!(cards.node("C1.analog-stereo-sink").is_none());
+        assert_eq!(
+            Cards::new(ProfileStore::open(&path)).remembered("alsa_card.C1"),
+            Some("off")
+        );
+        for l in cards.listeners() {
+            l(CardChange::Removed(1));
+        }
+        assert_eq!(*heard.lock().unwrap(), [CardChange::Removed(1)]);
+        assert_eq!(cards.remove(1).map(|c| c.index), Some(1));
+        assert!(cards.list().is_empty());
+        assert!(cards.remove(1).is_none());
     }
 
     #[test]

@@ -91,6 +91,23 @@ pub(crate) fn card_info(card: &Card) -> CardInfo {
     }
 }
 
+/// Has cards that come, change and go reach subscribed clients as card events. The
+/// listener holds the server weakly: the registry lives inside the server's options.
+pub(crate) fn listen(reg: &cards::SharedCards, server: &std::sync::Arc<Server>) {
+    let weak = std::sync::Arc::downgrade(server);
+    reg.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .listen(std::sync::Arc::new(move |change| {
+            let Some(srv) = weak.upgrade() else { return };
+            let (kind, index) = match change {
+                cards::CardChange::New(i) => (Ev::New, i),
+                cards::CardChange::Changed(i) => (Ev::Changed, i),
+                cards::CardChange::Removed(i) => (Ev::Removed, i),
+            };
+            srv.broadcast(Fac::Card, kind, index);
+        }));
+}
+
 /// A sink's or source's card fields: the card index, its one port (active), and the
 /// card's properties to add to the device's.
 pub(crate) struct DeviceCard {
@@ -171,38 +188,51 @@ impl Conn {
         Ok(())
     }
 
-    /// SET_CARD_PROFILE: checks the card and profile and remembers the choice; the
-    /// devices of a different profile open at the next start (switching them at run
-    /// time needs the engine to add and remove devices, docs/alsa/discovery.md).
+    /// SET_CARD_PROFILE: checks the card and profile, then has the daemon switch the
+    /// card's devices (its [`cards::ProfileSwitch`]: old devices closed, streams moved,
+    /// the new profile's devices opened and the choice remembered); a registry without
+    /// one only remembers the choice for the next start.
     pub(crate) fn set_card_profile(&mut self, seq: u32, p: pa::SetCardProfileParams) -> Reply {
         let reg = self.srv.opts.cards.clone().ok_or(PulseError::NoEntity)?;
         let profile = p.profile_name.to_str().map_err(|_| PulseError::Invalid)?;
         let name = p.card_name.as_ref().and_then(|n| n.to_str().ok());
-        let result = reg
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .choose(p.card_index, name, profile);
-        match result {
-            Ok((index, choice)) => {
+        let (checked, switcher) = {
+            let reg = reg
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (reg.check(p.card_index, name, profile), reg.switcher())
+        };
+        let index = checked.map_err(|e| {
+            tracing::info!("set-card-profile refused: {e}");
+            match e {
+                cards::CardError::NoCard(_) | cards::CardError::NoProfile { .. } => {
+                    PulseError::NoEntity
+                }
+                cards::CardError::Unavailable { .. } => PulseError::NotSupported,
+            }
+        })?;
+        match switcher {
+            Some(s) => s.switch(index, profile).map_err(|e| {
+                tracing::warn!("set-card-profile {profile}: {e}");
+                PulseError::Io
+            })?,
+            None => {
+                let choice = reg
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .choose(Some(index), None, profile)
+                    .map(|(_, c)| c)
+                    .map_err(|_| PulseError::NoEntity)?;
                 if choice == Choice::Pending {
                     tracing::info!(
-                        "card {index}: profile '{profile}' remembered; its devices open when quaverd next starts (run-time switching is not implemented yet)"
+                        "card {index}: profile '{profile}' remembered; its devices open when quaverd next starts"
                     );
                 }
-                self.srv.broadcast(Fac::Card, Ev::Changed, index);
-                self.out().ack(seq);
-                Ok(())
-            }
-            Err(e) => {
-                tracing::info!("set-card-profile refused: {e}");
-                Err(match e {
-                    cards::CardError::NoCard(_) | cards::CardError::NoProfile { .. } => {
-                        PulseError::NoEntity
-                    }
-                    cards::CardError::Unavailable { .. } => PulseError::NotSupported,
-                })
             }
         }
+        self.srv.broadcast(Fac::Card, Ev::Changed, index);
+        self.out().ack(seq);
+        Ok(())
     }
 }
 

@@ -113,6 +113,9 @@ impl PulseServer {
             );
             st.next_module = modules::FIRST_LOADED + 1;
         }
+        if let Some(reg) = &server.opts.cards {
+            cards::listen(reg, &server);
+        }
         let events = engine.subscribe();
         let s = server.clone();
         std::thread::Builder::new()

@@ -421,6 +421,13 @@ pub fn discover() -> Result<Vec<Result<CardProbe, String>>, DeviceError> {
     Ok(out)
 }
 
+/// Card `index` alone, probed as [`discover`] probes each card (a card plugged in).
+/// *control* (opens and closes each PCM once).
+pub fn probe(index: u32) -> Result<CardProbe, String> {
+    let lib = ffi::lib().map_err(|e| format!("card {index}: {e}"))?;
+    probe_card(lib, index as c_int)
+}
+
 /// Frees an alsa-lib object with its `_free` function when dropped.
 struct Owned(*mut Opaque, unsafe extern "C" fn(*mut Opaque));
 

@@ -120,9 +120,14 @@ impl Engine {
         }
         self.send(&mut ctl, ToRt::RemoveDevice { index })?;
         self.shared.devices.write().expect("poisoned")[index] = None;
+        // Its nodes' mixers go with them, released after the lock (as `remove_node`
+        // does): a mixer kept would hold the card's control device open.
+        let hw: Vec<_> = ids.iter().filter_map(|id| ctl.hw.remove(id)).collect();
         for id in ids {
             notify(&mut ctl, GraphEvent::NodeRemoved(id));
         }
+        drop(ctl);
+        drop(hw);
         tracing::info!("device {name} removed");
         Ok(())
     }

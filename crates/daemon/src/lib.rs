@@ -7,6 +7,7 @@ pub mod cards;
 pub mod config;
 pub mod hotplug;
 mod mixers;
+pub mod reserve;
 
 use anyhow::{Context, Result};
 use config::Config;
@@ -74,6 +75,7 @@ fn open_devices(
     cfg: &Config,
     defaults: &DeviceDefaults,
     registry: &quaver_policy::cards::Cards,
+    mut reserver: Option<&mut reserve::Reserver>,
 ) -> Result<OpenedDevices> {
     let auto = [cards::AUTO.to_string()];
     let specs: &[String] = if cfg.engine.devices.is_empty() {
@@ -90,7 +92,9 @@ fn open_devices(
     for spec in specs {
         if spec.trim() == cards::AUTO {
             let room = quaver_engine::rt::MAX_DEVICES.saturating_sub(out.devices.len());
-            let found = cards::open_cards(defaults, registry, room);
+            let mut may_open =
+                |card: u32, id: &str| reserve::may_open(reserver.as_deref_mut(), card, id);
+            let found = cards::open_cards(defaults, registry, room, &mut may_open);
             for o in found.devices {
                 out.mixer_specs.push((out.devices.len(), o.spec));
                 out.devices.push(o.device);
@@ -193,9 +197,14 @@ pub fn run(cfg: Config) -> Result<()> {
         channels: channels.clone(),
     };
     let mut registry = quaver_policy::cards::Cards::new(card_store());
-    let mut opened = open_devices(&cfg, &defaults, &registry)?;
+    let mut reserver = reserve::start();
+    let mut opened = open_devices(&cfg, &defaults, &registry, reserver.as_mut())?;
     let engine =
         Engine::start(cfg.engine_config(), opened.devices).context("starting the engine")?;
+    if let Some(r) = reserver {
+        let devices = reserve::card_devices(&engine, &opened.owners);
+        reserve::spawn(r, engine.clone(), defaults.clone(), devices);
+    }
     cards::fill_nodes(&engine, &mut opened.cards, &opened.owners);
     for c in opened.cards {
         registry.add(c);

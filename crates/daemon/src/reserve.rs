@@ -410,18 +410,22 @@ fn serve(mut r: Reserver, engine: &Engine, defaults: &DeviceDefaults, mut device
     loop {
         let event = r.next_event(&mut |card, priority| {
             tracing::info!(
-                "device reservation: card {card} requested with priority {priority}; closing it"
+                "device reservation: card {} requested with priority {priority}; closing it",
+                label(card)
             );
             close_card(engine, card, devices.remove(&card).unwrap_or_default());
             true
         });
         match event {
             Ok(Some(Event::HandedOver(card))) => {
-                tracing::info!("device reservation: card {card} handed over")
+                tracing::info!("device reservation: card {} handed over", label(card))
             }
             Ok(Some(Event::Lost { card, lent })) => {
                 if !lent {
-                    tracing::info!("device reservation: card {card} taken without asking");
+                    tracing::info!(
+                        "device reservation: card {} taken without asking; closing it",
+                        label(card)
+                    );
                     close_card(engine, card, devices.remove(&card).unwrap_or_default());
                 }
             }
@@ -445,7 +449,7 @@ fn take_back(
     devices: &mut CardDevices,
     card: u32,
 ) {
-    let id = quaver_devices::alsa::hotplug::card_id(card).unwrap_or_else(|| format!("{card}"));
+    let id = label(card);
     match r.acquire(card, &crate::cards::card_name(&id)) {
         Ok(Acquired::Taken) => {}
         Ok(Acquired::Refused(holder)) => {
@@ -481,6 +485,11 @@ fn take_back(
     }
 }
 
+/// Card `card`'s id (`Dummy`), or its index where the kernel does not say.
+fn label(card: u32) -> String {
+    quaver_devices::alsa::hotplug::card_id(card).unwrap_or_else(|| card.to_string())
+}
+
 /// Takes card `card`'s devices out of the engine (their streams move on, as for an
 /// unplugged card) and waits, bounded, until the card's PCMs are closed.
 fn close_card(engine: &Engine, card: u32, devs: Vec<(usize, String)>) {
@@ -505,7 +514,8 @@ fn close_card(engine: &Engine, card: u32, devs: Vec<(usize, String)>) {
         }
         if Instant::now() >= deadline {
             tracing::warn!(
-                "device reservation: card {card} still open after {CLOSE_WAIT:?}; handing it over anyway"
+                "device reservation: card {} still open after {CLOSE_WAIT:?}; handing it over anyway",
+                label(card)
             );
             return;
         }

@@ -7,7 +7,8 @@
 //! on the dummy card, the other program asks for it (`RequestRelease(10)`): quaverd
 //! closes the card and says yes, the program opens it with `aplay`, the stream goes on
 //! on the loopback card, and quaverd takes the card back when the name is free.
-//! Skipped, loudly, where the rig cannot run.
+//! Where jackd (jackd2) is installed, a real `jackd -d alsa -d hw:Dummy` does the same
+//! (it asks with priority INT32_MAX). Skipped, loudly, where the rig cannot run.
 
 use quaver_testkit::guest::{Guest, skip_unless_available};
 use std::time::Duration;
@@ -120,6 +121,20 @@ kill $H; wait $H
 sinks_until Dummy 1
 echo "=== BACK"; pactl list short sinks
 kill $P; wait $P
+echo "=== JACKD"
+if command -v jackd >/dev/null; then
+    jackd -d alsa -d hw:Dummy -r 48000 -P > "$out/jackd.log" 2>&1 & J=$!
+    echo "JACKPID=$J"
+    for _ in $(seq 300); do fuser /dev/snd/pcmC${DUMMY}D0p 2>/dev/null | grep -qw "${J}m\|$J" && break; sleep 0.2; done
+    echo "holding hw:Dummy: $(fuser /dev/snd/pcmC${DUMMY}D0p 2>/dev/null)"
+    pactl list short sinks
+    kill $J; wait $J; echo "jackd exit $?"
+    sinks_until Dummy 1
+    echo "after jackd:"; pactl list short sinks
+    grep -E "Acquire|Released" "$out/jackd.log"
+else
+    echo "SKIPPED: no jackd in the guest"
+fi
 kill $Q; for _ in $(seq 100); do kill -0 $Q 2>/dev/null || break; sleep 0.2; done
 kill -9 $Q 2>/dev/null; wait $Q; echo "quaverd exit $?"
 kill $BUSPID
@@ -203,4 +218,36 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
     // The name free again: quaverd takes the card back.
     assert!(section(&out, "BACK").contains("Dummy"), "{out}");
     assert!(out.contains("quaverd exit 0"), "{out}");
+
+    // A real jackd (jackd2), where installed: it asks with its own priority.
+    let jack = section(&out, "JACKD");
+    if jack.contains("SKIPPED") {
+        eprintln!("SKIPPED: no jackd in the guest; the real-jackd step was not run");
+        return;
+    }
+    let pid = jack
+        .lines()
+        .find_map(|l| l.strip_prefix("JACKPID="))
+        .expect("jackd's pid");
+    let holding = jack
+        .lines()
+        .find(|l| l.starts_with("holding hw:Dummy:"))
+        .unwrap_or("");
+    assert!(
+        holding
+            .split_whitespace()
+            .any(|w| w.trim_end_matches(|c: char| c.is_ascii_alphabetic()) == pid),
+        "jackd did not get the card:\n{out}"
+    );
+    let (during, after) = jack.split_once("after jackd:").expect("after jackd");
+    assert!(!during.contains("Dummy-sink"), "{out}");
+    assert!(
+        after.contains("Dummy"),
+        "quaverd did not take the card back:\n{out}"
+    );
+    assert!(jack.contains("Acquire audio card Audio"), "{out}");
+    assert!(
+        log.contains("requested with priority 2147483647; closing it"),
+        "{out}"
+    );
 }

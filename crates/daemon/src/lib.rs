@@ -201,15 +201,21 @@ pub fn run(cfg: Config) -> Result<()> {
     let mut opened = open_devices(&cfg, &defaults, &registry, reserver.as_mut())?;
     let engine =
         Engine::start(cfg.engine_config(), opened.devices).context("starting the engine")?;
-    if let Some(r) = reserver {
-        let devices = reserve::card_devices(&engine, &opened.owners);
-        reserve::spawn(r, engine.clone(), defaults.clone(), devices);
-    }
     cards::fill_nodes(&engine, &mut opened.cards, &opened.owners);
     for c in opened.cards {
         registry.add(c);
     }
     let registry = registry.shared();
+    if let Some(r) = reserver {
+        let devices = reserve::card_devices(&engine, &opened.owners);
+        let served = reserve::Served {
+            engine: engine.clone(),
+            defaults: defaults.clone(),
+            registry: registry.clone(),
+            devices,
+        };
+        reserve::spawn(r, served);
+    }
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
     let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));

@@ -6,8 +6,12 @@
 //! the name is free again. One thread blocks on the bus socket (no periodic wakeup).
 //! docs/alsa/reservation.md.
 
+use crate::cards::Owner;
+use quaver_devices::alsa::mixer::Mixer;
 use quaver_devices::spec::DeviceDefaults;
 use quaver_engine::Engine;
+use quaver_engine::rt::MAX_DEVICES;
+use quaver_policy::cards::{Card, SharedCards};
 use quaver_rt::dbus::{
     Arg, Connection, DbusError, Message, NAME_ALLOW_REPLACEMENT, NAME_DO_NOT_QUEUE,
     NAME_REPLACE_EXISTING, NameReply, Value,
@@ -377,7 +381,7 @@ pub fn may_open(reserver: Option<&mut Reserver>, card: u32, id: &str) -> bool {
 pub type CardDevices = BTreeMap<u32, Vec<(usize, String)>>;
 
 /// The devices opened for each card (`owners[i]`: engine device `i`'s card).
-pub fn card_devices(engine: &Engine, owners: &[Option<crate::cards::Owner>]) -> CardDevices {
+pub fn card_devices(engine: &Engine, owners: &[Option<Owner>]) -> CardDevices {
     let mut out = CardDevices::new();
     for (index, info) in engine.devices() {
         if let Some(Some(o)) = owners.get(index) {
@@ -387,16 +391,23 @@ pub fn card_devices(engine: &Engine, owners: &[Option<crate::cards::Owner>]) -> 
     out
 }
 
+/// What the thread needs to close and reopen cards.
+pub struct Served {
+    /// The running engine.
+    pub engine: Engine,
+    /// Rate and channels of the devices it opens.
+    pub defaults: DeviceDefaults,
+    /// The card registry the front-ends show.
+    pub registry: SharedCards,
+    /// The devices opened for each card ([`card_devices`]).
+    pub devices: CardDevices,
+}
+
 /// Starts the thread that serves the reservations and hands cards over and back.
-pub fn spawn(
-    reserver: Reserver,
-    engine: Engine,
-    defaults: DeviceDefaults,
-    devices: CardDevices,
-) -> Option<JoinHandle<()>> {
+pub fn spawn(reserver: Reserver, served: Served) -> Option<JoinHandle<()>> {
     let spawned = std::thread::Builder::new()
         .name("quaver-reserve".into())
-        .spawn(move || serve(reserver, &engine, &defaults, devices));
+        .spawn(move || serve(reserver, served));
     match spawned {
         Ok(h) => Some(h),
         Err(e) => {
@@ -406,14 +417,16 @@ pub fn spawn(
     }
 }
 
-fn serve(mut r: Reserver, engine: &Engine, defaults: &DeviceDefaults, mut devices: CardDevices) {
+fn serve(mut r: Reserver, mut s: Served) {
+    // The mixers of cards taken back, dropped (their threads end) when handed over.
+    let mut mixers: BTreeMap<u32, Vec<Mixer>> = BTreeMap::new();
     loop {
         let event = r.next_event(&mut |card, priority| {
             tracing::info!(
                 "device reservation: card {} requested with priority {priority}; closing it",
                 label(card)
             );
-            close_card(engine, card, devices.remove(&card).unwrap_or_default());
+            hand_over(&mut s, &mut mixers, card);
             true
         });
         match event {
@@ -426,10 +439,10 @@ fn serve(mut r: Reserver, engine: &Engine, defaults: &DeviceDefaults, mut device
                         "device reservation: card {} taken without asking; closing it",
                         label(card)
                     );
-                    close_card(engine, card, devices.remove(&card).unwrap_or_default());
+                    hand_over(&mut s, &mut mixers, card);
                 }
             }
-            Ok(Some(Event::Free(card))) => take_back(&mut r, engine, defaults, &mut devices, card),
+            Ok(Some(Event::Free(card))) => take_back(&mut r, &mut s, &mut mixers, card),
             Ok(None) => {}
             Err(e) => {
                 tracing::error!(
@@ -441,14 +454,22 @@ fn serve(mut r: Reserver, engine: &Engine, defaults: &DeviceDefaults, mut device
     }
 }
 
-/// Card `card` is free again: take its name and open it as a card plugged in is.
-fn take_back(
-    r: &mut Reserver,
-    engine: &Engine,
-    defaults: &DeviceDefaults,
-    devices: &mut CardDevices,
-    card: u32,
-) {
+/// Closes card `card` and shows it without sinks or sources.
+fn hand_over(s: &mut Served, mixers: &mut BTreeMap<u32, Vec<Mixer>>, card: u32) {
+    close_card(&s.engine, card, s.devices.remove(&card).unwrap_or_default());
+    mixers.remove(&card);
+    let mut reg = s.registry.lock().expect("poisoned");
+    if let Some(c) = reg.find(Some(card), None).cloned() {
+        reg.add(Card {
+            nodes: Vec::new(),
+            ..c
+        });
+    }
+}
+
+/// Card `card` is free again: take its name and open it as discovery does (its
+/// remembered or default profile, hardware volume, its card object).
+fn take_back(r: &mut Reserver, s: &mut Served, mixers: &mut BTreeMap<u32, Vec<Mixer>>, card: u32) {
     let id = label(card);
     match r.acquire(card, &crate::cards::card_name(&id)) {
         Ok(Acquired::Taken) => {}
@@ -461,28 +482,49 @@ fn take_back(
             return;
         }
     }
-    let opened = crate::hotplug::open_card(card, defaults)
-        .map_err(|e| e.to_string())
-        .and_then(|d| {
-            let name = d.info().name.clone();
-            engine
-                .add_device(d)
-                .map(|i| (i, name))
-                .map_err(|e| e.to_string())
-        });
-    match opened {
-        Ok((index, name)) => {
-            tracing::info!("device reservation: card {id} is free again; opened as {name}");
-            devices.insert(card, vec![(index, name)]);
-        }
-        Err(e) => {
-            tracing::warn!("device reservation: card {id} is free again but cannot be opened: {e}");
-            // Leave it to whoever else wants it.
-            if let Err(e) = r.release(card) {
-                tracing::debug!("device reservation: releasing card {id}: {e}");
+    let room = MAX_DEVICES.saturating_sub(s.engine.devices().len());
+    let found = {
+        let reg = s.registry.lock().expect("poisoned");
+        crate::cards::open_cards(&s.defaults, &reg, room, &mut |i, _| i == card)
+    };
+    let mut owners: Vec<Option<Owner>> = vec![None; MAX_DEVICES];
+    let (mut opened, mut specs) = (Vec::new(), Vec::new());
+    for o in found.devices {
+        let name = o.device.info().name.clone();
+        match s.engine.add_device(o.device) {
+            Ok(index) => {
+                if let Some(slot) = owners.get_mut(index) {
+                    *slot = Some(o.owner);
+                }
+                opened.push((index, name));
+                specs.push((index, o.spec));
             }
+            Err(e) => tracing::warn!("device reservation: card {id}: {name}: {e}"),
         }
     }
+    let mut cards = found.cards;
+    crate::cards::fill_nodes(&s.engine, &mut cards, &owners);
+    {
+        let mut reg = s.registry.lock().expect("poisoned");
+        for c in cards {
+            reg.add(c);
+        }
+    }
+    if opened.is_empty() {
+        tracing::warn!("device reservation: card {id} is free again but nothing of it opened");
+        // Leave it to whoever else wants it.
+        if let Err(e) = r.release(card) {
+            tracing::debug!("device reservation: releasing card {id}: {e}");
+        }
+        return;
+    }
+    let names: Vec<&str> = opened.iter().map(|(_, n)| n.as_str()).collect();
+    tracing::info!(
+        "device reservation: card {id} is free again; opened {}",
+        names.join(", ")
+    );
+    mixers.insert(card, crate::mixers::attach(&s.engine, &specs, &s.defaults));
+    s.devices.insert(card, opened);
 }
 
 /// Card `card`'s id (`Dummy`), or its index where the kernel does not say.

@@ -120,6 +120,7 @@ echo "=== STREAM_MOVED"; pactl list short sink-inputs; kill -0 $P && echo "pacat
 kill $H; wait $H
 sinks_until Dummy 1
 echo "=== BACK"; pactl list short sinks
+echo "=== CARDS_BACK"; pactl list cards | grep -E "Name: alsa_card|Active Profile"
 kill $P; wait $P
 echo "=== JACKD"
 if command -v jackd >/dev/null; then
@@ -193,7 +194,11 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
         "{out}"
     );
     // Released: quaverd takes the card.
-    assert!(section(&out, "TAKEN").contains("Dummy"), "{out}");
+    // Opened as discovery opens it: the profile's device names.
+    assert!(
+        section(&out, "TAKEN").contains("Dummy.analog-stereo-sink"),
+        "{out}"
+    );
 
     // Requested while a stream plays on it: handed over, the stream moves on.
     assert!(
@@ -216,7 +221,13 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
         "no stream left:\n{out}"
     );
     // The name free again: quaverd takes the card back.
-    assert!(section(&out, "BACK").contains("Dummy"), "{out}");
+    assert!(
+        section(&out, "BACK").contains("Dummy.analog-stereo-sink"),
+        "{out}"
+    );
+    let cards = section(&out, "CARDS_BACK");
+    assert!(cards.contains("Name: alsa_card.Dummy"), "{out}");
+    assert!(cards.contains("Name: alsa_card.Loopback"), "{out}");
     assert!(out.contains("quaverd exit 0"), "{out}");
 
     // A real jackd (jackd2), where installed: it asks with its own priority.
@@ -240,7 +251,12 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
         "jackd did not get the card:\n{out}"
     );
     let (during, after) = jack.split_once("after jackd:").expect("after jackd");
-    assert!(!during.contains("Dummy-sink"), "{out}");
+    assert!(
+        !during
+            .lines()
+            .any(|l| l.contains('\t') && l.contains("Dummy")),
+        "quaverd kept a Dummy sink while jackd had the card:\n{out}"
+    );
     assert!(
         after.contains("Dummy"),
         "quaverd did not take the card back:\n{out}"

@@ -154,9 +154,17 @@ impl Reserver {
         );
         match agreed {
             Ok(v) if v.first() == Some(&Value::Bool(true)) => {}
-            // A refusal, a holder that does not answer or does not implement it: the
-            // spec counts them all as no.
+            // A refusal, a holder that does not answer (in time) or does not implement
+            // it: the spec counts them all as no.
             Ok(_) | Err(DbusError::Remote { .. }) => return Ok(Acquired::Refused(holder)),
+            Err(DbusError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(Acquired::Refused(holder));
+            }
             Err(e) => return Err(e),
         }
         match self

@@ -197,7 +197,10 @@ pub fn run(cfg: Config) -> Result<()> {
         channels: channels.clone(),
     };
     let mut registry = quaver_policy::cards::Cards::new(card_store());
-    let mut reserver = reserve::start();
+    // Only discovered cards are reserved: no bus connection for configured devices.
+    let discovering =
+        cfg.engine.devices.is_empty() || cfg.engine.devices.iter().any(|d| d.trim() == cards::AUTO);
+    let mut reserver = if discovering { reserve::start() } else { None };
     let mut opened = open_devices(&cfg, &defaults, &registry, reserver.as_mut())?;
     let engine =
         Engine::start(cfg.engine_config(), opened.devices).context("starting the engine")?;

@@ -23,8 +23,12 @@ impl Drop for Bus {
     }
 }
 
-/// A private session bus, or `None` (said loudly) without `dbus-daemon`.
+/// A private session bus, or `None` (said loudly) without `dbus-daemon` or `gdbus`.
 fn bus() -> Option<Bus> {
+    if Command::new("gdbus").arg("help").output().is_err() {
+        eprintln!("SKIPPED: gdbus (libglib2.0-bin) is not installed");
+        return None;
+    }
     let spawned = Command::new("dbus-daemon")
         .args(["--session", "--nofork", "--print-address=1"])
         .stdout(Stdio::piped())

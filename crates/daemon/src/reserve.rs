@@ -143,7 +143,6 @@ impl Reserver {
             }
             NameReply::Exists | NameReply::InQueue => {}
         }
-        let holder = self.holder(card);
         let path = object_path(card);
         let agreed = self.conn.call(
             &name,
@@ -156,14 +155,20 @@ impl Reserver {
             Ok(v) if v.first() == Some(&Value::Bool(true)) => {}
             // A refusal, a holder that does not answer (in time) or does not implement
             // it: the spec counts them all as no.
-            Ok(_) | Err(DbusError::Remote { .. }) => return Ok(Acquired::Refused(holder)),
+            Ok(_) | Err(DbusError::Remote { .. }) => {
+                return Ok(Acquired::Refused(self.holder(card)));
+            }
+            // Silent: its properties would not come either.
             Err(DbusError::Io(e))
                 if matches!(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return Ok(Acquired::Refused(holder));
+                return Ok(Acquired::Refused(Holder {
+                    application: None,
+                    priority: None,
+                }));
             }
             Err(e) => return Err(e),
         }
@@ -175,7 +180,7 @@ impl Reserver {
                 self.held.insert(card, (device_name.to_string(), false));
                 Ok(Acquired::Taken)
             }
-            NameReply::Exists | NameReply::InQueue => Ok(Acquired::Refused(holder)),
+            NameReply::Exists | NameReply::InQueue => Ok(Acquired::Refused(self.holder(card))),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The device reservation protocol against a real `dbus-daemon` (started by the test,
 //! on the host): quaverd's reserver takes a free card, refuses a lower priority, hands
-//! the card to a higher one and takes it back when the name is free; `gdbus` (GLib's
+//! the card to a higher one (a silent holder counts as a refusal) and takes it back
+//! when the name is free; `gdbus` (GLib's
 //! D-Bus, another implementation) reads its properties and gets its answers.
 
 use quaver_daemon::reserve::{Acquired, Event, Holder, Reserver, object_path, service_name};
@@ -154,6 +155,19 @@ fn acquire_refuse_hand_over_and_take_back() {
     );
     // The bus made jackd the owner (RequestName answered PRIMARY_OWNER).
     assert!(jack.holds(1));
+    // A holder that never answers (this one serves nothing) counts as a refusal after
+    // the call's time limit.
+    let mut late = Reserver::connect(Some(&bus.address), "late", 20).unwrap();
+    let t0 = std::time::Instant::now();
+    assert_eq!(
+        late.acquire(1, "late").unwrap(),
+        Acquired::Refused(Holder {
+            application: None,
+            priority: None,
+        })
+    );
+    assert!(t0.elapsed() < WAIT, "{:?}", t0.elapsed());
+    assert!(!late.holds(1));
 
     // jackd lets go: ours takes the card back.
     jack.release(1).unwrap();

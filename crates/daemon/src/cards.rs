@@ -57,8 +57,14 @@ pub fn card_name(id: &str) -> String {
 }
 
 /// Finds every card, builds its profiles and opens the devices of the profile
-/// remembered for it in `reg` (else its default), at most `room` devices in all.
-pub fn open_cards(defaults: &DeviceDefaults, reg: &Cards, room: usize) -> Discovered {
+/// remembered for it in `reg` (else its default), at most `room` devices in all; a
+/// card `may_open(index, id)` refuses (reserved by another program) is left alone.
+pub fn open_cards(
+    defaults: &DeviceDefaults,
+    reg: &Cards,
+    room: usize,
+    may_open: &mut dyn FnMut(u32, &str) -> bool,
+) -> Discovered {
     let mut out = Discovered::default();
     let found = match alsa_cards::discover() {
         Ok(f) => f,
@@ -78,6 +84,9 @@ pub fn open_cards(defaults: &DeviceDefaults, reg: &Cards, room: usize) -> Discov
                 continue;
             }
         };
+        if !may_open(card.index as u32, &card.id) {
+            continue;
+        }
         open_card(&card, defaults, reg, room, &mut out);
     }
     out

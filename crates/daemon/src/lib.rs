@@ -8,6 +8,7 @@ pub mod config;
 pub mod hotplug;
 pub mod live;
 mod mixers;
+pub mod reserve;
 
 use anyhow::{Context, Result};
 use config::Config;
@@ -84,6 +85,7 @@ fn open_devices(
     cfg: &Config,
     defaults: &DeviceDefaults,
     registry: &quaver_policy::cards::Cards,
+    mut reserver: Option<&mut reserve::Reserver>,
 ) -> Result<OpenedDevices> {
     let auto = [cards::AUTO.to_string()];
     let specs: &[String] = if cfg.engine.devices.is_empty() {
@@ -101,7 +103,9 @@ fn open_devices(
     for spec in specs {
         if spec.trim() == cards::AUTO {
             let room = quaver_engine::rt::MAX_DEVICES.saturating_sub(out.devices.len());
-            let found = cards::open_cards(defaults, registry, room);
+            let mut may_open =
+                |card: u32, id: &str| reserve::may_open(reserver.as_deref_mut(), card, id);
+            let found = cards::open_cards(defaults, registry, room, &mut may_open);
             let mut per_card: Vec<CardDevices> = found
                 .probes
                 .into_iter()
@@ -216,7 +220,11 @@ pub fn run(cfg: Config) -> Result<()> {
         channels,
     };
     let mut registry = quaver_policy::cards::Cards::new(card_store());
-    let mut opened = open_devices(&cfg, &defaults, &registry)?;
+    // Only discovered cards are reserved: no bus connection for configured devices.
+    let discovering =
+        cfg.engine.devices.is_empty() || cfg.engine.devices.iter().any(|d| d.trim() == cards::AUTO);
+    let mut reserver = if discovering { reserve::start() } else { None };
+    let mut opened = open_devices(&cfg, &defaults, &registry, reserver.as_mut())?;
     let engine =
         Engine::start(cfg.engine_config(), opened.devices).context("starting the engine")?;
     cards::fill_nodes(&engine, &mut opened.cards, &opened.owners);
@@ -224,6 +232,16 @@ pub fn run(cfg: Config) -> Result<()> {
         registry.add(c);
     }
     let registry = registry.shared();
+    if let Some(r) = reserver {
+        let devices = reserve::card_devices(&engine, &opened.owners);
+        let served = reserve::Served {
+            engine: engine.clone(),
+            defaults: defaults.clone(),
+            registry: registry.clone(),
+            devices,
+        };
+        reserve::spawn(r, served);
+    }
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
     let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));

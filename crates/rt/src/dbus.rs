@@ -1,13 +1,18 @@
-//! Just enough D-Bus to ask RealtimeKit: connect to a bus over a unix socket,
-//! authenticate with EXTERNAL, say Hello, make method calls and read their replies.
+//! Just enough D-Bus to ask RealtimeKit and to hold device reservations: connect to a
+//! bus over a unix socket, authenticate with EXTERNAL, say Hello, make method calls and
+//! read their replies; own and release well-known names, receive signals, and answer
+//! method calls made on an object (docs/alsa/reservation.md).
 //!
 //! Hand-written rather than zbus: zbus 6 brings 31 crates, 12 of them new to the
 //! workspace (its own async runtime, proc macros), into every cold build and into
 //! libjack, which is loaded into arbitrary applications — for a few method calls per
 //! audio thread (measurement in docs/engine.md). Only the types those calls use are
-//! marshalled: `s o g y u i t x` and reading a variant.
+//! marshalled: `s o g y b u i t x`, variants, and (written only) the `a{sv}` of
+//! `Properties.GetAll`.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -20,7 +25,37 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// Replies bigger than this are refused (ours are tiny).
 const MAX_MESSAGE: usize = 1 << 20;
 
-/// An argument of a method call.
+/// `RequestName` flag: another connection may take the name with
+/// [`NAME_REPLACE_EXISTING`].
+pub const NAME_ALLOW_REPLACEMENT: u32 = 1;
+/// `RequestName` flag: take the name from an owner that allowed replacement.
+pub const NAME_REPLACE_EXISTING: u32 = 2;
+/// `RequestName` flag: fail rather than wait in the name's queue.
+pub const NAME_DO_NOT_QUEUE: u32 = 4;
+
+/// Message type: a method call.
+pub const METHOD_CALL: u8 = 1;
+/// Message type: a method's return.
+pub const METHOD_RETURN: u8 = 2;
+/// Message type: an error reply.
+pub const ERROR: u8 = 3;
+/// Message type: a signal.
+pub const SIGNAL: u8 = 4;
+
+/// The bus's answer to `RequestName`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameReply {
+    /// The caller owns the name now.
+    PrimaryOwner,
+    /// The caller waits in the name's queue.
+    InQueue,
+    /// Someone else owns it (and did not allow replacement, or it was not asked for).
+    Exists,
+    /// The caller owned it already.
+    AlreadyOwner,
+}
+
+/// An argument of a method call or reply.
 #[derive(Debug, Clone, Copy)]
 pub enum Arg<'a> {
     /// `s`
@@ -31,6 +66,72 @@ pub enum Arg<'a> {
     I32(i32),
     /// `t`
     U64(u64),
+    /// `b`
+    Bool(bool),
+    /// `v` holding the argument.
+    Variant(&'a Arg<'a>),
+    /// `a{sv}`: names and values, each value in a variant.
+    Props(&'a [(&'a str, Arg<'a>)]),
+}
+
+impl Arg<'_> {
+    fn signature(&self, out: &mut String) {
+        match self {
+            Arg::Str(_) => out.push('s'),
+            Arg::U32(_) => out.push('u'),
+            Arg::I32(_) => out.push('i'),
+            Arg::U64(_) => out.push('t'),
+            Arg::Bool(_) => out.push('b'),
+            Arg::Variant(_) => out.push('v'),
+            Arg::Props(_) => out.push_str("a{sv}"),
+        }
+    }
+
+    fn marshal(&self, body: &mut Vec<u8>) {
+        match *self {
+            Arg::Str(s) => put_str(body, s),
+            Arg::U32(v) => put_u32(body, v),
+            Arg::I32(v) => put_u32(body, v as u32),
+            Arg::Bool(v) => put_u32(body, v as u32),
+            Arg::U64(v) => {
+                pad(body, 8);
+                body.extend_from_slice(&v.to_le_bytes());
+            }
+            Arg::Variant(inner) => {
+                let mut sig = String::new();
+                inner.signature(&mut sig);
+                put_sig(body, &sig);
+                inner.marshal(body);
+            }
+            Arg::Props(entries) => {
+                put_u32(body, 0);
+                let len_at = body.len() - 4;
+                // Dict entries are 8-aligned; the padding before the first is not
+                // counted in the array's length.
+                pad(body, 8);
+                let start = body.len();
+                for (name, value) in entries {
+                    pad(body, 8);
+                    put_str(body, name);
+                    Arg::Variant(value).marshal(body);
+                }
+                let len = (body.len() - start) as u32;
+                body[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// The signature and body (marshalled from an 8-aligned start, as every body starts)
+/// of `args`.
+fn marshal_args(args: &[Arg<'_>]) -> (String, Vec<u8>) {
+    let mut sig = String::new();
+    let mut body = Vec::new();
+    for a in args {
+        a.signature(&mut sig);
+        a.marshal(&mut body);
+    }
+    (sig, body)
 }
 
 /// A value read from a reply.
@@ -40,6 +141,8 @@ pub enum Value {
     Str(String),
     /// `y`, `u` or `i`, widened.
     Int(i64),
+    /// `b`
+    Bool(bool),
     /// `x` or `t`, as signed.
     Long(i64),
     /// A type this client does not decode.
@@ -77,12 +180,27 @@ pub enum DbusError {
     /// A message did not parse.
     #[error("malformed message: {0}")]
     Malformed(&'static str),
+    /// `$DBUS_SESSION_BUS_ADDRESS` is not set.
+    #[error("no session bus (DBUS_SESSION_BUS_ADDRESS is not set)")]
+    NoSessionBus,
+    /// The bus answered a name request with a code this client does not know.
+    #[error("unknown RequestName reply {0}")]
+    NameReply(i64),
 }
 
 /// A connection to one bus.
 pub struct Connection {
     sock: UnixStream,
     serial: u32,
+    /// Calls and signals that arrived while a reply was awaited, for [`Connection::receive`].
+    pending: VecDeque<Message>,
+    unique_name: String,
+}
+
+impl AsFd for Connection {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
 }
 
 impl Connection {
@@ -104,16 +222,139 @@ impl Connection {
         })?;
         sock.set_read_timeout(Some(TIMEOUT))?;
         sock.set_write_timeout(Some(TIMEOUT))?;
-        let mut c = Connection { sock, serial: 0 };
+        let mut c = Connection {
+            sock,
+            serial: 0,
+            pending: VecDeque::new(),
+            unique_name: String::new(),
+        };
         c.authenticate()?;
-        c.call(
+        let hello = c.bus_call("Hello", &[])?;
+        if let Some(Value::Str(name)) = hello.first() {
+            c.unique_name = name.clone();
+        }
+        Ok(c)
+    }
+
+    /// Connects to the session bus named by `$DBUS_SESSION_BUS_ADDRESS`.
+    pub fn session() -> Result<Connection, DbusError> {
+        let addr = std::env::var("DBUS_SESSION_BUS_ADDRESS")
+            .ok()
+            .filter(|a| !a.is_empty())
+            .ok_or(DbusError::NoSessionBus)?;
+        Connection::open(&addr)
+    }
+
+    /// The name the bus gave this connection (`:1.42`).
+    pub fn unique_name(&self) -> &str {
+        &self.unique_name
+    }
+
+    fn bus_call(&mut self, member: &str, args: &[Arg<'_>]) -> Result<Vec<Value>, DbusError> {
+        self.call(
             "org.freedesktop.DBus",
             "/org/freedesktop/DBus",
             "org.freedesktop.DBus",
-            "Hello",
-            &[],
-        )?;
-        Ok(c)
+            member,
+            args,
+        )
+    }
+
+    /// Asks the bus for the well-known `name` with `flags` (`NAME_*`).
+    pub fn request_name(&mut self, name: &str, flags: u32) -> Result<NameReply, DbusError> {
+        let v = self.bus_call("RequestName", &[Arg::Str(name), Arg::U32(flags)])?;
+        match v.first() {
+            Some(Value::Int(1)) => Ok(NameReply::PrimaryOwner),
+            Some(Value::Int(2)) => Ok(NameReply::InQueue),
+            Some(Value::Int(3)) => Ok(NameReply::Exists),
+            Some(Value::Int(4)) => Ok(NameReply::AlreadyOwner),
+            Some(Value::Int(n)) => Err(DbusError::NameReply(*n)),
+            _ => Err(DbusError::Malformed("RequestName reply without a code")),
+        }
+    }
+
+    /// Gives `name` back; true if this connection owned it.
+    pub fn release_name(&mut self, name: &str) -> Result<bool, DbusError> {
+        let v = self.bus_call("ReleaseName", &[Arg::Str(name)])?;
+        Ok(v.first() == Some(&Value::Int(1)))
+    }
+
+    /// Subscribes to the messages `rule` matches (`type='signal',member='…'`).
+    pub fn add_match(&mut self, rule: &str) -> Result<(), DbusError> {
+        self.bus_call("AddMatch", &[Arg::Str(rule)]).map(drop)
+    }
+
+    /// The next incoming call or signal (those that arrived during a [`Connection::call`]
+    /// first). Blocks until one comes: poll the connection's fd first to wait longer
+    /// than the 5 s socket timeout.
+    pub fn receive(&mut self) -> Result<Message, DbusError> {
+        loop {
+            if let Some(m) = self.pending.pop_front() {
+                return Ok(m);
+            }
+            let m = read_message(&mut self.sock)?;
+            if matches!(m.kind, METHOD_CALL | SIGNAL) {
+                return Ok(m);
+            }
+        }
+    }
+
+    /// Waits, without a time limit, until [`Connection::receive`] has a message to read
+    /// (one kept already, or bytes on the socket).
+    pub fn wait(&self) -> Result<(), DbusError> {
+        use std::os::fd::AsRawFd;
+        if self.has_pending() {
+            return Ok(());
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one valid pollfd.
+            let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+            if rc >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e.into());
+            }
+        }
+    }
+
+    /// Whether [`Connection::receive`] has a message without reading the socket.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Answers the method call `to` with `args`.
+    pub fn reply(&mut self, to: &Message, args: &[Arg<'_>]) -> Result<(), DbusError> {
+        let (sig, body) = marshal_args(args);
+        self.serial += 1;
+        let dest = to.sender.as_deref().unwrap_or("");
+        let mut fields = vec![(5u8, Field::U32(to.serial))];
+        if !dest.is_empty() {
+            fields.push((6, Field::Str(dest)));
+        }
+        let msg = message(METHOD_RETURN, self.serial, &fields, &sig, &body);
+        self.sock.write_all(&msg)?;
+        Ok(())
+    }
+
+    /// Answers the method call `to` with the error `name` and `text`.
+    pub fn reply_error(&mut self, to: &Message, name: &str, text: &str) -> Result<(), DbusError> {
+        let (sig, body) = marshal_args(&[Arg::Str(text)]);
+        self.serial += 1;
+        let dest = to.sender.as_deref().unwrap_or("");
+        let mut fields = vec![(5u8, Field::U32(to.serial)), (4, Field::Str(name))];
+        if !dest.is_empty() {
+            fields.push((6, Field::Str(dest)));
+        }
+        let msg = message(ERROR, self.serial, &fields, &sig, &body);
+        self.sock.write_all(&msg)?;
+        Ok(())
     }
 
     fn authenticate(&mut self) -> Result<(), DbusError> {
@@ -158,10 +399,13 @@ impl Connection {
         let serial = self.serial;
         let msg = method_call(serial, destination, path, interface, member, args);
         self.sock.write_all(&msg)?;
-        // Skip signals (NameAcquired) and anything else until our reply comes.
+        // Keep calls and signals (NameAcquired) for `receive` until our reply comes.
         loop {
             let m = read_message(&mut self.sock)?;
             if m.reply_serial != Some(serial) {
+                if matches!(m.kind, METHOD_CALL | SIGNAL) {
+                    self.pending.push_back(m);
+                }
                 continue;
             }
             match m.kind {
@@ -272,7 +516,6 @@ enum Field<'a> {
     Path(&'a str),
     Str(&'a str),
     Sig(&'a str),
-    #[cfg_attr(not(test), allow(dead_code))]
     U32(u32),
 }
 
@@ -325,29 +568,7 @@ fn method_call(
 ) -> Vec<u8> {
     // The body is marshalled on its own: it starts 8-aligned in the message, so its
     // alignment can be computed from its own start.
-    let mut body = Vec::new();
-    let mut sig = String::new();
-    for a in args {
-        match *a {
-            Arg::Str(s) => {
-                sig.push('s');
-                put_str(&mut body, s);
-            }
-            Arg::U32(v) => {
-                sig.push('u');
-                put_u32(&mut body, v);
-            }
-            Arg::I32(v) => {
-                sig.push('i');
-                put_u32(&mut body, v as u32);
-            }
-            Arg::U64(v) => {
-                sig.push('t');
-                pad(&mut body, 8);
-                body.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-    }
+    let (sig, body) = marshal_args(args);
     let fields = [
         (1, Field::Path(path)),
         (2, Field::Str(interface)),
@@ -358,15 +579,50 @@ fn method_call(
 }
 
 /// What this client keeps of a received message.
-struct Message {
-    kind: u8,
-    #[cfg_attr(not(test), allow(dead_code))]
-    serial: u32,
-    #[cfg_attr(not(test), allow(dead_code))]
-    member: Option<String>,
-    reply_serial: Option<u32>,
-    error_name: Option<String>,
-    body: Vec<Value>,
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// [`METHOD_CALL`], [`METHOD_RETURN`], [`ERROR`] or [`SIGNAL`].
+    pub kind: u8,
+    /// Its serial (a reply names it).
+    pub serial: u32,
+    /// The object it is for or from.
+    pub path: Option<String>,
+    /// The interface of the method or signal.
+    pub interface: Option<String>,
+    /// The method or signal.
+    pub member: Option<String>,
+    /// The connection that sent it.
+    pub sender: Option<String>,
+    /// The call a reply answers.
+    pub reply_serial: Option<u32>,
+    /// An error's name.
+    pub error_name: Option<String>,
+    /// The body's values, up to the first this client does not decode.
+    pub body: Vec<Value>,
+}
+
+impl Message {
+    /// Whether this is a call of `interface.member`.
+    pub fn is_call(&self, interface: &str, member: &str) -> bool {
+        self.kind == METHOD_CALL
+            && self.interface.as_deref() == Some(interface)
+            && self.member.as_deref() == Some(member)
+    }
+
+    /// Whether this is the signal `interface.member`.
+    pub fn is_signal(&self, interface: &str, member: &str) -> bool {
+        self.kind == SIGNAL
+            && self.interface.as_deref() == Some(interface)
+            && self.member.as_deref() == Some(member)
+    }
+
+    /// The `i`-th body value as a string.
+    pub fn str_arg(&self, i: usize) -> Option<&str> {
+        match self.body.get(i) {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
 }
 
 fn read_message(sock: &mut UnixStream) -> Result<Message, DbusError> {
@@ -402,7 +658,7 @@ fn read_message(sock: &mut UnixStream) -> Result<Message, DbusError> {
         big,
     };
     let (mut reply_serial, mut error_name, mut signature) = (None, None, String::new());
-    let mut member = None;
+    let (mut member, mut path, mut interface, mut sender) = (None, None, None, None);
     while r.pos < r.buf.len() {
         r.align(8)?;
         let code = r.u8()?;
@@ -410,7 +666,10 @@ fn read_message(sock: &mut UnixStream) -> Result<Message, DbusError> {
         let v = r.value(&sig)?;
         match (code, v) {
             (5, Value::Int(s)) => reply_serial = Some(s as u32),
+            (1, Value::Str(s)) => path = Some(s),
+            (2, Value::Str(s)) => interface = Some(s),
             (3, Value::Str(s)) => member = Some(s),
+            (7, Value::Str(s)) => sender = Some(s),
             (4, Value::Str(s)) => error_name = Some(s),
             (8, Value::Str(s)) => signature = s,
             _ => {}
@@ -424,7 +683,7 @@ fn read_message(sock: &mut UnixStream) -> Result<Message, DbusError> {
     let mut body = Vec::new();
     for c in signature.chars() {
         match c {
-            's' | 'o' | 'g' | 'y' | 'u' | 'i' | 't' | 'x' | 'v' => {
+            's' | 'o' | 'g' | 'y' | 'b' | 'u' | 'i' | 't' | 'x' | 'v' => {
                 body.push(r.value(&c.to_string())?)
             }
             // Containers are not needed for the calls this client makes; stop there.
@@ -434,7 +693,10 @@ fn read_message(sock: &mut UnixStream) -> Result<Message, DbusError> {
     Ok(Message {
         kind: m[1],
         serial: word(&fixed[8..12]),
+        path,
+        interface,
         member,
+        sender,
         reply_serial,
         error_name,
         body,
@@ -507,6 +769,7 @@ impl Reader<'_> {
             }
             "g" => Value::Str(self.sig()?),
             "y" => Value::Int(self.u8()? as i64),
+            "b" => Value::Bool(self.u32()? != 0),
             "u" => Value::Int(self.u32()? as i64),
             "i" => Value::Int(self.u32()? as i32 as i64),
             "t" | "x" => Value::Long(self.u64()? as i64),
@@ -553,6 +816,63 @@ mod tests {
             20
         );
         assert!(m.windows(2).any(|w| w == b"tu"));
+    }
+
+    #[test]
+    fn props_are_an_aligned_dict_of_variants() {
+        let (sig, body) = marshal_args(&[Arg::Props(&[
+            ("Priority", Arg::I32(10)),
+            ("ApplicationName", Arg::Str("jackd")),
+        ])]);
+        assert_eq!(sig, "a{sv}");
+        // Length, 4 bytes of padding to the first 8-aligned entry.
+        assert_eq!(&body[4..8], &[0; 4]);
+        // "Priority": length 8, the name, its nul (to 21), signature "i" (to 24), 10.
+        assert_eq!(&body[8..12], &8u32.to_le_bytes());
+        assert_eq!(&body[12..21], b"Priority\0");
+        assert_eq!(&body[21..24], b"\x01i\0");
+        assert_eq!(&body[24..28], &10u32.to_le_bytes());
+        // The second entry starts 8-aligned at 32.
+        assert_eq!(&body[28..32], &[0; 4]);
+        assert_eq!(&body[32..36], &15u32.to_le_bytes());
+        assert_eq!(&body[36..52], b"ApplicationName\0");
+        assert_eq!(&body[52..55], b"\x01s\0");
+        assert_eq!(&body[56..60], &5u32.to_le_bytes());
+        assert_eq!(&body[60..66], b"jackd\0");
+        let len = u32::from_le_bytes(body[0..4].try_into().unwrap()) as usize;
+        assert_eq!(
+            len,
+            body.len() - 8,
+            "the array length leaves out the first padding"
+        );
+    }
+
+    #[test]
+    fn replies_with_booleans_and_variants_read_back() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let (sig, body) = marshal_args(&[
+            Arg::Bool(true),
+            Arg::Variant(&Arg::I32(-3)),
+            Arg::Bool(false),
+            Arg::Variant(&Arg::Str("quaverd")),
+        ]);
+        assert_eq!(sig, "bvbv");
+        let fields = [(5u8, Field::U32(9)), (7, Field::Str(":1.7"))];
+        a.write_all(&message(METHOD_RETURN, 3, &fields, &sig, &body))
+            .unwrap();
+        let m = read_message(&mut b).unwrap();
+        assert_eq!(m.kind, METHOD_RETURN);
+        assert_eq!(m.reply_serial, Some(9));
+        assert_eq!(m.sender.as_deref(), Some(":1.7"));
+        assert_eq!(
+            m.body,
+            [
+                Value::Bool(true),
+                Value::Int(-3),
+                Value::Bool(false),
+                Value::Str("quaverd".into())
+            ]
+        );
     }
 
     #[test]

@@ -1,0 +1,628 @@
+//! Sharing cards with other sound servers through the D-Bus device reservation protocol
+//! (`org.freedesktop.ReserveDevice1.AudioN` on the session bus, as PulseAudio, PipeWire
+//! and jackd use it): quaverd (priority 0, PulseAudio's) opens a card only once it
+//! holds the card's name, hands the card over to a requester of higher priority (jackd:
+//! 10) by closing it and answering `RequestRelease` with true, and takes it back when
+//! the name is free again. One thread blocks on the bus socket (no periodic wakeup).
+//! docs/alsa/reservation.md.
+
+use crate::cards::Owner;
+use quaver_devices::alsa::mixer::Mixer;
+use quaver_devices::spec::DeviceDefaults;
+use quaver_engine::Engine;
+use quaver_engine::rt::MAX_DEVICES;
+use quaver_policy::cards::{Card, SharedCards};
+use quaver_rt::dbus::{
+    Arg, Connection, DbusError, Message, NAME_ALLOW_REPLACEMENT, NAME_DO_NOT_QUEUE,
+    NAME_REPLACE_EXISTING, NameReply, Value,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// quaverd's priority: PulseAudio's, so jackd (10 and more) may take a card from it.
+pub const PRIORITY: i32 = 0;
+
+/// The interface of a reservation object.
+pub const INTERFACE: &str = "org.freedesktop.ReserveDevice1";
+
+const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
+const INTROSPECTABLE: &str = "org.freedesktop.DBus.Introspectable";
+
+/// How long a card handed over may take to be closed before the answer goes anyway.
+const CLOSE_WAIT: Duration = Duration::from_secs(3);
+/// Pause between looks at whether it is closed (only while handing over).
+const CLOSE_POLL: Duration = Duration::from_millis(10);
+
+/// The well-known name of card `card`'s reservation.
+pub fn service_name(card: u32) -> String {
+    format!("{INTERFACE}.Audio{card}")
+}
+
+/// The object the holder of card `card` serves.
+pub fn object_path(card: u32) -> String {
+    format!("/org/freedesktop/ReserveDevice1/Audio{card}")
+}
+
+/// Who holds a reservation, as far as its properties tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Its `ApplicationName`, if it says.
+    pub application: Option<String>,
+    /// Its `Priority`, if it says.
+    pub priority: Option<i32>,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let app = self.application.as_deref().unwrap_or("another program");
+        match self.priority {
+            Some(p) => write!(f, "{app} (priority {p})"),
+            None => write!(f, "{app}"),
+        }
+    }
+}
+
+/// The outcome of [`Reserver::acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    /// This connection holds the name now.
+    Taken,
+    /// The holder keeps it.
+    Refused(Holder),
+}
+
+/// What a message on the bus meant for the reservations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A requester of higher priority asked for the card and was answered true.
+    HandedOver(u32),
+    /// The name was taken from this connection; `lent`: after a hand-over (the card is
+    /// closed already), else without asking (close it now).
+    Lost {
+        /// The card.
+        card: u32,
+        /// Whether it was handed over first.
+        lent: bool,
+    },
+    /// A card this connection wants is free: try [`Reserver::acquire`].
+    Free(u32),
+}
+
+/// The reservations of one connection: the protocol, without the cards.
+pub struct Reserver {
+    conn: Connection,
+    priority: i32,
+    application: String,
+    /// Held names: card → (`ApplicationDeviceName`, handed over already).
+    held: BTreeMap<u32, (String, bool)>,
+    /// Cards whose name is watched, to take them back when free.
+    wanted: BTreeSet<u32>,
+}
+
+impl Reserver {
+    /// A reserver on the bus at `address` (`None`: the session bus) with `priority`.
+    pub fn connect(
+        address: Option<&str>,
+        application: &str,
+        priority: i32,
+    ) -> Result<Reserver, DbusError> {
+        let conn = match address {
+            Some(a) => Connection::open(a)?,
+            None => Connection::session()?,
+        };
+        Ok(Reserver {
+            conn,
+            priority,
+            application: application.to_string(),
+            held: BTreeMap::new(),
+            wanted: BTreeSet::new(),
+        })
+    }
+
+    /// Whether this connection holds card `card`'s name.
+    pub fn holds(&self, card: u32) -> bool {
+        self.held.contains_key(&card)
+    }
+
+    /// Takes card `card`'s name (presented as `device_name`): at once if free, else by
+    /// asking its holder to release it (`RequestRelease` with this priority). From now
+    /// on the name is watched: [`Event::Free`] says when it is free again.
+    pub fn acquire(&mut self, card: u32, device_name: &str) -> Result<Acquired, DbusError> {
+        let name = service_name(card);
+        if self.wanted.insert(card) {
+            self.conn.add_match(&format!(
+                "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='{name}'"
+            ))?;
+        }
+        let flags = NAME_DO_NOT_QUEUE | NAME_ALLOW_REPLACEMENT;
+        match self.conn.request_name(&name, flags)? {
+            NameReply::PrimaryOwner | NameReply::AlreadyOwner => {
+                self.held.insert(card, (device_name.to_string(), false));
+                return Ok(Acquired::Taken);
+            }
+            NameReply::Exists | NameReply::InQueue => {}
+        }
+        let path = object_path(card);
+        let agreed = self.conn.call(
+            &name,
+            &path,
+            INTERFACE,
+            "RequestRelease",
+            &[Arg::I32(self.priority)],
+        );
+        match agreed {
+            Ok(v) if v.first() == Some(&Value::Bool(true)) => {}
+            // A refusal, a holder that does not answer (in time) or does not implement
+            // it: the spec counts them all as no.
+            Ok(_) | Err(DbusError::Remote { .. }) => {
+                return Ok(Acquired::Refused(self.holder(card)));
+            }
+            // Silent: its properties would not come either.
+            Err(DbusError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(Acquired::Refused(Holder {
+                    application: None,
+                    priority: None,
+                }));
+            }
+            Err(e) => return Err(e),
+        }
+        match self
+            .conn
+            .request_name(&name, flags | NAME_REPLACE_EXISTING)?
+        {
+            NameReply::PrimaryOwner | NameReply::AlreadyOwner => {
+                self.held.insert(card, (device_name.to_string(), false));
+                Ok(Acquired::Taken)
+            }
+            NameReply::Exists | NameReply::InQueue => Ok(Acquired::Refused(self.holder(card))),
+        }
+    }
+
+    /// The current holder of card `card`'s name, from its properties.
+    pub fn holder(&mut self, card: u32) -> Holder {
+        let (name, path) = (service_name(card), object_path(card));
+        let mut get = |prop: &str| self.conn.get_property(&name, &path, INTERFACE, prop).ok();
+        Holder {
+            application: match get("ApplicationName") {
+                Some(Value::Str(s)) => Some(s),
+                _ => None,
+            },
+            priority: match get("Priority") {
+                Some(Value::Int(p)) => Some(p as i32),
+                _ => None,
+            },
+        }
+    }
+
+    /// Gives card `card`'s name back and stops watching it.
+    pub fn release(&mut self, card: u32) -> Result<(), DbusError> {
+        self.wanted.remove(&card);
+        if self.held.remove(&card).is_some() {
+            self.conn.release_name(&service_name(card))?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the next message and handles it: answers calls on the held objects
+    /// (`release(card, priority)` closes the card and says whether it did, for a
+    /// `RequestRelease` of higher priority) and reads the name signals. `None`: the
+    /// message changed nothing.
+    pub fn next_event(
+        &mut self,
+        release: &mut dyn FnMut(u32, i32) -> bool,
+    ) -> Result<Option<Event>, DbusError> {
+        self.conn.wait()?;
+        let m = self.conn.receive()?;
+        if m.kind == quaver_rt::dbus::METHOD_CALL {
+            return self.answer(&m, release);
+        }
+        if m.is_signal("org.freedesktop.DBus", "NameLost") {
+            let Some(card) = m.str_arg(0).and_then(card_of_name) else {
+                return Ok(None);
+            };
+            return Ok(self
+                .held
+                .remove(&card)
+                .map(|(_, lent)| Event::Lost { card, lent }));
+        }
+        if m.is_signal("org.freedesktop.DBus", "NameOwnerChanged")
+            && m.str_arg(2) == Some("")
+            && let Some(card) = m.str_arg(0).and_then(card_of_name)
+            && self.wanted.contains(&card)
+            && !self.held.contains_key(&card)
+        {
+            return Ok(Some(Event::Free(card)));
+        }
+        Ok(None)
+    }
+
+    fn answer(
+        &mut self,
+        m: &Message,
+        release: &mut dyn FnMut(u32, i32) -> bool,
+    ) -> Result<Option<Event>, DbusError> {
+        let card = m
+            .path
+            .as_deref()
+            .and_then(|p| p.strip_prefix("/org/freedesktop/ReserveDevice1/Audio"))
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|c| self.held.contains_key(c));
+        let Some(card) = card else {
+            let text = format!("no object {}", m.path.as_deref().unwrap_or(""));
+            self.conn
+                .reply_error(m, "org.freedesktop.DBus.Error.UnknownObject", &text)?;
+            return Ok(None);
+        };
+        if m.is_call(INTERFACE, "RequestRelease") {
+            let Some(Value::Int(p)) = m.body.first() else {
+                self.conn.reply_error(
+                    m,
+                    "org.freedesktop.DBus.Error.InvalidArgs",
+                    "RequestRelease takes the requester's priority (i)",
+                )?;
+                return Ok(None);
+            };
+            let p = *p as i32;
+            // Close first, then answer (the spec's order): the requester opens the card
+            // as soon as it has the name.
+            let agreed = p > self.priority && release(card, p);
+            if agreed && let Some(h) = self.held.get_mut(&card) {
+                h.1 = true;
+            }
+            self.conn.reply(m, &[Arg::Bool(agreed)])?;
+            return Ok(agreed.then_some(Event::HandedOver(card)));
+        }
+        let device = self
+            .held
+            .get(&card)
+            .map(|h| h.0.clone())
+            .unwrap_or_default();
+        let props = [
+            ("ApplicationName", Arg::Str(&self.application)),
+            ("ApplicationDeviceName", Arg::Str(&device)),
+            ("Priority", Arg::I32(self.priority)),
+        ];
+        if m.is_call(PROPERTIES, "Get") {
+            let (iface, prop) = (m.str_arg(0), m.str_arg(1));
+            match props.iter().find(|(n, _)| Some(*n) == prop) {
+                Some((_, v)) if iface == Some(INTERFACE) || iface == Some("") => {
+                    self.conn.reply(m, &[Arg::Variant(v)])?
+                }
+                _ => self.conn.reply_error(
+                    m,
+                    "org.freedesktop.DBus.Error.UnknownProperty",
+                    &format!("no property {iface:?}.{prop:?}"),
+                )?,
+            }
+        } else if m.is_call(PROPERTIES, "GetAll") {
+            let all: &[(&str, Arg<'_>)] = if m.str_arg(0) == Some(INTERFACE) {
+                &props
+            } else {
+                &[]
+            };
+            self.conn.reply(m, &[Arg::Props(all)])?;
+        } else if m.is_call(INTROSPECTABLE, "Introspect") {
+            self.conn.reply(m, &[Arg::Str(INTROSPECTION)])?;
+        } else {
+            let text = format!(
+                "no method {}.{}",
+                m.interface.as_deref().unwrap_or(""),
+                m.member.as_deref().unwrap_or("")
+            );
+            self.conn
+                .reply_error(m, "org.freedesktop.DBus.Error.UnknownMethod", &text)?;
+        }
+        Ok(None)
+    }
+}
+
+const INTROSPECTION: &str = r#"<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1.0//EN" "http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd">
+<node>
+ <interface name="org.freedesktop.ReserveDevice1">
+  <method name="RequestRelease"><arg name="priority" type="i" direction="in"/><arg name="result" type="b" direction="out"/></method>
+  <property name="Priority" type="i" access="read"/>
+  <property name="ApplicationName" type="s" access="read"/>
+  <property name="ApplicationDeviceName" type="s" access="read"/>
+ </interface>
+ <interface name="org.freedesktop.DBus.Properties">
+  <method name="Get"><arg name="interface" type="s" direction="in"/><arg name="property" type="s" direction="in"/><arg name="value" type="v" direction="out"/></method>
+  <method name="GetAll"><arg name="interface" type="s" direction="in"/><arg name="properties" type="a{sv}" direction="out"/></method>
+ </interface>
+ <interface name="org.freedesktop.DBus.Introspectable">
+  <method name="Introspect"><arg name="data" type="s" direction="out"/></method>
+ </interface>
+</node>
+"#;
+
+/// The card of a reservation name (`…ReserveDevice1.Audio3` → 3).
+fn card_of_name(name: &str) -> Option<u32> {
+    name.strip_prefix(INTERFACE)?
+        .strip_prefix(".Audio")?
+        .parse()
+        .ok()
+}
+
+/// quaverd's reservations, or `None` (logged once) without a session bus: then cards
+/// are opened as if no one else wanted them.
+pub fn start() -> Option<Reserver> {
+    match Reserver::connect(None, "quaverd", PRIORITY) {
+        Ok(r) => Some(r),
+        Err(DbusError::NoSessionBus) => {
+            tracing::info!(
+                "device reservation: no session bus (DBUS_SESSION_BUS_ADDRESS unset); cards are opened without reserving them"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::info!(
+                "device reservation: session bus unreachable ({e}); cards are opened without reserving them"
+            );
+            None
+        }
+    }
+}
+
+/// Whether card `card` (id `id`) may be opened: its reservation is taken, or cannot be
+/// asked about (logged). A card another program keeps is logged and not opened.
+pub fn may_open(reserver: Option<&mut Reserver>, card: u32, id: &str) -> bool {
+    let Some(r) = reserver else {
+        return true;
+    };
+    match r.acquire(card, &crate::cards::card_name(id)) {
+        Ok(Acquired::Taken) => {
+            tracing::debug!("device reservation: card {id} (Audio{card}) taken");
+            true
+        }
+        Ok(Acquired::Refused(holder)) => {
+            tracing::info!("card {id} is reserved by {holder}; not opened");
+            false
+        }
+        Err(e) => {
+            tracing::warn!("device reservation: card {id}: {e}; opened without reserving it");
+            true
+        }
+    }
+}
+
+/// The engine devices of each reserved card: (index, name).
+pub type CardDevices = BTreeMap<u32, Vec<(usize, String)>>;
+
+/// The devices opened for each card (`owners[i]`: engine device `i`'s card).
+pub fn card_devices(engine: &Engine, owners: &[Option<Owner>]) -> CardDevices {
+    let mut out = CardDevices::new();
+    for (index, info) in engine.devices() {
+        if let Some(Some(o)) = owners.get(index) {
+            out.entry(o.card).or_default().push((index, info.name));
+        }
+    }
+    out
+}
+
+/// What the thread needs to close and reopen cards.
+pub struct Served {
+    /// The running engine.
+    pub engine: Engine,
+    /// Rate and channels of the devices it opens.
+    pub defaults: DeviceDefaults,
+    /// The card registry the front-ends show.
+    pub registry: SharedCards,
+    /// The devices opened for each card ([`card_devices`]).
+    pub devices: CardDevices,
+}
+
+/// Starts the thread that serves the reservations and hands cards over and back.
+pub fn spawn(reserver: Reserver, served: Served) -> Option<JoinHandle<()>> {
+    let spawned = std::thread::Builder::new()
+        .name("quaver-reserve".into())
+        .spawn(move || serve(reserver, served));
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!("device reservation: cannot start its thread: {e}");
+            None
+        }
+    }
+}
+
+fn serve(mut r: Reserver, mut s: Served) {
+    // The mixers of cards taken back, dropped (their threads end) when handed over.
+    let mut mixers: BTreeMap<u32, Vec<Mixer>> = BTreeMap::new();
+    loop {
+        let event = r.next_event(&mut |card, priority| {
+            tracing::info!(
+                "device reservation: card {} requested with priority {priority}; closing it",
+                label(card)
+            );
+            hand_over(&mut s, &mut mixers, card);
+            true
+        });
+        match event {
+            Ok(Some(Event::HandedOver(card))) => {
+                tracing::info!("device reservation: card {} handed over", label(card))
+            }
+            Ok(Some(Event::Lost { card, lent })) => {
+                if !lent {
+                    tracing::info!(
+                        "device reservation: card {} taken without asking; closing it",
+                        label(card)
+                    );
+                    hand_over(&mut s, &mut mixers, card);
+                }
+            }
+            Ok(Some(Event::Free(card))) => take_back(&mut r, &mut s, &mut mixers, card),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(
+                    "device reservation: session bus: {e}; reservations no longer served"
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Closes card `card` and shows it without sinks or sources.
+fn hand_over(s: &mut Served, mixers: &mut BTreeMap<u32, Vec<Mixer>>, card: u32) {
+    close_card(&s.engine, card, s.devices.remove(&card).unwrap_or_default());
+    mixers.remove(&card);
+    let mut reg = s.registry.lock().expect("poisoned");
+    if let Some(c) = reg.find(Some(card), None).cloned() {
+        reg.add(Card {
+            nodes: Vec::new(),
+            ..c
+        });
+    }
+}
+
+/// Card `card` is free again: take its name and open it as discovery does (its
+/// remembered or default profile, hardware volume, its card object).
+fn take_back(r: &mut Reserver, s: &mut Served, mixers: &mut BTreeMap<u32, Vec<Mixer>>, card: u32) {
+    let id = label(card);
+    match r.acquire(card, &crate::cards::card_name(&id)) {
+        Ok(Acquired::Taken) => {}
+        Ok(Acquired::Refused(holder)) => {
+            tracing::info!("card {id} is reserved by {holder}; not opened");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("device reservation: card {id}: {e}");
+            return;
+        }
+    }
+    let room = MAX_DEVICES.saturating_sub(s.engine.devices().len());
+    let found = {
+        let reg = s.registry.lock().expect("poisoned");
+        crate::cards::open_cards(&s.defaults, &reg, room, &mut |i, _| i == card)
+    };
+    let mut owners: Vec<Option<Owner>> = vec![None; MAX_DEVICES];
+    let (mut opened, mut specs) = (Vec::new(), Vec::new());
+    for o in found.devices {
+        let name = o.device.info().name.clone();
+        match s.engine.add_device(o.device) {
+            Ok(index) => {
+                if let Some(slot) = owners.get_mut(index) {
+                    *slot = Some(o.owner);
+                }
+                opened.push((index, name));
+                specs.push((index, o.spec));
+            }
+            Err(e) => tracing::warn!("device reservation: card {id}: {name}: {e}"),
+        }
+    }
+    let mut cards = found.cards;
+    crate::cards::fill_nodes(&s.engine, &mut cards, &owners);
+    {
+        let mut reg = s.registry.lock().expect("poisoned");
+        for c in cards {
+            reg.add(c);
+        }
+    }
+    if opened.is_empty() {
+        tracing::warn!("device reservation: card {id} is free again but nothing of it opened");
+        // Leave it to whoever else wants it.
+        if let Err(e) = r.release(card) {
+            tracing::debug!("device reservation: releasing card {id}: {e}");
+        }
+        return;
+    }
+    let names: Vec<&str> = opened.iter().map(|(_, n)| n.as_str()).collect();
+    tracing::info!(
+        "device reservation: card {id} is free again; opened {}",
+        names.join(", ")
+    );
+    mixers.insert(card, crate::mixers::attach(&s.engine, &specs, &s.defaults));
+    s.devices.insert(card, opened);
+}
+
+/// Card `card`'s id (`Dummy`), or its index where the kernel does not say.
+fn label(card: u32) -> String {
+    quaver_devices::alsa::hotplug::card_id(card).unwrap_or_else(|| card.to_string())
+}
+
+/// Takes card `card`'s devices out of the engine (their streams move on, as for an
+/// unplugged card) and waits, bounded, until the card's PCMs are closed.
+fn close_card(engine: &Engine, card: u32, devs: Vec<(usize, String)>) {
+    let present = |i: usize, name: &str| {
+        engine
+            .devices()
+            .iter()
+            .any(|(j, info)| *j == i && info.name == name)
+    };
+    for (index, name) in &devs {
+        if present(*index, name)
+            && let Err(e) = engine.device_gone(*index)
+        {
+            tracing::debug!("device reservation: card {card}: {e}");
+        }
+    }
+    let deadline = Instant::now() + CLOSE_WAIT;
+    loop {
+        let gone = devs.iter().all(|(i, n)| !present(*i, n));
+        if gone && pcms_closed(card) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!(
+                "device reservation: card {} still open after {CLOSE_WAIT:?}; handing it over anyway",
+                label(card)
+            );
+            return;
+        }
+        std::thread::sleep(CLOSE_POLL);
+    }
+}
+
+/// Whether every PCM substream of card `card` is closed, as the kernel reports it
+/// (`/proc/asound/cardN/pcm*/sub*/status`); true where that cannot be read.
+fn pcms_closed(card: u32) -> bool {
+    let Ok(pcms) = std::fs::read_dir(format!("/proc/asound/card{card}")) else {
+        return true;
+    };
+    for pcm in pcms.flatten() {
+        if !pcm.file_name().to_string_lossy().starts_with("pcm") {
+            continue;
+        }
+        let Ok(subs) = std::fs::read_dir(pcm.path()) else {
+            continue;
+        };
+        for sub in subs.flatten() {
+            if !sub.file_name().to_string_lossy().starts_with("sub") {
+                continue;
+            }
+            if let Ok(s) = std::fs::read_to_string(sub.path().join("status"))
+                && s.trim() != "closed"
+            {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_paths_follow_the_card_index() {
+        assert_eq!(service_name(1), "org.freedesktop.ReserveDevice1.Audio1");
+        assert_eq!(object_path(12), "/org/freedesktop/ReserveDevice1/Audio12");
+        assert_eq!(
+            card_of_name("org.freedesktop.ReserveDevice1.Audio12"),
+            Some(12)
+        );
+        assert_eq!(card_of_name("org.freedesktop.ReserveDevice1.Video0"), None);
+        assert_eq!(card_of_name("org.example.Audio1"), None);
+        let h = Holder {
+            application: Some("jackd".into()),
+            priority: Some(10),
+        };
+        assert_eq!(h.to_string(), "jackd (priority 10)");
+    }
+}

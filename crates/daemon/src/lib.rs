@@ -232,16 +232,6 @@ pub fn run(cfg: Config) -> Result<()> {
         registry.add(c);
     }
     let registry = registry.shared();
-    if let Some(r) = reserver {
-        let devices = reserve::card_devices(&engine, &opened.owners);
-        let served = reserve::Served {
-            engine: engine.clone(),
-            defaults: defaults.clone(),
-            registry: registry.clone(),
-            devices,
-        };
-        reserve::spawn(r, served);
-    }
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
     let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
@@ -259,6 +249,13 @@ pub fn run(cfg: Config) -> Result<()> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .set_switcher(live.clone());
+    if let Some(r) = reserver {
+        let served = reserve::Served {
+            engine: engine.clone(),
+            live: live.clone(),
+        };
+        reserve::spawn(r, served);
+    }
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
     follow_cards(&engine, &opened.mixer_specs, &defaults, live);

@@ -88,6 +88,14 @@ impl LiveCards {
         locked(&self.cards).contains_key(&card)
     }
 
+    /// Card `card`'s engine devices (index, name); none when it is unknown or off.
+    pub fn devices_of(&self, card: u32) -> Vec<(usize, String)> {
+        locked(&self.cards)
+            .get(&card)
+            .map(|c| c.devices.iter().map(|(i, n, _)| (*i, n.clone())).collect())
+            .unwrap_or_default()
+    }
+
     fn notify(&self, change: CardChange) {
         let listeners = locked(&self.registry).listeners();
         for l in listeners {

@@ -6,17 +6,14 @@
 //! the name is free again. One thread blocks on the bus socket (no periodic wakeup).
 //! docs/alsa/reservation.md.
 
-use crate::cards::Owner;
-use quaver_devices::alsa::mixer::Mixer;
-use quaver_devices::spec::DeviceDefaults;
+use crate::live::LiveCards;
 use quaver_engine::Engine;
-use quaver_engine::rt::MAX_DEVICES;
-use quaver_policy::cards::{Card, SharedCards};
 use quaver_rt::dbus::{
     Arg, Connection, DbusError, Message, NAME_ALLOW_REPLACEMENT, NAME_DO_NOT_QUEUE,
     NAME_REPLACE_EXISTING, NameReply, Value,
 };
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -390,30 +387,13 @@ pub fn may_open(reserver: Option<&mut Reserver>, card: u32, id: &str) -> bool {
     }
 }
 
-/// The engine devices of each reserved card: (index, name).
-pub type CardDevices = BTreeMap<u32, Vec<(usize, String)>>;
-
-/// The devices opened for each card (`owners[i]`: engine device `i`'s card).
-pub fn card_devices(engine: &Engine, owners: &[Option<Owner>]) -> CardDevices {
-    let mut out = CardDevices::new();
-    for (index, info) in engine.devices() {
-        if let Some(Some(o)) = owners.get(index) {
-            out.entry(o.card).or_default().push((index, info.name));
-        }
-    }
-    out
-}
-
 /// What the thread needs to close and reopen cards.
 pub struct Served {
     /// The running engine.
     pub engine: Engine,
-    /// Rate and channels of the devices it opens.
-    pub defaults: DeviceDefaults,
-    /// The card registry the front-ends show.
-    pub registry: SharedCards,
-    /// The devices opened for each card ([`card_devices`]).
-    pub devices: CardDevices,
+    /// The discovered cards: a card handed over leaves them as an unplugged one does,
+    /// and comes back as a plugged-in one (profile, devices, mixers, card object).
+    pub live: Arc<LiveCards>,
 }
 
 /// Starts the thread that serves the reservations and hands cards over and back.
@@ -430,16 +410,14 @@ pub fn spawn(reserver: Reserver, served: Served) -> Option<JoinHandle<()>> {
     }
 }
 
-fn serve(mut r: Reserver, mut s: Served) {
-    // The mixers of cards taken back, dropped (their threads end) when handed over.
-    let mut mixers: BTreeMap<u32, Vec<Mixer>> = BTreeMap::new();
+fn serve(mut r: Reserver, s: Served) {
     loop {
         let event = r.next_event(&mut |card, priority| {
             tracing::info!(
                 "device reservation: card {} requested with priority {priority}; closing it",
                 label(card)
             );
-            hand_over(&mut s, &mut mixers, card);
+            hand_over(&s, card);
             true
         });
         match event {
@@ -452,10 +430,10 @@ fn serve(mut r: Reserver, mut s: Served) {
                         "device reservation: card {} taken without asking; closing it",
                         label(card)
                     );
-                    hand_over(&mut s, &mut mixers, card);
+                    hand_over(&s, card);
                 }
             }
-            Ok(Some(Event::Free(card))) => take_back(&mut r, &mut s, &mut mixers, card),
+            Ok(Some(Event::Free(card))) => take_back(&mut r, &s, card),
             Ok(None) => {}
             Err(e) => {
                 tracing::error!(
@@ -467,22 +445,17 @@ fn serve(mut r: Reserver, mut s: Served) {
     }
 }
 
-/// Closes card `card` and shows it without sinks or sources.
-fn hand_over(s: &mut Served, mixers: &mut BTreeMap<u32, Vec<Mixer>>, card: u32) {
-    close_card(&s.engine, card, s.devices.remove(&card).unwrap_or_default());
-    mixers.remove(&card);
-    let mut reg = s.registry.lock().expect("poisoned");
-    if let Some(c) = reg.find(Some(card), None).cloned() {
-        reg.add(Card {
-            nodes: Vec::new(),
-            ..c
-        });
-    }
+/// Closes card `card` (its streams move on, its mixers close, its card object goes, as
+/// when it is unplugged) and waits until the kernel says its PCMs are closed.
+fn hand_over(s: &Served, card: u32) {
+    let devs = s.live.devices_of(card);
+    s.live.card_removed(card);
+    close_card(&s.engine, card, devs);
 }
 
-/// Card `card` is free again: take its name and open it as discovery does (its
-/// remembered or default profile, hardware volume, its card object).
-fn take_back(r: &mut Reserver, s: &mut Served, mixers: &mut BTreeMap<u32, Vec<Mixer>>, card: u32) {
+/// Card `card` is free again: take its name and open it as a card plugged in is opened
+/// (its remembered or default profile, hardware volume, its card object).
+fn take_back(r: &mut Reserver, s: &Served, card: u32) {
     let id = label(card);
     match r.acquire(card, &crate::cards::card_name(&id)) {
         Ok(Acquired::Taken) => {}
@@ -495,34 +468,11 @@ fn take_back(r: &mut Reserver, s: &mut Served, mixers: &mut BTreeMap<u32, Vec<Mi
             return;
         }
     }
-    let room = MAX_DEVICES.saturating_sub(s.engine.devices().len());
-    let found = {
-        let reg = s.registry.lock().expect("poisoned");
-        crate::cards::open_cards(&s.defaults, &reg, room, &mut |i, _| i == card)
-    };
-    let mut owners: Vec<Option<Owner>> = vec![None; MAX_DEVICES];
-    let (mut opened, mut specs) = (Vec::new(), Vec::new());
-    for o in found.devices {
-        let name = o.device.info().name.clone();
-        match s.engine.add_device(o.device) {
-            Ok(index) => {
-                if let Some(slot) = owners.get_mut(index) {
-                    *slot = Some(o.owner);
-                }
-                opened.push((index, name));
-                specs.push((index, o.spec));
-            }
-            Err(e) => tracing::warn!("device reservation: card {id}: {name}: {e}"),
-        }
+    match quaver_devices::alsa::cards::probe(card) {
+        Ok(probe) => s.live.card_added(probe),
+        Err(e) => tracing::warn!("device reservation: card {id}: {e}"),
     }
-    let mut cards = found.cards;
-    crate::cards::fill_nodes(&s.engine, &mut cards, &owners);
-    {
-        let mut reg = s.registry.lock().expect("poisoned");
-        for c in cards {
-            reg.add(c);
-        }
-    }
+    let opened = s.live.devices_of(card);
     if opened.is_empty() {
         tracing::warn!("device reservation: card {id} is free again but nothing of it opened");
         // Leave it to whoever else wants it.
@@ -536,8 +486,6 @@ fn take_back(r: &mut Reserver, s: &mut Served, mixers: &mut BTreeMap<u32, Vec<Mi
         "device reservation: card {id} is free again; opened {}",
         names.join(", ")
     );
-    mixers.insert(card, crate::mixers::attach(&s.engine, &specs, &s.defaults));
-    s.devices.insert(card, opened);
 }
 
 /// Card `card`'s id (`Dummy`), or its index where the kernel does not say.

@@ -202,7 +202,7 @@ pub fn run(cfg: Config) -> Result<()> {
     }
     let registry = registry.shared();
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
-    let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults);
+    let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults, &registry);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;

@@ -9,7 +9,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
+
+pub mod ports;
 
 /// Whether a port is plugged in, as far as the card can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -146,11 +148,25 @@ pub enum Choice {
     Pending,
 }
 
+/// What changed on a card's ports, sent to every [`Cards::watch`] receiver
+/// (`ports.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardChange {
+    /// The card's index (a card `change` event).
+    pub card: u32,
+    /// Its sinks and sources whose ports changed (a sink or source `change` event each).
+    pub nodes: Vec<String>,
+    /// The sinks and sources whose active port changed, with their new port.
+    pub switched: Vec<(String, String)>,
+}
+
 /// Every card, and the remembered profile per card.
 #[derive(Debug, Default)]
 pub struct Cards {
     cards: Vec<Card>,
     store: ProfileStore,
+    /// Receivers of port changes (ports.rs).
+    watchers: Vec<mpsc::Sender<CardChange>>,
 }
 
 /// The registry, shared by the daemon and the front-ends.
@@ -162,6 +178,7 @@ impl Cards {
         Cards {
             cards: Vec::new(),
             store,
+            watchers: Vec::new(),
         }
     }
 

@@ -36,9 +36,10 @@ else:
     a.snd_ctl_elem_value_malloc(ctypes.byref(val))
     a.snd_ctl_elem_value_set_id(val, eid)
     a.snd_ctl_elem_value_set_boolean(val, 0, ctypes.c_long(int(sys.argv[1])))
-    print("jack write", sys.argv[1], a.snd_ctl_elem_write(ctl, val))
     import time
-    print("written_ms", time.time_ns() // 1000000)
+    t = time.time_ns() // 1000000  # just before the write: delays are upper bounds
+    print("jack write", sys.argv[1], a.snd_ctl_elem_write(ctl, val))
+    print("write_ms", t)
 PY
 }
 active() { # the Dummy sink's active port
@@ -65,7 +66,7 @@ paplay --device="$SINK" "$WAV" & PP=$!
 timeout 600 env pactl subscribe > "$OUT/events.txt" 2>&1 & SP=$!
 sleep 2
 echo "=== PLUG"
-w=$(jack 1); echo "$w"; t_plug=$(echo "$w" | awk '/written_ms/ {print $2}')
+w=$(jack 1); echo "$w"; t_plug=$(echo "$w" | awk '/write_ms/ {print $2}')
 wait_port "$t_plug" analog-output-headphones
 sleep 0.5
 kill -0 $PP && echo "paplay running"
@@ -73,7 +74,7 @@ pactl list short sink-inputs | awk -v s="$(pactl list short sinks | awk -v n="$S
 echo "=== CARD-PLUGGED"; pactl list cards
 echo "=== SINKS-PLUGGED"; pactl list sinks
 echo "=== UNPLUG"
-w=$(jack 0); echo "$w"; t_unplug=$(echo "$w" | awk '/written_ms/ {print $2}')
+w=$(jack 0); echo "$w"; t_unplug=$(echo "$w" | awk '/write_ms/ {print $2}')
 wait_port "$t_unplug" analog-output
 sleep 0.5
 kill -0 $PP && echo "paplay running"
@@ -112,9 +113,9 @@ state() { # LABEL WANTED-PORT WANTED-HEADPHONE: waits (bounded) for the switch, 
 }
 echo "=== MIXER"
 state start analog-output-speaker "[off]"
-w=$(jack 1); wait_port "$(echo "$w" | awk '/written_ms/ {print $2}')" analog-output-headphones
+w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-headphones
 state plugged analog-output-headphones "[on]"
-w=$(jack 0); wait_port "$(echo "$w" | awk '/written_ms/ {print $2}')" analog-output-speaker
+w=$(jack 0); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-speaker
 state unplugged analog-output-speaker "[off]"
 kill $QP; for _ in $(seq 100); do kill -0 $QP 2>/dev/null || break; sleep 0.2; done
 kill -9 $QP 2>/dev/null; wait $QP; echo "quaverd exit $?"
@@ -190,7 +191,7 @@ fn headphones_plugged_and_unplugged_switch_the_dummy_sinks_port_while_it_plays()
     );
     // Plugged: headphones active, the stream still playing on the sink.
     let plug = section(out, "PLUG");
-    assert!(plug.contains("jack write 1 0\nwritten_ms "), "{plug}");
+    assert!(plug.contains("jack write 1 0\nwrite_ms "), "{plug}");
     assert!(
         plug.contains("active analog-output-headphones after "),
         "{out}"

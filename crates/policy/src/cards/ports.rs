@@ -193,9 +193,40 @@ impl Cards {
         if let Some(active) = ports.iter().position(|p| p.name == n.port) {
             return Some((ports, active));
         }
-        ports.push(card.ports.iter().find(|p| p.name == n.port)?.clone());
+        match card.ports.iter().find(|p| p.name == n.port) {
+            Some(p) => ports.push(p.clone()),
+            // A port the card no longer has (nodes made from a profile's generic port
+            // after the ports were refined, until `settle` runs): show the best.
+            None => {
+                let best = best_port(ports.iter())?.name.clone();
+                let active = ports.iter().position(|p| p.name == best)?;
+                return Some((ports, active));
+            }
+        }
         let active = ports.len() - 1;
         Some((ports, active))
+    }
+
+    /// Gives each sink and source of card `card` whose port the card no longer offers
+    /// (after a profile switch or a reopen made new nodes) the best port it can use;
+    /// announces and returns the change, `None` when every node was fine.
+    pub fn settle(&mut self, card: u32) -> Option<CardChange> {
+        let c = self.cards.iter_mut().find(|c| c.index == card)?;
+        let mut change = CardChange {
+            card,
+            nodes: Vec::new(),
+            switched: Vec::new(),
+        };
+        for direction in [PortDirection::Output, PortDirection::Input] {
+            let d = switch_nodes(c, direction, &[]);
+            change.switched.extend(d.switched);
+        }
+        if change.switched.is_empty() {
+            return None;
+        }
+        change.nodes = change.switched.iter().map(|(n, _)| n.clone()).collect();
+        self.announce(&change);
+        Some(change)
     }
 }
 
@@ -381,6 +412,19 @@ mod tests {
         );
         // Nothing found: the card keeps its ports.
         assert_eq!(cards.set_analog_ports(1, out, &[]), None);
+        // A node remade with the generic port the card no longer has: shown on the
+        // best port, and settled onto it.
+        let mut again = cards.find(Some(1), None).unwrap().clone();
+        again.nodes[0].port = "analog-output".into();
+        cards.add(again);
+        let (ports, i) = cards.ports_of("sink").unwrap();
+        assert_eq!(ports[i].name, "analog-output-headphones");
+        let c = cards.settle(1).unwrap();
+        assert_eq!(
+            c.switched,
+            [("sink".to_string(), "analog-output-headphones".to_string())]
+        );
+        assert_eq!(cards.settle(1), None);
     }
 
     #[test]

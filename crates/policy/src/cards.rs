@@ -167,6 +167,8 @@ pub struct Cards {
     store: ProfileStore,
     /// Receivers of port changes (ports.rs).
     watchers: Vec<mpsc::Sender<CardChange>>,
+    /// The port chosen by hand per sink or source, for this run (ports.rs).
+    chosen: BTreeMap<String, String>,
 }
 
 /// The registry, shared by the daemon and the front-ends.
@@ -179,6 +181,7 @@ impl Cards {
             cards: Vec::new(),
             store,
             watchers: Vec::new(),
+            chosen: BTreeMap::new(),
         }
     }
 

@@ -159,14 +159,14 @@ impl Cards {
     /// Makes `port` the active port of the sink or source `node` (SET_SINK_PORT,
     /// SET_SOURCE_PORT); announces the change.
     pub fn set_port(&mut self, node: &str, port: &str) -> Result<CardChange, PortError> {
-        let c = self
+        let ci = self
             .cards
-            .iter_mut()
-            .find(|c| c.nodes.iter().any(|n| n.node == node))
+            .iter()
+            .position(|c| c.nodes.iter().any(|n| n.node == node))
             .ok_or_else(|| PortError::NoNode(node.to_string()))?;
+        let c = &mut self.cards[ci];
         let n = c.nodes.iter().position(|n| n.node == node).unwrap_or(0);
-        let direction = c.nodes[n].direction;
-        if !node_ports(c, direction).any(|p| p.name == port) {
+        if !node_ports(c, c.nodes[n].direction).any(|p| p.name == port) {
             return Err(PortError::NoPort {
                 node: node.to_string(),
                 port: port.to_string(),
@@ -181,6 +181,7 @@ impl Cards {
             c.nodes[n].port = port.to_string();
             change.switched.push((node.to_string(), port.to_string()));
         }
+        self.chosen.insert(node.to_string(), port.to_string());
         self.announce(&change);
         Ok(change)
     }
@@ -207,9 +208,10 @@ impl Cards {
         Some((ports, active))
     }
 
-    /// Gives each sink and source of card `card` whose port the card no longer offers
-    /// (after a profile switch or a reopen made new nodes) the best port it can use;
-    /// announces and returns the change, `None` when every node was fine.
+    /// Gives each sink and source of card `card` the port chosen for it by hand earlier
+    /// in this run (if usable), else, if the card no longer offers its port (a profile
+    /// switch or a reopen made new nodes), the best port it can use; announces and
+    /// returns the change, `None` when every node was fine.
     pub fn settle(&mut self, card: u32) -> Option<CardChange> {
         let c = self.cards.iter_mut().find(|c| c.index == card)?;
         let mut change = CardChange {
@@ -217,6 +219,22 @@ impl Cards {
             nodes: Vec::new(),
             switched: Vec::new(),
         };
+        // A port chosen by hand earlier in this run comes back if the node can use it
+        // and it is not unplugged.
+        for i in 0..c.nodes.len() {
+            let n = &c.nodes[i];
+            let Some(want) = self.chosen.get(&n.node) else {
+                continue;
+            };
+            let usable = node_ports(c, n.direction)
+                .any(|p| p.name == *want && p.available != Availability::No);
+            if usable && n.port != *want {
+                c.nodes[i].port = want.clone();
+                change
+                    .switched
+                    .push((c.nodes[i].node.clone(), want.clone()));
+            }
+        }
         for direction in [PortDirection::Output, PortDirection::Input] {
             let d = switch_nodes(c, direction, &[]);
             change.switched.extend(d.switched);
@@ -419,10 +437,11 @@ mod tests {
         cards.add(again);
         let (ports, i) = cards.ports_of("sink").unwrap();
         assert_eq!(ports[i].name, "analog-output-headphones");
+        // …and settled back onto the port chosen by hand.
         let c = cards.settle(1).unwrap();
         assert_eq!(
             c.switched,
-            [("sink".to_string(), "analog-output-headphones".to_string())]
+            [("sink".to_string(), "analog-output-speaker".to_string())]
         );
         assert_eq!(cards.settle(1), None);
     }

@@ -233,7 +233,7 @@ pub fn run(cfg: Config) -> Result<()> {
     }
     let registry = registry.shared();
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
-    let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults);
+    let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults, &registry);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     // The discovered cards: their mixers, cards plugged in later, profile switches.
     let live = live::LiveCards::new(

@@ -66,7 +66,7 @@ impl LiveCards {
     ) {
         let names = self.engine.devices();
         let specs: Vec<(usize, String)> = devices.iter().map(|(i, s, _)| (*i, s.clone())).collect();
-        let mixers = mixers::attach(&self.engine, &specs, &self.defaults);
+        let mixers = mixers::attach(&self.engine, &specs, &self.defaults, &self.registry);
         let devices = devices
             .into_iter()
             .filter_map(|(i, _, o)| {
@@ -204,7 +204,7 @@ impl LiveCards {
                 }
             }
         }
-        card.mixers = mixers::attach(&self.engine, &specs, &self.defaults);
+        card.mixers = mixers::attach(&self.engine, &specs, &self.defaults, &self.registry);
         Ok(())
     }
 
@@ -277,7 +277,13 @@ impl LiveCards {
             Err((e, a)) => (a, Err(e)),
         };
         tracing::info!("{}: profile {active}", label(&card.probe));
-        locked(&self.registry).set_active(index, &active, nodes, out.is_ok());
+        {
+            let mut reg = locked(&self.registry);
+            reg.set_active(index, &active, nodes, out.is_ok());
+            // The new nodes come with the mapping's generic port; a card whose ports
+            // the jacks refined moves them to the port it offers (ports.rs).
+            reg.settle(index);
+        }
         out
     }
 

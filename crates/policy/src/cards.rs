@@ -9,7 +9,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
+
+pub mod ports;
 
 /// Whether a port is plugged in, as far as the card can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -168,6 +170,18 @@ pub trait ProfileSwitch: Send + Sync {
     fn switch(&self, card: u32, profile: &str) -> Result<(), String>;
 }
 
+/// What changed on a card's ports, sent to every [`Cards::watch`] receiver
+/// (`ports.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortChange {
+    /// The card's index (a card `change` event).
+    pub card: u32,
+    /// Its sinks and sources whose ports changed (a sink or source `change` event each).
+    pub nodes: Vec<String>,
+    /// The sinks and sources whose active port changed, with their new port.
+    pub switched: Vec<(String, String)>,
+}
+
 /// Every card, and the remembered profile per card.
 #[derive(Default)]
 pub struct Cards {
@@ -175,6 +189,10 @@ pub struct Cards {
     store: ProfileStore,
     listeners: Vec<CardListener>,
     switcher: Option<Arc<dyn ProfileSwitch>>,
+    /// Receivers of port changes (ports.rs).
+    watchers: Vec<mpsc::Sender<PortChange>>,
+    /// The port chosen by hand per sink or source, for this run (ports.rs).
+    chosen: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Cards {
@@ -199,6 +217,8 @@ impl Cards {
             store,
             listeners: Vec::new(),
             switcher: None,
+            watchers: Vec::new(),
+            chosen: BTreeMap::new(),
         }
     }
 

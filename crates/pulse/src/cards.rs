@@ -108,15 +108,29 @@ pub(crate) fn listen(reg: &cards::SharedCards, server: &std::sync::Arc<Server>) 
         }));
 }
 
-/// A sink's or source's card fields: the card index, its one port (active), and the
-/// card's properties to add to the device's.
+/// A sink's or source's card fields: the card index, its ports and the active one, and
+/// the card's properties to add to the device's.
 pub(crate) struct DeviceCard {
     /// The card's index.
     pub index: u32,
-    /// The device's port.
-    pub port: PortInfo,
+    /// The device's ports.
+    pub ports: Vec<PortInfo>,
+    /// The index of the active one in `ports`.
+    pub active: usize,
     /// `alsa.card`, `device.string`, … of the card.
     pub props: Vec<(String, String)>,
+}
+
+fn port_info(port: &cards::CardPort) -> PortInfo {
+    PortInfo {
+        name: cstr(&port.name),
+        port_type: port_type(port.port_type),
+        description: Some(cstr(&port.description)),
+        dir: direction(port.direction),
+        priority: port.priority,
+        available: available(port.available),
+        availability_group: None,
+    }
 }
 
 impl Server {
@@ -126,19 +140,12 @@ impl Server {
         let reg = reg
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (card, n) = reg.node(node)?;
-        let port = card.ports.iter().find(|p| p.name == n.port)?;
+        let (card, _) = reg.node(node)?;
+        let (ports, active) = reg.ports_of(node)?;
         Some(DeviceCard {
             index: card.index,
-            port: PortInfo {
-                name: cstr(&port.name),
-                port_type: port_type(port.port_type),
-                description: Some(cstr(&port.description)),
-                dir: direction(port.direction),
-                priority: port.priority,
-                available: available(port.available),
-                availability_group: None,
-            },
+            ports: ports.iter().map(port_info).collect(),
+            active,
             props: card
                 .props
                 .iter()
@@ -147,6 +154,36 @@ impl Server {
                 .collect(),
         })
     }
+}
+
+/// Turns the registry's port changes into subscription events: the card's `change`
+/// (availability) and each sink's or source's `change` (ports, active port), as
+/// pavucontrol expects them. Runs until the registry is gone.
+pub(crate) fn spawn_port_events(srv: &std::sync::Arc<Server>) -> std::io::Result<()> {
+    let Some(reg) = srv.opts.cards.clone() else {
+        return Ok(());
+    };
+    let rx = reg
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .watch();
+    let srv = srv.clone();
+    std::thread::Builder::new()
+        .name("quaver-pulse-ports".into())
+        .spawn(move || {
+            for change in rx {
+                srv.broadcast(Fac::Card, Ev::Changed, change.card);
+                let graph = srv.engine.graph();
+                for node in &change.nodes {
+                    if let Some(d) = srv.sink_by_name(&graph, node) {
+                        srv.broadcast(Fac::Sink, Ev::Changed, d.index);
+                    } else if let Some(d) = srv.source_by_name(&graph, node) {
+                        srv.broadcast(Fac::Source, Ev::Changed, d.index);
+                    }
+                }
+            }
+        })
+        .map(|_| ())
 }
 
 /// Adds a card's properties to a device's.
@@ -233,6 +270,48 @@ impl Conn {
         self.srv.broadcast(Fac::Card, Ev::Changed, index);
         self.out().ack(seq);
         Ok(())
+    }
+}
+
+impl Conn {
+    /// SET_SINK_PORT (`sink` true) and SET_SOURCE_PORT: makes a port of the device's
+    /// card its active port; the mixer follows (docs/alsa/ports.md).
+    pub(crate) fn set_device_port(&mut self, seq: u32, p: pa::SetPortParams, sink: bool) -> Reply {
+        let srv = self.srv.clone();
+        let reg = srv.opts.cards.clone().ok_or(PulseError::NoEntity)?;
+        let port = p.port_name.to_str().map_err(|_| PulseError::Invalid)?;
+        let graph = srv.engine.graph();
+        let name = p.name.as_ref().and_then(|n| n.to_str().ok());
+        let d = if sink {
+            srv.find_sink(&graph, p.index, name)
+        } else {
+            srv.find_source(&graph, p.index, name)
+        }
+        .filter(|d| !d.monitor)
+        .ok_or(PulseError::NoEntity)?;
+        let node = graph
+            .nodes
+            .get(&d.node)
+            .map(|n| n.name.clone())
+            .ok_or(PulseError::NoEntity)?;
+        let result = reg
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .set_port(&node, port);
+        match result {
+            Ok(_) => {
+                tracing::info!("{node}: port {port} chosen by a client");
+                self.out().ack(seq);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::info!(
+                    "set-{}-port refused: {e}",
+                    if sink { "sink" } else { "source" }
+                );
+                Err(PulseError::NoEntity)
+            }
+        }
     }
 }
 

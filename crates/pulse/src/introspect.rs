@@ -207,8 +207,8 @@ impl Server {
             base_volume: Volume::NORM,
             volume_steps: Some(steps),
             card_index: card.as_ref().map(|c| c.index),
-            ports: card.map(|c| vec![c.port]).unwrap_or_default(),
-            active_port: 0,
+            active_port: card.as_ref().map_or(0, |c| c.active),
+            ports: card.map(|c| c.ports).unwrap_or_default(),
             formats: vec![FormatInfo::new(FormatEncoding::Pcm)],
         }
     }
@@ -292,11 +292,14 @@ impl Server {
             configured_latency: latency,
             driver: Some(cstr("quaver")),
             card_index: card.as_ref().map(|c| c.index),
+            active_port: card
+                .as_ref()
+                .filter(|_| !dev.monitor)
+                .map_or(0, |c| c.active),
             ports: card
                 .filter(|_| !dev.monitor)
-                .map(|c| vec![c.port])
+                .map(|c| c.ports)
                 .unwrap_or_default(),
-            active_port: 0,
             formats: vec![FormatInfo::new(FormatEncoding::Pcm)],
         })
     }

@@ -122,6 +122,7 @@ impl PulseServer {
             .name("quaver-pulse-events".into())
             .spawn(move || dispatch::run(s, events))
             .context("spawning the pulse event thread")?;
+        cards::spawn_port_events(&server).context("spawning the pulse port events thread")?;
         let (s, i) = (server.clone(), io);
         std::thread::Builder::new()
             .name("quaver-pulse-io".into())

@@ -308,6 +308,42 @@ impl Mixer {
         Err(NoElement::NoneFound)
     }
 
+    /// Turns the playback switch of the element named `name` (index 0) on or off, as
+    /// the active port asks (docs/alsa/ports.md). `Ok(false)`: the card has no such
+    /// element with a playback switch.
+    pub fn set_playback_switch(&self, name: &str, on: bool) -> Result<bool, DeviceError> {
+        let sh = &self.owner.shared;
+        let lib = sh.lib;
+        let st = sh.lock();
+        if let Some(why) = &st.gone {
+            return Err(DeviceError::Gone(format!("{} ({why})", sh.card)));
+        }
+        let Some(elem) = elements(lib, &st)
+            .into_iter()
+            .find(|&e| element_name(lib, e) == name)
+        else {
+            return Ok(false);
+        };
+        // SAFETY: `elem` belongs to the live handle, used under the lock.
+        let rc = unsafe {
+            if (lib.selem_has_playback_switch)(elem) == 0 {
+                return Ok(false);
+            }
+            (lib.selem_set_playback_switch_all)(elem, c_int::from(on))
+        };
+        if rc < 0 {
+            return Err(super::driver::alsa_io(
+                &sh.card,
+                &format!(
+                    "snd_mixer_selem_set_playback_switch_all '{name}': {}",
+                    lib.error_text(rc)
+                ),
+                rc,
+            ));
+        }
+        Ok(true)
+    }
+
     /// The element named `name` (index 0) with a volume in that direction.
     pub fn element(&self, name: &str, capture: bool) -> Result<MixerElement, NoElement> {
         let sh = &self.owner.shared;

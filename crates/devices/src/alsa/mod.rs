@@ -55,6 +55,7 @@ pub mod jack;
 pub mod mixer;
 pub mod params;
 pub mod pcm;
+pub mod ports;
 
 #[cfg(test)]
 mod fake;

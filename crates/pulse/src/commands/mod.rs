@@ -255,9 +255,9 @@ impl Conn {
                 self.kill_stream_request(seq, idx, NodeKind::RecordStream)
             }
             Command::SetCardProfile(p) => self.set_card_profile(seq, p),
-            Command::SetSinkPort(_)
-            | Command::SetSourcePort(_)
-            | Command::SetPortLatencyOffset(_) => Err(PulseError::NoEntity),
+            Command::SetSinkPort(p) => self.set_device_port(seq, p, true),
+            Command::SetSourcePort(p) => self.set_device_port(seq, p, false),
+            Command::SetPortLatencyOffset(_) => Err(PulseError::NoEntity),
             Command::LoadModule(p) => self.load_module(seq, p),
             Command::UnloadModule(idx) => self.unload_module(seq, idx),
             Command::Extension(_) => Err(PulseError::NoExtension),

@@ -1,0 +1,257 @@
+//! Ports and jacks end to end on a real kernel ALSA, in the QEMU guest (`scripts/guest`)
+//! with snd-dummy and snd-aloop: quaverd with no configuration; a user-space
+//! "Headphone Jack" (interface CARD, BOOLEAN) added to the dummy card gives its sink an
+//! `analog-output-headphones` port; plugging it (value 1) while a `paplay` plays makes
+//! headphones the active port, with card and sink change events, and the paplay plays
+//! on; unplugging moves back to `analog-output`; `pactl set-sink-port` switches by hand
+//! and refuses an unknown port. One guest boot; skipped, loudly, where the rig cannot
+//! run. docs/alsa/ports.md.
+
+use quaver_testkit::guest::{Guest, quote, skip_unless_available};
+use quaver_testkit::{noise_s16, quaverd_bin, write_wav_s16};
+use std::time::Duration;
+
+/// The steps, run as root in the guest; `=== STEP` sections for the assertions.
+/// `$Q`: quaverd, `$WAV`: what paplay plays (long enough to outlast the steps).
+const SCRIPT: &str = r#"
+priv=$(mktemp -d)
+export XDG_RUNTIME_DIR=$priv/run HOME=$priv/home XDG_STATE_HOME=$priv/state XDG_CONFIG_HOME=$priv/config
+mkdir -p "$XDG_RUNTIME_DIR" "$HOME"
+pactl() { timeout 20 env pactl "$@"; }
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+jack() { # VALUE, or "add": the user-space Headphone Jack of the dummy card
+python3 - "$1" <<'PY'
+import ctypes, sys
+a = ctypes.CDLL("libasound.so.2")
+ctl = ctypes.c_void_p()
+assert a.snd_ctl_open(ctypes.byref(ctl), b"hw:Dummy", 0) == 0
+eid = ctypes.c_void_p()
+a.snd_ctl_elem_id_malloc(ctypes.byref(eid))
+a.snd_ctl_elem_id_set_interface(eid, 0)  # SND_CTL_ELEM_IFACE_CARD
+a.snd_ctl_elem_id_set_name(eid, b"Headphone Jack")
+if sys.argv[1] == "add":
+    print("jack add", a.snd_ctl_elem_add_boolean(ctl, eid, 1))
+else:
+    val = ctypes.c_void_p()
+    a.snd_ctl_elem_value_malloc(ctypes.byref(val))
+    a.snd_ctl_elem_value_set_id(val, eid)
+    a.snd_ctl_elem_value_set_boolean(val, 0, ctypes.c_long(int(sys.argv[1])))
+    import time
+    t = time.time_ns() // 1000000  # just before the write: delays are upper bounds
+    print("jack write", sys.argv[1], a.snd_ctl_elem_write(ctl, val))
+    print("write_ms", t)
+PY
+}
+active() { # the Dummy sink's active port
+    pactl list sinks | awk -v s="$SINK" '$1=="Name:" {n=$2} n==s && $1=="Active" {print $3; exit}'
+}
+wait_port() { # T0 PORT: polls (bounded, 60 s) until PORT is active; prints the delay
+    t0=$1; shift
+    while [ $(( $(now_ms) - t0 )) -lt 60000 ]; do
+        [ "$(active)" = "$1" ] && { echo "active $1 after $(( $(now_ms) - t0 )) ms"; return 0; }
+        sleep 0.05
+    done
+    echo "active port still $(active), not $1, after 60 s"
+}
+"$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd.log" & QP=$!
+for _ in $(seq 150); do pactl info >/dev/null 2>&1 && break; sleep 0.2; done
+SINK=$(pactl list short sinks | awk '$2 ~ /^Dummy\./ {print $2; exit}')
+echo "=== SINK"; echo "$SINK"
+echo "=== START"; active
+echo "=== ADD"; jack add
+sleep 1
+echo "=== CARD-ADDED"; pactl list cards
+echo "=== SINKS-ADDED"; pactl list sinks
+paplay --device="$SINK" "$WAV" & PP=$!
+timeout 600 env pactl subscribe > "$OUT/events.txt" 2>&1 & SP=$!
+sleep 2
+echo "=== PLUG"
+w=$(jack 1); echo "$w"; t_plug=$(echo "$w" | awk '/write_ms/ {print $2}')
+wait_port "$t_plug" analog-output-headphones
+sleep 0.5
+kill -0 $PP && echo "paplay running"
+pactl list short sink-inputs | awk -v s="$(pactl list short sinks | awk -v n="$SINK" '$2==n {print $1}')" '$2==s {print "sink-input on the sink"}'
+echo "=== CARD-PLUGGED"; pactl list cards
+echo "=== SINKS-PLUGGED"; pactl list sinks
+echo "=== UNPLUG"
+w=$(jack 0); echo "$w"; t_unplug=$(echo "$w" | awk '/write_ms/ {print $2}')
+wait_port "$t_unplug" analog-output
+sleep 0.5
+kill -0 $PP && echo "paplay running"
+echo "=== BY-HAND"
+pactl set-sink-port "$SINK" analog-output-headphones; echo "set exit $?"; active
+pactl set-sink-port "$SINK" no-such-port; echo "bad set exit $?"; active
+pactl set-sink-port "$SINK" analog-output; echo "set back exit $?"; active
+kill -0 $PP && echo "paplay running"
+sleep 1
+kill $SP; wait $SP
+echo "=== EVENTS"; cat "$OUT/events.txt"
+kill $PP; wait $PP
+kill $QP; for _ in $(seq 100); do kill -0 $QP 2>/dev/null || break; sleep 0.2; done
+kill -9 $QP 2>/dev/null; wait $QP; echo "quaverd exit $?"
+# 2. The mixer follows the active port: the card given Headphone and Speaker playback
+#    switches (user-space MIXER elements, off when added), quaverd started again with the
+#    jack still unplugged: speakers, then headphones while plugged, then speakers.
+python3 - <<'PY'
+import ctypes
+a = ctypes.CDLL("libasound.so.2")
+ctl = ctypes.c_void_p()
+assert a.snd_ctl_open(ctypes.byref(ctl), b"hw:Dummy", 0) == 0
+for name in (b"Headphone Playback Switch", b"Speaker Playback Switch"):
+    eid = ctypes.c_void_p()
+    a.snd_ctl_elem_id_malloc(ctypes.byref(eid))
+    a.snd_ctl_elem_id_set_interface(eid, 2)  # SND_CTL_ELEM_IFACE_MIXER
+    a.snd_ctl_elem_id_set_name(eid, name)
+    print("element add", name.decode(), a.snd_ctl_elem_add_boolean(ctl, eid, 2))
+PY
+"$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd2.log" & QP=$!
+for _ in $(seq 150); do pactl info >/dev/null 2>&1 && break; sleep 0.2; done
+sw() { amixer -c Dummy sget "$1" | grep -o '\[o[nf]*\]' | head -1; }
+state() { # LABEL WANTED-PORT WANTED-HEADPHONE: waits (bounded) for the switch, then says
+    for _ in $(seq 100); do [ "$(sw Headphone)" = "$3" ] && break; sleep 0.1; done
+    echo "$1 $(active) speaker $(sw Speaker) headphone $(sw Headphone)"
+}
+echo "=== MIXER"
+state start analog-output-speaker "[off]"
+w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-headphones
+state plugged analog-output-headphones "[on]"
+w=$(jack 0); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-speaker
+state unplugged analog-output-speaker "[off]"
+kill $QP; for _ in $(seq 100); do kill -0 $QP 2>/dev/null || break; sleep 0.2; done
+kill -9 $QP 2>/dev/null; wait $QP; echo "quaverd exit $?"
+grep -E "switched" "$OUT/quaverd2.log"
+echo "=== LOG"; grep -E "jack|port|ERROR" "$OUT/quaverd.log"
+echo "=== DELAYS"  # from the jack write to quaverd's switch, by quaverd's log clock
+for x in "analog-output-headphones $t_plug" "analog-output $t_unplug"; do
+    set -- $x
+    ts=$(grep -m1 "$SINK switched to port $1\$" "$OUT/quaverd.log" | cut -d' ' -f1)
+    [ -n "$ts" ] && echo "switch to $1: $(( $(date -d "$ts" +%s%N) / 1000000 - $2 )) ms"
+done
+echo "=== END"
+"#;
+
+/// The lines of section `name` of the guest's output.
+fn section<'a>(out: &'a str, name: &str) -> &'a str {
+    let start = out
+        .find(&format!("=== {name}\n"))
+        .unwrap_or_else(|| panic!("no section {name} in:\n{out}"))
+        + name.len()
+        + 5;
+    let rest = &out[start..];
+    &rest[..rest.find("=== ").unwrap_or(rest.len())]
+}
+
+/// The block of `pactl list sinks|cards` output that names `name`.
+fn block<'a>(list: &'a str, name: &str) -> &'a str {
+    list.split("\n\n")
+        .find(|b| b.contains(&format!("Name: {name}\n")))
+        .unwrap_or_else(|| panic!("no {name} in:\n{list}"))
+}
+
+#[test]
+fn headphones_plugged_and_unplugged_switch_the_dummy_sinks_port_while_it_plays() {
+    if !skip_unless_available("kernel_alsa_jacks") {
+        return;
+    }
+    let guest = Guest::new().timeout(Duration::from_secs(400));
+    let wav = guest.path("noise.wav");
+    // 60 s: longer than every step, so paplay is still playing when checked.
+    write_wav_s16(&wav, 48_000, 2, &noise_s16(48_000 * 2 * 60, 2, 8000));
+    let run = guest.run(&format!(
+        "Q={}\nWAV={}\n{SCRIPT}",
+        quote(&quaverd_bin().to_string_lossy()),
+        quote(&wav.to_string_lossy())
+    ));
+    // The serial console may end lines with CR LF.
+    let out = &run.ok().replace("\r\n", "\n");
+    eprintln!("{out}");
+    let sink = section(out, "SINK").trim();
+    assert!(section(out, "ADD").contains("jack add 0"), "{out}");
+    assert!(sink.starts_with("Dummy."), "{out}");
+    // Nothing known at start: the generic port.
+    assert_eq!(section(out, "START").trim(), "analog-output", "{out}");
+    // The jack added (unplugged): the card and the sink offer headphones, not available.
+    let card = block(section(out, "CARD-ADDED"), "alsa_card.Dummy");
+    let port_line = |card: &str| {
+        card.lines()
+            .find(|l| {
+                l.trim_start().starts_with(
+                    "analog-output-headphones: Headphones (type: Analog, priority: 9900",
+                )
+            })
+            .unwrap_or_else(|| panic!("no headphones port in:\n{card}"))
+            .to_string()
+    };
+    assert!(port_line(card).ends_with(", not available)"), "{card}");
+    let s = block(section(out, "SINKS-ADDED"), sink);
+    assert!(
+        s.contains("analog-output-headphones: Headphones")
+            && s.contains("Active Port: analog-output\n"),
+        "{s}"
+    );
+    // Plugged: headphones active, the stream still playing on the sink.
+    let plug = section(out, "PLUG");
+    assert!(plug.contains("jack write 1 0\nwrite_ms "), "{plug}");
+    assert!(
+        plug.contains("active analog-output-headphones after "),
+        "{out}"
+    );
+    assert!(
+        plug.contains("paplay running") && plug.contains("sink-input on the sink"),
+        "{out}"
+    );
+    let card = block(section(out, "CARD-PLUGGED"), "alsa_card.Dummy");
+    assert!(port_line(card).ends_with(", available)"), "{card}");
+    let s = block(section(out, "SINKS-PLUGGED"), sink);
+    assert!(s.contains("Active Port: analog-output-headphones\n"), "{s}");
+    // Unplugged: back to the generic port, still playing.
+    let unplug = section(out, "UNPLUG");
+    assert!(unplug.contains("active analog-output after "), "{out}");
+    assert!(unplug.contains("paplay running"), "{out}");
+    // By hand: switched; an unknown port refused (No such entity) and nothing changes.
+    let hand = section(out, "BY-HAND");
+    assert!(
+        hand.contains("set exit 0\nanalog-output-headphones\n"),
+        "{hand}"
+    );
+    assert!(
+        hand.contains("No such entity")
+            && hand.contains("bad set exit 1\nanalog-output-headphones\n"),
+        "{hand}"
+    );
+    assert!(hand.contains("set back exit 0\nanalog-output\n"), "{hand}");
+    assert!(hand.contains("paplay running"), "{hand}");
+    // Events: card and sink changes for each plug, unplug and hand switch.
+    let events = section(out, "EVENTS");
+    let card_changes = events.matches("Event 'change' on card #").count();
+    let sink_changes = events.matches("Event 'change' on sink #").count();
+    assert!(card_changes >= 4, "{card_changes} card changes:\n{events}");
+    assert!(sink_changes >= 4, "{sink_changes} sink changes:\n{events}");
+    // The daemon's side, in order: plugged → headphones, unplugged → analog-output.
+    let log = section(out, "LOG");
+    let switched: Vec<&str> = log
+        .lines()
+        .filter_map(|l| {
+            l.split_once(&format!("{sink} switched to port "))
+                .map(|x| x.1)
+        })
+        .collect();
+    assert_eq!(
+        switched,
+        ["analog-output-headphones", "analog-output"],
+        "{log}"
+    );
+    assert!(out.contains("quaverd exit 0"), "{out}");
+    // The mixer follows: headphones on and speakers off while plugged, the reverse
+    // before and after.
+    let mixer = section(out, "MIXER");
+    assert!(
+        mixer.contains("start analog-output-speaker speaker [on] headphone [off]\n")
+            && mixer.contains("plugged analog-output-headphones speaker [off] headphone [on]\n")
+            && mixer.contains("unplugged analog-output-speaker speaker [on] headphone [off]\n"),
+        "{mixer}"
+    );
+    assert_eq!(out.matches("quaverd exit 0").count(), 2, "{out}");
+    // Reported, not asserted: guest timings mean little (the emulated CPU is slow).
+    eprintln!("measured delays:\n{}", section(out, "DELAYS"));
+}

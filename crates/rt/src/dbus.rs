@@ -24,6 +24,8 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Replies bigger than this are refused (ours are tiny).
 const MAX_MESSAGE: usize = 1 << 20;
+/// Deepest variant nesting read (the specification's limit for container nesting).
+const MAX_VARIANT_DEPTH: usize = 64;
 
 /// `RequestName` flag: another connection may take the name with
 /// [`NAME_REPLACE_EXISTING`].
@@ -762,6 +764,14 @@ impl Reader<'_> {
     }
 
     fn value(&mut self, sig: &str) -> Result<Value, DbusError> {
+        self.value_in(sig, 0)
+    }
+
+    /// Reads one value of type `sig` inside `depth` variants. The depth is bounded as
+    /// the D-Bus specification bounds container nesting (64): a message of nested
+    /// variants from another program on the bus would otherwise recurse until this
+    /// thread's stack overflowed, taking the daemon with it.
+    fn value_in(&mut self, sig: &str, depth: usize) -> Result<Value, DbusError> {
         Ok(match sig {
             "s" | "o" => {
                 let n = self.u32()? as usize;
@@ -774,8 +784,11 @@ impl Reader<'_> {
             "i" => Value::Int(self.u32()? as i32 as i64),
             "t" | "x" => Value::Long(self.u64()? as i64),
             "v" => {
+                if depth >= MAX_VARIANT_DEPTH {
+                    return Err(DbusError::Malformed("variants nested too deep"));
+                }
                 let inner = self.sig()?;
-                self.value(&inner)?
+                self.value_in(&inner, depth + 1)?
             }
             other => {
                 // Unknown single values cannot be skipped without knowing their size;
@@ -790,6 +803,38 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variants_nested_past_the_specifications_limit_are_refused() {
+        // 100 000 variants, each holding the next: one message's worth from a hostile
+        // peer. Before the depth bound this overflowed the thread's stack.
+        let mut buf = Vec::new();
+        for _ in 0..100_000 {
+            buf.extend_from_slice(&[1, b'v', 0]);
+        }
+        buf.extend_from_slice(&[1, b'y', 0, 7]);
+        let mut r = Reader {
+            buf: &buf,
+            pos: 0,
+            big: false,
+        };
+        match r.value("v") {
+            Err(DbusError::Malformed(why)) => assert!(why.contains("too deep"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Within the limit the innermost value comes through.
+        let mut small = Vec::new();
+        for _ in 0..10 {
+            small.extend_from_slice(&[1, b'v', 0]);
+        }
+        small.extend_from_slice(&[1, b'y', 0, 7]);
+        let mut r = Reader {
+            buf: &small,
+            pos: 0,
+            big: false,
+        };
+        assert!(matches!(r.value("v"), Ok(Value::Int(7))));
+    }
 
     #[test]
     fn method_call_layout() {

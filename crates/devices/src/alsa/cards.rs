@@ -12,7 +12,7 @@
 use super::config::AlsaConfig;
 use super::ffi::{self, Lib, Opaque};
 use super::params::{Direction, PcmFormat};
-use super::unavailable;
+use super::{card_numbers, unavailable};
 use crate::DeviceError;
 use quaver_dsp::ChannelMap;
 use std::ffi::{CString, c_int, c_uint};
@@ -409,16 +409,9 @@ pub fn devices_for(card: &CardProbe, profile: &Profile, template: &AlsaConfig) -
 /// *control* (opens and closes each PCM once).
 pub fn discover() -> Result<Vec<Result<CardProbe, String>>, DeviceError> {
     let lib = ffi::lib().map_err(unavailable)?;
-    let mut out = Vec::new();
-    let mut card: c_int = -1;
-    loop {
-        // SAFETY: valid in/out pointer.
-        if unsafe { (lib.card_next)(&mut card) } < 0 || card < 0 {
-            break;
-        }
-        out.push(probe_card(lib, card));
-    }
-    Ok(out)
+    Ok(card_numbers(lib)
+        .map(|card| probe_card(lib, card))
+        .collect())
 }
 
 /// Card `index` alone, probed as [`discover`] probes each card (a card plugged in).

@@ -156,27 +156,32 @@ pub fn list_pcms() -> Result<Vec<PcmHint>, DeviceError> {
 /// The sound cards the kernel has: (index, name). Empty without kernel ALSA. *control*.
 pub fn list_cards() -> Result<Vec<(i32, String)>, DeviceError> {
     let lib = ffi::lib().map_err(unavailable)?;
-    let mut out = Vec::new();
+    Ok(card_numbers(lib)
+        .map(|card| {
+            let mut name: *mut std::ffi::c_char = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; the string is malloc'd and freed here.
+            let name = unsafe {
+                if (lib.card_get_name)(card, &mut name) < 0 {
+                    None
+                } else {
+                    let s = ffi::cstr_lossy(name);
+                    libc::free(name.cast());
+                    s
+                }
+            };
+            (card, name.unwrap_or_default())
+        })
+        .collect())
+}
+
+/// The numbers of the kernel's sound cards, in order (`snd_card_next`).
+fn card_numbers(lib: &ffi::Lib) -> impl Iterator<Item = c_int> + '_ {
     let mut card: c_int = -1;
-    loop {
+    std::iter::from_fn(move || {
         // SAFETY: valid in/out pointer.
-        if unsafe { (lib.card_next)(&mut card) } < 0 || card < 0 {
-            break;
-        }
-        let mut name: *mut std::ffi::c_char = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the string is malloc'd and freed here.
-        let name = unsafe {
-            if (lib.card_get_name)(card, &mut name) < 0 {
-                None
-            } else {
-                let s = ffi::cstr_lossy(name);
-                libc::free(name.cast());
-                s
-            }
-        };
-        out.push((card, name.unwrap_or_default()));
-    }
-    Ok(out)
+        let rc = unsafe { (lib.card_next)(&mut card) };
+        (rc >= 0 && card >= 0).then_some(card)
+    })
 }
 
 /// An ALSA PCM (playback, capture or both on one clock) driven by timer-based

@@ -21,6 +21,7 @@
 //! reported back.
 
 use super::ffi::{self, Lib, Opaque};
+use super::hotplug::pcm_card_token;
 use super::jack::{Jack, Jacks};
 use crate::DeviceError;
 use crate::hwvol::{HardwareVolume, HwCallback, HwEvent, HwReading, HwVolumeInfo};
@@ -50,25 +51,16 @@ const LAST_CHANNEL: c_int = 31;
 
 /// The card of an ALSA PCM name, as its control device ("hw:Dummy" for `hw:Dummy,0`,
 /// `plughw:1`, `front:CARD=Dummy,DEV=0`), or `None` for a PCM that names no card
-/// (`default`, `null`, plugins): those get software volume only.
+/// (`default`, `null`, plugins): those get software volume only. The card is
+/// [`pcm_card_token`]'s, taken from the positional form (`hw:0,0`, `plughw:Dummy`) only
+/// for the kinds where the first argument is the card.
 pub fn card_of_pcm(pcm: &str) -> Option<String> {
     let (kind, args) = pcm.split_once(':')?;
-    if args.is_empty() {
+    let named = args.split(',').any(|a| a.trim().starts_with("CARD="));
+    if !named && !matches!(kind, "hw" | "plughw") {
         return None;
     }
-    let card = args
-        .split(',')
-        .find_map(|a| a.strip_prefix("CARD="))
-        .or_else(|| {
-            // Positional form (`hw:0,0`, `plughw:Dummy`): only for the kinds where the
-            // first argument is the card.
-            matches!(kind, "hw" | "plughw")
-                .then(|| args.split(',').next())
-                .flatten()
-                .filter(|a| !a.contains('='))
-        })?;
-    let card = card.trim_matches('"');
-    (!card.is_empty()).then(|| format!("hw:{card}"))
+    pcm_card_token(pcm).map(|card| format!("hw:{card}"))
 }
 
 /// Why no element was attached (the daemon logs it with the card).

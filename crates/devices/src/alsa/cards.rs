@@ -421,23 +421,30 @@ pub fn probe(index: u32) -> Result<CardProbe, String> {
     probe_card(lib, index as c_int)
 }
 
-/// Frees an alsa-lib object with its `_free` function when dropped.
-struct Owned(*mut Opaque, unsafe extern "C" fn(*mut Opaque));
+/// An alsa-lib object freed (`snd_*_free`, `R` = `()`) or a handle closed
+/// (`snd_ctl_close`, `snd_pcm_close`, `R` = `c_int`) when dropped.
+struct Owned<R = ()>(*mut Opaque, unsafe extern "C" fn(*mut Opaque) -> R);
 
-impl Drop for Owned {
-    fn drop(&mut self) {
-        if !self.0.is_null() {
-            // SAFETY: allocated by the matching _malloc (or opened by snd_ctl_open, whose
-            // close has this shape) and freed once.
-            unsafe { (self.1)(self.0) };
-        }
+impl Owned {
+    /// An object from `malloc` (`snd_*_malloc`), freed with `free`; `None` when out of
+    /// memory.
+    fn alloc(
+        malloc: unsafe extern "C" fn(*mut *mut Opaque) -> c_int,
+        free: unsafe extern "C" fn(*mut Opaque),
+    ) -> Option<Owned> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        (unsafe { malloc(&mut p) } >= 0).then_some(Owned(p, free))
     }
 }
 
-fn ctl_close(ctl: *mut Opaque) {
-    if let Ok(lib) = ffi::lib() {
-        // SAFETY: an open control handle, closed once.
-        unsafe { (lib.ctl_close)(ctl) };
+impl<R> Drop for Owned<R> {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: allocated by the matching _malloc, or opened by the matching
+            // _open, and freed or closed once.
+            unsafe { (self.1)(self.0) };
+        }
     }
 }
 
@@ -454,19 +461,9 @@ fn probe_card(lib: &'static Lib, index: c_int) -> Result<CardProbe, String> {
             lib.error_text(rc)
         ));
     }
-    struct Ctl(*mut Opaque);
-    impl Drop for Ctl {
-        fn drop(&mut self) {
-            ctl_close(self.0);
-        }
-    }
-    let ctl = Ctl(ctl);
-    let mut info = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    if unsafe { (lib.ctl_card_info_malloc)(&mut info) } < 0 {
-        return Err(format!("card {index}: out of memory"));
-    }
-    let info = Owned(info, lib.ctl_card_info_free);
+    let ctl = Owned(ctl, lib.ctl_close);
+    let info = Owned::alloc(lib.ctl_card_info_malloc, lib.ctl_card_info_free)
+        .ok_or_else(|| format!("card {index}: out of memory"))?;
     // SAFETY: open control handle, allocated info.
     let rc = unsafe { (lib.ctl_card_info)(ctl.0, info.0) };
     if rc < 0 {
@@ -490,12 +487,8 @@ fn probe_card(lib: &'static Lib, index: c_int) -> Result<CardProbe, String> {
     if card.id.is_empty() {
         card.id = index.to_string();
     }
-    let mut pinfo = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    if unsafe { (lib.pcm_info_malloc)(&mut pinfo) } < 0 {
-        return Err(format!("card '{}': out of memory", card.name));
-    }
-    let pinfo = Owned(pinfo, lib.pcm_info_free);
+    let pinfo = Owned::alloc(lib.pcm_info_malloc, lib.pcm_info_free)
+        .ok_or_else(|| format!("card '{}': out of memory", card.name))?;
     let mut dev: c_int = -1;
     loop {
         // SAFETY: open control handle, valid in/out pointer.
@@ -555,22 +548,10 @@ fn probe_pcm(lib: &'static Lib, pcm: &str, dir: Direction) -> Result<PcmCaps, St
             lib.error_text(rc)
         ));
     }
-    struct Pcm(&'static Lib, *mut Opaque);
-    impl Drop for Pcm {
-        fn drop(&mut self) {
-            // SAFETY: an open PCM, closed once.
-            unsafe { (self.0.pcm_close)(self.1) };
-        }
-    }
-    let h = Pcm(lib, h);
-    let mut hw = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    if unsafe { (lib.hw_malloc)(&mut hw) } < 0 {
-        return Err("out of memory".into());
-    }
-    let hw = Owned(hw, lib.hw_free);
+    let h = Owned(h, lib.pcm_close);
+    let hw = Owned::alloc(lib.hw_malloc, lib.hw_free).ok_or("out of memory")?;
     // SAFETY (every call below): open PCM, its parameter space, out-pointers to locals.
-    let rc = unsafe { (lib.hw_any)(h.1, hw.0) };
+    let rc = unsafe { (lib.hw_any)(h.0, hw.0) };
     if rc < 0 {
         return Err(format!(
             "snd_pcm_hw_params_any('{pcm}'): {}",
@@ -587,15 +568,15 @@ fn probe_pcm(lib: &'static Lib, pcm: &str, dir: Direction) -> Result<PcmCaps, St
     }
     caps.channel_counts = PROBED_CHANNELS
         .into_iter()
-        .filter(|&n| unsafe { (lib.hw_test_channels)(h.1, hw.0, n) } == 0)
+        .filter(|&n| unsafe { (lib.hw_test_channels)(h.0, hw.0, n) } == 0)
         .collect();
     caps.rates = PROBED_RATES
         .into_iter()
-        .filter(|&r| unsafe { (lib.hw_test_rate)(h.1, hw.0, r, 0) } == 0)
+        .filter(|&r| unsafe { (lib.hw_test_rate)(h.0, hw.0, r, 0) } == 0)
         .collect();
     caps.formats = PcmFormat::FALLBACK
         .into_iter()
-        .filter(|f| unsafe { (lib.hw_test_format)(h.1, hw.0, f.alsa()) } == 0)
+        .filter(|f| unsafe { (lib.hw_test_format)(h.0, hw.0, f.alsa()) } == 0)
         .collect();
     Ok(caps)
 }

@@ -193,29 +193,37 @@ impl Connection {
 
     /// Answers the method call `to` with `args`.
     pub fn reply(&mut self, to: &Message, args: &[Arg<'_>]) -> Result<(), DbusError> {
-        let (sig, body) = marshal_args(args);
-        self.serial += 1;
-        let dest = to.sender.as_deref().unwrap_or("");
-        let mut fields = vec![(5u8, Field::U32(to.serial))];
-        if !dest.is_empty() {
-            fields.push((6, Field::Str(dest)));
-        }
-        let msg = message(METHOD_RETURN, self.serial, &fields, &sig, &body);
-        self.sock.write_all(&msg)?;
-        Ok(())
+        self.answer(to, None, args)
     }
 
     /// Answers the method call `to` with the error `name` and `text`.
     pub fn reply_error(&mut self, to: &Message, name: &str, text: &str) -> Result<(), DbusError> {
-        let (sig, body) = marshal_args(&[Arg::Str(text)]);
+        self.answer(to, Some(name), &[Arg::Str(text)])
+    }
+
+    /// Sends the return of `to` (the error `error` if given) carrying `args`.
+    fn answer(
+        &mut self,
+        to: &Message,
+        error: Option<&str>,
+        args: &[Arg<'_>],
+    ) -> Result<(), DbusError> {
+        let (sig, body) = marshal_args(args);
         self.serial += 1;
-        let dest = to.sender.as_deref().unwrap_or("");
-        let mut fields = vec![(5u8, Field::U32(to.serial)), (4, Field::Str(name))];
-        if !dest.is_empty() {
+        let mut fields = vec![(5u8, Field::U32(to.serial))];
+        if let Some(name) = error {
+            fields.push((4, Field::Str(name)));
+        }
+        if let Some(dest) = to.sender.as_deref().filter(|d| !d.is_empty()) {
             fields.push((6, Field::Str(dest)));
         }
-        let msg = message(ERROR, self.serial, &fields, &sig, &body);
-        self.sock.write_all(&msg)?;
+        let kind = if error.is_some() {
+            ERROR
+        } else {
+            METHOD_RETURN
+        };
+        self.sock
+            .write_all(&message(kind, self.serial, &fields, &sig, &body))?;
         Ok(())
     }
 
@@ -356,34 +364,25 @@ mod tests {
 
     #[test]
     fn variants_nested_past_the_specifications_limit_are_refused() {
+        // A variant holding `n` more variants around the byte 7, read as a "v".
+        let read_nested = |n: usize| {
+            let mut buf = [1, b'v', 0].repeat(n + 1);
+            buf.extend_from_slice(&[1, b'y', 0, 7]);
+            let mut r = Reader {
+                buf: &buf,
+                pos: 0,
+                big: false,
+            };
+            r.value("v")
+        };
         // 100 000 variants, each holding the next: one message's worth from a hostile
         // peer. Before the depth bound this overflowed the thread's stack.
-        let mut buf = Vec::new();
-        for _ in 0..100_000 {
-            buf.extend_from_slice(&[1, b'v', 0]);
-        }
-        buf.extend_from_slice(&[1, b'y', 0, 7]);
-        let mut r = Reader {
-            buf: &buf,
-            pos: 0,
-            big: false,
-        };
-        match r.value("v") {
+        match read_nested(99_999) {
             Err(DbusError::Malformed(why)) => assert!(why.contains("too deep"), "{why}"),
             other => panic!("{other:?}"),
         }
         // Within the limit the innermost value comes through.
-        let mut small = Vec::new();
-        for _ in 0..10 {
-            small.extend_from_slice(&[1, b'v', 0]);
-        }
-        small.extend_from_slice(&[1, b'y', 0, 7]);
-        let mut r = Reader {
-            buf: &small,
-            pos: 0,
-            big: false,
-        };
-        assert!(matches!(r.value("v"), Ok(Value::Int(7))));
+        assert!(matches!(read_nested(9), Ok(Value::Int(7))));
     }
 
     #[test]

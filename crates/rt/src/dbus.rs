@@ -12,7 +12,6 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -56,13 +55,6 @@ pub struct Connection {
     serial: u32,
     /// Calls and signals that arrived while a reply was awaited, for [`Connection::receive`].
     pending: VecDeque<Message>,
-    unique_name: String,
-}
-
-impl AsFd for Connection {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.sock.as_fd()
-    }
 }
 
 impl Connection {
@@ -88,13 +80,9 @@ impl Connection {
             sock,
             serial: 0,
             pending: VecDeque::new(),
-            unique_name: String::new(),
         };
         c.authenticate()?;
-        let hello = c.bus_call("Hello", &[])?;
-        if let Some(Value::Str(name)) = hello.first() {
-            c.unique_name = name.clone();
-        }
+        c.bus_call("Hello", &[])?;
         Ok(c)
     }
 
@@ -105,11 +93,6 @@ impl Connection {
             .filter(|a| !a.is_empty())
             .ok_or(DbusError::NoSessionBus)?;
         Connection::open(&addr)
-    }
-
-    /// The name the bus gave this connection (`:1.42`).
-    pub fn unique_name(&self) -> &str {
-        &self.unique_name
     }
 
     fn bus_call(&mut self, member: &str, args: &[Arg<'_>]) -> Result<Vec<Value>, DbusError> {
@@ -165,7 +148,7 @@ impl Connection {
     /// (one kept already, or bytes on the socket).
     pub fn wait(&self) -> Result<(), DbusError> {
         use std::os::fd::AsRawFd;
-        if self.has_pending() {
+        if !self.pending.is_empty() {
             return Ok(());
         }
         let mut pfd = libc::pollfd {
@@ -184,11 +167,6 @@ impl Connection {
                 return Err(e.into());
             }
         }
-    }
-
-    /// Whether [`Connection::receive`] has a message without reading the socket.
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
     }
 
     /// Answers the method call `to` with `args`.

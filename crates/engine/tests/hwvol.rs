@@ -6,7 +6,7 @@
 use quaver_devices::DeviceError;
 use quaver_devices::hwvol::{HardwareVolume, HwCallback, HwEvent, HwReading, HwVolumeInfo};
 use quaver_devices::null::{NullConfig, NullDevice};
-use quaver_engine::{Engine, EngineConfig, GraphEvent};
+use quaver_engine::{Engine, EngineConfig, GraphEvent, RtRunner};
 use std::sync::{Arc, Mutex};
 
 /// An element from -45 to 0 dB in 0.3 dB steps (snd-dummy's Master).
@@ -73,7 +73,9 @@ impl HardwareVolume for FakeElement {
     }
 }
 
-fn engine() -> (Engine, quaver_engine::RtRunner) {
+/// An engine on a null device whose sink has a [`FakeElement`] (with or without a
+/// switch) attached: the engine, its runner, the element, the sink's node and name.
+fn attached(has_switch: bool) -> (Engine, RtRunner, Arc<FakeElement>, u32, String) {
     let null = NullDevice::new(NullConfig::default()).unwrap();
     let cfg = EngineConfig {
         quantum_default: 256,
@@ -81,7 +83,11 @@ fn engine() -> (Engine, quaver_engine::RtRunner) {
         suspend_timeout: None,
         ..EngineConfig::default()
     };
-    Engine::new_manual(cfg, vec![Box::new(null)]).unwrap()
+    let (engine, runner) = Engine::new_manual(cfg, vec![Box::new(null)]).unwrap();
+    let el = FakeElement::new(has_switch);
+    let id = engine.attach_hardware_volume(0, false, el.clone()).unwrap();
+    let sink = engine.graph().nodes[&id].name.clone();
+    (engine, runner, el, id, sink)
 }
 
 fn node_volume(engine: &Engine, id: u32) -> (f32, bool) {
@@ -92,10 +98,7 @@ fn node_volume(engine: &Engine, id: u32) -> (f32, bool) {
 
 #[test]
 fn the_volume_is_split_between_the_element_and_the_node_gain() {
-    let (engine, runner) = engine();
-    let el = FakeElement::new(false);
-    let id = engine.attach_hardware_volume(0, false, el.clone()).unwrap();
-    let sink = engine.graph().nodes[&id].name.clone();
+    let (engine, runner, el, id, sink) = attached(false);
     let sink = sink.as_str();
     // Attaching takes the element's volume: -30 dB.
     let (v, _) = node_volume(&engine, id);
@@ -137,10 +140,7 @@ fn the_volume_is_split_between_the_element_and_the_node_gain() {
 
 #[test]
 fn mute_uses_the_switch_and_outside_changes_become_the_volume() {
-    let (engine, runner) = engine();
-    let el = FakeElement::new(true);
-    let id = engine.attach_hardware_volume(0, false, el.clone()).unwrap();
-    let sink = engine.graph().nodes[&id].name.clone();
+    let (engine, runner, el, id, sink) = attached(true);
     let sink = sink.as_str();
     let events = engine.subscribe();
     engine.set_volume(sink, None, Some(true)).unwrap();
@@ -173,9 +173,7 @@ fn mute_uses_the_switch_and_outside_changes_become_the_volume() {
 
 #[test]
 fn removing_the_node_releases_its_element() {
-    let (engine, runner) = engine();
-    let el = FakeElement::new(false);
-    let id = engine.attach_hardware_volume(0, false, el.clone()).unwrap();
+    let (engine, runner, el, id, _) = attached(false);
     assert_eq!(Arc::strong_count(&el), 2, "the engine holds it");
     engine.remove_node(id).unwrap();
     assert_eq!(Arc::strong_count(&el), 1, "released with the node");

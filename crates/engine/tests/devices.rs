@@ -8,7 +8,9 @@ use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, vio
 use common::Dc;
 use quaver_devices::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
-use quaver_engine::{Engine, EngineConfig, GraphEvent, NodeKind, NodeSpec, RtEvent};
+use quaver_engine::{
+    Engine, EngineConfig, GraphEvent, NodeKind, NodeSpec, Processor, RtEvent, RtRunner,
+};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -120,13 +122,31 @@ fn config() -> EngineConfig {
     }
 }
 
-/// A constant 1.0 stream into `sink`: each cycle adds 256 to what the sink's card got.
-fn stream_into(engine: &Engine, sink: &str) {
+/// Cards plugged in under `names` and an engine over them, in that order (the first
+/// drives); what the test sees of each card.
+fn running<const N: usize>(names: [&str; N]) -> (Engine, RtRunner, [Probe; N]) {
+    let mut cards = Vec::new();
+    let probes = names.map(|name| {
+        let (card, probe) = Card::plug(name);
+        cards.push(card);
+        probe
+    });
+    let (engine, runner) = Engine::new_manual(config(), cards).unwrap();
+    (engine, runner, probes)
+}
+
+/// A stream "tone" rendered by `p` into `sink`.
+fn stream_with(engine: &Engine, sink: &str, p: impl Processor + 'static) {
     let mut s = NodeSpec::new("tone", NodeKind::PlaybackStream);
     s.outputs = ChannelMap::stereo();
     engine
-        .add_node_linked(s, Some(Box::new(Dc(1.0))), Some(sink))
+        .add_node_linked(s, Some(Box::new(p)), Some(sink))
         .unwrap();
+}
+
+/// A constant 1.0 stream into `sink`: each cycle adds 256 to what the sink's card got.
+fn stream_into(engine: &Engine, sink: &str) {
+    stream_with(engine, sink, Dc(1.0));
 }
 
 fn sinks(engine: &Engine) -> Vec<String> {
@@ -141,8 +161,7 @@ fn sinks(engine: &Engine) -> Vec<String> {
 
 #[test]
 fn a_device_added_while_running_gets_nodes_and_audio_and_leaves_closed() {
-    let (a, _pa) = Card::plug("a");
-    let (engine, mut runner) = Engine::new_manual(config(), vec![a]).unwrap();
+    let (engine, mut runner, _) = running(["a"]);
     let events = engine.subscribe();
     for _ in 0..3 {
         runner.run_cycle();
@@ -202,9 +221,7 @@ fn a_device_added_while_running_gets_nodes_and_audio_and_leaves_closed() {
 
 #[test]
 fn an_unplugged_driver_is_closed_at_once_and_the_next_device_drives() {
-    let (a, pa) = Card::plug("a");
-    let (b, pb) = Card::plug("b");
-    let (engine, mut runner) = Engine::new_manual(config(), vec![a, b]).unwrap();
+    let (engine, mut runner, [pa, pb]) = running(["a", "b"]);
     stream_into(&engine, "b-sink");
     for _ in 0..5 {
         runner.run_cycle();
@@ -246,8 +263,7 @@ fn an_unplugged_driver_is_closed_at_once_and_the_next_device_drives() {
 
 #[test]
 fn a_device_reported_gone_from_outside_leaves_and_an_added_one_drives_after_the_last() {
-    let (a, pa) = Card::plug("a");
-    let (engine, mut runner) = Engine::new_manual(config(), vec![a]).unwrap();
+    let (engine, mut runner, [pa]) = running(["a"]);
     runner.run_cycle();
     // A uevent said the card went away before any call failed.
     engine.device_gone(0).unwrap();
@@ -279,7 +295,7 @@ fn a_device_reported_gone_from_outside_leaves_and_an_added_one_drives_after_the_
 /// A stream that counts the cycles it is run.
 struct Counted(Arc<AtomicU64>);
 
-impl quaver_engine::Processor for Counted {
+impl Processor for Counted {
     fn process(
         &mut self,
         _cx: &quaver_engine::CycleInfo,
@@ -295,15 +311,9 @@ impl quaver_engine::Processor for Counted {
 
 #[test]
 fn a_stream_of_a_vanished_card_waits_for_its_move_and_loses_nothing() {
-    let (a, pa) = Card::plug("a");
-    let (b, pb) = Card::plug("b");
-    let (engine, mut runner) = Engine::new_manual(config(), vec![a, b]).unwrap();
+    let (engine, mut runner, [pa, pb]) = running(["a", "b"]);
     let runs = Arc::new(AtomicU64::new(0));
-    let mut s = NodeSpec::new("tone", NodeKind::PlaybackStream);
-    s.outputs = ChannelMap::stereo();
-    engine
-        .add_node_linked(s, Some(Box::new(Counted(runs.clone()))), Some("b-sink"))
-        .unwrap();
+    stream_with(&engine, "b-sink", Counted(runs.clone()));
     for _ in 0..3 {
         runner.run_cycle();
     }
@@ -335,8 +345,7 @@ fn a_stream_of_a_vanished_card_waits_for_its_move_and_loses_nothing() {
 
 #[test]
 fn devices_of_another_rate_or_too_small_a_ring_are_refused_and_closed() {
-    let (a, _pa) = Card::plug("a");
-    let (engine, _runner) = Engine::new_manual(config(), vec![a]).unwrap();
+    let (engine, _runner, _) = running(["a"]);
     let slow = quaver_devices::NullDevice::new(quaver_devices::NullConfig {
         rate: 44_100,
         ..Default::default()
@@ -349,8 +358,7 @@ fn devices_of_another_rate_or_too_small_a_ring_are_refused_and_closed() {
 
 #[test]
 fn adding_removing_and_losing_devices_allocates_nothing_in_the_cycle() {
-    let (a, _pa) = Card::plug("a");
-    let (engine, mut runner) = Engine::new_manual(config(), vec![a]).unwrap();
+    let (engine, mut runner, _) = running(["a"]);
     stream_into(&engine, "a-sink");
     reset_violation_count();
     for round in 0..40 {
@@ -389,8 +397,7 @@ fn adding_removing_and_losing_devices_allocates_nothing_in_the_cycle() {
 
 #[test]
 fn a_card_that_vanished_unnoticed_does_not_fail_the_shutdown() {
-    let (a, pa) = Card::plug("a");
-    let (engine, mut runner) = Engine::new_manual(config(), vec![a]).unwrap();
+    let (engine, mut runner, [pa]) = running(["a"]);
     runner.run_cycle();
     // Gone while nothing looked (closed for idleness, say): found only by the close.
     pa.unplugged.store(true, Relaxed);

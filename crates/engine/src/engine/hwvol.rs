@@ -157,7 +157,8 @@ impl Engine {
                 // Dropped on this (the watch) thread, which the mixer does not join.
                 let _gone = ctl.hw.remove(&id);
                 if let Some(n) = ctl.graph.nodes.get(&id) {
-                    let (slot, gain) = (n.slot, if n.mute { 0.0 } else { n.volume });
+                    let (slot, volume, mute) = (n.slot, n.volume, n.mute);
+                    let gain = node_gain(&mut ctl, id, volume, mute, false, false);
                     let ramp = self.shared.config.ramp_frames;
                     let _ = self.send(&mut ctl, ToRt::Volume { slot, gain, ramp });
                 }
@@ -179,16 +180,12 @@ impl Engine {
         if let Some(m) = r.muted {
             n.mute = m;
         }
-        let (slot, mute) = (n.slot, n.mute);
+        let (slot, volume, mute) = (n.slot, n.volume, n.mute);
         let Some(e) = ctl.hw.get_mut(&id) else {
             return Ok(());
         };
         e.sw_gain = 1.0;
-        let gain = if mute && !e.control.info().has_switch {
-            0.0
-        } else {
-            1.0
-        };
+        let gain = node_gain(ctl, id, volume, mute, false, false);
         let ramp = self.shared.config.ramp_frames;
         self.send(ctl, ToRt::Volume { slot, gain, ramp })?;
         self.request_rewind(ctl)?;

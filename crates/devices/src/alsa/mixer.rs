@@ -310,10 +310,7 @@ impl Mixer {
         if let Some(why) = &st.gone {
             return Err(DeviceError::Gone(format!("{} ({why})", sh.card)));
         }
-        let Some(elem) = elements(lib, &st)
-            .into_iter()
-            .find(|&e| element_name(lib, e) == name)
-        else {
+        let Some(elem) = find_element(lib, &st, name) else {
             return Ok(false);
         };
         // SAFETY: `elem` belongs to the live handle, used under the lock.
@@ -341,10 +338,7 @@ impl Mixer {
         let sh = &self.owner.shared;
         let lib = sh.lib;
         let mut st = sh.lock();
-        let Some(elem) = elements(lib, &st)
-            .into_iter()
-            .find(|&e| element_name(lib, e) == name)
-        else {
+        let Some(elem) = find_element(lib, &st, name) else {
             return Err(NoElement::NoneFound);
         };
         // SAFETY: `elem` belongs to the live handle; out-pointers are valid.
@@ -432,6 +426,13 @@ fn elements(lib: &Lib, st: &State) -> Vec<*mut Opaque> {
         e = unsafe { (lib.mixer_elem_next)(e) };
     }
     out
+}
+
+/// The element called `name` ([`element_name`]'s form), if the card has it.
+fn find_element(lib: &Lib, st: &State, name: &str) -> Option<*mut Opaque> {
+    elements(lib, st)
+        .into_iter()
+        .find(|&e| element_name(lib, e) == name)
 }
 
 fn element_name(lib: &Lib, e: *mut Opaque) -> String {

@@ -53,7 +53,11 @@ pub const FALLBACK_PRIORITY: u32 = 8000;
 /// without a jack (one that is always there, like speakers) is known. Empty when
 /// nothing is known (the card keeps its generic port).
 pub fn analog_ports(elements: &[String], jacks: &[Jack], output: bool) -> Vec<AnalogPort> {
-    let table = if output { OUTPUTS } else { INPUTS };
+    let (table, (fallback, fallback_description)) = if output {
+        (OUTPUTS, ("analog-output", "Analog Output"))
+    } else {
+        (INPUTS, ("analog-input", "Analog Input"))
+    };
     let mut ports: Vec<AnalogPort> = Vec::new();
     for &(name, description, priority, element) in table {
         let mut plugged: Option<bool> = None;
@@ -76,20 +80,11 @@ pub fn analog_ports(elements: &[String], jacks: &[Jack], output: bool) -> Vec<An
         return ports;
     }
     if ports.iter().all(|p| p.plugged.is_some()) {
-        ports.push(if output {
-            AnalogPort {
-                name: "analog-output",
-                description: "Analog Output",
-                priority: FALLBACK_PRIORITY,
-                plugged: None,
-            }
-        } else {
-            AnalogPort {
-                name: "analog-input",
-                description: "Analog Input",
-                priority: FALLBACK_PRIORITY,
-                plugged: None,
-            }
+        ports.push(AnalogPort {
+            name: fallback,
+            description: fallback_description,
+            priority: FALLBACK_PRIORITY,
+            plugged: None,
         });
     }
     ports

@@ -178,17 +178,21 @@ fn port_kind_of(pcm: &PcmProbe) -> PortKind {
     }
 }
 
-/// The usable capabilities of `pcm` at `rate`, or why it is not usable.
-fn usable(card: &CardProbe, pcm: &PcmProbe, rate: u32) -> Result<PcmCaps, String> {
-    let what = format!(
-        "card '{}' ({}) PCM hw:{},{} {} '{}'",
+/// "card 'NAME' (ID) PCM hw:ID,DEV DIRECTION": how a problem names a PCM.
+fn pcm_label(card: &CardProbe, pcm: &PcmProbe) -> String {
+    format!(
+        "card '{}' ({}) PCM hw:{},{} {}",
         card.name,
         card.id,
         card.id,
         pcm.device,
-        pcm.dir.name(),
-        pcm.name
-    );
+        pcm.dir.name()
+    )
+}
+
+/// The usable capabilities of `pcm` at `rate`, or why it is not usable.
+fn usable(card: &CardProbe, pcm: &PcmProbe, rate: u32) -> Result<PcmCaps, String> {
+    let what = format!("{} '{}'", pcm_label(card, pcm), pcm.name);
     let caps = pcm.caps.as_ref().map_err(|e| format!("{what}: {e}"))?;
     if caps.formats.is_empty() {
         return Err(format!(
@@ -251,12 +255,8 @@ pub fn mappings(card: &CardProbe, rate: u32) -> (Vec<Mapping>, Vec<String>) {
                     }
                     if out.len() == before {
                         problems.push(format!(
-                            "card '{}' ({}) PCM hw:{},{} {}: opens {}..{} channels, none of 1, 2 or 6",
-                            card.name,
-                            card.id,
-                            card.id,
-                            pcm.device,
-                            dir.name(),
+                            "{}: opens {}..{} channels, none of 1, 2 or 6",
+                            pcm_label(card, pcm),
                             caps.channels_min,
                             caps.channels_max
                         ));

@@ -6,7 +6,7 @@
 //! the name is free again. One thread blocks on the bus socket (no periodic wakeup).
 //! docs/alsa/reservation.md.
 
-use crate::live::LiveCards;
+use crate::live::{LiveCards, present};
 use quaver_engine::Engine;
 use quaver_rt::dbus::{
     Arg, Connection, DbusError, Message, NAME_ALLOW_REPLACEMENT, NAME_DO_NOT_QUEUE,
@@ -450,7 +450,7 @@ fn serve(mut r: Reserver, s: Served) {
 fn hand_over(s: &Served, card: u32) {
     let devs = s.live.devices_of(card);
     s.live.card_removed(card);
-    close_card(&s.engine, card, devs);
+    wait_closed(&s.engine, card, &devs);
 }
 
 /// Card `card` is free again: take its name and open it as a card plugged in is opened
@@ -493,25 +493,12 @@ fn label(card: u32) -> String {
     quaver_devices::alsa::hotplug::card_id(card).unwrap_or_else(|| card.to_string())
 }
 
-/// Takes card `card`'s devices out of the engine (their streams move on, as for an
-/// unplugged card) and waits, bounded, until the card's PCMs are closed.
-fn close_card(engine: &Engine, card: u32, devs: Vec<(usize, String)>) {
-    let present = |i: usize, name: &str| {
-        engine
-            .devices()
-            .iter()
-            .any(|(j, info)| *j == i && info.name == name)
-    };
-    for (index, name) in &devs {
-        if present(*index, name)
-            && let Err(e) = engine.device_gone(*index)
-        {
-            tracing::debug!("device reservation: card {card}: {e}");
-        }
-    }
+/// Waits, bounded, until card `card`'s devices `devs`, reported gone, have left the
+/// engine and the card's PCMs are closed.
+fn wait_closed(engine: &Engine, card: u32, devs: &[(usize, String)]) {
     let deadline = Instant::now() + CLOSE_WAIT;
     loop {
-        let gone = devs.iter().all(|(i, n)| !present(*i, n));
+        let gone = devs.iter().all(|(i, n)| !present(engine, *i, n));
         if gone && pcms_closed(card) {
             return;
         }

@@ -148,13 +148,12 @@ pub enum Choice {
     Pending,
 }
 
-/// A card that came, changed or went, for the front-ends' subscribers.
+/// A card that came or went, for the front-ends' subscribers (a profile switch is
+/// announced by the front-end that asked for it, a port change by [`PortChange`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CardChange {
     /// The card with this index appeared.
     New(u32),
-    /// Its profile, nodes or ports changed.
-    Changed(u32),
     /// It went away.
     Removed(u32),
 }

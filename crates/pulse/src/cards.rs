@@ -91,7 +91,7 @@ pub(crate) fn card_info(card: &Card) -> CardInfo {
     }
 }
 
-/// Has cards that come, change and go reach subscribed clients as card events. The
+/// Has cards that come and go reach subscribed clients as card events. The
 /// listener holds the server weakly: the registry lives inside the server's options.
 pub(crate) fn listen(reg: &cards::SharedCards, server: &std::sync::Arc<Server>) {
     let weak = std::sync::Arc::downgrade(server);
@@ -101,7 +101,6 @@ pub(crate) fn listen(reg: &cards::SharedCards, server: &std::sync::Arc<Server>) 
             let Some(srv) = weak.upgrade() else { return };
             let (kind, index) = match change {
                 cards::CardChange::New(i) => (Ev::New, i),
-                cards::CardChange::Changed(i) => (Ev::Changed, i),
                 cards::CardChange::Removed(i) => (Ev::Removed, i),
             };
             srv.broadcast(Fac::Card, kind, index);

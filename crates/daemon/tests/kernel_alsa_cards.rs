@@ -10,7 +10,7 @@
 //! One guest boot runs every step (a boot costs ~10-30 s of both CPUs); the script
 //! prints `=== STEP` sections that the assertions below read.
 
-use quaver_testkit::guest::{self, Guest};
+use quaver_testkit::guest::{self, Guest, section};
 use std::path::Path;
 
 /// The steps, run as root in the guest (`$OUT`: the shared directory; `$QUAVERD`).
@@ -218,14 +218,6 @@ fn check_cable(out: &str, dir: &std::path::Path, sig: &[i16]) {
     );
 }
 
-fn section<'a>(out: &'a str, name: &str) -> &'a str {
-    let start = out
-        .find(&format!("=== {name}\n"))
-        .unwrap_or_else(|| panic!("no section {name} in the guest's output:\n{out}"));
-    let rest = &out[start + name.len() + 5..];
-    &rest[..rest.find("\n=== ").unwrap_or(rest.len())]
-}
-
 /// Runs the steps in `g`; `None` when the rig is not available here.
 fn run_guest(g: &Guest) -> Option<String> {
     if !guest::skip_unless_available("kernel ALSA card tests") {
@@ -234,8 +226,7 @@ fn run_guest(g: &Guest) -> Option<String> {
     let t0 = std::time::Instant::now();
     let run = g.run(SCRIPT);
     eprintln!("kernel_alsa_cards: guest run took {:?}", t0.elapsed());
-    // The guest's console ends lines with CR LF.
-    let text = run.ok().replace("\r\n", "\n");
+    let text = run.ok().to_string();
     // Kept for reading after a failure.
     let _ = std::fs::write(
         quaver_testkit::target_dir().join("kernel_alsa_cards.out"),

@@ -207,7 +207,7 @@ fn guest_run() -> Option<&'static Run> {
         let t0 = std::time::Instant::now();
         let run = g.run(&script);
         eprintln!("kernel_alsa_hotplug: guest run took {:?}", t0.elapsed());
-        let out = run.output.replace("\r\n", "\n");
+        let out = &run.output;
         if !run.status.success() {
             return Some(Err(format!(
                 "the guest script failed ({}):\n{out}\n--- scripts/guest ---\n{}",

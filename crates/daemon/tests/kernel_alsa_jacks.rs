@@ -7,7 +7,7 @@
 //! and refuses an unknown port. One guest boot; skipped, loudly, where the rig cannot
 //! run. docs/alsa/ports.md.
 
-use quaver_testkit::guest::{Guest, quote, skip_unless_available};
+use quaver_testkit::guest::{Guest, quote, section, skip_unless_available};
 use quaver_testkit::{noise_s16, quaverd_bin, write_wav_s16};
 use std::time::Duration;
 
@@ -130,17 +130,6 @@ done
 echo "=== END"
 "#;
 
-/// The lines of section `name` of the guest's output.
-fn section<'a>(out: &'a str, name: &str) -> &'a str {
-    let start = out
-        .find(&format!("=== {name}\n"))
-        .unwrap_or_else(|| panic!("no section {name} in:\n{out}"))
-        + name.len()
-        + 5;
-    let rest = &out[start..];
-    &rest[..rest.find("=== ").unwrap_or(rest.len())]
-}
-
 /// The block of `pactl list sinks|cards` output that names `name`.
 fn block<'a>(list: &'a str, name: &str) -> &'a str {
     list.split("\n\n")
@@ -162,8 +151,7 @@ fn headphones_plugged_and_unplugged_switch_the_dummy_sinks_port_while_it_plays()
         quote(&quaverd_bin().to_string_lossy()),
         quote(&wav.to_string_lossy())
     ));
-    // The serial console may end lines with CR LF.
-    let out = &run.ok().replace("\r\n", "\n");
+    let out = run.ok();
     eprintln!("{out}");
     let sink = section(out, "SINK").trim();
     assert!(section(out, "ADD").contains("jack add 0"), "{out}");

@@ -10,7 +10,7 @@
 //! Where jackd (jackd2) is installed, a real `jackd -d alsa -d hw:Dummy` does the same
 //! (it asks with priority INT32_MAX). Skipped, loudly, where the rig cannot run.
 
-use quaver_testkit::guest::{Guest, skip_unless_available};
+use quaver_testkit::guest::{Guest, section, skip_unless_available};
 use std::time::Duration;
 
 /// The other program: takes the reservation as the spec says (RequestName; if taken,
@@ -143,14 +143,6 @@ echo "=== LOG"; grep -iE "reserv|Dummy|card 1|handed" "$out/quaverd.log"
 echo "=== END"
 "#;
 
-fn section<'a>(out: &'a str, name: &str) -> &'a str {
-    let start = out
-        .find(&format!("=== {name}\n"))
-        .unwrap_or_else(|| panic!("no section {name} in the guest's output:\n{out}"));
-    let rest = &out[start + name.len() + 5..];
-    &rest[..rest.find("\n=== ").unwrap_or(rest.len())]
-}
-
 #[test]
 fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_request() {
     if !skip_unless_available("kernel_alsa_reserve") {
@@ -176,7 +168,7 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
         .env("QUAVERD", &quaverd);
     std::fs::write(guest.path("holder.py"), HOLDER).unwrap();
     let run = guest.run(SCRIPT);
-    let out = run.output.replace("\r\n", "\n");
+    let out = run.output.clone();
     let _ = std::fs::write(
         quaver_testkit::target_dir().join("kernel_alsa_reserve.out"),
         &out,

@@ -62,7 +62,8 @@ pub struct GuestRun {
     /// `scripts/guest`'s exit status: the script's own, 3 if the rig could not run,
     /// 4 if the guest died or timed out before the script ended.
     pub status: ExitStatus,
-    /// The script's stdout and stderr, interleaved as the guest wrote them.
+    /// The script's stdout and stderr, interleaved as the guest wrote them, lines ended
+    /// with LF (the serial console's CR LF undone).
     pub output: String,
     /// `scripts/guest`'s own messages (the serial console's tail when the guest died).
     pub rig: String,
@@ -213,10 +214,21 @@ impl Guest {
         };
         GuestRun {
             status,
-            output: stdout.join().unwrap_or_default(),
+            output: stdout.join().unwrap_or_default().replace("\r\n", "\n"),
             rig: stderr.join().unwrap_or_default(),
         }
     }
+}
+
+/// The lines a script printed under `=== NAME` in `out`, up to the next `=== ` line
+/// (the last one with its newline). Panics, showing `out`, when there is no such section.
+pub fn section<'a>(out: &'a str, name: &str) -> &'a str {
+    let head = format!("=== {name}\n");
+    let start = out
+        .find(&head)
+        .unwrap_or_else(|| panic!("no section {name} in the guest's output:\n{out}"));
+    let rest = &out[start + head.len()..];
+    &rest[..rest.find("\n=== ").map_or(rest.len(), |i| i + 1)]
 }
 
 /// The run's output directory: removed afterwards unless `QUAVER_GUEST_KEEP` is set,
@@ -286,6 +298,14 @@ mod tests {
             std::fs::read_to_string(g.path("result")).unwrap().trim(),
             "from the host and back"
         );
+    }
+
+    #[test]
+    fn a_section_runs_to_the_next_header() {
+        let out = "guest: boot\n=== A\none\ntwo\n=== AB\nthree\n=== END\n";
+        assert_eq!(section(out, "A"), "one\ntwo\n");
+        assert_eq!(section(out, "AB"), "three\n");
+        assert_eq!(section(out, "END"), "");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! prints `=== STEP` sections that the assertions below read.
 
 use quaver_testkit::guest::{self, Guest, section};
+use quaver_testkit::{compare_recording, s16_values, write_wav_s16};
 use std::path::Path;
 
 /// The steps, run as root in the guest (`$OUT`: the shared directory; `$QUAVERD`).
@@ -145,39 +146,10 @@ fn signal() -> Vec<i16> {
     s
 }
 
+/// `sig` between 0.5 s of silence on each side, as an s16 stereo 48 kHz WAV.
 fn write_wav(path: &Path, sig: &[i16]) {
-    let spec = hound::WavSpec {
-        channels: 2,
-        sample_rate: 48_000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).unwrap();
-    let silence = std::iter::repeat_n(0i16, 48_000);
-    for v in silence.clone().chain(sig.iter().copied()).chain(silence) {
-        w.write_sample(v).unwrap();
-    }
-    w.finalize().unwrap();
-}
-
-/// What the cable carried, as samples scaled like s16 (exact for the formats quaverd
-/// negotiates with snd-aloop), or why not.
-fn decode(raw: &[u8], format: &str) -> Result<Vec<f64>, String> {
-    Ok(match format {
-        "FLOAT_LE" => raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64 * 32768.0)
-            .collect(),
-        "S32_LE" => raw
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f64 / 65536.0)
-            .collect(),
-        "S16_LE" => raw
-            .chunks_exact(2)
-            .map(|b| i16::from_le_bytes(b.try_into().unwrap()) as f64)
-            .collect(),
-        other => return Err(format!("unexpected format '{other}'")),
-    })
+    let silence = [0i16; 48_000];
+    write_wav_s16(path, 48_000, 2, &[&silence[..], sig, &silence[..]].concat());
 }
 
 /// The loopback card's cable carried the test signal bit-exact.
@@ -190,7 +162,7 @@ fn check_cable(out: &str, dir: &std::path::Path, sig: &[i16]) {
         .to_string();
     let log2 = section(out, "LOG2");
     let raw = std::fs::read(dir.join("cable.raw")).unwrap();
-    let got = decode(&raw, &format).unwrap();
+    let got = s16_values(&raw, &format);
     let first = got.iter().position(|&v| v != 0.0).unwrap_or_else(|| {
         panic!(
             "only silence came through the cable ({} samples); quaverd's warnings:\n{log2}",
@@ -198,24 +170,9 @@ fn check_cable(out: &str, dir: &std::path::Path, sig: &[i16]) {
         )
     });
     assert_eq!(first % 2, 0, "the signal starts on a frame boundary");
-    let tail = &got[first..];
-    assert!(
-        tail.len() >= sig.len(),
-        "the cable carried {} samples of the {}",
-        tail.len(),
-        sig.len()
-    );
-    let wrong = sig
-        .iter()
-        .zip(tail)
-        .filter(|(a, b)| **a as f64 != **b)
-        .count();
-    assert_eq!(
-        wrong,
-        0,
-        "{wrong} of {} samples differ ({format}); quaverd's warnings:\n{log2}",
-        sig.len()
-    );
+    if let Err(e) = compare_recording(&got, sig, 0) {
+        panic!("{e} ({format}); quaverd's warnings:\n{log2}");
+    }
 }
 
 /// Runs the steps in `g`; `None` when the rig is not available here.

@@ -33,6 +33,22 @@ pub fn write_wav_f32(path: &Path, rate: u32, channels: u16, samples: &[f32]) {
     w.finalize().unwrap();
 }
 
+/// Writes an interleaved S32 WAV of `samples` shifted into the top 16 bits (the same
+/// values as the S16 file of `samples`).
+pub fn write_wav_s32(path: &Path, rate: u32, channels: u16, samples: &[i16]) {
+    let spec = hound::WavSpec {
+        channels,
+        sample_rate: rate,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for &s in samples {
+        w.write_sample((s as i32) << 16).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
 /// Reads a WAV's samples as i16 (S16 files) with its spec.
 pub fn read_wav_s16(path: &Path) -> (hound::WavSpec, Vec<i16>) {
     let mut r = hound::WavReader::open(path).unwrap();
@@ -99,4 +115,141 @@ pub fn onset<T: PartialEq + Default + Copy>(s: &[T]) -> usize {
     s.iter()
         .position(|&x| x != T::default())
         .expect("output is all silence")
+}
+
+/// Raw audio recorded in ALSA format `fmt` (S16_LE, S32_LE or FLOAT_LE), in s16 units:
+/// exact integers where it holds an s16 value exactly, fractions where it does not (a
+/// fade, a conversion that lost it).
+pub fn s16_values(raw: &[u8], fmt: &str) -> Vec<f64> {
+    match fmt {
+        "S16_LE" => raw
+            .chunks_exact(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]) as f64)
+            .collect(),
+        "S32_LE" => raw
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f64 / 65536.0)
+            .collect(),
+        "FLOAT_LE" => raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64 * 32768.0)
+            .collect(),
+        other => panic!("a recorded format the tests do not compare: {other:?}"),
+    }
+}
+
+/// Checks that `out` (in s16 units, [`s16_values`]) holds `input` exactly after leading
+/// silence, except that its first `fade` samples may be `input` scaled by a gain in
+/// [0, 1] (the fade-in of a card that starts with the stream, docs/engine/idle.md). The
+/// start is found by matching a stretch past the fade, so a faded first sample cannot
+/// shift it.
+pub fn compare_recording(out: &[f64], input: &[i16], fade: usize) -> Result<(), String> {
+    const PROBE: usize = 64;
+    let k = fade + 16;
+    let probe: Vec<f64> = input[k..k + PROBE].iter().map(|&x| x as f64).collect();
+    let at = out
+        .windows(PROBE)
+        .position(|w| w == probe.as_slice())
+        .ok_or_else(|| {
+            format!(
+                "input samples {k}..{} appear nowhere in the {} recorded samples \
+                 (first non-zero recorded: {:?})",
+                k + PROBE,
+                out.len(),
+                out.iter().find(|&&x| x != 0.0)
+            )
+        })?;
+    let start = at
+        .checked_sub(k)
+        .ok_or("the recording starts inside the input")?;
+    if out.len() < start + input.len() {
+        return Err(format!(
+            "the recording ends {} samples before the input does",
+            start + input.len() - out.len()
+        ));
+    }
+    if let Some(i) = out[..start].iter().position(|&x| x != 0.0) {
+        return Err(format!(
+            "sample {i} before the input's start is {} (not silence)",
+            out[i]
+        ));
+    }
+    let got = &out[start..start + input.len()];
+    for (i, (&o, &x)) in got.iter().zip(input).take(fade).enumerate() {
+        let x = x as f64;
+        let g = if x == 0.0 { 0.0 } else { o / x };
+        if (x == 0.0 && o != 0.0) || !(0.0..=1.0).contains(&g) {
+            return Err(format!(
+                "sample {i}, inside the fade-in, is {o} for {x}: not a gain in [0, 1]"
+            ));
+        }
+    }
+    let bad: Vec<usize> = (fade..input.len())
+        .filter(|&i| got[i] != input[i] as f64)
+        .collect();
+    match bad.first() {
+        None => Ok(()),
+        Some(&i) => Err(format!(
+            "{} samples differ after the first {fade}; first at {i}: {} for {}",
+            bad.len(),
+            got[i],
+            input[i]
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recordings_are_read_in_s16_units() {
+        let f: Vec<u8> = [0.5f32, -1.0, 1.0 / 65536.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(s16_values(&f, "FLOAT_LE"), [16384.0, -32768.0, 0.5]);
+        let i: Vec<u8> = [0x4000_0000i32, 0x0000_8000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(s16_values(&i, "S32_LE"), [16384.0, 0.5]);
+        assert_eq!(
+            s16_values(&[0x00, 0x80, 0x01, 0x00], "S16_LE"),
+            [-32768.0, 1.0]
+        );
+    }
+
+    #[test]
+    fn the_comparison_fails_on_any_lost_or_changed_sample() {
+        // A 5 ms stereo fade at 48 kHz.
+        const FADE: usize = 480;
+        let input = noise_s16(4000, 9, 30000);
+        let mut out: Vec<f64> = vec![0.0; 333];
+        out.extend(input.iter().map(|&x| x as f64));
+        out.extend([0.0; 50]);
+        assert_eq!(compare_recording(&out, &input, 0), Ok(()));
+        // A fade over the first 480 samples is allowed only where the caller allows it.
+        let mut faded = out.clone();
+        for i in 0..FADE {
+            faded[333 + i] *= i as f64 / FADE as f64;
+        }
+        assert_eq!(compare_recording(&faded, &input, FADE), Ok(()));
+        assert!(compare_recording(&faded, &input, 0).is_err());
+        // One sample off by one LSB, late in the signal.
+        let mut changed = out.clone();
+        changed[333 + 3000] += 1.0;
+        let e = compare_recording(&changed, &input, FADE).unwrap_err();
+        assert!(e.contains("first at 3000"), "{e}");
+        // A gain above 1 inside the fade, a cut tail, noise before the start.
+        let mut loud = faded.clone();
+        loud[333 + 10] = input[10] as f64 * 1.5;
+        assert!(compare_recording(&loud, &input, FADE).is_err());
+        assert!(compare_recording(&out[..333 + 3900], &input, 0).is_err());
+        let mut early = out.clone();
+        early[5] = 1.0;
+        assert!(compare_recording(&early, &input, 0).is_err());
+        // A recording that never holds the input.
+        assert!(compare_recording(&vec![0.0; 9000], &input, 0).is_err());
+    }
 }

@@ -42,6 +42,22 @@ impl Run {
             .unwrap_or_else(|| panic!("the guest left no {name}; its output:\n{}", self.output))
     }
 
+    /// Scenario `s`'s quaverd logged no error and exited 0.
+    fn assert_clean_exit(&self, s: &str) {
+        let log = self.text(&format!("{s}/quaverd.log"));
+        assert!(
+            !log.contains("ERROR"),
+            "quaverd logged an error\n{}",
+            self.context(s)
+        );
+        assert_eq!(
+            self.text(&format!("{s}/quaverd.rc")).trim(),
+            "0",
+            "{}",
+            self.context(s)
+        );
+    }
+
     /// The quaverd log of scenario `s`, with the script's output, for failure messages.
     fn context(&self, s: &str) -> String {
         format!(
@@ -190,17 +206,7 @@ fn paplay_to_the_loopback_sink_arrives_bit_exact_at_the_far_end() {
             s,
             fade,
         );
-        assert!(
-            !log.contains("ERROR"),
-            "quaverd logged an error\n{}",
-            r.context(s)
-        );
-        assert_eq!(
-            r.text(&format!("{s}/quaverd.rc")).trim(),
-            "0",
-            "{}",
-            r.context(s)
-        );
+        r.assert_clean_exit(s);
     }
 }
 
@@ -228,17 +234,7 @@ fn aplay_into_the_cable_reaches_parec_through_quaverds_capture_bit_exact() {
         s,
         0,
     );
-    assert!(
-        !log.contains("ERROR"),
-        "quaverd logged an error\n{}",
-        r.context(s)
-    );
-    assert_eq!(
-        r.text(&format!("{s}/quaverd.rc")).trim(),
-        "0",
-        "{}",
-        r.context(s)
-    );
+    r.assert_clean_exit(s);
 }
 
 #[test]
@@ -305,12 +301,7 @@ start_quaverd() {
     echo "quaverd $* did not start"
 }
 # stop_quaverd DIR: SIGTERM, 20 s for a clean exit, its status in DIR/quaverd.rc.
-stop_quaverd() {
-    kill -TERM "$QPID"
-    for _ in $(seq 200); do kill -0 "$QPID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$QPID" 2>/dev/null
-    wait "$QPID"; echo $? > "$1/quaverd.rc"
-}
+stop_quaverd() { stop_pid "$QPID"; echo $RC > "$1/quaverd.rc"; }
 # wait_for WHAT CMD...: runs CMD every 0.1 s until it succeeds, 20 s at most.
 wait_for() {
     local what=$1; shift

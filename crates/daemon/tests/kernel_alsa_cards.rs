@@ -18,29 +18,19 @@ use std::path::Path;
 const SCRIPT: &str = r#"
 out=$OUT; quaverd=$QUAVERD; wav=$out/tone.wav
 # Sockets cannot live on the 9p --out mount: the runtime and state stay in the guest.
-priv=$(mktemp -d)
-export XDG_RUNTIME_DIR=$priv/run HOME=$priv/home XDG_STATE_HOME=$priv/state
-mkdir -p "$XDG_RUNTIME_DIR" "$HOME"
+private_runtime; priv=$PRIV
 # Every wait is bounded: a client that hangs is killed and its exit status shows it.
 pactl() { timeout 20 env pactl "$@"; }
 paplay() { timeout 60 env paplay "$@"; }
-start() { # log file; waits (bounded) until pactl answers
-    "$quaverd" --realtime-priority 0 2> "$1" & Q=$!
-    for _ in $(seq 100); do pactl info >/dev/null 2>&1 && return 0; sleep 0.2; done
-    echo "quaverd did not answer"; return 1
-}
-stop() { # SIGTERM, then (after 20 s) SIGKILL
-    kill "$Q"; for _ in $(seq 100); do kill -0 "$Q" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$Q" 2>/dev/null; wait "$Q"; echo "quaverd exit $?"
-}
+start() { "$quaverd" --realtime-priority 0 2> "$1" & Q=$!; wait_server; } # log file
+stop() { stop_pid "$Q"; echo "quaverd exit $RC"; }
 
 start "$out/run1.log"
 echo "=== CARDS"; pactl list cards
 echo "=== SINKS"; pactl list short sinks
 echo "=== SOURCES"; pactl list short sources
 timeout 200 env pactl subscribe > "$priv/events.log" 2>&1 & SUB=$!
-# Subscribed once it reports another client coming and going.
-for _ in $(seq 50); do pactl info > /dev/null; grep -q "on client" "$priv/events.log" && break; sleep 0.2; done
+wait_subscribed "$priv/events.log"
 echo "=== CHOOSE"
 pactl set-card-profile alsa_card.Dummy off; echo "set exit $?"
 pactl set-card-profile alsa_card.Dummy output:no-such; echo "bad set exit $?"

@@ -61,12 +61,11 @@ fn prologue(dir: &Path) -> String {
         .collect();
     write_wav_s16(&dir.join("tone.wav"), 48_000, 2, &tone);
     format!(
-        "set -u\nD={dir}\nQ={quaverd}\nexport XDG_RUNTIME_DIR=/tmp/xdg HOME=/tmp/home\n\
-         mkdir -p -m 700 $XDG_RUNTIME_DIR; mkdir -p $HOME\n\
+        "set -u\nD={dir}\nQ={quaverd}\nprivate_runtime\n\
          unbind() {{ (echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/unbind) & U=$!; \
            for i in $(seq 100); do kill -0 $U 2> /dev/null || break; sleep 0.2; done; \
            if kill -0 $U 2> /dev/null; then echo UNBIND_RC=blocked; else wait $U; echo UNBIND_RC=$?; fi; }}\n\
-         stop() {{ kill $1; timeout 20 tail --pid=$1 -f /dev/null; wait $1; echo QUAVERD_RC=$?; }}\n",
+         stop() {{ stop_pid $1; echo QUAVERD_RC=$RC; }}\n",
         dir = dir.display(),
         quaverd = quaverd_bin().display()
     )
@@ -99,10 +98,9 @@ fn assert_tone_on_the_cable(wav: &[u8], from_s: f32, log: &str) {
 const SCENARIO_A: &str = r#"
 echo "=== A"
 $Q > $D/quaverd.log 2>&1 & QP=$!
-for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
+wait_server
 timeout 300 pactl subscribe > $D/events.log 2>&1 & SUB=$!
-# Subscribed once it reports another client coming and going.
-for i in $(seq 50); do pactl info > /dev/null; grep -q "on client" $D/events.log && break; sleep 0.2; done
+wait_subscribed $D/events.log
 modprobe snd-dummy; echo MODPROBE_RC=$?
 for i in $(seq 50); do pactl list short sinks | grep -q Dummy.analog-stereo-sink && break; sleep 0.2; done
 echo "SINKS AFTER PLUG:"; pactl list short sinks
@@ -141,7 +139,7 @@ stop $QP
 const SCENARIO_B: &str = r#"
 echo "=== B"
 $Q --device alsa:hw:Dummy,name=dummy --device alsa:hw:Loopback,0,0,name=loop > $D/quaverd-b.log 2>&1 & QP=$!
-for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
+wait_server
 paplay -d dummy-sink $D/tone.wav & PP=$!
 sleep 2
 arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 6 $D/cable-b.wav 2> $D/arecord-b.err & AR=$!
@@ -159,7 +157,7 @@ stop $QP
 # the uevent alone must take it out; and back, it must not be opened twice.
 echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/bind
 $Q --suspend-timeout-ms 300 --device alsa:hw:Dummy,name=dummy --device alsa:hw:Loopback,0,0,name=loop > $D/quaverd-b2.log 2>&1 & QP=$!
-for i in $(seq 50); do pactl info > /dev/null 2>&1 && break; sleep 0.2; done
+wait_server
 sleep 2
 echo "SINKS IDLE:"; pactl list short sinks
 unbind

@@ -14,9 +14,7 @@ use std::time::Duration;
 /// The steps, run as root in the guest; `=== STEP` sections for the assertions.
 /// `$Q`: quaverd, `$WAV`: what paplay plays (long enough to outlast the steps).
 const SCRIPT: &str = r#"
-priv=$(mktemp -d)
-export XDG_RUNTIME_DIR=$priv/run HOME=$priv/home XDG_STATE_HOME=$priv/state XDG_CONFIG_HOME=$priv/config
-mkdir -p "$XDG_RUNTIME_DIR" "$HOME"
+private_runtime
 pactl() { timeout 20 env pactl "$@"; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 jack() { # VALUE, or "add": the user-space Headphone Jack of the dummy card
@@ -54,7 +52,7 @@ wait_port() { # T0 PORT: polls (bounded, 60 s) until PORT is active; prints the 
     echo "active port still $(active), not $1, after 60 s"
 }
 "$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd.log" & QP=$!
-for _ in $(seq 150); do pactl info >/dev/null 2>&1 && break; sleep 0.2; done
+wait_server
 SINK=$(pactl list short sinks | awk '$2 ~ /^Dummy\./ {print $2; exit}')
 echo "=== SINK"; echo "$SINK"
 echo "=== START"; active
@@ -87,8 +85,7 @@ sleep 1
 kill $SP; wait $SP
 echo "=== EVENTS"; cat "$OUT/events.txt"
 kill $PP; wait $PP
-kill $QP; for _ in $(seq 100); do kill -0 $QP 2>/dev/null || break; sleep 0.2; done
-kill -9 $QP 2>/dev/null; wait $QP; echo "quaverd exit $?"
+stop_pid $QP; echo "quaverd exit $RC"
 # 2. The mixer follows the active port: the card given Headphone and Speaker playback
 #    switches (user-space MIXER elements, off when added), quaverd started again with the
 #    jack still unplugged: speakers, then headphones while plugged, then speakers.
@@ -105,7 +102,7 @@ for name in (b"Headphone Playback Switch", b"Speaker Playback Switch"):
     print("element add", name.decode(), a.snd_ctl_elem_add_boolean(ctl, eid, 2))
 PY
 "$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd2.log" & QP=$!
-for _ in $(seq 150); do pactl info >/dev/null 2>&1 && break; sleep 0.2; done
+wait_server
 sw() { amixer -c Dummy sget "$1" | grep -o '\[o[nf]*\]' | head -1; }
 state() { # LABEL WANTED-PORT WANTED-HEADPHONE: waits (bounded) for the switch, then says
     for _ in $(seq 100); do [ "$(sw Headphone)" = "$3" ] && break; sleep 0.1; done
@@ -117,8 +114,7 @@ w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-outpu
 state plugged analog-output-headphones "[on]"
 w=$(jack 0); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-speaker
 state unplugged analog-output-speaker "[off]"
-kill $QP; for _ in $(seq 100); do kill -0 $QP 2>/dev/null || break; sleep 0.2; done
-kill -9 $QP 2>/dev/null; wait $QP; echo "quaverd exit $?"
+stop_pid $QP; echo "quaverd exit $RC"
 grep -E "switched" "$OUT/quaverd2.log"
 echo "=== LOG"; grep -E "jack|port|ERROR" "$OUT/quaverd.log"
 echo "=== DELAYS"  # from the jack write to quaverd's switch, by quaverd's log clock

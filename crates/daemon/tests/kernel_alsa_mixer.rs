@@ -14,11 +14,7 @@ use std::path::Path;
 /// `$QC` the quaver CLI.
 const SCRIPT: &str = r#"
 set -u
-export XDG_RUNTIME_DIR=$(mktemp -d) HOME=$(mktemp -d)
-wait_server() {
-    for _ in $(seq 150); do pactl info >/dev/null 2>&1 && return 0; sleep 0.2; done
-    echo "quaverd did not answer pactl in 30 s"; return 1
-}
+private_runtime
 wait_for() {  # FILE PATTERN: up to 10 s
     for _ in $(seq 50); do grep -q "$2" "$1" && return 0; sleep 0.2; done; return 1
 }
@@ -79,7 +75,7 @@ T=$(dirname "$(grep -lx "mixer hw:Dummy" /proc/$QP/task/*/comm | head -1)")
 switches() { awk '/^voluntary_ctxt_switches/ {print $2}' "$T/status"; }
 c1=$(switches); sleep 3; c2=$(switches)
 echo "$T $c1 $c2" > "$OUT/mixer-wakeups.txt"
-kill $QP; wait $QP; echo $? > "$OUT/dummy.rc"
+stop_pid $QP; echo $RC > "$OUT/dummy.rc"
 
 # 2. snd-aloop has no mixer elements; give it a "Master Playback Volume" without dB
 #    information (a user-space element) so the no-dB path is taken too.
@@ -105,7 +101,7 @@ sleep 1
 paplay "$WAV"
 sleep 1
 kill -INT $AP; wait $AP
-kill $QP; wait $QP; echo $? > "$OUT/loop.rc"
+stop_pid $QP; echo $RC > "$OUT/loop.rc"
 
 # 3. The mixer never keeps a card: once the PCM is closed for idleness, unbinding
 #    snd-dummy closes the mixer at once and the module can be removed.
@@ -117,7 +113,7 @@ echo "unbind $?" > "$OUT/unbind.txt"
 wait_for "$OUT/unbind.log" "mixer hw:Dummy: the control device reported an error" || true
 timeout 30 modprobe -r snd-dummy; echo "modprobe-r $?" >> "$OUT/unbind.txt"
 kill -0 $QP && echo "alive" >> "$OUT/unbind.txt"
-kill $QP; wait $QP
+stop_pid $QP
 "#;
 
 fn read(dir: &Path, name: &str) -> String {

@@ -65,9 +65,7 @@ loop.run()
 /// The steps, run as root in the guest (`$OUT`, `$QUAVERD` exported).
 const SCRIPT: &str = r#"
 out=$OUT; holder=$OUT/holder.py
-priv=$(mktemp -d)
-export XDG_RUNTIME_DIR=$priv/run HOME=$priv/home XDG_STATE_HOME=$priv/state
-mkdir -p "$XDG_RUNTIME_DIR" "$HOME"
+private_runtime; priv=$PRIV
 pactl() { timeout 20 env pactl "$@"; }
 dbus-daemon --session --fork --address="unix:path=$priv/bus" --print-address=1 --print-pid=1 > "$priv/bus.txt"
 export DBUS_SESSION_BUS_ADDRESS=$(sed -n 1p "$priv/bus.txt")
@@ -95,7 +93,7 @@ hold() { # log; runs the other program with priority 10
 hold "$out/holder1.log"
 echo "=== HOLDER1"; cat "$out/holder1.log"
 "$QUAVERD" --realtime-priority 0 2> "$out/quaverd.log" & Q=$!
-for _ in $(seq 100); do pactl info >/dev/null 2>&1 && break; sleep 0.2; done
+wait_server
 echo "=== KEPT_OFF"; pactl list short sinks
 echo "=== FREE_FOR_APLAY"
 fuser /dev/snd/pcmC${DUMMY}D0p; echo "fuser exit $?"
@@ -136,8 +134,7 @@ if command -v jackd >/dev/null; then
 else
     echo "SKIPPED: no jackd in the guest"
 fi
-kill $Q; for _ in $(seq 100); do kill -0 $Q 2>/dev/null || break; sleep 0.2; done
-kill -9 $Q 2>/dev/null; wait $Q; echo "quaverd exit $?"
+stop_pid $Q; echo "quaverd exit $RC"
 kill $BUSPID
 echo "=== LOG"; grep -iE "reserv|Dummy|card 1|handed" "$out/quaverd.log"
 echo "=== END"

@@ -84,6 +84,39 @@ impl GuestRun {
     }
 }
 
+/// Bash functions every [`Guest::run`] script can call (defined before its text): a
+/// private runtime, bounded waits for the PulseAudio server and for a subscription,
+/// and a bounded stop by PID.
+pub const BASH_LIB: &str = r#"
+# private_runtime: XDG_RUNTIME_DIR, HOME, XDG_STATE_HOME and XDG_CONFIG_HOME under a
+# fresh directory of the guest's own /tmp, $PRIV (sockets do not belong on the 9p share).
+private_runtime() {
+    PRIV=$(mktemp -d)
+    export XDG_RUNTIME_DIR=$PRIV/run HOME=$PRIV/home XDG_STATE_HOME=$PRIV/state \
+        XDG_CONFIG_HOME=$PRIV/config
+    mkdir -p -m 700 "$XDG_RUNTIME_DIR"; mkdir -p "$HOME"
+}
+# wait_server: until `pactl info` answers, 30 s at most (then says so and fails).
+wait_server() {
+    for _ in $(seq 150); do timeout 20 env pactl info >/dev/null 2>&1 && return 0; sleep 0.2; done
+    echo "the server did not answer pactl info in 30 s"; return 1
+}
+# wait_subscribed FILE: until the `pactl subscribe` writing FILE reports a client
+# coming and going, 10 s at most.
+wait_subscribed() {
+    for _ in $(seq 50); do
+        timeout 20 env pactl info >/dev/null 2>&1; grep -q "on client" "$1" && return 0; sleep 0.2
+    done
+    echo "pactl subscribe reported no client in 10 s"; return 1
+}
+# stop_pid PID: SIGTERM, 20 s to end, then SIGKILL; its exit status in $RC.
+stop_pid() {
+    kill "$1" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$1" 2>/dev/null; wait "$1"; RC=$?
+}
+"#;
+
 /// One guest run: its modules, whether udevd runs, a time bound and a directory both
 /// sides can write (kept after the run when `QUAVER_GUEST_KEEP` is set).
 pub struct Guest {
@@ -150,15 +183,16 @@ impl Guest {
         self.out.path().join(name)
     }
 
-    /// Runs the bash script `text` (with `set -u`, `$OUT` and the [`Guest::env`]
-    /// variables exported) and waits for the guest to end, at most the timeout plus the
-    /// time QEMU needs to be killed.
+    /// Runs the bash script `text` (with `$OUT` and the [`Guest::env`] variables
+    /// exported and the [`BASH_LIB`] functions defined) and waits for the guest to end,
+    /// at most the timeout plus the time QEMU needs to be killed.
     pub fn run(&self, text: &str) -> GuestRun {
         let file = self.path("guest-script.sh");
         let mut full = format!("export OUT={}\n", quote(&self.out().to_string_lossy()));
         for (k, v) in &self.env {
             full.push_str(&format!("export {k}={}\n", quote(v)));
         }
+        full.push_str(BASH_LIB);
         full.push_str(text);
         std::fs::write(&file, full).expect("writing the guest script");
         self.run_file(&file)

@@ -441,10 +441,12 @@ impl TransportEngine {
             self.pending.valid = m.valid & POSITION_BITS;
             self.pending.extra = m.extra;
         }
+        let mut master_lost = false;
         if master != self.master {
             if master == 0 {
-                // The master released the timebase or went away: nobody vouches for
-                // the BBT any more.
+                // What the master wrote last is for a frame already passed: nobody
+                // vouches for BBT from this cycle on.
+                master_lost = true;
                 self.pending.valid = 0;
             } else {
                 self.timebase_epoch = self.timebase_epoch.wrapping_add(1);
@@ -508,6 +510,17 @@ impl TransportEngine {
             && let Some((_, p)) = sh.node_req.read()
         {
             self.pending = p;
+            self.pending_pos = true;
+        }
+        if master_lost && !self.pending_pos {
+            // jackd2 resets the timebase by writing a position request without BBT
+            // (`ResetTimebase`): the transport relocates to where it is, nobody
+            // vouches for the BBT any more, and a rolling transport passes through
+            // starting once. Clients see the same here.
+            self.pending = Position {
+                frame: self.current.frame,
+                ..Position::default()
+            };
             self.pending_pos = true;
         }
         self.publish(usecs, rate);

@@ -173,10 +173,18 @@ fn the_masters_bbt_reaches_everyone_in_the_next_cycle_and_goes_with_it() {
         (0, 0x10, 3)
     );
     assert_eq!(s.timebase_epoch, tb);
-    // Lost (released or closed): the BBT is no longer valid from the next cycle.
+    let rolling = cycle(&mut e);
+    assert_eq!(rolling.state, TransportState::Rolling);
+    // Lost (released or closed): as in jackd2 a relocation without BBT to where the
+    // transport is, through starting once.
     sh.release_master(a).unwrap();
     let s = cycle(&mut e);
-    assert_eq!((s.current.valid, s.master), (0, 0));
+    assert_eq!((s.master, s.current.valid), (0, 0));
+    assert_eq!(s.next.valid, 0);
+    assert_eq!(s.next.frame, s.current.frame);
+    let s = cycle(&mut e);
+    assert_eq!((s.state, s.current.valid), (TransportState::Starting, 0));
+    assert_eq!(cycle(&mut e).state, TransportState::Rolling);
     // A non-conditional request takes over from anyone.
     sh.set_master(a, false).unwrap();
     sh.set_master(b, false).unwrap();

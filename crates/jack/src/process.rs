@@ -278,6 +278,7 @@ pub(crate) fn activate(c: &Client) -> c_int {
     }
     c.process_failed.store(false, Ordering::Release);
     c.cb.reset_stop();
+    c.transport.activated();
     let arg = ClientPtr(c as *const Client);
     c.process_tid.store(0, Ordering::Release);
     let tid = match create_thread(trampoline, arg.0.cast_mut().cast()) {

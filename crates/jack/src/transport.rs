@@ -133,6 +133,13 @@ impl ClientTransport {
         self.new_pos.store(true, Ordering::Release);
     }
 
+    /// `jack_activate`: as jackd2's `JackClient::Activate`, the sync callback is due
+    /// and the master's next call gets `new_pos`.
+    pub fn activated(&self) {
+        self.sync_pending.store(true, Ordering::Release);
+        self.new_pos.store(true, Ordering::Release);
+    }
+
     /// Serialises position requests.
     pub fn request_lock(&self) -> std::sync::MutexGuard<'_, ()> {
         self.request.lock().unwrap_or_else(|e| e.into_inner())

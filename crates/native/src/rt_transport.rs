@@ -107,3 +107,89 @@ impl TransportLink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
+    use quaver_engine::rt::transport::TransportEngine;
+    use quaver_protocol::callback::{CallbackGeometry, TransportPosition};
+
+    // Only counts inside `assert_no_alloc`; the other tests of this crate are unaffected.
+    #[global_allocator]
+    static A: AllocDisabler = AllocDisabler;
+
+    /// A client's words go through a node's link to the engine and back, and the RT
+    /// side of it (publish, collect, the engine's cycle) allocates nothing.
+    #[test]
+    fn a_clients_transport_words_reach_the_engine_without_allocating() {
+        let geo = CallbackGeometry {
+            inputs: 0,
+            outputs: 1,
+            max_frames: 256,
+        };
+        let (server, fd) = CallbackShm::create(geo, 48000).unwrap();
+        let client = CallbackShm::open(fd, geo).unwrap();
+        let shared = Arc::new(TransportShared::default());
+        let mut engine = TransportEngine::new(shared.clone());
+        let token = shared.new_token();
+        let mut link = TransportLink::new(shared.clone(), token);
+        shared.set_master(token, false).unwrap();
+        client.set_slow_sync(true);
+        reset_violation_count();
+        let mut cycle = |link: &mut TransportLink| {
+            assert_no_alloc(|| {
+                engine.cycle(256, 48000, 0);
+                link.publish(&server);
+                link.collect(&server, true);
+            });
+            client.transport()
+        };
+        cycle(&mut link);
+        client.send_transport_command(TRANSPORT_START);
+        cycle(&mut link);
+        let t = cycle(&mut link);
+        assert_eq!(t.state, TransportState::Starting as u32);
+        assert!(t.master);
+        // Not ready: still starting; ready: rolling.
+        assert_eq!(cycle(&mut link).state, TransportState::Starting as u32);
+        client.set_ready_epoch(t.sync_epoch);
+        cycle(&mut link);
+        let t = cycle(&mut link);
+        assert_eq!(t.state, TransportState::Rolling as u32);
+        // The master's BBT for the next cycle is everyone's in the next cycle.
+        let mut p = TransportPosition::from_words(&t.next);
+        p.valid = 0x10;
+        p.bar = 5;
+        client.write_bbt(&p.to_words());
+        cycle(&mut link);
+        let t = cycle(&mut link);
+        let cur = TransportPosition::from_words(&t.current);
+        assert_eq!((cur.valid, cur.bar), (0x10, 5));
+        // A request with bits JACK does not define is refused and counted.
+        let bad = TransportPosition {
+            frame: 7,
+            valid: 0x1,
+            ..TransportPosition::default()
+        };
+        client.send_transport_request(&bad.to_words());
+        cycle(&mut link);
+        assert_eq!(shared.refused(), 1);
+        assert_ne!(
+            TransportPosition::from_words(&cycle(&mut link).current).frame,
+            7
+        );
+        client.send_transport_request(&TransportPosition::default().to_words());
+        cycle(&mut link);
+        cycle(&mut link);
+        assert_eq!(cycle(&mut link).state, TransportState::Starting as u32);
+        for _ in 0..1000 {
+            cycle(&mut link);
+        }
+        assert_eq!(
+            violation_count(),
+            0,
+            "allocations on the RT side of the transport"
+        );
+    }
+}

@@ -69,6 +69,8 @@ pub enum Command {
         #[arg(long, conflicts_with = "dot")]
         json: bool,
     },
+    /// Show the JACK transport, or start, stop or locate it.
+    Transport(TransportArgs),
     /// Run a benchmark mode of `quaver-bench` (latency, load, stress, …); arguments
     /// are passed through, e.g. `quaver bench latency --quick`.
     #[command(disable_help_flag = true)]
@@ -76,6 +78,31 @@ pub enum Command {
         /// Mode and its arguments (see `quaver bench --help`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+}
+
+/// Arguments of `quaver transport`.
+#[derive(Args, Debug)]
+pub struct TransportArgs {
+    /// What to do; without one, show the transport.
+    #[command(subcommand)]
+    pub action: Option<TransportAction>,
+    /// Print the transport as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `quaver transport` actions (applied at the next cycle start, as JACK's).
+#[derive(Subcommand, Debug, Clone, Copy)]
+pub enum TransportAction {
+    /// Start rolling (slow-sync clients may hold it in starting).
+    Start,
+    /// Stop.
+    Stop,
+    /// Move to a frame (0 ..= 4294967295).
+    Locate {
+        /// Transport frame.
+        frame: u64,
     },
 }
 

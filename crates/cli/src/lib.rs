@@ -13,6 +13,7 @@ mod commands;
 mod play;
 mod record;
 mod signals;
+mod transport;
 
 use anyhow::Result;
 use args::{Cli, Command};
@@ -32,6 +33,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Unlink { output, input } => commands::link(server, output, input, true),
         Command::Volume(a) => commands::volume(server, a),
         Command::Graph { json, .. } => commands::graph(server, *json),
+        Command::Transport(a) => transport::transport(server, a),
         Command::Bench { args } => bench(args),
     }
 }

@@ -170,6 +170,11 @@ impl CallbackClient {
         })
     }
 
+    /// The shared block (for the transport words libjack reads and writes).
+    pub fn shm(&self) -> &CallbackShm {
+        &self.inner.shm
+    }
+
     /// Everything the server said when it created the node.
     pub fn info(&self) -> &CallbackCreated {
         &self.info

@@ -123,6 +123,9 @@ pub trait CallbackTransport: Send {
     fn client_times(&self) -> Option<(u64, u64)> {
         None
     }
+    /// Called at the start of every cycle, woken or not (inactive clients too), before
+    /// anything else: publishes what every client sees each cycle (the transport).
+    fn begin_cycle(&mut self) {}
 }
 
 /// Settings of a callback node.
@@ -445,6 +448,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             frames: cx.frames as u32,
         };
         self.remote = None;
+        self.transport.begin_cycle();
         if !self.transport.active() {
             self.phase = Phase::Inactive;
             self.signal_ns = 0;

@@ -104,6 +104,8 @@ pub struct Client {
     pub(crate) load: AtomicU32,
     pub(crate) xruns_seen: AtomicU64,
     pub(crate) process_failed: AtomicBool,
+    /// Transport callbacks and their state (`transport.rs`).
+    pub(crate) transport: crate::transport::ClientTransport,
 }
 
 /// Ports of each direction reserved per client unless `$QUAVER_JACK_MAX_PORTS` says.
@@ -225,7 +227,9 @@ impl Client {
             load: AtomicU32::new(0),
             xruns_seen: AtomicU64::new(0),
             process_failed: AtomicBool::new(false),
+            transport: Default::default(),
         });
+        client.transport.sync_with(client.cb.shm());
         client.timing.frames.store(info.quantum, Ordering::Relaxed);
         client.timing.period_ns.store(
             info.quantum as u64 * 1_000_000_000 / info.rate.max(1) as u64,

@@ -28,6 +28,7 @@ pub mod notify_thread;
 pub mod port;
 pub mod process;
 pub mod ringbuffer;
+pub mod transport;
 pub mod types;
 
 use std::ffi::{CStr, CString, c_char};

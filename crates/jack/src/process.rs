@@ -42,6 +42,7 @@ pub(crate) fn cycle_wait(c: &Client, cbs: &Callbacks) -> u32 {
             // SAFETY: the application's callback with its own argument.
             unsafe { cb(h.frames, a.0) };
         }
+        crate::transport::before_process(&c.transport, c.cb.shm());
         let xruns = c.cb.xruns();
         if xruns != c.xruns_seen.swap(xruns, Ordering::Relaxed) {
             c.notifier.xrun();
@@ -77,6 +78,9 @@ pub(crate) fn cycle_wait(c: &Client, cbs: &Callbacks) -> u32 {
 /// Publishes the outputs of the current cycle and completes it. *Process thread*.
 pub(crate) fn cycle_signal(c: &Client, status: c_int) {
     let f = c.timing.frames.load(Ordering::Relaxed) as usize;
+    if status == 0 {
+        crate::transport::after_process(&c.transport, c.cb.shm(), f as u32);
+    }
     for s in c.out_slots.iter() {
         let p = s.load(Ordering::Acquire);
         if !p.is_null() {
@@ -274,6 +278,7 @@ pub(crate) fn activate(c: &Client) -> c_int {
     }
     c.process_failed.store(false, Ordering::Release);
     c.cb.reset_stop();
+    c.transport.activated();
     let arg = ClientPtr(c as *const Client);
     c.process_tid.store(0, Ordering::Release);
     let tid = match create_thread(trampoline, arg.0.cast_mut().cast()) {

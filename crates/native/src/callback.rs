@@ -2,6 +2,7 @@
 //! wake the client and to hear back, and a graph node the engine drives each cycle.
 
 use crate::rt::ShmCallback;
+use crate::rt_transport::TransportLink;
 use crate::{CallbackEntry, NativeServer, engine_error};
 use quaver_dsp::{ChannelMap, ChannelPosition};
 use quaver_engine::{
@@ -88,12 +89,18 @@ impl NativeServer {
                 .latency_for_quantum(q as usize)
                 .min(u32::MAX as usize) as u32
         });
+        let token = self.engine.transport().new_token();
+        let mut link = TransportLink::new(self.engine.transport().clone(), token);
+        // The client may query the transport before its node's first cycle; the RT
+        // thread takes over writing the line once the node is in the graph.
+        link.publish(&shm);
         let (node, stats) = CallbackNode::new(
             ShmCallback {
                 shm: shm.clone(),
                 wake: wake.clone(),
                 done,
                 seq: 0,
+                transport: link,
             },
             CallbackConfig {
                 deadline: opts.deadline,
@@ -125,6 +132,8 @@ impl NativeServer {
                     shm,
                     wake,
                     quantum: p.quantum,
+                    transport_token: token,
+                    transport: self.engine.transport().clone(),
                 },
             );
         }

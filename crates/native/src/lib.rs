@@ -18,8 +18,10 @@ mod callback;
 mod introspect;
 mod restore;
 mod rt;
+mod rt_transport;
 mod session;
 mod streams;
+mod transport;
 
 use anyhow::{Context, Result, bail};
 use quaver_dsp::resample::ResampleQuality;
@@ -151,11 +153,16 @@ struct CallbackEntry {
     shm: Arc<CallbackShm>,
     wake: Arc<EventBell>,
     quantum: Option<u32>,
+    /// The node's timebase-master token.
+    transport_token: u64,
+    transport: Arc<quaver_engine::rt::transport::TransportShared>,
 }
 
 impl CallbackEntry {
     /// Tells the client its node is gone and wakes it so it notices.
     fn retire(&self) {
+        // A master that goes away loses the timebase, as in jackd2.
+        let _ = self.transport.release_master(self.transport_token);
         self.shm.set_server_flags(SERVER_ERROR);
         self.wake.signal();
     }

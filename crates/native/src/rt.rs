@@ -8,6 +8,7 @@
 //! never runs past the cycle's deadline. The peer may scribble on the shared memory at
 //! any time; `quaver_protocol` bounds every index and length read from it.
 
+use crate::rt_transport::TransportLink;
 use quaver_dsp::{Planar, PlanarMut};
 use quaver_engine::callback::CallbackCycle;
 use quaver_engine::stream::{FrameSink, FrameSource};
@@ -22,6 +23,7 @@ pub(crate) struct ShmCallback {
     pub(crate) wake: Arc<EventBell>,
     pub(crate) done: EventBell,
     pub(crate) seq: u64,
+    pub(crate) transport: TransportLink,
 }
 
 impl CallbackTransport for ShmCallback {
@@ -65,6 +67,11 @@ impl CallbackTransport for ShmCallback {
     }
     fn report(&mut self, xruns: u64, mode: CallbackMode) {
         self.shm.set_status(xruns, mode as u32);
+        let active = self.active();
+        self.transport.collect(&self.shm, active);
+    }
+    fn begin_cycle(&mut self) {
+        self.transport.publish(&self.shm);
     }
     fn client_times(&self) -> Option<(u64, u64)> {
         self.shm.client_times(self.seq)

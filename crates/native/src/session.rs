@@ -209,6 +209,13 @@ impl NativeServer {
                 none,
             ),
             Request::Watch => (Reply::Ok, none),
+            r @ (Request::TransportStart
+            | Request::TransportStop
+            | Request::TransportLocate { .. }
+            | Request::TransportQuery
+            | Request::SetTimebase { .. }
+            | Request::ReleaseTimebase { .. }
+            | Request::SetSyncTimeout { .. }) => (self.transport_request(client, &r), none),
             Request::Status => (Reply::Status(self.status()), none),
             Request::Timing => (Reply::Timing(Box::new(self.timing())), none),
             Request::Graph => (Reply::Graph(self.graph_info()), none),

@@ -25,6 +25,12 @@ use rustix::io::Errno;
 
 use crate::shm::{Mapping, ShmError, check_sealed_memfd, create_sealed_memfd};
 
+mod transport;
+pub use transport::{
+    CLIENT_SLOW_SYNC, POS_WORDS, POSITION_BITS, TRANSPORT_START, TRANSPORT_STOP, TransportPosition,
+    TransportWords,
+};
+
 /// `"QVCB"` little-endian: identifies a callback client's shared block.
 pub const CALLBACK_MAGIC: u32 = u32::from_le_bytes(*b"QVCB");
 /// Version of the layout below; bumped on any incompatible change.
@@ -100,6 +106,12 @@ struct Header {
     status: Line<StatusWords>,
     client_flags: Line<AtomicU32>,
     times: Line<TimesWords>,
+    /// Free for further lines (384–511).
+    _spare: [u8; 128],
+    /// The transport the server publishes (512–719, `transport.rs`).
+    transport_server: Line<transport::ServerWords>,
+    /// The client's transport answers and requests (768–967).
+    transport_client: Line<transport::ClientWords>,
 }
 
 // The layout is a wire format (docs/protocol.md); pin it.
@@ -129,6 +141,8 @@ const _: () = {
     assert!(offset_of!(TimesWords, seq) == 0);
     assert!(offset_of!(TimesWords, awake_ns) == 8);
     assert!(offset_of!(TimesWords, finish_ns) == 16);
+    assert!(offset_of!(Header, transport_server) == 512);
+    assert!(offset_of!(Header, transport_client) == 768);
     assert!(size_of::<Header>() <= CALLBACK_HEADER_BYTES);
 };
 
@@ -400,6 +414,65 @@ impl CallbackShm {
         );
         // A client stamping the next wake while we read: the pair may be torn.
         (t.seq.load(Ordering::Acquire) == seq).then_some(times)
+    }
+
+    // ----- the JACK transport lines (`callback/transport.rs`) -----
+
+    /// Server: publishes the transport for the coming cycle. *RT*.
+    pub fn publish_transport(&self, t: &TransportWords) {
+        self.header().transport_server.0.publish(t);
+    }
+
+    /// Server: the client's `CLIENT_SLOW_SYNC` flag and the sync epoch it last said it
+    /// is ready for. *RT*.
+    pub fn sync_answer(&self) -> (bool, u32) {
+        self.header().transport_client.0.sync_answer()
+    }
+
+    /// Server: the client's command counter and last command word (unchecked). *RT*.
+    pub fn transport_command(&self) -> (u32, u32) {
+        self.header().transport_client.0.command()
+    }
+
+    /// Server: the client's latest position request and its sequence, if it is not
+    /// being written. Unchecked words. *RT*.
+    pub fn transport_request(&self) -> Option<(u32, [u32; POS_WORDS])> {
+        self.header().transport_client.0.request()
+    }
+
+    /// Server: the BBT the client last wrote as master, with its sequence. *RT*.
+    pub fn transport_bbt(&self) -> Option<(u32, [u32; POS_WORDS])> {
+        self.header().transport_client.0.bbt()
+    }
+
+    /// Client: the transport as published for the latest cycle.
+    pub fn transport(&self) -> TransportWords {
+        self.header().transport_server.0.read()
+    }
+
+    /// Client: sets or clears `CLIENT_SLOW_SYNC`.
+    pub fn set_slow_sync(&self, on: bool) {
+        self.header().transport_client.0.set_slow_sync(on);
+    }
+
+    /// Client: ready for the start of `epoch`.
+    pub fn set_ready_epoch(&self, epoch: u32) {
+        self.header().transport_client.0.set_ready_epoch(epoch);
+    }
+
+    /// Client: asks for a start or a stop.
+    pub fn send_transport_command(&self, cmd: u32) {
+        self.header().transport_client.0.send_command(cmd);
+    }
+
+    /// Client: asks for a new position. One writer at a time (the caller serialises).
+    pub fn send_transport_request(&self, pos: &[u32; POS_WORDS]) {
+        self.header().transport_client.0.send_request(pos);
+    }
+
+    /// Client (the master's process thread): the BBT it computed this cycle.
+    pub fn write_bbt(&self, pos: &[u32; POS_WORDS]) {
+        self.header().transport_client.0.write_bbt(pos);
     }
 
     // ----- client side -----
@@ -753,5 +826,40 @@ mod tests {
         });
         assert!(bell.wait_until(monotonic_ns() + 5_000_000_000));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn both_sides_see_each_others_transport_words() {
+        let geo = CallbackGeometry {
+            inputs: 1,
+            outputs: 1,
+            max_frames: 64,
+        };
+        let (server, fd) = CallbackShm::create(geo, 48000).unwrap();
+        let client = CallbackShm::open(fd, geo).unwrap();
+        let t = TransportWords {
+            state: 3,
+            master: true,
+            sync_epoch: 5,
+            timebase_epoch: 6,
+            frame_rate: 48000,
+            usecs: 77,
+            current: [1; POS_WORDS],
+            next: [2; POS_WORDS],
+        };
+        server.publish_transport(&t);
+        assert_eq!(client.transport(), t);
+        client.set_slow_sync(true);
+        client.set_ready_epoch(5);
+        assert_eq!(server.sync_answer(), (true, 5));
+        client.send_transport_command(TRANSPORT_START);
+        assert_eq!(server.transport_command(), (1, TRANSPORT_START));
+        client.send_transport_request(&[3; POS_WORDS]);
+        let (s1, w) = server.transport_request().unwrap();
+        assert_eq!(w, [3; POS_WORDS]);
+        client.send_transport_request(&[4; POS_WORDS]);
+        assert_ne!(server.transport_request().unwrap().0, s1);
+        client.write_bbt(&[5; POS_WORDS]);
+        assert_eq!(server.transport_bbt().unwrap().1, [5; POS_WORDS]);
     }
 }

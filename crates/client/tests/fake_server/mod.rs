@@ -173,6 +173,13 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                 | Request::AddPort { .. }
                 | Request::RemovePort { .. }
                 | Request::SetQuantum { .. }
+                | Request::TransportStart
+                | Request::TransportStop
+                | Request::TransportLocate { .. }
+                | Request::TransportQuery
+                | Request::SetTimebase { .. }
+                | Request::ReleaseTimebase { .. }
+                | Request::SetSyncTimeout { .. }
                 | Request::Watch => Reply::error(ErrorCode::BadRequest, "no callback clients here"),
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {

@@ -83,6 +83,7 @@ impl Engine {
         let node_times: Arc<[NodeTimes]> = (0..config.max_nodes)
             .map(|_| NodeTimes::default())
             .collect();
+        let transport = Arc::new(crate::rt::transport::TransportShared::default());
         let freewheel = infos[0].freewheel;
         let followers = followers(&infos, rate, config.quantum_max)?;
         let links = RtLinks {
@@ -93,6 +94,7 @@ impl Engine {
             wake: wake.clone(),
             stats: stats.clone(),
             node_times: node_times.clone(),
+            transport: transport.clone(),
         };
         let settings = RtSettings {
             slots: config.max_nodes,
@@ -151,6 +153,7 @@ impl Engine {
                 }),
                 threads: Mutex::new(None),
                 stopping: false.into(),
+                transport,
             }),
         };
         let specs = infos

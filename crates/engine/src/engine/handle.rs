@@ -55,6 +55,8 @@ pub(super) type EngineThreads = (JoinHandle<Vec<Option<Box<dyn Device>>>>, JoinH
 
 pub(super) struct Shared {
     pub(super) ctl: Mutex<Control>,
+    /// The JACK transport the RT thread advances ([`Engine::transport`]).
+    pub(super) transport: Arc<crate::rt::transport::TransportShared>,
     pub(super) stats: Arc<RtStats>,
     pub(super) node_times: Arc<[NodeTimes]>,
     /// When [`Engine::node_timing`] last read, and what it saw per slot.
@@ -104,6 +106,12 @@ fn round_quantum(frames: usize) -> usize {
 }
 
 impl Engine {
+    /// The JACK transport: requests, the timebase master, and the state the RT thread
+    /// publishes at each cycle start (docs/engine/transport.md).
+    pub fn transport(&self) -> &Arc<crate::rt::transport::TransportShared> {
+        &self.shared.transport
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, Control> {
         self.shared
             .ctl

@@ -95,6 +95,7 @@ pub mod runner;
 pub mod sched;
 pub mod stats;
 pub mod timing;
+pub mod transport;
 
 pub use msg::RtEvent;
 pub use node::{CycleInfo, Processor};

@@ -93,6 +93,8 @@ pub struct RtRunner {
     /// Per slot: the next rewind drops this node's taken-back output (one entry per
     /// slot, allocated up front).
     pub(crate) discard: Vec<bool>,
+    /// The JACK transport, advanced at each cycle start.
+    pub(crate) transport: crate::rt::transport::TransportEngine,
 }
 
 /// What the control side shares with a new runner: its queues, doorbells and counters.
@@ -104,6 +106,7 @@ pub(crate) struct RtLinks {
     pub wake: Arc<OwnedFd>,
     pub stats: Arc<RtStats>,
     pub node_times: Arc<[NodeTimes]>,
+    pub transport: Arc<crate::rt::transport::TransportShared>,
 }
 
 /// A new runner's fixed settings.
@@ -176,6 +179,7 @@ impl RtRunner {
             rewind_requested: false,
             was_overdue: false,
             discard: vec![false; s.slots],
+            transport: crate::rt::transport::TransportEngine::new(links.transport),
         }
     }
 
@@ -475,6 +479,7 @@ impl RtRunner {
             self.freewheel_wait(q);
         }
         let t0 = quaver_rt::monotonic_ns();
+        self.transport.cycle(q as u32, self.rate, t0 / 1000);
         let cx = CycleInfo {
             frames: q,
             rate: self.rate,

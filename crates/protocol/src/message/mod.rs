@@ -17,6 +17,7 @@ mod reply;
 mod request;
 mod status;
 mod stream;
+mod transport;
 
 pub use callback::{CallbackCreated, CallbackParams, CallbackPort, PortParams};
 pub use graph::{CallbackNodeInfo, GraphInfo, LinkInfo, NodeInfo, PortDirection, PortInfo};
@@ -28,6 +29,7 @@ pub use reply::{ErrorCode, GraphEvent, Reply};
 pub use request::Request;
 pub use status::{ClientInfo, DeviceStatus, NodeTimingInfo, StatusInfo, TimingStats};
 pub use stream::{Direction, StreamCreated, StreamParams};
+pub use transport::TransportInfo;
 
 use serde::{Deserialize, Serialize};
 

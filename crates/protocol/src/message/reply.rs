@@ -5,6 +5,7 @@ use super::callback::{CallbackCreated, CallbackPort};
 use super::graph::GraphInfo;
 use super::status::{StatusInfo, TimingStats};
 use super::stream::StreamCreated;
+use super::transport::TransportInfo;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -28,6 +29,8 @@ pub enum ErrorCode {
     Internal,
     /// A limit (streams, clients, memory) was reached.
     TooMany,
+    /// Someone else holds it (JACK's `EBUSY`: another timebase master).
+    Busy,
     /// A code this client does not know (sent by a newer server); never sent by v1 servers.
     #[serde(other)]
     Unknown,
@@ -45,6 +48,7 @@ impl ErrorCode {
             ErrorCode::Exists => "exists",
             ErrorCode::Internal => "internal",
             ErrorCode::TooMany => "too_many",
+            ErrorCode::Busy => "busy",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -79,6 +83,8 @@ pub enum Reply {
     CallbackCreated(CallbackCreated),
     /// Answer to `AddPort`.
     PortAdded(CallbackPort),
+    /// Answer to `TransportQuery`.
+    Transport(TransportInfo),
     /// Sent unsolicited (id 0) on a connection that asked to `Watch`.
     Event(GraphEvent),
     /// Success without data.
@@ -111,6 +117,7 @@ impl Reply {
             Reply::StreamCreated(_) => "stream_created",
             Reply::CallbackCreated(_) => "callback_created",
             Reply::PortAdded(_) => "port_added",
+            Reply::Transport(_) => "transport",
             Reply::Event(_) => "event",
             Reply::Ok => "ok",
             Reply::Error { .. } => "error",

@@ -7,6 +7,9 @@ use super::stream::StreamParams;
 use quaver_dsp::ChannelPosition;
 use serde::{Deserialize, Serialize};
 
+/// Longest sync timeout a client may set, µs (an hour).
+pub const MAX_SYNC_TIMEOUT_US: u64 = 3_600_000_000;
+
 /// A request from client to server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -91,6 +94,36 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mute: Option<bool>,
     },
+    /// Starts the JACK transport (at the next cycle start, through starting).
+    TransportStart,
+    /// Stops the JACK transport.
+    TransportStop,
+    /// Moves the JACK transport to `frame` (a JACK frame: at most `u32::MAX`).
+    TransportLocate {
+        /// Transport frame.
+        frame: u64,
+    },
+    /// Asks for [`TransportInfo`](super::TransportInfo).
+    TransportQuery,
+    /// Makes a callback node of this connection the timebase master; `conditional`
+    /// fails with `busy` while another node is.
+    SetTimebase {
+        /// Node id.
+        node: u32,
+        /// Only if there is no master.
+        #[serde(default)]
+        conditional: bool,
+    },
+    /// Gives up the timebase (`bad_request` when the node is not the master).
+    ReleaseTimebase {
+        /// Node id.
+        node: u32,
+    },
+    /// How long slow-sync clients may hold a start, µs (JACK's default: 2 s).
+    SetSyncTimeout {
+        /// Microseconds, at most an hour.
+        usecs: u64,
+    },
 }
 
 impl Request {
@@ -106,6 +139,29 @@ impl Request {
             Request::CreateCallback(p) => p.validate(),
             Request::AddPort { name, .. } => check_port_name("name", name),
             Request::RemovePort { .. } | Request::Watch => Ok(()),
+            Request::TransportStart
+            | Request::TransportStop
+            | Request::TransportQuery
+            | Request::SetTimebase { .. }
+            | Request::ReleaseTimebase { .. } => Ok(()),
+            Request::TransportLocate { frame } => {
+                if *frame > u32::MAX as u64 {
+                    Err(format!(
+                        "frame {frame} is beyond JACK's 32-bit frame range (EINVAL)"
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            Request::SetSyncTimeout { usecs } => {
+                if *usecs > MAX_SYNC_TIMEOUT_US {
+                    Err(format!(
+                        "sync timeout {usecs} µs is over the limit of {MAX_SYNC_TIMEOUT_US}"
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
             Request::SetQuantum { quantum, .. } => match quantum {
                 Some(q) if !(1..=MAX_QUANTUM).contains(q) => {
                     Err(format!("quantum {q} out of range 1..={MAX_QUANTUM}"))
@@ -146,6 +202,13 @@ impl Request {
             Request::RemovePort { .. } => "remove_port",
             Request::SetQuantum { .. } => "set_quantum",
             Request::Watch => "watch",
+            Request::TransportStart => "transport_start",
+            Request::TransportStop => "transport_stop",
+            Request::TransportLocate { .. } => "transport_locate",
+            Request::TransportQuery => "transport_query",
+            Request::SetTimebase { .. } => "set_timebase",
+            Request::ReleaseTimebase { .. } => "release_timebase",
+            Request::SetSyncTimeout { .. } => "set_sync_timeout",
         }
     }
 }

@@ -452,26 +452,6 @@ impl Graph {
         Ok((node.id, Some(*port)))
     }
 
-    /// True if a path of links leads from node `from` to node `to`.
-    fn reaches(&self, from: NodeId, to: NodeId) -> bool {
-        let mut stack = vec![from];
-        let mut seen = HashSet::new();
-        while let Some(n) = stack.pop() {
-            if n == to {
-                return true;
-            }
-            if !seen.insert(n) {
-                continue;
-            }
-            for l in self.links.values() {
-                if self.ports[&l.output].node == n {
-                    stack.push(self.ports[&l.input].node);
-                }
-            }
-        }
-        false
-    }
-
     /// Checks that `output` → `input` may be linked.
     fn check_link(&self, output: PortId, input: PortId) -> Result<(), EngineError> {
         let (o, i) = (&self.ports[&output], &self.ports[&input]);
@@ -489,13 +469,8 @@ impl Graph {
                 self.port_path(input)
             )));
         }
-        if o.node == i.node || self.reaches(i.node, o.node) {
-            return Err(EngineError::Incompatible(format!(
-                "{} → {} would make a cycle in the graph",
-                self.port_path(output),
-                self.port_path(input)
-            )));
-        }
+        // A link that closes a loop is allowed, as in JACK: it carries the previous
+        // cycle ([`crate::feedback`]).
         Ok(())
     }
 
@@ -604,52 +579,6 @@ impl Graph {
         }
         Ok(removed)
     }
-
-    /// Nodes in processing order (every node after the nodes that feed it), level by
-    /// level: every node whose inputs are ready comes before any node that must wait
-    /// for another, so independent split-phase nodes (callback clients) are all woken
-    /// before the first wait for one of them.
-    pub fn topo_order(&self) -> Vec<NodeId> {
-        self.topo_order_with(&[])
-            .expect("links are checked to be acyclic")
-    }
-
-    /// Processing order honouring the graph's links plus `extra` port pairs (links that
-    /// are fading out for one cycle, whose ports still exist). `None` if the extra
-    /// edges would make a cycle.
-    pub fn topo_order_with(&self, extra: &[(PortId, PortId)]) -> Option<Vec<NodeId>> {
-        let mut indeg: BTreeMap<NodeId, usize> = self.nodes.keys().map(|&k| (k, 0)).collect();
-        let mut edges: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
-        let mut seen = HashSet::new();
-        let pairs = self
-            .links
-            .values()
-            .map(|l| (l.output, l.input))
-            .chain(extra.iter().copied());
-        for (o, i) in pairs {
-            let (a, b) = (self.ports[&o].node, self.ports[&i].node);
-            if seen.insert((a, b)) {
-                edges.entry(a).or_default().push(b);
-                *indeg.get_mut(&b).expect("link to unknown node") += 1;
-            }
-        }
-        let mut ready: std::collections::VecDeque<NodeId> =
-            indeg.iter().filter(|e| *e.1 == 0).map(|e| *e.0).collect();
-        let mut order = Vec::with_capacity(self.nodes.len());
-        while let Some(n) = ready.pop_front() {
-            order.push(n);
-            if let Some(next) = edges.get(&n) {
-                for &m in next {
-                    let d = indeg.get_mut(&m).expect("node");
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push_back(m);
-                    }
-                }
-            }
-        }
-        (order.len() == self.nodes.len()).then_some(order)
-    }
 }
 
 #[cfg(test)]
@@ -693,7 +622,7 @@ mod tests {
     }
 
     #[test]
-    fn refuses_wrong_direction_and_cycles() {
+    fn refuses_wrong_direction_but_not_loops() {
         let (mut g, _, _) = stereo_graph();
         let e = g.link_pairs("sink:playback_FL", "play:output_FL").unwrap();
         assert!(matches!(g.add_links(&e), Err(EngineError::Incompatible(_))));
@@ -703,9 +632,13 @@ mod tests {
         g.add_node(&f, 3);
         let p = g.link_pairs("sink", "fx").unwrap();
         g.add_links(&p).unwrap();
+        // The monitor through fx back into the sink, and fx into itself: loops, which
+        // carry the previous cycle (crate::feedback).
         let back = g.link_pairs("fx", "sink").unwrap();
-        let err = g.add_links(&back).unwrap_err();
-        assert!(err.to_string().contains("cycle"), "{err}");
+        assert_eq!(g.add_links(&back).unwrap().len(), 2);
+        let own = g.link_pairs("fx:output_FL", "fx:input_FL").unwrap();
+        assert_eq!(g.add_links(&own).unwrap().len(), 1);
+        assert_eq!(g.links.len(), 5);
     }
 
     #[test]
@@ -720,30 +653,6 @@ mod tests {
             g.unlink("play", "sink"),
             Err(EngineError::NoSuchLink(_))
         ));
-    }
-
-    #[test]
-    fn topo_order_puts_every_source_before_any_sink() {
-        // a → sink, and b unlinked: b must not wait behind the sink (which waits for a).
-        let (mut g, sink, play) = stereo_graph();
-        let mut b = NodeSpec::new("b", NodeKind::Filter);
-        b.outputs = ChannelMap::mono();
-        let b = g.add_node(&b, 7);
-        let p = g.link_pairs("play", "sink").unwrap();
-        g.add_links(&p).unwrap();
-        let order = g.topo_order();
-        let pos = |n| order.iter().position(|&x| x == n).unwrap();
-        assert!(pos(play) < pos(sink) && pos(b) < pos(sink), "{order:?}");
-    }
-
-    #[test]
-    fn topo_order_puts_producers_first() {
-        let (mut g, sink, play) = stereo_graph();
-        let p = g.link_pairs("play", "sink").unwrap();
-        g.add_links(&p).unwrap();
-        let order = g.topo_order();
-        let pos = |n| order.iter().position(|&x| x == n).unwrap();
-        assert!(pos(play) < pos(sink));
     }
 
     #[test]

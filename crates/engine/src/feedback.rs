@@ -147,7 +147,7 @@ mod tests {
 
     fn link(g: &mut Graph, out: &str, inp: &str) {
         let pairs = g.link_pairs(out, inp).unwrap();
-        g.add_links(&pairs).unwrap();
+        g.add_links_with_feedback(&pairs).unwrap();
     }
 
     /// The feedback links as "node:port→node:port", sorted.

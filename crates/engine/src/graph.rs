@@ -452,8 +452,29 @@ impl Graph {
         Ok((node.id, Some(*port)))
     }
 
-    /// Checks that `output` → `input` may be linked.
-    fn check_link(&self, output: PortId, input: PortId) -> Result<(), EngineError> {
+    /// True if a path of links leads from node `from` to node `to`.
+    fn reaches(&self, from: NodeId, to: NodeId) -> bool {
+        let mut stack = vec![from];
+        let mut seen = HashSet::new();
+        while let Some(n) = stack.pop() {
+            if n == to {
+                return true;
+            }
+            if !seen.insert(n) {
+                continue;
+            }
+            for l in self.links.values() {
+                if self.ports[&l.output].node == n {
+                    stack.push(self.ports[&l.input].node);
+                }
+            }
+        }
+        false
+    }
+
+    /// Checks that `output` → `input` may be linked; a link that closes a loop only
+    /// with `feedback` (it then carries the previous cycle, [`crate::feedback`]).
+    fn check_link(&self, output: PortId, input: PortId, feedback: bool) -> Result<(), EngineError> {
         let (o, i) = (&self.ports[&output], &self.ports[&input]);
         if o.direction != Direction::Out || i.direction != Direction::In {
             return Err(EngineError::Incompatible(format!(
@@ -469,8 +490,13 @@ impl Graph {
                 self.port_path(input)
             )));
         }
-        // A link that closes a loop is allowed, as in JACK: it carries the previous
-        // cycle ([`crate::feedback`]).
+        if !feedback && (o.node == i.node || self.reaches(i.node, o.node)) {
+            return Err(EngineError::Incompatible(format!(
+                "{} → {} would make a cycle in the graph",
+                self.port_path(output),
+                self.port_path(input)
+            )));
+        }
         Ok(())
     }
 
@@ -530,9 +556,29 @@ impl Graph {
     }
 
     /// Links the given pairs; already-linked pairs are skipped. Returns new link ids.
+    /// A link that would close a loop is refused (PulseAudio refuses to move a stream
+    /// or a loopback into what it feeds); [`Graph::add_links_with_feedback`] takes it.
     pub fn add_links(&mut self, pairs: &[(PortId, PortId)]) -> Result<Vec<LinkId>, EngineError> {
+        self.insert_links(pairs, false)
+    }
+
+    /// Like [`Graph::add_links`], but a link that closes a loop (a node into itself
+    /// included) is accepted, as JACK accepts it: it carries the previous cycle
+    /// ([`crate::feedback`]).
+    pub fn add_links_with_feedback(
+        &mut self,
+        pairs: &[(PortId, PortId)],
+    ) -> Result<Vec<LinkId>, EngineError> {
+        self.insert_links(pairs, true)
+    }
+
+    fn insert_links(
+        &mut self,
+        pairs: &[(PortId, PortId)],
+        feedback: bool,
+    ) -> Result<Vec<LinkId>, EngineError> {
         for &(o, i) in pairs {
-            self.check_link(o, i)?;
+            self.check_link(o, i, feedback)?;
         }
         let mut ids = Vec::new();
         for &(o, i) in pairs {
@@ -622,22 +668,30 @@ mod tests {
     }
 
     #[test]
-    fn refuses_wrong_direction_but_not_loops() {
+    fn refuses_wrong_direction_and_loops_unless_feedback_is_asked_for() {
         let (mut g, _, _) = stereo_graph();
         let e = g.link_pairs("sink:playback_FL", "play:output_FL").unwrap();
         assert!(matches!(g.add_links(&e), Err(EngineError::Incompatible(_))));
+        assert!(matches!(
+            g.add_links_with_feedback(&e),
+            Err(EngineError::Incompatible(_))
+        ));
         let mut f = NodeSpec::new("fx", NodeKind::Filter);
         f.inputs = ChannelMap::stereo();
         f.outputs = ChannelMap::stereo();
         g.add_node(&f, 3);
         let p = g.link_pairs("sink", "fx").unwrap();
         g.add_links(&p).unwrap();
-        // The monitor through fx back into the sink, and fx into itself: loops, which
-        // carry the previous cycle (crate::feedback).
+        // The monitor through fx back into the sink, and fx into itself: loops.
         let back = g.link_pairs("fx", "sink").unwrap();
-        assert_eq!(g.add_links(&back).unwrap().len(), 2);
+        let err = g.add_links(&back).unwrap_err();
+        assert!(err.to_string().contains("cycle"), "{err}");
         let own = g.link_pairs("fx:output_FL", "fx:input_FL").unwrap();
-        assert_eq!(g.add_links(&own).unwrap().len(), 1);
+        assert!(g.add_links(&own).is_err());
+        assert_eq!(g.links.len(), 2);
+        // As JACK links they carry the previous cycle (crate::feedback).
+        assert_eq!(g.add_links_with_feedback(&back).unwrap().len(), 2);
+        assert_eq!(g.add_links_with_feedback(&own).unwrap().len(), 1);
         assert_eq!(g.links.len(), 5);
     }
 

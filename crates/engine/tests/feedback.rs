@@ -104,12 +104,35 @@ fn feedback(engine: &Engine) -> Vec<String> {
 }
 
 #[test]
+fn only_a_link_asked_for_with_feedback_may_close_a_loop() {
+    // PulseAudio-facing edits (Engine::link, relink, add_node_linked) refuse a loop as
+    // PulseAudio does; JACK's links (Engine::link_with_feedback) take it.
+    let (engine, runner, _, _) = setup(64);
+    filter(&engine, "a", Box::new(Thru));
+    filter(&engine, "b", Box::new(Thru));
+    engine.link("a", "b").unwrap();
+    for (o, i) in [("b", "a"), ("a", "a")] {
+        let err = engine.link(o, i).unwrap_err();
+        assert!(err.to_string().contains("would make a cycle"), "{err}");
+    }
+    assert_eq!(engine.graph().links.len(), 2);
+    assert_eq!(engine.link_with_feedback("b", "a").unwrap().len(), 2);
+    assert_eq!(engine.link_with_feedback("a", "a").unwrap().len(), 2);
+    assert_eq!(feedback(&engine).len(), 4);
+    // A loop through a feedback link is still a loop to Engine::link.
+    filter(&engine, "c", Box::new(Thru));
+    engine.link("b", "c").unwrap();
+    assert!(engine.link("c", "a").is_err());
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
 fn a_node_linked_to_itself_hears_exactly_its_previous_cycle() {
     let q = 64;
     let (engine, mut runner, left, right) = setup(q);
     filter(&engine, "acc", Box::new(Accumulate));
-    engine.link("acc", "test-sink").unwrap();
-    engine.link("acc", "acc").unwrap();
+    engine.link_with_feedback("acc", "test-sink").unwrap();
+    engine.link_with_feedback("acc", "acc").unwrap();
     assert_eq!(
         feedback(&engine),
         ["acc:output_FL→acc:input_FL", "acc:output_FR→acc:input_FR"]
@@ -156,9 +179,11 @@ fn in_a_loop_of_two_the_link_that_closed_it_is_one_quantum_late() {
     let (engine, mut runner, left, right) = setup(q);
     filter(&engine, "a", Box::new(Clock));
     filter(&engine, "b", Box::new(Thru));
-    engine.link("a", "b").unwrap();
-    engine.link("b:output_FL", "a:input_FL").unwrap();
-    engine.link("b", "test-sink").unwrap();
+    engine.link_with_feedback("a", "b").unwrap();
+    engine
+        .link_with_feedback("b:output_FL", "a:input_FL")
+        .unwrap();
+    engine.link_with_feedback("b", "test-sink").unwrap();
     assert_eq!(feedback(&engine), ["b:output_FL→a:input_FL"]);
     settle(&mut runner, &[&left, &right]);
     let start = recorded_from(&engine, q);
@@ -175,9 +200,11 @@ fn in_a_loop_of_two_the_link_that_closed_it_is_one_quantum_late() {
     let (engine, mut runner, left, right) = setup(q);
     filter(&engine, "a", Box::new(Clock));
     filter(&engine, "b", Box::new(Thru));
-    engine.link("b:output_FL", "a:input_FL").unwrap();
-    engine.link("a", "b").unwrap();
-    engine.link("b", "test-sink").unwrap();
+    engine
+        .link_with_feedback("b:output_FL", "a:input_FL")
+        .unwrap();
+    engine.link_with_feedback("a", "b").unwrap();
+    engine.link_with_feedback("b", "test-sink").unwrap();
     assert_eq!(
         feedback(&engine),
         ["a:output_FL→b:input_FL", "a:output_FR→b:input_FR"]
@@ -199,10 +226,12 @@ fn a_loop_through_three_keeps_the_chain_in_order_until_its_closing_link_goes() {
     filter(&engine, "a", Box::new(Clock));
     filter(&engine, "b", Box::new(Thru));
     filter(&engine, "c", Box::new(Thru));
-    engine.link("a", "b").unwrap();
-    engine.link("b", "c").unwrap();
-    engine.link("c", "test-sink").unwrap();
-    engine.link("c:output_FL", "a:input_FL").unwrap();
+    engine.link_with_feedback("a", "b").unwrap();
+    engine.link_with_feedback("b", "c").unwrap();
+    engine.link_with_feedback("c", "test-sink").unwrap();
+    engine
+        .link_with_feedback("c:output_FL", "a:input_FL")
+        .unwrap();
     assert_eq!(feedback(&engine), ["c:output_FL→a:input_FL"]);
     settle(&mut runner, &[&left, &right]);
     let start = recorded_from(&engine, q);
@@ -240,10 +269,12 @@ fn a_new_feedback_link_fades_in() {
     let (engine, mut runner, left, right) = setup(q);
     filter(&engine, "a", Box::new(Clock));
     filter(&engine, "b", Box::new(Thru));
-    engine.link("a", "b").unwrap();
-    engine.link("b", "test-sink").unwrap();
+    engine.link_with_feedback("a", "b").unwrap();
+    engine.link_with_feedback("b", "test-sink").unwrap();
     settle(&mut runner, &[&left, &right]);
-    engine.link("b:output_FL", "a:input_FL").unwrap();
+    engine
+        .link_with_feedback("b:output_FL", "a:input_FL")
+        .unwrap();
     let start = recorded_from(&engine, q);
     for _ in 0..3 {
         runner.run_cycle();
@@ -267,8 +298,8 @@ fn when_the_quantum_grows_the_delayed_link_carries_silence_not_an_older_cycle() 
     // them from silence, not from what they held two quantum changes ago.
     let (engine, mut runner, left, right) = setup(128);
     let acc = filter(&engine, "acc", Box::new(Accumulate));
-    engine.link("acc", "test-sink").unwrap();
-    engine.link("acc", "acc").unwrap();
+    engine.link_with_feedback("acc", "test-sink").unwrap();
+    engine.link_with_feedback("acc", "acc").unwrap();
     settle(&mut runner, &[&left, &right]);
     for _ in 0..4 {
         runner.run_cycle();
@@ -319,13 +350,17 @@ fn callback_clients_in_a_loop_and_into_themselves_never_wait_for_a_later_node() 
     let x = client(&engine, "x", Behaviour::Gain(1.0));
     let y = client(&engine, "y", Behaviour::Gain(1.0));
     let z = client(&engine, "z", Behaviour::Gain(1.0));
-    engine.link("dc", "x").unwrap();
-    engine.link("x", "y").unwrap();
-    engine.link("y", "x").unwrap();
-    engine.link("y:output_FL", "test-sink:playback_FL").unwrap();
-    engine.link("dc", "z").unwrap();
-    engine.link("z", "z").unwrap();
-    engine.link("z:output_FR", "test-sink:playback_FR").unwrap();
+    engine.link_with_feedback("dc", "x").unwrap();
+    engine.link_with_feedback("x", "y").unwrap();
+    engine.link_with_feedback("y", "x").unwrap();
+    engine
+        .link_with_feedback("y:output_FL", "test-sink:playback_FL")
+        .unwrap();
+    engine.link_with_feedback("dc", "z").unwrap();
+    engine.link_with_feedback("z", "z").unwrap();
+    engine
+        .link_with_feedback("z:output_FR", "test-sink:playback_FR")
+        .unwrap();
     assert_eq!(
         feedback(&engine),
         [

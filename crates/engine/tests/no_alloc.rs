@@ -316,13 +316,13 @@ fn feedback_loops_allocate_nothing_in_the_cycle() {
         ("sine", "cb"),
         ("cb", "test-sink"),
     ] {
-        engine.link(o, i).unwrap();
+        engine.link_with_feedback(o, i).unwrap();
     }
     reset_violation_count();
     for round in 0..100 {
         match round % 4 {
-            0 => drop(engine.link("b", "a").unwrap()),
-            1 => drop(engine.link("b", "cb").unwrap()),
+            0 => drop(engine.link_with_feedback("b", "a").unwrap()),
+            1 => drop(engine.link_with_feedback("b", "cb").unwrap()),
             2 => {
                 engine.unlink("b", "a").unwrap();
                 let latency = if round % 8 == 2 { Some(256) } else { None };

@@ -104,9 +104,34 @@ fn a_client_into_itself_and_a_loop_of_two_keep_audio_flowing() {
     let g = graph(&d);
     assert_eq!(link(&g, "t1:output_2", "t2:input_2"), Some(false));
     assert_eq!(link(&g, "t2:output_2", "t1:input_2"), Some(true));
-    let before: Vec<CallbackNodeInfo> = ["t1", "t2"]
+    // The machine may be loaded (these clients run without real-time priority in
+    // tests): a recording in which a client missed a cycle is retried, twice at most;
+    // a wrong recording in which nothing was missed fails at once.
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        match record_the_loop(&d) {
+            Ok(()) => break,
+            Err((missed, why)) if missed => attempts.push(why),
+            Err((_, why)) => panic!("{why}"),
+        }
+    }
+    assert!(
+        attempts.len() < 3,
+        "every recording missed cycles: {attempts:#?}"
+    );
+    for c in [t1, t2, sine] {
+        let _ = kill(c);
+    }
+    d.stop();
+}
+
+/// Records the loop's two clients and the sine with jack_rec for two seconds and checks
+/// them; the error says whether a client missed cycles meanwhile.
+fn record_the_loop(d: &Daemon) -> Result<(), (bool, String)> {
+    let clients = ["t1", "t2", "jack_simple_client"];
+    let before: Vec<CallbackNodeInfo> = clients
         .iter()
-        .map(|n| callback_info(&d, n).unwrap())
+        .map(|n| callback_info(d, n).unwrap())
         .collect();
     let cycles0 = d.connect().status().unwrap().cycles;
     let wav = d.path("loop.wav");
@@ -123,18 +148,30 @@ fn a_client_into_itself_and_a_loop_of_two_keep_audio_flowing() {
     ok(&rec);
     let status = d.connect().status().unwrap();
     let q = status.quantum as usize;
-    // Nothing missed: both clients woken every cycle, answered every time.
-    for (n, b) in ["t1", "t2"].iter().zip(&before) {
-        let c = callback_info(&d, n).unwrap();
-        assert_eq!(c.xruns, b.xruns, "{n} missed cycles in the loop: {c:?}");
-        assert_eq!(c.skipped, b.skipped, "{n} was skipped in the loop");
+    // Nothing missed: every client woken every cycle, answering every time.
+    let mut missed = Vec::new();
+    for (n, b) in clients.iter().zip(&before) {
+        let c = callback_info(d, n).unwrap();
+        if c.xruns != b.xruns || c.skipped != b.skipped || c.mode != "sync" {
+            missed.push(format!("{n}: {c:?}"));
+        }
         assert!(
             c.woken >= b.woken + (status.cycles - cycles0) - 2,
-            "{n}: {c:?}"
+            "{n} was not woken every cycle: {c:?}"
         );
-        assert_eq!(c.mode, "sync", "{n}");
     }
-    let (spec, s) = quaver_testkit::read_wav_s16(&wav);
+    let check = check_recording(&wav, q);
+    match (missed.is_empty(), check) {
+        (true, Ok(())) => Ok(()),
+        (true, Err(why)) => Err((false, why)),
+        (false, check) => Err((true, format!("missed cycles: {missed:?}; {check:?}"))),
+    }
+}
+
+/// The recording (sine, t1, t2) shows t2 = t1 in the same cycle and t1 = sine + t1 one
+/// quantum (`q` frames) earlier.
+fn check_recording(wav: &std::path::Path, q: usize) -> Result<(), String> {
+    let (spec, s) = quaver_testkit::read_wav_s16(wav);
     assert_eq!(spec.channels, 3);
     let (x, y1, y2): (Vec<i32>, Vec<i32>, Vec<i32>) = (
         s.iter().step_by(3).map(|&v| v as i32).collect(),
@@ -143,36 +180,34 @@ fn a_client_into_itself_and_a_loop_of_two_keep_audio_flowing() {
     );
     // The first second holds jack_rec's own start (its ports connected one by one,
     // each link fading in); the second is steady.
-    assert!(x.len() >= 2 * 48000, "jack_rec recorded {} frames", x.len());
+    if x.len() < 2 * 48000 {
+        return Err(format!("jack_rec recorded {} frames", x.len()));
+    }
     let steady = 48000..x.len();
-    assert!(
-        steady.clone().any(|n| x[n].abs() > 1000),
-        "no sine reached the loop"
-    );
+    if !steady.clone().any(|n| x[n].abs() > 1000) {
+        return Err("no sine reached the loop".into());
+    }
     // t2 hears t1 in the same cycle: the same samples.
     if let Some(n) = steady.clone().find(|&n| y1[n] != y2[n]) {
-        panic!(
+        return Err(format!(
             "t1 → t2 is not in the same cycle: frame {n}: t1 {} t2 {}",
             y1[n], y2[n]
-        );
+        ));
     }
     // t1 = sine + t1 one quantum before, to 16-bit rounding (three roundings: ±2).
     if let Some(n) = steady
         .clone()
         .find(|&n| (y1[n] - y1[n - q] - x[n]).abs() > 2)
     {
-        panic!(
+        return Err(format!(
             "t1 is not the sine plus itself one quantum ({q} frames) late: frame {n}: \
              t1 {} t1[-q] {} sine {}",
             y1[n],
             y1[n - q],
             x[n]
-        );
+        ));
     }
-    for c in [t1, t2, sine] {
-        let _ = kill(c);
-    }
-    d.stop();
+    Ok(())
 }
 
 /// A python3-jack-client script: `self` (a client connected to itself), `ab` / `ba` (a
@@ -183,6 +218,10 @@ const SCRIPT: &str = r#"
 import jack, sys, time
 mode = sys.argv[1]
 deadline = time.monotonic() + 20
+xruns = [0]
+
+def xrun(delay):
+    xruns[0] += 1
 
 def client(name, gen):
     c = jack.Client(name, no_start_server=True)
@@ -200,6 +239,7 @@ def client(name, gen):
         else:
             b[:] = a
         log.append((t, first, last))
+    c.set_xrun_callback(xrun)
     c.activate()
     return c, i, o, log
 
@@ -242,6 +282,8 @@ else:
     print("A heard B", *lags(A[3], sa))
     print("B heard A", *lags(B[3], sb))
     clients = [A[0], B[0]]
+time.sleep(0.1)
+print("xruns", xruns[0])
 for c in clients:
     c.deactivate()
     c.close()
@@ -319,6 +361,30 @@ impl Drop for Jackd {
     }
 }
 
+/// Runs the script (`cmd` ready but for its mode) in `mode` until it answers `want`:
+/// an answer from a run in which a client saw an xrun (a loaded machine) is retried,
+/// twice at most; a wrong answer without one fails at once.
+fn answer_as(mut cmd: impl FnMut() -> Command, mode: &str, want: &str, server: &str) {
+    let mut missed = Vec::new();
+    while missed.len() < 3 {
+        let child = cmd().arg(mode).spawn().expect("spawning python3");
+        let out = wait_output(child, WAIT);
+        let got = answers(&out);
+        if got == want {
+            return;
+        }
+        let xruns = text(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix("xruns ")?.trim().parse::<u64>().ok());
+        assert!(
+            xruns.is_some_and(|x| x > 0),
+            "{server}, {mode}: answered\n{got}\ninstead of\n{want}"
+        );
+        missed.push(got);
+    }
+    panic!("{server}, {mode}: every run saw xruns: {missed:#?}");
+}
+
 /// What the script printed, without libjack's own chatter.
 fn answers(out: &std::process::Output) -> String {
     ok(out)
@@ -348,15 +414,23 @@ fn python_jack_client_in_a_loop_hears_what_jackd2_gives_it() {
     let script = d.path("feedback.py");
     std::fs::write(&script, SCRIPT).unwrap();
     let script = script.to_str().unwrap().to_string();
-    let run_quaver = |mode: &str| answers(&d.run(&["/usr/bin/python3", &script, mode]));
     // The expected answers, as jackd2 1.9.21 gave them (docs/engine/feedback.md).
-    let want_self = "connections ['fb:out']\nheard [1] True\nafter disconnect [0.0]\ndone";
-    let want_ab = "A heard B [1] True\nB heard A [0] True\ndone";
-    let want_ba = "A heard B [1] True\nB heard A [1] True\ndone";
-    let ours = [run_quaver("self"), run_quaver("ab"), run_quaver("ba")];
-    assert_eq!(ours[0], want_self);
-    assert_eq!(ours[1], want_ab);
-    assert_eq!(ours[2], want_ba);
+    let want = [
+        (
+            "self",
+            "connections ['fb:out']\nheard [1] True\nafter disconnect [0.0]\ndone",
+        ),
+        ("ab", "A heard B [1] True\nB heard A [0] True\ndone"),
+        ("ba", "A heard B [1] True\nB heard A [1] True\ndone"),
+    ];
+    for (mode, answer) in want {
+        let quaver = || {
+            let mut c = d.jack(&["/usr/bin/python3", &script]);
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+            c
+        };
+        answer_as(quaver, mode, answer, "quaverd");
+    }
     assert!(
         graph(&d).nodes.iter().all(|n| n.callback.is_none()),
         "the script's clients are gone"
@@ -367,12 +441,12 @@ fn python_jack_client_in_a_loop_hears_what_jackd2_gives_it() {
     let Some(j) = Jackd::start("1024") else {
         return;
     };
-    for (mode, want) in [("self", want_self), ("ab", want_ab), ("ba", want_ba)] {
-        let child = j
-            .cmd("/usr/bin/python3")
-            .args([&script, mode])
-            .spawn()
-            .expect("spawning python3");
-        assert_eq!(answers(&wait_output(child, WAIT)), want, "jackd2, {mode}");
+    for (mode, answer) in want {
+        let jackd = || {
+            let mut c = j.cmd("/usr/bin/python3");
+            c.arg(&script);
+            c
+        };
+        answer_as(jackd, mode, answer, "jackd2");
     }
 }

@@ -4,9 +4,10 @@
 //! other nodes back to where it started — as JACK allows. A loop has no order in which
 //! every node runs after what feeds it, so one link of each loop carries the previous
 //! cycle's audio instead: a *feedback link*, one quantum of delay. Which one is decided
-//! as jackd2 decides it when the connection is made (`JackConnectionManager::Connect`:
-//! a connection whose input side already reaches its output side is a feedback
-//! connection and adds no ordering): links are taken in the order they were made
+//! as jackd2 decides it when the connection is made (`JackGraphManager::Connect`: when
+//! `IsLoopPath` finds a path from the input's client to the output's client, the
+//! connection is a feedback one, which orders its clients the other way round): links
+//! are taken in the order they were made
 //! (link ids only grow), and a link whose input node already reaches its output node
 //! through the links kept so far, or that joins a node to itself, is feedback. So the
 //! link that closed the loop is the delayed one and the order of the rest is the order

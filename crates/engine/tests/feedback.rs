@@ -327,7 +327,13 @@ fn when_the_quantum_grows_the_delayed_link_carries_silence_not_an_older_cycle() 
 /// A callback node (split phase) over a test client thread.
 fn client(engine: &Engine, name: &str, behaviour: Behaviour) -> TestClient {
     let (client, transport) = TestClient::start(2, 2, behaviour);
-    let (node, _stats) = CallbackNode::new(transport, CallbackConfig::default());
+    let config = CallbackConfig {
+        // A hung client goes asynchronous within these tests' cycles, which run back
+        // to back (the recording device does not wait).
+        hung_ms: 1,
+        ..CallbackConfig::default()
+    };
+    let (node, _stats) = CallbackNode::new(transport, config);
     let mut spec = NodeSpec::new(name, NodeKind::Filter);
     spec.inputs = ChannelMap::stereo();
     spec.outputs = ChannelMap::stereo();
@@ -393,5 +399,39 @@ fn callback_clients_in_a_loop_and_into_themselves_never_wait_for_a_later_node() 
             assert!(out[k * q..(k + 1) * q].iter().all(|&s| s == b), "{what}");
         }
     }
+    engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn a_hung_client_in_a_loop_costs_the_other_nothing() {
+    // x → y → x (feedback), y hangs: x was finished before y began, so it never waits
+    // for y and misses nothing; y misses, goes asynchronous, and the cycles go on.
+    let q = 2048;
+    let (engine, mut runner, left, right) = setup(q);
+    let x = client(&engine, "x", Behaviour::Gain(1.0));
+    let y = client(&engine, "y", Behaviour::HangAfter(5));
+    engine.link_with_feedback("x", "y").unwrap();
+    engine.link_with_feedback("y", "x").unwrap();
+    engine.link_with_feedback("x", "test-sink").unwrap();
+    assert_eq!(
+        feedback(&engine),
+        ["y:output_FL→x:input_FL", "y:output_FR→x:input_FR"]
+    );
+    settle(&mut runner, &[&left, &right]);
+    let calls = x.calls();
+    let cycles = 30;
+    for _ in 0..cycles {
+        runner.run_cycle();
+    }
+    x.wait_idle();
+    assert_eq!(x.xruns(), 0, "x missed cycles behind the hung y");
+    assert_eq!(x.calls() - calls, cycles as u64);
+    assert!(y.xruns() > 0);
+    assert_eq!(y.mode(), 1, "the hung client went asynchronous");
+    assert_eq!(
+        left.lock().unwrap().len(),
+        cycles * q,
+        "every cycle reached the sink"
+    );
     engine.shutdown_manual(runner).unwrap();
 }

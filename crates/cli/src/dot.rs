@@ -2,8 +2,9 @@
 //!
 //! Each node is a record with its input ports on the left, name and kind in the
 //! middle and output ports on the right; each link is an edge from an output
-//! port to an input port. Graphviz identifiers are made from the server's numeric
-//! ids, so names only ever appear inside escaped labels.
+//! port to an input port (dashed and labelled for a feedback link, one that closes a
+//! loop and carries the previous cycle). Graphviz identifiers are made from the
+//! server's numeric ids, so names only ever appear inside escaped labels.
 
 use quaver_protocol::{GraphInfo, NodeInfo, PortDirection};
 use std::collections::HashMap;
@@ -34,7 +35,16 @@ pub fn to_dot(graph: &GraphInfo) -> String {
             &link.input_port,
             PortDirection::In,
         );
-        let _ = writeln!(s, "  {from} -> {to};");
+        if link.feedback {
+            // Carries the previous cycle: drawn apart, and not allowed to bend the
+            // layout, which follows the processing order.
+            let _ = writeln!(
+                s,
+                "  {from} -> {to} [style=dashed, constraint=false, label=\"feedback\"];"
+            );
+        } else {
+            let _ = writeln!(s, "  {from} -> {to};");
+        }
     }
     s.push_str("}\n");
     s
@@ -146,6 +156,7 @@ mod tests {
             output_port: op.into(),
             input_node: inn.into(),
             input_port: ip.into(),
+            feedback: false,
         }
     }
 
@@ -177,6 +188,10 @@ mod tests {
             links: vec![
                 link(1, "music.wav", "FL", "null", "FL"),
                 link(2, "music.wav", "FR", "null", "FR"),
+                LinkInfo {
+                    feedback: true,
+                    ..link(3, "null", "monitor_FL", "null", "FL")
+                },
             ],
         }
     }
@@ -192,6 +207,7 @@ mod tests {
   n5 [label="{{music.wav|playback|50% (-6.0 dB) muted}|{<p20> FL|<p21> FR}}"];
   n5:p20:e -> n1:p10:w;
   n5:p21:e -> n1:p11:w;
+  n1:p12:e -> n1:p10:w [style=dashed, constraint=false, label="feedback"];
 }
 "#;
         assert_eq!(dot, want);

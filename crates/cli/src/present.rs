@@ -383,10 +383,14 @@ pub fn ls_text(g: &GraphInfo) -> String {
         let mut t = Table::new(2, &[]);
         t.rows.clear();
         for l in &g.links {
+            let mut to = format!("{}:{}", l.input_node, l.input_port);
+            if l.feedback {
+                to.push_str(" (feedback: one quantum late)");
+            }
             t.row(vec![
                 format!("{}:{}", l.output_node, l.output_port),
                 "->".into(),
-                format!("{}:{}", l.input_node, l.input_port),
+                to,
             ]);
         }
         t.render(&mut s);
@@ -473,13 +477,24 @@ mod tests {
                     }),
                 },
             ],
-            links: vec![LinkInfo {
-                id: 1,
-                output_node: "music.wav".into(),
-                output_port: "FL".into(),
-                input_node: "null".into(),
-                input_port: "FL".into(),
-            }],
+            links: vec![
+                LinkInfo {
+                    id: 1,
+                    output_node: "music.wav".into(),
+                    output_port: "FL".into(),
+                    input_node: "null".into(),
+                    input_port: "FL".into(),
+                    feedback: false,
+                },
+                LinkInfo {
+                    id: 2,
+                    output_node: "synth".into(),
+                    output_port: "out".into(),
+                    input_node: "synth".into(),
+                    input_port: "in".into(),
+                    feedback: true,
+                },
+            ],
         }
     }
 
@@ -498,6 +513,7 @@ nodes:
 
 links:
   music.wav:FL  ->  null:FL
+  synth:out     ->  synth:in (feedback: one quantum late)
 ";
         assert_eq!(ls_text(&graph()), want);
     }

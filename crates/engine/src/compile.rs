@@ -1,6 +1,7 @@
 //! Compiling the control side's [`Graph`] into the real-time thread's [`Plan`]: which
 //! nodes run, in what order, and how each link fades when its plan is swapped in.
 
+use crate::feedback::order_with;
 use crate::graph::{Graph, NodeId, NodeKind, PortId};
 use crate::rt::plan::{DeviceRole, Fade, Plan, PlanLink, Step};
 use std::collections::HashSet;
@@ -115,9 +116,9 @@ pub(crate) fn compile(
         .filter(|(o, i)| graph.ports.contains_key(o) && graph.ports.contains_key(i))
         .copied()
         .collect();
-    let order = graph
-        .topo_order_with(&fading)
-        .unwrap_or_else(|| graph.topo_order());
+    // A link that closes a loop runs backwards in this order: its destination reads
+    // what its source made the cycle before (crate::feedback).
+    let order = order_with(graph, &fading).nodes;
     for id in order {
         if !runs(id) {
             continue;

@@ -472,8 +472,9 @@ impl Graph {
         false
     }
 
-    /// Checks that `output` → `input` may be linked.
-    fn check_link(&self, output: PortId, input: PortId) -> Result<(), EngineError> {
+    /// Checks that `output` → `input` may be linked; a link that closes a loop only
+    /// with `feedback` (it then carries the previous cycle, [`crate::feedback`]).
+    fn check_link(&self, output: PortId, input: PortId, feedback: bool) -> Result<(), EngineError> {
         let (o, i) = (&self.ports[&output], &self.ports[&input]);
         if o.direction != Direction::Out || i.direction != Direction::In {
             return Err(EngineError::Incompatible(format!(
@@ -489,7 +490,7 @@ impl Graph {
                 self.port_path(input)
             )));
         }
-        if o.node == i.node || self.reaches(i.node, o.node) {
+        if !feedback && (o.node == i.node || self.reaches(i.node, o.node)) {
             return Err(EngineError::Incompatible(format!(
                 "{} → {} would make a cycle in the graph",
                 self.port_path(output),
@@ -555,9 +556,29 @@ impl Graph {
     }
 
     /// Links the given pairs; already-linked pairs are skipped. Returns new link ids.
+    /// A link that would close a loop is refused (PulseAudio refuses to move a stream
+    /// or a loopback into what it feeds); [`Graph::add_links_with_feedback`] takes it.
     pub fn add_links(&mut self, pairs: &[(PortId, PortId)]) -> Result<Vec<LinkId>, EngineError> {
+        self.insert_links(pairs, false)
+    }
+
+    /// Like [`Graph::add_links`], but a link that closes a loop (a node into itself
+    /// included) is accepted, as JACK accepts it: it carries the previous cycle
+    /// ([`crate::feedback`]).
+    pub fn add_links_with_feedback(
+        &mut self,
+        pairs: &[(PortId, PortId)],
+    ) -> Result<Vec<LinkId>, EngineError> {
+        self.insert_links(pairs, true)
+    }
+
+    fn insert_links(
+        &mut self,
+        pairs: &[(PortId, PortId)],
+        feedback: bool,
+    ) -> Result<Vec<LinkId>, EngineError> {
         for &(o, i) in pairs {
-            self.check_link(o, i)?;
+            self.check_link(o, i, feedback)?;
         }
         let mut ids = Vec::new();
         for &(o, i) in pairs {
@@ -604,52 +625,6 @@ impl Graph {
         }
         Ok(removed)
     }
-
-    /// Nodes in processing order (every node after the nodes that feed it), level by
-    /// level: every node whose inputs are ready comes before any node that must wait
-    /// for another, so independent split-phase nodes (callback clients) are all woken
-    /// before the first wait for one of them.
-    pub fn topo_order(&self) -> Vec<NodeId> {
-        self.topo_order_with(&[])
-            .expect("links are checked to be acyclic")
-    }
-
-    /// Processing order honouring the graph's links plus `extra` port pairs (links that
-    /// are fading out for one cycle, whose ports still exist). `None` if the extra
-    /// edges would make a cycle.
-    pub fn topo_order_with(&self, extra: &[(PortId, PortId)]) -> Option<Vec<NodeId>> {
-        let mut indeg: BTreeMap<NodeId, usize> = self.nodes.keys().map(|&k| (k, 0)).collect();
-        let mut edges: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
-        let mut seen = HashSet::new();
-        let pairs = self
-            .links
-            .values()
-            .map(|l| (l.output, l.input))
-            .chain(extra.iter().copied());
-        for (o, i) in pairs {
-            let (a, b) = (self.ports[&o].node, self.ports[&i].node);
-            if seen.insert((a, b)) {
-                edges.entry(a).or_default().push(b);
-                *indeg.get_mut(&b).expect("link to unknown node") += 1;
-            }
-        }
-        let mut ready: std::collections::VecDeque<NodeId> =
-            indeg.iter().filter(|e| *e.1 == 0).map(|e| *e.0).collect();
-        let mut order = Vec::with_capacity(self.nodes.len());
-        while let Some(n) = ready.pop_front() {
-            order.push(n);
-            if let Some(next) = edges.get(&n) {
-                for &m in next {
-                    let d = indeg.get_mut(&m).expect("node");
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push_back(m);
-                    }
-                }
-            }
-        }
-        (order.len() == self.nodes.len()).then_some(order)
-    }
 }
 
 #[cfg(test)]
@@ -693,19 +668,31 @@ mod tests {
     }
 
     #[test]
-    fn refuses_wrong_direction_and_cycles() {
+    fn refuses_wrong_direction_and_loops_unless_feedback_is_asked_for() {
         let (mut g, _, _) = stereo_graph();
         let e = g.link_pairs("sink:playback_FL", "play:output_FL").unwrap();
         assert!(matches!(g.add_links(&e), Err(EngineError::Incompatible(_))));
+        assert!(matches!(
+            g.add_links_with_feedback(&e),
+            Err(EngineError::Incompatible(_))
+        ));
         let mut f = NodeSpec::new("fx", NodeKind::Filter);
         f.inputs = ChannelMap::stereo();
         f.outputs = ChannelMap::stereo();
         g.add_node(&f, 3);
         let p = g.link_pairs("sink", "fx").unwrap();
         g.add_links(&p).unwrap();
+        // The monitor through fx back into the sink, and fx into itself: loops.
         let back = g.link_pairs("fx", "sink").unwrap();
         let err = g.add_links(&back).unwrap_err();
         assert!(err.to_string().contains("cycle"), "{err}");
+        let own = g.link_pairs("fx:output_FL", "fx:input_FL").unwrap();
+        assert!(g.add_links(&own).is_err());
+        assert_eq!(g.links.len(), 2);
+        // As JACK links they carry the previous cycle (crate::feedback).
+        assert_eq!(g.add_links_with_feedback(&back).unwrap().len(), 2);
+        assert_eq!(g.add_links_with_feedback(&own).unwrap().len(), 1);
+        assert_eq!(g.links.len(), 5);
     }
 
     #[test]
@@ -720,30 +707,6 @@ mod tests {
             g.unlink("play", "sink"),
             Err(EngineError::NoSuchLink(_))
         ));
-    }
-
-    #[test]
-    fn topo_order_puts_every_source_before_any_sink() {
-        // a → sink, and b unlinked: b must not wait behind the sink (which waits for a).
-        let (mut g, sink, play) = stereo_graph();
-        let mut b = NodeSpec::new("b", NodeKind::Filter);
-        b.outputs = ChannelMap::mono();
-        let b = g.add_node(&b, 7);
-        let p = g.link_pairs("play", "sink").unwrap();
-        g.add_links(&p).unwrap();
-        let order = g.topo_order();
-        let pos = |n| order.iter().position(|&x| x == n).unwrap();
-        assert!(pos(play) < pos(sink) && pos(b) < pos(sink), "{order:?}");
-    }
-
-    #[test]
-    fn topo_order_puts_producers_first() {
-        let (mut g, sink, play) = stereo_graph();
-        let p = g.link_pairs("play", "sink").unwrap();
-        g.add_links(&p).unwrap();
-        let order = g.topo_order();
-        let pos = |n| order.iter().position(|&x| x == n).unwrap();
-        assert!(pos(play) < pos(sink));
     }
 
     #[test]

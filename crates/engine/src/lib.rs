@@ -7,6 +7,8 @@
 //!
 //! - [`graph`]: the control side's description (nodes, typed ports, links), validated.
 //! - [`compile`]: the description compiled into an immutable execution plan.
+//! - [`feedback`]: links that close a loop (one quantum late) and the processing order
+//!   that leaves them out.
 //! - [`engine`]: the control API that protocol front-ends and policy use.
 //! - [`stream`]: adapters that turn a client's interleaved ring into graph ports.
 //! - [`callback`]: nodes whose processing runs in a client process (JACK-style
@@ -17,6 +19,7 @@
 pub mod callback;
 pub mod compile;
 pub mod engine;
+pub mod feedback;
 pub mod graph;
 pub mod rt;
 pub mod stream;

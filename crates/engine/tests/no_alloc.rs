@@ -1,6 +1,7 @@
 //! The real-time cycle never allocates: 10,000+ cycles with link changes, volume ramps,
 //! node additions/removals and a resampling stream whose rate converter is replaced
-//! (retuned) as it plays, under an allocation guard.
+//! (retuned) as it plays, under an allocation guard; callback clients and feedback
+//! loops likewise.
 
 mod common;
 
@@ -266,5 +267,78 @@ fn callback_clients_allocate_nothing_in_the_cycle() {
     assert_eq!(clients[0].xruns(), 0);
     assert!(clients[1].xruns() > 1000);
     assert_eq!(clients[1].mode(), 1, "the hung client went asynchronous");
+    engine.shutdown_manual(runner).unwrap();
+}
+
+/// Feedback links (a node into itself, a loop of two filters, a callback client into
+/// itself and looped through a filter) while the closing links come and go (fading in
+/// and out) and the quantum shrinks and grows: still no allocation in the cycle.
+#[test]
+fn feedback_loops_allocate_nothing_in_the_cycle() {
+    use common::Thru;
+    use common::client::{Behaviour, TestClient};
+    use quaver_engine::{CallbackConfig, CallbackNode};
+    let dev = RecordingDevice::new(48000, 0);
+    let cfg = EngineConfig {
+        quantum_default: 1024,
+        quantum_min: 32,
+        quantum_max: 4096,
+        rt_priority: 0,
+        suspend_timeout: None,
+        ..EngineConfig::default()
+    };
+    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
+    let stereo = |name: &str| {
+        let mut s = NodeSpec::new(name, NodeKind::Filter);
+        s.inputs = ChannelMap::stereo();
+        s.outputs = ChannelMap::stereo();
+        s
+    };
+    let mut s = NodeSpec::new("sine", NodeKind::Filter);
+    s.outputs = ChannelMap::stereo();
+    let sine = Sine {
+        phase: 0.0,
+        step: 0.05,
+    };
+    engine.add_node(s, Some(Box::new(sine))).unwrap();
+    let a = engine.add_node(stereo("a"), Some(Box::new(Thru))).unwrap();
+    engine.add_node(stereo("b"), Some(Box::new(Thru))).unwrap();
+    let (client, transport) = TestClient::start(2, 2, Behaviour::Gain(0.25));
+    let (node, _stats) = CallbackNode::new(transport, CallbackConfig::default());
+    let mut spec = stereo("cb");
+    spec.keep_awake = true;
+    engine.add_node(spec, Some(Box::new(node))).unwrap();
+    for (o, i) in [
+        ("sine", "a"),
+        ("a", "b"),
+        ("b", "test-sink"),
+        ("cb", "cb"),
+        ("sine", "cb"),
+        ("cb", "test-sink"),
+    ] {
+        engine.link_with_feedback(o, i).unwrap();
+    }
+    reset_violation_count();
+    for round in 0..100 {
+        match round % 4 {
+            0 => drop(engine.link_with_feedback("b", "a").unwrap()),
+            1 => drop(engine.link_with_feedback("b", "cb").unwrap()),
+            2 => {
+                engine.unlink("b", "a").unwrap();
+                let latency = if round % 8 == 2 { Some(256) } else { None };
+                engine.set_latency(a, latency).unwrap();
+            }
+            _ => drop(engine.unlink("b", "cb").unwrap()),
+        }
+        assert_no_alloc(|| {
+            for _ in 0..21 {
+                runner.run_cycle();
+            }
+        });
+        engine.collect();
+    }
+    assert_eq!(violation_count(), 0, "allocations in the real-time cycle");
+    assert!(client.calls() >= 2000);
+    assert_eq!(client.xruns(), 0);
     engine.shutdown_manual(runner).unwrap();
 }

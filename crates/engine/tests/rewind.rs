@@ -410,6 +410,31 @@ fn a_playback_node_fed_from_the_graph_stops_the_filling_ahead() {
 }
 
 #[test]
+fn a_feedback_link_stops_the_filling_ahead() {
+    // The card's monitor into its own playback (a JACK link, so a loop is allowed): the
+    // loop carries each cycle into the next, which a rewind could not take back.
+    let mut r = rig();
+    r.run_until(2 * S);
+    let before = r.wakeups();
+    r.run_until(6 * S);
+    let filling = r.wakeups() - before;
+    r.engine
+        .link_with_feedback("sim-sink:monitor_FL", "sim-sink:playback_FL")
+        .unwrap();
+    r.run_until(7 * S);
+    let before = r.wakeups();
+    r.run_until(11 * S);
+    let looping = r.wakeups() - before;
+    let per_quantum = 4 * RATE as u64 / r.engine.quantum() as u64;
+    assert!(filling <= 4, "{filling} wakeups in 4 s while filling ahead");
+    assert!(
+        looping + 2 >= per_quantum,
+        "{looping} wakeups in 4 s with the feedback link; one per quantum is {per_quantum}"
+    );
+    assert_eq!(r.underruns(), 0);
+}
+
+#[test]
 fn a_low_latency_stream_held_by_a_suspended_sink_lets_the_card_fill_ahead_again() {
     let mut r = rig();
     // A virtual sink with a 5 ms stream: the card must wake every few ms for it...

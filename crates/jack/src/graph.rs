@@ -256,6 +256,7 @@ mod tests {
                 output_port: "out".into(),
                 input_node: "null-sink".into(),
                 input_port: "playback_FL".into(),
+                feedback: false,
             }],
         };
         let v = GraphView::new(&g);
@@ -288,6 +289,7 @@ mod tests {
             output_port: "monitor_FL".into(),
             input_node: "thru".into(),
             input_port: "in".into(),
+            feedback: false,
         });
         let d = GraphView::new(&g2).diff(&v);
         assert_eq!(

@@ -153,6 +153,7 @@ impl NativeServer {
     /// The graph reply.
     pub fn graph_info(&self) -> GraphInfo {
         let g = self.engine.graph();
+        let feedback = quaver_engine::feedback::feedback_links(&g);
         let rate = self.engine.rate() as f64;
         let mut callbacks = self.callback_infos();
         // The published atomics, not `Engine::status()`: that copies every device's
@@ -211,6 +212,7 @@ impl NativeServer {
                         output_port: o.name.clone(),
                         input_node: g.nodes[&i.node].name.clone(),
                         input_port: i.name.clone(),
+                        feedback: feedback.contains(&l.id),
                     }
                 })
                 .collect(),

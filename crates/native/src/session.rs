@@ -244,7 +244,12 @@ impl NativeServer {
                     Err(e) => (engine_error(e), none),
                 }
             }
-            Request::Link { output, input } => match self.engine.link(&output, &input) {
+            Request::Link { output, input } => match self
+                .engine
+                // As JACK (libjack's jack_connect comes this way): a link may close a
+                // loop and then carries the previous cycle.
+                .link_with_feedback(&output, &input)
+            {
                 Ok(_) => (Reply::Ok, none),
                 Err(e) => (engine_error(e), none),
             },

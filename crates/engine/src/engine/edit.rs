@@ -273,11 +273,37 @@ impl Engine {
         Ok(())
     }
 
-    /// Links `output` to `input` ("node" or "node:port" on each side).
+    /// Links `output` to `input` ("node" or "node:port" on each side). A link that
+    /// would close a loop is refused; [`Engine::link_with_feedback`] takes it.
     pub fn link(&self, output: &str, input: &str) -> Result<Vec<LinkId>, EngineError> {
+        self.link_as(output, input, false)
+    }
+
+    /// Like [`Engine::link`], but a link that closes a loop (a node into itself
+    /// included) is accepted, as JACK accepts it: it carries the previous cycle
+    /// (docs/engine/feedback.md). For the native protocol's `link`, which libjack's
+    /// `jack_connect` and `quaver link` use.
+    pub fn link_with_feedback(
+        &self,
+        output: &str,
+        input: &str,
+    ) -> Result<Vec<LinkId>, EngineError> {
+        self.link_as(output, input, true)
+    }
+
+    fn link_as(
+        &self,
+        output: &str,
+        input: &str,
+        feedback: bool,
+    ) -> Result<Vec<LinkId>, EngineError> {
         let mut ctl = self.lock();
         let pairs = ctl.graph.link_pairs(output, input)?;
-        let ids = ctl.graph.add_links(&pairs)?;
+        let ids = if feedback {
+            ctl.graph.add_links_with_feedback(&pairs)?
+        } else {
+            ctl.graph.add_links(&pairs)?
+        };
         self.publish(&mut ctl)?;
         self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::LinksChanged);

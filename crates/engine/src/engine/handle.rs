@@ -276,6 +276,11 @@ impl Engine {
         }) {
             return 0;
         }
+        // A rewind cannot take back what a feedback link already carried into the next
+        // cycle (a sink's monitor into its own playback, say).
+        if !crate::feedback::order(graph).feedback.is_empty() {
+            return 0;
+        }
         let Some(latency) = running().filter_map(|n| n.latency_frames).min() else {
             return 0;
         };

@@ -142,20 +142,22 @@ impl RtRunner {
                 inputs.channel_mut(ch)[..q].fill(0.0);
             }
             for l in &self.plan.links[step.links.clone()] {
-                let Some(src) = self.slots[l.src_slot].as_ref() else {
+                // A node linked to itself (feedback) reads what it made the cycle before;
+                // its slot is taken out while it runs.
+                let s = if l.src_slot == step.slot {
+                    &outputs.channel(l.src_port)[..q]
+                } else if let Some(src) = self.slots[l.src_slot].as_ref() {
+                    &src.outputs.channel(l.src_port)[..q]
+                } else {
                     continue;
                 };
-                let s = &src.outputs.channel(l.src_port)[..q];
-                let d = &mut inputs.channel_mut(l.dst_port)[..q];
-                match (l.fade, first) {
-                    (Fade::Out, false) => {}
-                    (Fade::Steady, _) | (Fade::In, false) => mix_into(d, s),
-                    (Fade::In, true) => {
-                        mix_into_ramp(&mut d[..ramp], &s[..ramp], 0.0, 1.0);
-                        mix_into(&mut d[ramp..], &s[ramp..]);
-                    }
-                    (Fade::Out, true) => mix_into_ramp(&mut d[..ramp], &s[..ramp], 1.0, 0.0),
-                }
+                mix_link(
+                    &mut inputs.channel_mut(l.dst_port)[..q],
+                    s,
+                    l.fade,
+                    first,
+                    ramp,
+                );
             }
             if *volume_on_inputs {
                 gain.apply(&mut inputs.view_mut(q));
@@ -244,6 +246,25 @@ impl RtRunner {
         timing.then_some(mark)
     }
 
+    /// When the quantum grows from `from` to `to` frames, silences every node's outputs
+    /// in between: a feedback link reads its source's previous cycle up to the new
+    /// quantum, and past the old one that cycle made nothing (without this it would
+    /// replay an older, longer cycle's tail). *RT*; no allocation.
+    pub(crate) fn clear_outputs_beyond(&mut self, from: usize, to: usize) {
+        if to <= from {
+            return;
+        }
+        for slot in self.slots.iter_mut().flatten() {
+            for ch in 0..slot.outputs.channels() {
+                let buf = slot.outputs.channel_mut(ch);
+                let end = to.min(buf.len());
+                if from < end {
+                    buf[from..end].fill(0.0);
+                }
+            }
+        }
+    }
+
     /// Records a split-phase node's timing right after its `finish`; returns the clock
     /// reading, the next node boundary. *RT*.
     fn time_finish(&self, slot: usize, mark: u64) -> u64 {
@@ -272,5 +293,19 @@ impl RtRunner {
         if !n.volume_on_inputs {
             n.gain.apply(&mut n.outputs.view_mut(q));
         }
+    }
+}
+
+/// Mixes one link's source `s` into `d` with its fade: ramped over `ramp` frames in the
+/// plan's `first` cycle, a link fading out silent after it. *RT*.
+fn mix_link(d: &mut [f32], s: &[f32], fade: Fade, first: bool, ramp: usize) {
+    match (fade, first) {
+        (Fade::Out, false) => {}
+        (Fade::Steady, _) | (Fade::In, false) => mix_into(d, s),
+        (Fade::In, true) => {
+            mix_into_ramp(&mut d[..ramp], &s[..ramp], 0.0, 1.0);
+            mix_into(&mut d[ramp..], &s[ramp..]);
+        }
+        (Fade::Out, true) => mix_into_ramp(&mut d[..ramp], &s[..ramp], 1.0, 0.0),
     }
 }

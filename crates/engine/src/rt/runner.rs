@@ -438,6 +438,7 @@ impl RtRunner {
             }
         }
         if q != self.last_quantum {
+            self.clear_outputs_beyond(self.last_quantum, q);
             self.last_quantum = q;
             self.stats.quantum.store(q as u64, Relaxed);
             self.event(RtEvent::Quantum(q));

@@ -51,6 +51,21 @@ impl Daemon {
         Daemon(quaver_testkit::Daemon::start(args))
     }
 
+    /// Like [`Daemon::start`], with the engine's thread at SCHED_FIFO 20 (where it is
+    /// refused, quaverd says so and runs without): for tests that count missed cycles
+    /// on a machine other work keeps busy.
+    pub fn start_realtime(args: &[&str]) -> Daemon {
+        quaver_testkit::libjack();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cmd = Command::new(quaver_testkit::quaverd_bin());
+        cmd.args(["--realtime-priority", "20", "--log-level", "debug"]);
+        if !args.iter().any(|a| a.starts_with("--device")) {
+            cmd.args(["--device", "null"]);
+        }
+        cmd.args(args);
+        Daemon(quaver_testkit::Daemon::start_cmd(dir, cmd))
+    }
+
     /// A native client connection.
     pub fn connect(&self) -> quaver_client::Connection {
         self.0.connect("jack-test")

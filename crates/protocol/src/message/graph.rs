@@ -111,4 +111,8 @@ pub struct LinkInfo {
     pub input_node: String,
     /// Name of the input port.
     pub input_port: String,
+    /// The link closes a loop and carries the previous cycle, one quantum late
+    /// (docs/engine/feedback.md; added within v1, absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub feedback: bool,
 }

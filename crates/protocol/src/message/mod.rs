@@ -237,6 +237,7 @@ mod tests {
                 output_port: "FL".into(),
                 input_node: "null".into(),
                 input_port: "FL".into(),
+                feedback: true,
             }],
         });
         let s = serde_json::to_string(&g).unwrap();

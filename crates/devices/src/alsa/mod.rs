@@ -56,6 +56,7 @@ pub mod mixer;
 pub mod params;
 pub mod pcm;
 pub mod ports;
+pub mod seq;
 
 #[cfg(test)]
 mod fake;

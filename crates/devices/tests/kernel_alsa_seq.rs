@@ -1,6 +1,6 @@
 //! The ALSA sequencer bridge on a real kernel ALSA, in the QEMU guest (`scripts/guest`)
 //! with snd-virmidi and snd-seq-dummy: the `seq_probe` example (the bridge from a shell)
-//! lists the virmidi and Midi Through ports; bytes written with `amidi -S` into the
+//! lists the virmidi and Midi Through ports; its thread does not wake while idle; bytes written with `amidi -S` into the
 //! virmidi rawmidi device reach the bridge's queue intact (note on/off, sysex) with
 //! increasing timestamps; bytes the bridge sends to the virmidi seq port come out of
 //! `amidi -d`; a malformed message is refused; an oversized sysex is counted and dropped
@@ -23,6 +23,11 @@ for _ in $(seq 150); do grep -q '^ready' "$OUT/probe.txt" && break; sleep 0.2; d
 VPORT=$(awk -v c="'Virtual Raw MIDI $CARD-0'" '$1=="port" && index($0, c) {print $2; exit}' "$OUT/probe.txt")
 echo "=== VPORT"; echo "$VPORT"
 echo "=== ACONNECT"; aconnect -l
+# Idle, the bridge's thread sleeps in poll: no wakeups in 2 s without traffic.
+T=$(dirname "$(grep -lx alsa-seq /proc/$PP/task/*/comm | head -1)")
+ctx() { awk '/^voluntary_ctxt_switches/ {print $2}' "$T/status"; }
+a=$(ctx); sleep 2; b=$(ctx)
+echo "=== IDLE"; echo "thread $T wakeups $((b - a))"
 # 1. Into the virmidi rawmidi device: note on, note off, a sysex; then a sysex longer
 #    than the probe's 64-byte bound followed by a note that must still arrive.
 amidi -p "hw:$CARD,0" -S '90 3C 7F 80 3C 00 F0 7E 7F 06 01 F7'; echo "amidi send exit $?"
@@ -129,6 +134,8 @@ fn virmidi_and_midi_through_ports_carry_midi_both_ways_and_a_removed_card_is_rep
         "system ports listed:\n{probe}"
     );
     assert!(section(out, "ACONNECT").contains(&format!("Connected From: 0:1, 14:0, {vport}")));
+    let idle = section(out, "IDLE").lines().next().unwrap_or("");
+    assert!(idle.ends_with(" wakeups 0"), "{idle}");
     // In from amidi: intact, in order, timestamps increasing; the oversized sysex dropped
     // (counted) and the note after it delivered.
     let midi = midi_lines(probe);

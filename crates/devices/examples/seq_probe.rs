@@ -36,6 +36,29 @@ fn say(line: String) {
     let _ = out.flush();
 }
 
+fn notice(n: SeqNotice) -> String {
+    match n {
+        SeqNotice::PortAdded(p) => format!("added {} '{}' '{}'", p.id, p.client_name, p.port_name),
+        SeqNotice::PortRemoved(p) => format!("removed {p}"),
+        SeqNotice::SendFailed { port, error } => format!("send-failed {port} {error}"),
+        SeqNotice::Stopped(why) => format!("stopped {why}"),
+    }
+}
+
+fn counters(c: &SeqCounters) -> String {
+    let g = SeqCounters::get;
+    format!(
+        "counters received={} input_dropped={} sysex_dropped={} overruns={} not_midi={} sent={} send_failed={}",
+        g(&c.received),
+        g(&c.input_dropped),
+        g(&c.sysex_dropped),
+        g(&c.overruns),
+        g(&c.not_midi),
+        g(&c.sent),
+        g(&c.send_failed)
+    )
+}
+
 fn main() {
     let mut config = SeqConfig::default();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -84,20 +107,25 @@ fn main() {
         })
     };
     say("ready".into());
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    // Stdin on a thread of its own, so notices print as they come, not at the next line.
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     loop {
         while let Ok(n) = bridge.notices().try_recv() {
-            say(match n {
-                SeqNotice::PortAdded(p) => {
-                    format!("added {} '{}' '{}'", p.id, p.client_name, p.port_name)
-                }
-                SeqNotice::PortRemoved(p) => format!("removed {p}"),
-                SeqNotice::SendFailed { port, error } => format!("send-failed {port} {error}"),
-                SeqNotice::Stopped(why) => format!("stopped {why}"),
-            });
+            say(notice(n));
         }
-        let Some(Ok(line)) = lines.next() else { break };
+        let line = match lines.recv_timeout(Duration::from_millis(20)) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["send", port, bytes @ ..] => {
@@ -110,21 +138,8 @@ fn main() {
                     Err(e) => format!("refused: {e}"),
                 });
             }
-            ["counters"] => {
-                let c = bridge.counters();
-                let g = SeqCounters::get;
-                say(format!(
-                    "counters received={} input_dropped={} sysex_dropped={} overruns={} not_midi={} sent={} send_failed={}",
-                    g(&c.received),
-                    g(&c.input_dropped),
-                    g(&c.sysex_dropped),
-                    g(&c.overruns),
-                    g(&c.not_midi),
-                    g(&c.sent),
-                    g(&c.send_failed)
-                ));
-            }
-            ["notices"] | [] => {}
+            ["counters"] => say(counters(bridge.counters())),
+            [] => {}
             ["quit"] => break,
             _ => say(format!("unknown command: {line}")),
         }
@@ -132,7 +147,7 @@ fn main() {
     // Let the last messages and notices through before closing.
     std::thread::sleep(Duration::from_millis(200));
     while let Ok(n) = bridge.notices().try_recv() {
-        say(format!("{n:?}"));
+        say(notice(n));
     }
     done.store(true, Ordering::Release);
     let _ = printer.join();

@@ -5,7 +5,9 @@
 //! increasing timestamps; bytes the bridge sends to the virmidi seq port come out of
 //! `amidi -d`; a malformed message is refused; an oversized sysex is counted and dropped
 //! on input and refused on output; the virmidi card removed while subscribed is
-//! reported port by port, and a send to it fails with a reason. One guest boot; skipped,
+//! reported port by port, and a send to it fails with a reason; the card loaded again
+//! and aseqdump starting are reported as ports added (our note reaches aseqdump), and
+//! aseqdump ending as its port removed. One guest boot; skipped,
 //! loudly, where the rig cannot run. docs/alsa/seq.md.
 
 use quaver_testkit::guest::{Guest, quote, section, skip_unless_available};
@@ -55,6 +57,24 @@ for _ in $(seq 50); do grep -q "^removed $VPORT" "$OUT/probe.txt" && break; slee
 modprobe -r snd-virmidi; echo "modprobe -r after unbind exit $?"
 echo "send $VPORT 90 3C 7F" >&3
 echo "send 14:0 C0 05" >&3
+# 5. Ports appearing: the virmidi card back, and a user-space client (aseqdump) that we
+#    send to; aseqdump ending takes its port away.
+echo "=== ADD"
+modprobe snd-virmidi; echo "modprobe exit $?"
+for _ in $(seq 50); do [ "$(grep -c "^added .* 'Virtual Raw MIDI" "$OUT/probe.txt")" -ge 4 ] && break; sleep 0.2; done
+CARD2=$(awk '/VirMIDI/ {print $1; exit}' /proc/asound/cards)
+NPORT=$(awk -v c="'Virtual Raw MIDI $CARD2-0'" '$1=="added" && index($0, c) {print $2; exit}' "$OUT/probe.txt")
+echo "new card $CARD2 port $NPORT"
+amidi -p "hw:$CARD2,0" -S '90 40 10'
+aseqdump > "$OUT/aseqdump.txt" 2>&1 & DP=$!
+for _ in $(seq 50); do grep -q "^added .* 'aseqdump'" "$OUT/probe.txt" && break; sleep 0.2; done
+DPORT=$(awk '$1=="added" && /aseqdump/ {print $2; exit}' "$OUT/probe.txt")
+echo "aseqdump port $DPORT"
+echo "send $DPORT 90 41 22" >&3
+sleep 1
+kill $DP; wait $DP
+for _ in $(seq 50); do grep -q "^removed $DPORT\$" "$OUT/probe.txt" && break; sleep 0.2; done
+echo "=== ASEQDUMP"; cat "$OUT/aseqdump.txt"
 sleep 1
 echo counters >&3
 echo quit >&3
@@ -139,7 +159,9 @@ fn virmidi_and_midi_through_ports_carry_midi_both_ways_and_a_removed_card_is_rep
     // In from amidi: intact, in order, timestamps increasing; the oversized sysex dropped
     // (counted) and the note after it delivered.
     let midi = midi_lines(probe);
-    let from_v: Vec<&(u64, String, String)> = midi.iter().filter(|m| m.1 == vport).collect();
+    // Before the card is removed (a card loaded again may reuse the address).
+    let before = midi_lines(&probe[..probe.find("\nremoved ").unwrap_or(probe.len())]);
+    let from_v: Vec<&(u64, String, String)> = before.iter().filter(|m| m.1 == vport).collect();
     let bytes: Vec<&str> = from_v.iter().map(|m| m.2.as_str()).collect();
     assert_eq!(
         bytes,
@@ -187,15 +209,44 @@ fn virmidi_and_midi_through_ports_carry_midi_both_ways_and_a_removed_card_is_rep
         )),
         "{probe}"
     );
+    // Ports appearing: the card back (its note arrives from its new port), aseqdump's
+    // port added, our note reaching aseqdump, its port removed when it ends.
+    let add = section(out, "ADD");
+    assert!(add.contains("modprobe exit 0"), "{add}");
+    let field = |key: &str| {
+        add.lines()
+            .find_map(|l| {
+                l.split_once(key)
+                    .map(|(_, v)| v.split(' ').next().unwrap().to_string())
+            })
+            .unwrap_or_else(|| panic!("no '{key}' in:\n{add}"))
+    };
+    let (nport, dport) = (field(" port "), field("aseqdump port "));
+    assert!(!nport.is_empty() && !dport.is_empty(), "{add}");
+    assert!(
+        midi.iter().any(|m| m.1 == nport && m.2 == "90 40 10"),
+        "nothing from the new card's {nport}:\n{probe}"
+    );
+    assert!(
+        probe.contains(&format!("added {dport} 'aseqdump' 'aseqdump'")),
+        "{probe}"
+    );
+    let dump = section(out, "ASEQDUMP");
+    assert!(
+        dump.lines()
+            .any(|l| l.contains("Note on") && l.contains("note 65, velocity 34")),
+        "{dump}"
+    );
+    assert!(probe.contains(&format!("removed {dport}\n")), "{probe}");
     let counters = probe
         .lines()
         .find(|l| l.starts_with("counters "))
         .unwrap_or_else(|| panic!("no counters:\n{probe}"));
     for want in [
-        "received=6 ",
+        "received=7 ",
         "sysex_dropped=1 ",
         "overruns=0 ",
-        "sent=4 ",
+        "sent=5 ",
         "send_failed=2",
     ] {
         assert!(counters.contains(want), "{want} not in {counters}");

@@ -147,6 +147,11 @@ fn sysex_encodes_to_one_variable_event_with_its_bytes() {
     assert!(ev.is_variable());
     // SAFETY: the encoder's buffer is alive until its next use.
     assert_eq!(unsafe { ev.ext() }, msg);
+    // Exactly as long as the encoder holds: still one event.
+    let mut exact = Coder::new(lib, 6).unwrap();
+    exact.encode(&msg, &mut ev).unwrap();
+    // SAFETY: as above.
+    assert_eq!((ev.kind, unsafe { ev.ext() }), (EV_SYSEX, &msg[..]));
     // Longer than the encoder holds: alsa-lib hands out a first chunk, which `encode`
     // reports as not one event rather than sending half a message.
     let mut small = Coder::new(lib, 4).unwrap();

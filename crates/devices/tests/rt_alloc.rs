@@ -185,6 +185,31 @@ fn alsa_rt_path_does_not_allocate() {
 }
 
 #[test]
+fn midi_queue_push_pop_and_message_check_do_not_allocate() {
+    use quaver_devices::alsa::seq::{PortId, check_message, queue};
+    let (mut tx, mut rx) = queue(8, 64);
+    let port = PortId {
+        client: 20,
+        port: 0,
+    };
+    let sysex = [0xF0, 0x7E, 0x7F, 0x06, 0x01, 0xF7];
+    let mut dst = [0u8; 64];
+    let before = allocs();
+    let mut got = 0;
+    // Enough rounds to wrap both rings many times.
+    for i in 0..1000u64 {
+        check_message(&sysex).unwrap();
+        tx.push(i, port, &[0x90, (i % 128) as u8, 0x7F]).unwrap();
+        tx.push(i, port, &sysex).unwrap();
+        while let Some(m) = rx.pop() {
+            got += m.copy_to(&mut dst).unwrap();
+        }
+    }
+    assert_eq!(allocs() - before, 0);
+    assert_eq!(got, 1000 * 9);
+}
+
+#[test]
 fn the_counter_sees_allocations() {
     let before = allocs();
     let v = std::hint::black_box(vec![1u8; 10]);

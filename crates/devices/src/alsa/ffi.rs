@@ -83,28 +83,30 @@ pub const LIBRARY: &str = "libasound.so.2";
 /// missing name to exercise the "unavailable" path).
 pub const LIBRARY_ENV: &str = "QUAVER_ALSA_LIBRARY";
 
+/// Declares a table of alsa-lib functions (`$name`) and its `resolve`; the sequencer
+/// (seq/ffi.rs) has a second table of its own so neither file grows too long.
 macro_rules! alsa_table {
-    ($( $field:ident = $sym:literal : fn($($arg:ty),*) $(-> $ret:ty)?; )*) => {
-        /// The resolved alsa-lib functions. Calling any of them is `unsafe`: the caller
+    ($name:ident; $( $field:ident = $sym:literal : fn($($arg:ty),*) $(-> $ret:ty)?; )*) => {
+        /// Resolved alsa-lib functions. Calling any of them is `unsafe`: the caller
         /// upholds alsa-lib's contract for that call (valid handles, buffer sizes).
-        pub(crate) struct Lib {
+        pub(crate) struct $name {
             $( pub(crate) $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?, )*
         }
 
-        impl Lib {
+        impl $name {
             /// Resolves every function in `handle`, or names the first one missing.
             ///
             /// # Safety
             /// `handle` must be a live `dlopen` handle of an alsa-lib whose functions
             /// have the signatures above.
-            unsafe fn resolve(handle: *mut c_void) -> Result<Lib, String> {
-                Ok(Lib {
+            unsafe fn resolve(handle: *mut c_void) -> Result<$name, String> {
+                Ok($name {
                     $( $field: {
                         let name = concat!($sym, "\0");
                         // SAFETY: NUL-terminated name, live handle.
                         let p = unsafe { libc::dlsym(handle, name.as_ptr().cast()) };
                         if p.is_null() {
-                            return Err(format!("{LIBRARY} has no {} (alsa-lib too old?)", $sym));
+                            return Err(format!("{} has no {} (alsa-lib too old?)", $crate::alsa::ffi::LIBRARY, $sym));
                         }
                         // SAFETY: the symbol is alsa-lib's function of this signature.
                         unsafe {
@@ -117,7 +119,10 @@ macro_rules! alsa_table {
     };
 }
 
+pub(crate) use alsa_table;
+
 alsa_table! {
+    Lib;
     pcm_open = "snd_pcm_open": fn(*mut *mut Opaque, *const c_char, c_int, c_int) -> c_int;
     pcm_close = "snd_pcm_close": fn(*mut Opaque) -> c_int;
     pcm_nonblock = "snd_pcm_nonblock": fn(*mut Opaque, c_int) -> c_int;
@@ -294,15 +299,7 @@ unsafe impl Sync for Lib {}
 
 /// Opens `name` and resolves the table (not cached; [`lib`] caches the default).
 pub(crate) fn load(name: &str) -> Result<Lib, String> {
-    let cname = CString::new(name).map_err(|_| format!("bad library name '{name}'"))?;
-    // SAFETY: NUL-terminated name. RTLD_LOCAL keeps alsa-lib's symbols out of the global
-    // namespace; alsa-lib's own plugins (libasound_module_*.so) link against it directly.
-    let handle = unsafe { libc::dlopen(cname.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        // SAFETY: dlerror returns a thread-local C string or null.
-        let why = unsafe { cstr_lossy(libc::dlerror()) }.unwrap_or_default();
-        return Err(format!("{name} not found ({why})"));
-    }
+    let handle = open_library(name)?;
     // SAFETY: `handle` is live and stays loaded for the life of the process (we never
     // call dlclose on success).
     match unsafe { Lib::resolve(handle) } {
@@ -315,16 +312,32 @@ pub(crate) fn load(name: &str) -> Result<Lib, String> {
     }
 }
 
+/// The library name in use: [`LIBRARY`] or `$QUAVER_ALSA_LIBRARY`.
+pub(crate) fn library_name() -> String {
+    std::env::var(LIBRARY_ENV).unwrap_or_else(|_| LIBRARY.to_string())
+}
+
+/// `dlopen`s `name` (a second open of the same library shares the first's handle).
+pub(crate) fn open_library(name: &str) -> Result<*mut c_void, String> {
+    let cname = CString::new(name).map_err(|_| format!("bad library name '{name}'"))?;
+    // SAFETY: NUL-terminated name. RTLD_LOCAL keeps alsa-lib's symbols out of the global
+    // namespace; alsa-lib's own plugins (libasound_module_*.so) link against it directly.
+    let handle = unsafe { libc::dlopen(cname.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror returns a thread-local C string or null.
+        let why = unsafe { cstr_lossy(libc::dlerror()) }.unwrap_or_default();
+        return Err(format!("{name} not found ({why})"));
+    }
+    Ok(handle)
+}
+
 /// alsa-lib, loaded once per process from [`LIBRARY`] (or `$QUAVER_ALSA_LIBRARY`). The
 /// error says why it is unavailable.
 pub(crate) fn lib() -> Result<&'static Lib, &'static str> {
     static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let name = std::env::var(LIBRARY_ENV).unwrap_or_else(|_| LIBRARY.to_string());
-        load(&name)
-    })
-    .as_ref()
-    .map_err(|e| e.as_str())
+    LIB.get_or_init(|| load(&library_name()))
+        .as_ref()
+        .map_err(|e| e.as_str())
 }
 
 /// Copies a C string (possibly null) into an owned `String`.

@@ -14,6 +14,8 @@
 //! * [`hotplug`]: cards coming and going, from the kernel's uevents.
 //! * [`cards`]: card discovery and PulseAudio-style profiles built from what each PCM
 //!   negotiates.
+//! * [`seq`]: the ALSA sequencer's MIDI ports, bridged to lock-free raw MIDI queues
+//!   (docs/alsa/seq.md).
 //! * this module: [`AlsaDevice`] over the driver, and listing PCMs and cards.
 //!
 //! # Scheduling
@@ -56,6 +58,7 @@ pub mod mixer;
 pub mod params;
 pub mod pcm;
 pub mod ports;
+pub mod seq;
 
 #[cfg(test)]
 mod fake;

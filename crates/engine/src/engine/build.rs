@@ -120,6 +120,7 @@ impl Engine {
             stopped: HashSet::new(),
             watchers: Vec::new(),
             quantum: config.quantum_default,
+            forced: None,
             garbage,
             events,
             held: false,

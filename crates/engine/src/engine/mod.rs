@@ -7,6 +7,7 @@
 //! - `build.rs`: building and starting an engine, the service thread, shutdown;
 //! - `edit.rs`: graph edits;
 //! - `devices.rs`: devices added and removed while the engine runs;
+//! - `quantum.rs`: the forced quantum and why the quantum in force is what it is;
 //! - `status.rs`: reading the graph, status and per-node timing;
 //! - [`config`] and [`report`]: the types going in and coming out.
 
@@ -16,10 +17,12 @@ mod devices;
 mod edit;
 mod handle;
 mod hwvol;
+mod quantum;
 pub mod report;
 mod status;
 
 pub use config::EngineConfig;
 pub use edit::MAX_PORTS_PER_NODE;
 pub use handle::Engine;
+pub use quantum::{QuantumInfo, QuantumSource};
 pub use report::{DeviceStatus, EngineStatus, GraphEvent, NodeTiming};

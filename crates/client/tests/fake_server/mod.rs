@@ -173,6 +173,8 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                 | Request::AddPort { .. }
                 | Request::RemovePort { .. }
                 | Request::SetQuantum { .. }
+                | Request::ForceQuantum { .. }
+                | Request::Quantum
                 | Request::Watch => Reply::error(ErrorCode::BadRequest, "no callback clients here"),
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {

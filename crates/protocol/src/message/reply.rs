@@ -3,6 +3,7 @@
 
 use super::callback::{CallbackCreated, CallbackPort};
 use super::graph::GraphInfo;
+use super::quantum::QuantumReport;
 use super::status::{StatusInfo, TimingStats};
 use super::stream::StreamCreated;
 use serde::{Deserialize, Serialize};
@@ -79,6 +80,8 @@ pub enum Reply {
     CallbackCreated(CallbackCreated),
     /// Answer to `AddPort`.
     PortAdded(CallbackPort),
+    /// Answer to `Quantum`.
+    Quantum(QuantumReport),
     /// Sent unsolicited (id 0) on a connection that asked to `Watch`.
     Event(GraphEvent),
     /// Success without data.
@@ -111,6 +114,7 @@ impl Reply {
             Reply::StreamCreated(_) => "stream_created",
             Reply::CallbackCreated(_) => "callback_created",
             Reply::PortAdded(_) => "port_added",
+            Reply::Quantum(_) => "quantum",
             Reply::Event(_) => "event",
             Reply::Ok => "ok",
             Reply::Error { .. } => "error",

@@ -362,8 +362,11 @@ pub unsafe extern "C" fn jack_get_buffer_size(client: *mut Client) -> jack_nfram
     unsafe { as_client(client) }.map_or(0, |c| c.buffer_size.load(Ordering::Relaxed))
 }
 
-/// `jack_set_buffer_size`: asks quaverd for this quantum. The server runs the smallest
-/// request of all clients, so a larger request may not take effect.
+/// `jack_set_buffer_size`: sets the server's quantum for every client, and it stays
+/// after this client closes, as jackd2's buffer size does (quaverd's forced quantum,
+/// `quaver quantum release` gives the graph back to its clients' latency requests).
+/// A size that is not a power of two or outside the server's bounds is refused with
+/// -1, the code jackd2 returns for a size its driver refuses.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jack_set_buffer_size(
     client: *mut Client,
@@ -372,16 +375,20 @@ pub unsafe extern "C" fn jack_set_buffer_size(
     guard(-1, || {
         // SAFETY: see `client`.
         let Some(c) = (unsafe { as_client(client) }) else {
+            crate::error("jack_set_buffer_size called with a NULL client");
             return -1;
         };
         if nframes == 0 || nframes as usize > c.max_frames {
-            return libc::EINVAL;
+            crate::error(&format!(
+                "cannot set the buffer size to {nframes}: out of range 1..={}",
+                c.max_frames
+            ));
+            return -1;
         }
-        let r = c.conn().set_quantum(c.node, Some(nframes));
-        match r {
+        match c.conn().force_quantum(Some(nframes)) {
             Ok(()) => 0,
             Err(e) => {
-                crate::error(&format!("cannot set the buffer size: {e}"));
+                crate::error(&format!("cannot set the buffer size to {nframes}: {e}"));
                 -1
             }
         }

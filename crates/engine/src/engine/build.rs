@@ -121,6 +121,7 @@ impl Engine {
             watchers: Vec::new(),
             quantum: config.quantum_default,
             forced: None,
+            freewheel: false,
             garbage,
             events,
             held: false,
@@ -149,6 +150,7 @@ impl Engine {
                 realtime: Mutex::new(RtThread {
                     outcome: RtOutcome::Disabled,
                     tid: None,
+                    freewheeling: false,
                 }),
                 threads: Mutex::new(None),
                 stopping: false.into(),
@@ -222,6 +224,7 @@ impl Engine {
         *engine.shared.realtime.lock().expect("poisoned") = RtThread {
             outcome: crate::rt::sched::promote(tid, &req),
             tid: Some(tid),
+            freewheeling: false,
         };
         let svc = engine.clone();
         let service = std::thread::Builder::new()
@@ -281,6 +284,12 @@ impl Engine {
                 RtEvent::Resumed => {
                     tracing::debug!("devices resumed");
                     notify(&mut ctl, GraphEvent::Suspended(false));
+                }
+                RtEvent::Freewheel(on) => {
+                    tracing::debug!(
+                        "devices {} for freewheel",
+                        if on { "suspended" } else { "restarted" }
+                    );
                 }
                 RtEvent::Quantum(q) => {
                     tracing::debug!("quantum is now {q} frames");

@@ -37,6 +37,8 @@ pub(super) struct Control {
     pub(super) quantum: usize,
     /// The quantum forced for everyone ([`Engine::force_quantum`]), overriding requests.
     pub(super) forced: Option<usize>,
+    /// Freewheeling ([`Engine::set_freewheel`]).
+    pub(super) freewheel: bool,
     pub(super) garbage: rtrb::Consumer<Garbage>,
     pub(super) events: rtrb::Consumer<RtEvent>,
     /// Devices suspended on request ([`Engine::hold`]).
@@ -330,6 +332,7 @@ impl Engine {
         );
         plan.fill = self.fill_for(&ctl.graph, &stopped, ctl.quantum);
         plan.held = ctl.held;
+        plan.freewheel = ctl.freewheel;
         ctl.published = current;
         ctl.stopped = stopped;
         self.send(ctl, ToRt::Plan(Box::new(plan)))

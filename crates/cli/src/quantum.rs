@@ -49,6 +49,9 @@ pub fn report_text(q: &QuantumReport, rate: u32) -> String {
         "bounds: {}..={} frames, default {}\n",
         q.min, q.max, q.default
     );
+    if q.freewheel {
+        s += "freewheeling: the graph runs as fast as its clients allow, devices suspended\n";
+    }
     s
 }
 
@@ -67,6 +70,7 @@ mod tests {
             min: 32,
             max: 8192,
             default: 1024,
+            freewheel: false,
         }
     }
 

@@ -1,4 +1,5 @@
-//! The graph's quantum as a server setting: forcing, releasing and reporting it.
+//! The graph's clock as a server setting: forcing, releasing and reporting the quantum,
+//! and freewheeling.
 
 use crate::{ClientError, Connection, Result, unexpected};
 use quaver_protocol::{QuantumReport, Reply, Request};
@@ -11,6 +12,12 @@ impl Connection {
         let req = Request::ForceQuantum { quantum };
         req.validate().map_err(ClientError::InvalidArgument)?;
         self.request_ok(req)
+    }
+
+    /// Starts or stops JACK's freewheel (the graph runs as fast as its clients allow,
+    /// detached from the devices); it stays after this connection closes.
+    pub fn set_freewheel(&mut self, on: bool) -> Result<()> {
+        self.request_ok(Request::SetFreewheel { on })
     }
 
     /// The quantum in force, why, and the bounds.

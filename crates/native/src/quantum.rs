@@ -1,4 +1,5 @@
-//! The graph's quantum as a server setting: `force_quantum` and the `quantum` report.
+//! The graph's clock as a server setting: `force_quantum`, `set_freewheel` and the
+//! `quantum` report.
 
 use crate::{NativeServer, engine_error};
 use quaver_engine::QuantumSource;
@@ -11,6 +12,17 @@ impl NativeServer {
         match self.engine.force_quantum(quantum.map(|q| q as usize)) {
             Ok(()) => {
                 tracing::debug!("client {client} forced quantum {quantum:?}");
+                Reply::Ok
+            }
+            Err(e) => engine_error(e),
+        }
+    }
+
+    /// Starts or stops freewheeling; anyone may, as any JACK client may on jackd2.
+    pub(crate) fn set_freewheel(&self, client: u32, on: bool) -> Reply {
+        match self.engine.set_freewheel(on) {
+            Ok(()) => {
+                tracing::debug!("client {client} set freewheel {on}");
                 Reply::Ok
             }
             Err(e) => engine_error(e),
@@ -40,6 +52,7 @@ impl NativeServer {
             min: frames(q.min),
             max: frames(q.max),
             default: frames(q.default),
+            freewheel: self.engine.freewheel(),
         }
     }
 }

@@ -175,6 +175,7 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                 | Request::SetQuantum { .. }
                 | Request::ForceQuantum { .. }
                 | Request::Quantum
+                | Request::SetFreewheel { .. }
                 | Request::Watch => Reply::error(ErrorCode::BadRequest, "no callback clients here"),
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {

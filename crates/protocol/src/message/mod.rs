@@ -342,6 +342,11 @@ mod tests {
         roundtrip_req(Request::ForceQuantum { quantum: Some(128) });
         roundtrip_req(Request::ForceQuantum { quantum: None });
         roundtrip_req(Request::Quantum);
+        roundtrip_req(Request::SetFreewheel { on: true });
+        assert_eq!(
+            serde_json::to_value(Request::SetFreewheel { on: false }).unwrap(),
+            json!({"type": "set_freewheel", "on": false})
+        );
         let v = serde_json::to_value(Request::ForceQuantum { quantum: None }).unwrap();
         assert_eq!(v, json!({"type": "force_quantum"}), "release: no field");
         for q in [0, MAX_QUANTUM + 1] {
@@ -360,6 +365,7 @@ mod tests {
             min: 32,
             max: 8192,
             default: 1024,
+            freewheel: false,
         });
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), r);

@@ -1,4 +1,5 @@
-//! The quantum in force and why: the answer to `quantum`.
+//! The graph's clock: the quantum in force and why, and whether it freewheels — the
+//! answer to `quantum`.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,4 +31,7 @@ pub struct QuantumReport {
     pub max: u32,
     /// Quantum when nobody asks and nothing is forced.
     pub default: u32,
+    /// The graph freewheels (`set_freewheel`): no device paces it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub freewheel: bool,
 }

@@ -87,6 +87,13 @@ pub enum Request {
     },
     /// Asks for [`QuantumReport`](super::QuantumReport): the quantum in force and why.
     Quantum,
+    /// Starts (`on`) or stops JACK's freewheel: the graph runs as fast as its clients
+    /// allow, detached from the devices. A server setting: it stays after this
+    /// connection closes. JACK's `jack_set_freewheel`.
+    SetFreewheel {
+        /// Freewheel on or off.
+        on: bool,
+    },
     /// Turns this connection into a one-way event stream: the server answers `Ok`, then
     /// sends an `Event` reply (id 0) after every graph or device change and reads no
     /// further requests. Open another connection for requests.
@@ -114,6 +121,7 @@ impl Request {
             | Request::Timing
             | Request::Graph
             | Request::Quantum
+            | Request::SetFreewheel { .. }
             | Request::DestroyStream { .. } => Ok(()),
             Request::CreateStream(p) => p.validate(),
             Request::CreateCallback(p) => p.validate(),
@@ -162,6 +170,7 @@ impl Request {
             Request::SetQuantum { .. } => "set_quantum",
             Request::ForceQuantum { .. } => "force_quantum",
             Request::Quantum => "quantum",
+            Request::SetFreewheel { .. } => "set_freewheel",
             Request::Watch => "watch",
         }
     }

@@ -247,7 +247,8 @@ setter!(
     jack_set_latency_callback, latency, JackLatencyCallback
 );
 setter!(
-    /// `jack_set_freewheel_callback` (quaver never freewheels JACK clients).
+    /// `jack_set_freewheel_callback` (called on the process thread before the first
+    /// cycle after freewheel started or stopped).
     jack_set_freewheel_callback, freewheel, JackFreewheelCallback
 );
 setter!(
@@ -403,10 +404,25 @@ pub unsafe extern "C" fn jack_cpu_load(client: *mut Client) -> f32 {
     unsafe { as_client(client) }.map_or(0.0, |c| f32::from_bits(c.load.load(Ordering::Relaxed)))
 }
 
-/// `jack_set_freewheel`: not supported.
+/// `jack_set_freewheel`: starts (non-zero) or stops quaverd's freewheel, for the whole
+/// server as on jackd2 (it stays after this client closes): the graph runs as fast as
+/// its clients allow, detached from the devices. 0 on success, -1 when refused.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_set_freewheel(_client: *mut Client, _onoff: c_int) -> c_int {
-    -1
+pub unsafe extern "C" fn jack_set_freewheel(client: *mut Client, onoff: c_int) -> c_int {
+    guard(-1, || {
+        // SAFETY: see `client`.
+        let Some(c) = (unsafe { as_client(client) }) else {
+            crate::error("jack_set_freewheel called with a NULL client");
+            return -1;
+        };
+        match c.conn().set_freewheel(onoff != 0) {
+            Ok(()) => 0,
+            Err(e) => {
+                crate::error(&format!("cannot set freewheel: {e}"));
+                -1
+            }
+        }
+    })
 }
 
 /// `jack_client_get_uuid`: `malloc`ed decimal UUID of the client.

@@ -104,6 +104,8 @@ pub struct Client {
     pub(crate) load: AtomicU32,
     pub(crate) xruns_seen: AtomicU64,
     pub(crate) process_failed: AtomicBool,
+    /// Whether the latest cycle was a freewheeling one (for the freewheel callback).
+    pub(crate) freewheeling: AtomicBool,
 }
 
 /// Ports of each direction reserved per client unless `$QUAVER_JACK_MAX_PORTS` says.
@@ -213,6 +215,7 @@ impl Client {
             foreign: Mutex::new(HashMap::new()),
             next_local_id: AtomicU32::new(LOCAL_ID_BASE),
             active: AtomicBool::new(false),
+            freewheeling: AtomicBool::new(false),
             process_thread: Mutex::new(None),
             process_thread_id: AtomicU64::new(0),
             rt_priority: AtomicI32::new(-1),

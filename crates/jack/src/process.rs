@@ -8,6 +8,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
 use quaver_client::callback::Wake;
+use quaver_client::quaver_protocol::callback::CYCLE_FREEWHEEL;
 
 use crate::client::{Callbacks, Client, ClientPtr, now_ns};
 use crate::midi;
@@ -41,6 +42,15 @@ pub(crate) fn cycle_wait(c: &Client, cbs: &Callbacks) -> u32 {
         {
             // SAFETY: the application's callback with its own argument.
             unsafe { cb(h.frames, a.0) };
+        }
+        // As jackd2 tells every client when freewheel starts and stops: before the first
+        // cycle of the new kind.
+        let freewheel = h.flags & CYCLE_FREEWHEEL != 0;
+        if freewheel != c.freewheeling.swap(freewheel, Ordering::AcqRel)
+            && let (Some(cb), a) = cbs.freewheel
+        {
+            // SAFETY: the application's callback with its own argument.
+            unsafe { cb(c_int::from(freewheel), a.0) };
         }
         let xruns = c.cb.xruns();
         if xruns != c.xruns_seen.swap(xruns, Ordering::Relaxed) {

@@ -144,6 +144,11 @@ fn jack_freewheel_runs_the_graph_as_fast_as_clients_allow_and_returns() {
     let paced = probe.rate();
     assert!((paced as f64) < real * 1.5, "{paced} cycles/s before");
 
+    let underruns = || -> u64 {
+        let st = d.connect().status().unwrap();
+        st.devices.iter().map(|dev| dev.underruns).sum()
+    };
+    let before = underruns();
     let out = run(&["jack_freewheel", "1"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(probe.expect("freewheel "), "freewheel 1");
@@ -166,7 +171,8 @@ fn jack_freewheel_runs_the_graph_as_fast_as_clients_allow_and_returns() {
         (paced as f64) < real * 1.5 && (paced as f64) > real * 0.5,
         "after: {paced} cycles/s, real time is {real}"
     );
-    // The devices run again.
+    // The devices run again, and neither switch made the card run dry.
+    assert_eq!(underruns(), before, "underruns on the sim card");
     let st = d.connect().status().unwrap();
     assert!(
         st.devices.iter().all(|dev| dev.state == "running"),

@@ -355,12 +355,13 @@ pub unsafe extern "C" fn jack_get_sample_rate(client: *mut Client) -> jack_nfram
     unsafe { as_client(client) }.map_or(0, |c| c.rate)
 }
 
-/// `jack_get_buffer_size`: the frames of the latest cycle (or the quantum announced
-/// when the client opened).
+/// `jack_get_buffer_size`: the server's buffer size as last learnt — the frames of the
+/// latest cycle, the size this client just set, or the quantum announced when it
+/// opened.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jack_get_buffer_size(client: *mut Client) -> jack_nframes_t {
     // SAFETY: see `client`.
-    unsafe { as_client(client) }.map_or(0, |c| c.buffer_size.load(Ordering::Relaxed))
+    unsafe { as_client(client) }.map_or(0, |c| c.known_size.load(Ordering::Relaxed))
 }
 
 /// `jack_set_buffer_size`: sets the server's quantum for every client, and it stays
@@ -387,7 +388,11 @@ pub unsafe extern "C" fn jack_set_buffer_size(
             return -1;
         }
         match c.conn().force_quantum(Some(nframes)) {
-            Ok(()) => 0,
+            Ok(()) => {
+                // In force from the next cycle on, as jackd2's is when this returns.
+                c.known_size.store(nframes, Ordering::Relaxed);
+                0
+            }
             Err(e) => {
                 crate::error(&format!("cannot set the buffer size to {nframes}: {e}"));
                 -1

@@ -74,6 +74,11 @@ pub struct Client {
     pub(crate) rate: u32,
     pub(crate) max_frames: usize,
     pub(crate) buffer_size: AtomicU32,
+    /// The server's buffer size as last learnt, from a cycle or from this client's own
+    /// `jack_set_buffer_size` (which jackd2 applies before it returns), for
+    /// `jack_get_buffer_size`; `buffer_size` stays the process thread's, so the
+    /// buffer-size callback still fires at the first cycle of the new size.
+    pub(crate) known_size: AtomicU32,
     pub(crate) callbacks: Mutex<Callbacks>,
     pub(crate) timing: Timing,
     pub(crate) open_ns: u64,
@@ -203,6 +208,7 @@ impl Client {
             rate: info.rate,
             max_frames: info.max_frames as usize,
             buffer_size: AtomicU32::new(info.quantum),
+            known_size: AtomicU32::new(info.quantum),
             in_slots: slots(info.max_inputs),
             out_slots: slots(info.max_outputs),
             midi_slots: slots(MAX_MIDI_PORTS as u32),

@@ -37,11 +37,12 @@ pub(crate) fn cycle_wait(c: &Client, cbs: &Callbacks) -> u32 {
         c.cycle_start_ns.store(now_ns(), Ordering::Relaxed);
         c.publish_timing(h.position, h.time_ns, h.period_ns, h.frames);
         let f = h.frames as usize;
-        if h.frames != c.buffer_size.swap(h.frames, Ordering::AcqRel)
-            && let (Some(cb), a) = cbs.buffer_size
-        {
-            // SAFETY: the application's callback with its own argument.
-            unsafe { cb(h.frames, a.0) };
+        if h.frames != c.buffer_size.swap(h.frames, Ordering::AcqRel) {
+            c.known_size.store(h.frames, Ordering::Relaxed);
+            if let (Some(cb), a) = cbs.buffer_size {
+                // SAFETY: the application's callback with its own argument.
+                unsafe { cb(h.frames, a.0) };
+            }
         }
         // As jackd2 tells every client when freewheel starts and stops: before the first
         // cycle of the new kind.

@@ -310,3 +310,45 @@ fn jack_bufsize_answers_as_on_jackd2() {
     }
     d.stop();
 }
+
+/// python3-jack-client's `Client.blocksize`: what setting and reading it answer.
+const BLOCKSIZE_API: &str = r#"
+import sys, time, jack
+c = jack.Client("bsapi")
+for n in map(int, sys.argv[1:]):
+    try:
+        c.blocksize = n
+        print(n, "ok", c.blocksize, flush=True)
+    except jack.JackErrorCode as e:
+        print(n, "error", e.code, flush=True)
+c.activate()
+time.sleep(0.2)
+print("active", c.blocksize, flush=True)
+"#;
+
+#[test]
+fn python_blocksize_answers_as_on_jackd2() {
+    if !have_python_jack() {
+        return;
+    }
+    let Some(jackd) = Jackd::start() else {
+        return;
+    };
+    // Not 100: jackd2's dummy driver runs it, quaverd refuses it (docs/jack.md).
+    let args = [PYTHON, "-c", BLOCKSIZE_API, "128", "0", "16384", "256"];
+    let j = jackd.run(&args);
+    let d = Daemon::start(&[]);
+    let q = d.run(&args);
+    assert!(
+        j.status.success() && q.status.success(),
+        "{}\n{}",
+        both(&j),
+        both(&q)
+    );
+    assert_eq!(
+        text(&q),
+        "128 ok 128\n0 error -1\n16384 error -1\n256 ok 256\nactive 256\n",
+        "quaverd"
+    );
+    assert_eq!(text(&q), text(&j), "the same as jackd2");
+}

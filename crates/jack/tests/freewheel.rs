@@ -277,3 +277,53 @@ fn jack_freewheel_behaves_as_on_jackd2() {
     probe.stop();
     d.stop();
 }
+
+/// python3-jack-client's own `Client.set_freewheel`: the client that starts and stops
+/// freewheel gets its own callbacks.
+const SELF_FREEWHEEL: &str = r#"
+import threading, jack
+c = jack.Client("fwself")
+seen = []
+changed = threading.Event()
+@c.set_freewheel_callback
+def freewheel(starting):
+    seen.append(int(starting))
+    changed.set()
+@c.set_process_callback
+def process(frames):
+    pass
+c.activate()
+for on in (True, False):
+    changed.clear()
+    c.set_freewheel(on)
+    called = changed.wait(10)
+    print("set", int(on), "called", called, "starting", seen[-1] if seen else None, flush=True)
+"#;
+
+#[test]
+fn python_set_freewheel_answers_as_on_jackd2() {
+    if !have_python_jack() {
+        return;
+    }
+    let Some(jackd) = Jackd::start() else {
+        return;
+    };
+    let j = jackd.run(&[PYTHON, "-c", SELF_FREEWHEEL]);
+    let mut d = Daemon::start(&[]);
+    let q = d.run(&[PYTHON, "-c", SELF_FREEWHEEL]);
+    let show = |o: &Output| format!("{o:?}");
+    assert!(
+        j.status.success() && q.status.success(),
+        "{}\n{}",
+        show(&j),
+        show(&q)
+    );
+    assert_eq!(
+        text(&q),
+        "set 1 called True starting 1\nset 0 called True starting 0\n",
+        "quaverd"
+    );
+    assert_eq!(text(&q), text(&j), "the same as jackd2");
+    assert!(!d.connect().quantum().unwrap().freewheel);
+    d.stop();
+}

@@ -60,6 +60,9 @@ pub enum Command {
     },
     /// Set a node's volume and/or mute.
     Volume(VolumeArgs),
+    /// Show the graph's quantum and why (forced, requested by a node, default), or
+    /// force or release it for every client.
+    Quantum(QuantumArgs),
     /// Print the processing graph (Graphviz dot by default).
     Graph {
         /// Graphviz dot output (the default), e.g. `quaver graph --dot | dot -Tsvg`.
@@ -192,6 +195,30 @@ pub struct VolumeArgs {
     pub unmute: bool,
 }
 
+/// Arguments of `quaver quantum`.
+#[derive(Args, Debug)]
+pub struct QuantumArgs {
+    /// Print the quantum report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Force or release; without one, show the quantum in force.
+    #[command(subcommand)]
+    pub action: Option<QuantumAction>,
+}
+
+/// What `quaver quantum` changes.
+#[derive(Subcommand, Debug, PartialEq, Eq)]
+pub enum QuantumAction {
+    /// Run every cycle at N frames whatever clients ask for, until released (as
+    /// `jack_bufsize N` does); N is a power of two within the server's bounds.
+    Force {
+        /// Frames per cycle.
+        frames: u32,
+    },
+    /// Give the quantum back to the clients' latency requests.
+    Release,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,6 +226,26 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("quaver").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn quantum_shows_forces_and_releases() {
+        let action = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Quantum(q) => q.action,
+            c => panic!("{c:?}"),
+        };
+        assert_eq!(action(&["quantum"]), None);
+        assert_eq!(
+            action(&["quantum", "force", "128"]),
+            Some(QuantumAction::Force { frames: 128 })
+        );
+        assert_eq!(
+            action(&["quantum", "release"]),
+            Some(QuantumAction::Release)
+        );
+        assert!(parse(&["quantum", "force"]).is_err());
+        assert!(parse(&["quantum", "force", "-4"]).is_err());
+        assert!(parse(&["quantum", "force", "lots"]).is_err());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The control commands: status, ls, link, unlink, volume, graph.
+//! The control commands: status, ls, link, unlink, volume, graph (`quantum` has a file
+//! of its own).
 
 use crate::args::VolumeArgs;
 use crate::values::parse_level;

@@ -11,6 +11,7 @@ pub mod values;
 
 mod commands;
 mod play;
+mod quantum;
 mod record;
 mod signals;
 mod transport;
@@ -32,6 +33,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Link { output, input } => commands::link(server, output, input, false),
         Command::Unlink { output, input } => commands::link(server, output, input, true),
         Command::Volume(a) => commands::volume(server, a),
+        Command::Quantum(a) => quantum::quantum(server, a),
         Command::Graph { json, .. } => commands::graph(server, *json),
         Command::Transport(a) => transport::transport(server, a),
         Command::Bench { args } => bench(args),

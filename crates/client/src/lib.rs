@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod callback;
+mod quantum;
 
 use std::io;
 use std::os::fd::OwnedFd;

@@ -95,7 +95,15 @@ pub struct CallbackCycle {
     pub deadline_ns: u64,
     /// Frames in this cycle (the current quantum).
     pub frames: u32,
+    /// The graph freewheels: no device waits, the deadline is [`FREEWHEEL_BUDGET_NS`]
+    /// away.
+    pub freewheel: bool,
 }
+
+/// How long a freewheeling cycle waits for a synchronous client: no device runs dry,
+/// so as long as a slow offline render needs, but a hung client still costs only this
+/// (and goes asynchronous after `hung_ms`, as always).
+pub const FREEWHEEL_BUDGET_NS: u64 = 2_000_000_000;
 
 /// The front-end's side of a callback client: port buffers it shares with the client
 /// and the two wakeup signals. Every method is *RT*: no allocation, no locks, no
@@ -264,6 +272,9 @@ enum Phase {
 /// margin the device runs dry whatever the client does; the last quarter is left for
 /// waking the server and its mixing and write).
 fn budget_ns(deadline: f64, cx: &CycleInfo) -> u64 {
+    if cx.freewheel {
+        return FREEWHEEL_BUDGET_NS;
+    }
     let budget = (cx.period_ns() as f64 * deadline) as u64;
     if cx.margin_frames > 0 {
         budget.min(cx.margin_ns() / 4 * 3)
@@ -446,6 +457,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             period_ns: period,
             deadline_ns: deadline,
             frames: cx.frames as u32,
+            freewheel: cx.freewheel,
         };
         self.remote = None;
         self.transport.begin_cycle();

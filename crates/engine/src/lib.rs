@@ -30,7 +30,10 @@ pub use rt::{follow, node, sched, timing};
 pub use callback::{
     AsyncCause, CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport,
 };
-pub use engine::{DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent, NodeTiming};
+pub use engine::{
+    DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent, NodeTiming, QuantumInfo,
+    QuantumSource,
+};
 pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
 pub use quaver_devices::hwvol::{HardwareVolume, HwVolumeInfo};
 pub use rt::msg::RtEvent;

@@ -123,6 +123,13 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
                     .unwrap();
             }
         }
+        // JACK's freewheel: entering (a fade-out cycle, the devices suspended), cycles
+        // detached from them, and leaving (the devices started again, fading in).
+        match round % 20 {
+            10 => engine.set_freewheel(true).unwrap(),
+            15 => engine.set_freewheel(false).unwrap(),
+            _ => {}
+        }
         assert_no_alloc(|| {
             for _ in 0..51 {
                 runner.run_cycle();

@@ -247,7 +247,8 @@ setter!(
     jack_set_latency_callback, latency, JackLatencyCallback
 );
 setter!(
-    /// `jack_set_freewheel_callback` (quaver never freewheels JACK clients).
+    /// `jack_set_freewheel_callback` (called on the process thread before the first
+    /// cycle after freewheel started or stopped).
     jack_set_freewheel_callback, freewheel, JackFreewheelCallback
 );
 setter!(
@@ -354,16 +355,20 @@ pub unsafe extern "C" fn jack_get_sample_rate(client: *mut Client) -> jack_nfram
     unsafe { as_client(client) }.map_or(0, |c| c.rate)
 }
 
-/// `jack_get_buffer_size`: the frames of the latest cycle (or the quantum announced
-/// when the client opened).
+/// `jack_get_buffer_size`: the server's buffer size as last learnt — the frames of the
+/// latest cycle, the size this client just set, or the quantum announced when it
+/// opened.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jack_get_buffer_size(client: *mut Client) -> jack_nframes_t {
     // SAFETY: see `client`.
-    unsafe { as_client(client) }.map_or(0, |c| c.buffer_size.load(Ordering::Relaxed))
+    unsafe { as_client(client) }.map_or(0, |c| c.known_size.load(Ordering::Relaxed))
 }
 
-/// `jack_set_buffer_size`: asks quaverd for this quantum. The server runs the smallest
-/// request of all clients, so a larger request may not take effect.
+/// `jack_set_buffer_size`: sets the server's quantum for every client, and it stays
+/// after this client closes, as jackd2's buffer size does (quaverd's forced quantum,
+/// `quaver quantum release` gives the graph back to its clients' latency requests).
+/// A size that is not a power of two or outside the server's bounds is refused with
+/// -1, the code jackd2 returns for a size its driver refuses.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jack_set_buffer_size(
     client: *mut Client,
@@ -372,16 +377,24 @@ pub unsafe extern "C" fn jack_set_buffer_size(
     guard(-1, || {
         // SAFETY: see `client`.
         let Some(c) = (unsafe { as_client(client) }) else {
+            crate::error("jack_set_buffer_size called with a NULL client");
             return -1;
         };
         if nframes == 0 || nframes as usize > c.max_frames {
-            return libc::EINVAL;
+            crate::error(&format!(
+                "cannot set the buffer size to {nframes}: out of range 1..={}",
+                c.max_frames
+            ));
+            return -1;
         }
-        let r = c.conn().set_quantum(c.node, Some(nframes));
-        match r {
-            Ok(()) => 0,
+        match c.conn().force_quantum(Some(nframes)) {
+            Ok(()) => {
+                // In force from the next cycle on, as jackd2's is when this returns.
+                c.known_size.store(nframes, Ordering::Relaxed);
+                0
+            }
             Err(e) => {
-                crate::error(&format!("cannot set the buffer size: {e}"));
+                crate::error(&format!("cannot set the buffer size to {nframes}: {e}"));
                 -1
             }
         }
@@ -396,10 +409,25 @@ pub unsafe extern "C" fn jack_cpu_load(client: *mut Client) -> f32 {
     unsafe { as_client(client) }.map_or(0.0, |c| f32::from_bits(c.load.load(Ordering::Relaxed)))
 }
 
-/// `jack_set_freewheel`: not supported.
+/// `jack_set_freewheel`: starts (non-zero) or stops quaverd's freewheel, for the whole
+/// server as on jackd2 (it stays after this client closes): the graph runs as fast as
+/// its clients allow, detached from the devices. 0 on success, -1 when refused.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_set_freewheel(_client: *mut Client, _onoff: c_int) -> c_int {
-    -1
+pub unsafe extern "C" fn jack_set_freewheel(client: *mut Client, onoff: c_int) -> c_int {
+    guard(-1, || {
+        // SAFETY: see `client`.
+        let Some(c) = (unsafe { as_client(client) }) else {
+            crate::error("jack_set_freewheel called with a NULL client");
+            return -1;
+        };
+        match c.conn().set_freewheel(onoff != 0) {
+            Ok(()) => 0,
+            Err(e) => {
+                crate::error(&format!("cannot set freewheel: {e}"));
+                -1
+            }
+        }
+    })
 }
 
 /// `jack_client_get_uuid`: `malloc`ed decimal UUID of the client.

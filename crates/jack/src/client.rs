@@ -74,6 +74,11 @@ pub struct Client {
     pub(crate) rate: u32,
     pub(crate) max_frames: usize,
     pub(crate) buffer_size: AtomicU32,
+    /// The server's buffer size as last learnt, from a cycle or from this client's own
+    /// `jack_set_buffer_size` (which jackd2 applies before it returns), for
+    /// `jack_get_buffer_size`; `buffer_size` stays the process thread's, so the
+    /// buffer-size callback still fires at the first cycle of the new size.
+    pub(crate) known_size: AtomicU32,
     pub(crate) callbacks: Mutex<Callbacks>,
     pub(crate) timing: Timing,
     pub(crate) open_ns: u64,
@@ -106,6 +111,8 @@ pub struct Client {
     pub(crate) process_failed: AtomicBool,
     /// Transport callbacks and their state (`transport.rs`).
     pub(crate) transport: crate::transport::ClientTransport,
+    /// Whether the latest cycle was a freewheeling one (for the freewheel callback).
+    pub(crate) freewheeling: AtomicBool,
 }
 
 /// Ports of each direction reserved per client unless `$QUAVER_JACK_MAX_PORTS` says.
@@ -203,6 +210,7 @@ impl Client {
             rate: info.rate,
             max_frames: info.max_frames as usize,
             buffer_size: AtomicU32::new(info.quantum),
+            known_size: AtomicU32::new(info.quantum),
             in_slots: slots(info.max_inputs),
             out_slots: slots(info.max_outputs),
             midi_slots: slots(MAX_MIDI_PORTS as u32),
@@ -215,6 +223,7 @@ impl Client {
             foreign: Mutex::new(HashMap::new()),
             next_local_id: AtomicU32::new(LOCAL_ID_BASE),
             active: AtomicBool::new(false),
+            freewheeling: AtomicBool::new(false),
             process_thread: Mutex::new(None),
             process_thread_id: AtomicU64::new(0),
             rt_priority: AtomicI32::new(-1),

@@ -8,6 +8,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
 use quaver_client::callback::Wake;
+use quaver_client::quaver_protocol::callback::CYCLE_FREEWHEEL;
 
 use crate::client::{Callbacks, Client, ClientPtr, now_ns};
 use crate::midi;
@@ -36,11 +37,21 @@ pub(crate) fn cycle_wait(c: &Client, cbs: &Callbacks) -> u32 {
         c.cycle_start_ns.store(now_ns(), Ordering::Relaxed);
         c.publish_timing(h.position, h.time_ns, h.period_ns, h.frames);
         let f = h.frames as usize;
-        if h.frames != c.buffer_size.swap(h.frames, Ordering::AcqRel)
-            && let (Some(cb), a) = cbs.buffer_size
+        if h.frames != c.buffer_size.swap(h.frames, Ordering::AcqRel) {
+            c.known_size.store(h.frames, Ordering::Relaxed);
+            if let (Some(cb), a) = cbs.buffer_size {
+                // SAFETY: the application's callback with its own argument.
+                unsafe { cb(h.frames, a.0) };
+            }
+        }
+        // As jackd2 tells every client when freewheel starts and stops: before the first
+        // cycle of the new kind.
+        let freewheel = h.flags & CYCLE_FREEWHEEL != 0;
+        if freewheel != c.freewheeling.swap(freewheel, Ordering::AcqRel)
+            && let (Some(cb), a) = cbs.freewheel
         {
             // SAFETY: the application's callback with its own argument.
-            unsafe { cb(h.frames, a.0) };
+            unsafe { cb(c_int::from(freewheel), a.0) };
         }
         crate::transport::before_process(&c.transport, c.cb.shm());
         let xruns = c.cb.xruns();

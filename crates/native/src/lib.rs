@@ -9,6 +9,7 @@
 //! - `streams`: playback and record streams over shared-memory rings.
 //! - `callback`: callback (JACK-style) nodes.
 //! - `introspect`: the status, timing and graph replies.
+//! - `quantum`: the forced quantum and the quantum report.
 //! - `restore`: stream restore (the policy's store) for native streams.
 //! - `rt`: the RT half, what the engine calls every cycle.
 //!
@@ -16,6 +17,7 @@
 
 mod callback;
 mod introspect;
+mod quantum;
 mod restore;
 mod rt;
 mod rt_transport;

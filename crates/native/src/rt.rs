@@ -13,7 +13,9 @@ use quaver_dsp::{Planar, PlanarMut};
 use quaver_engine::callback::CallbackCycle;
 use quaver_engine::stream::{FrameSink, FrameSource};
 use quaver_engine::{CallbackMode, CallbackTransport};
-use quaver_protocol::callback::{CLIENT_ACTIVE, CallbackShm, CycleHeader, EventBell};
+use quaver_protocol::callback::{
+    CLIENT_ACTIVE, CYCLE_FREEWHEEL, CallbackShm, CycleHeader, EventBell,
+};
 use quaver_protocol::shm::{Doorbell, FLAG_CLIENT_DRAIN, FLAG_SERVER_STARTED, ShmRing};
 use std::sync::Arc;
 
@@ -46,6 +48,7 @@ impl CallbackTransport for ShmCallback {
             period_ns: c.period_ns,
             deadline_ns: c.deadline_ns,
             frames: c.frames,
+            flags: if c.freewheel { CYCLE_FREEWHEEL } else { 0 },
         });
         self.wake.signal();
     }

@@ -219,6 +219,9 @@ impl NativeServer {
             Request::Status => (Reply::Status(self.status()), none),
             Request::Timing => (Reply::Timing(Box::new(self.timing())), none),
             Request::Graph => (Reply::Graph(self.graph_info()), none),
+            Request::Quantum => (Reply::Quantum(self.quantum_report()), none),
+            Request::ForceQuantum { quantum } => (self.force_quantum(client, quantum), none),
+            Request::SetFreewheel { on } => (self.set_freewheel(client, on), none),
             Request::CreateStream(p) => match self.create_stream(client, &p) {
                 Ok((created, fds)) => (Reply::StreamCreated(created), fds),
                 Err(reply) => (reply, none),

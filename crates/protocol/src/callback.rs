@@ -49,6 +49,9 @@ pub const CLIENT_ACTIVE: u32 = 1 << 0;
 /// Server flag: the node failed or was removed; the client should stop.
 pub const SERVER_ERROR: u32 = 1 << 0;
 
+/// Cycle flag: the graph freewheels (JACK's freewheel): no device paces this cycle.
+pub const CYCLE_FREEWHEEL: u32 = 1 << 0;
+
 /// Mode value: the server waits for the client within the cycle.
 pub const MODE_SYNC: u32 = 0;
 /// Mode value: the server takes the client's outputs one cycle later, never waiting.
@@ -78,6 +81,8 @@ struct CycleWords {
     period_ns: AtomicU64,
     deadline_ns: AtomicU64,
     frames: AtomicU32,
+    /// `CYCLE_*` bits; added within layout version 1 (older servers leave 0).
+    flags: AtomicU32,
 }
 
 #[repr(C)]
@@ -131,6 +136,7 @@ const _: () = {
     assert!(offset_of!(CycleWords, period_ns) == 32);
     assert!(offset_of!(CycleWords, deadline_ns) == 40);
     assert!(offset_of!(CycleWords, frames) == 48);
+    assert!(offset_of!(CycleWords, flags) == 52);
     assert!(offset_of!(Header, done_seq) == 128);
     assert!(offset_of!(Header, status) == 192);
     assert!(offset_of!(StatusWords, xruns) == 0);
@@ -163,6 +169,8 @@ pub struct CycleHeader {
     pub deadline_ns: u64,
     /// Frames in this cycle (the current quantum); at most `max_frames`.
     pub frames: u32,
+    /// `CYCLE_*` bits (`CYCLE_FREEWHEEL`).
+    pub flags: u32,
 }
 
 /// Geometry of a callback block.
@@ -371,6 +379,7 @@ impl CallbackShm {
         w.deadline_ns.store(c.deadline_ns, Ordering::Relaxed);
         w.frames
             .store(c.frames.min(self.geo.max_frames), Ordering::Relaxed);
+        w.flags.store(c.flags, Ordering::Relaxed);
         w.seq.store(c.seq, Ordering::Release);
     }
 
@@ -490,6 +499,7 @@ impl CallbackShm {
             period_ns: w.period_ns.load(Ordering::Relaxed),
             deadline_ns: w.deadline_ns.load(Ordering::Relaxed),
             frames: w.frames.load(Ordering::Relaxed).min(self.geo.max_frames),
+            flags: w.flags.load(Ordering::Relaxed),
         }
     }
 
@@ -673,6 +683,7 @@ mod tests {
             period_ns: 1_333_333,
             deadline_ns: 2000,
             frames: 64,
+            flags: CYCLE_FREEWHEEL,
         };
         srv.publish_cycle(&c);
         assert_eq!(cli.cycle(), c);

@@ -23,8 +23,8 @@ pub use framing::{Frame, FrameError, FramedSocket, MAX_FDS, MAX_MESSAGE_BYTES, P
 pub use message::{
     CallbackCreated, CallbackNodeInfo, CallbackParams, CallbackPort, ClientInfo, DeviceStatus,
     Direction, ErrorCode, GraphEvent, GraphInfo, LinkInfo, NodeInfo, NodeTimingInfo,
-    PROTOCOL_VERSION, PortDirection, PortInfo, PortParams, Reply, ReplyEnvelope, Request,
-    RequestEnvelope, StatusInfo, StreamCreated, StreamParams, TimingStats,
+    PROTOCOL_VERSION, PortDirection, PortInfo, PortParams, QuantumReport, Reply, ReplyEnvelope,
+    Request, RequestEnvelope, StatusInfo, StreamCreated, StreamParams, TimingStats,
 };
 pub use quaver_dsp::{ChannelMap, ChannelPosition};
 pub use shm::{Doorbell, ShmError, ShmRing};

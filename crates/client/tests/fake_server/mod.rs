@@ -180,6 +180,9 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                 | Request::SetTimebase { .. }
                 | Request::ReleaseTimebase { .. }
                 | Request::SetSyncTimeout { .. }
+                | Request::ForceQuantum { .. }
+                | Request::Quantum
+                | Request::SetFreewheel { .. }
                 | Request::Watch => Reply::error(ErrorCode::BadRequest, "no callback clients here"),
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {

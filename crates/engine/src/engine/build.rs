@@ -122,6 +122,8 @@ impl Engine {
             stopped: HashSet::new(),
             watchers: Vec::new(),
             quantum: config.quantum_default,
+            forced: None,
+            freewheel: false,
             garbage,
             events,
             held: false,
@@ -150,6 +152,7 @@ impl Engine {
                 realtime: Mutex::new(RtThread {
                     outcome: RtOutcome::Disabled,
                     tid: None,
+                    freewheeling: false,
                 }),
                 threads: Mutex::new(None),
                 stopping: false.into(),
@@ -224,6 +227,7 @@ impl Engine {
         *engine.shared.realtime.lock().expect("poisoned") = RtThread {
             outcome: crate::rt::sched::promote(tid, &req),
             tid: Some(tid),
+            freewheeling: false,
         };
         let svc = engine.clone();
         let service = std::thread::Builder::new()
@@ -283,6 +287,12 @@ impl Engine {
                 RtEvent::Resumed => {
                     tracing::debug!("devices resumed");
                     notify(&mut ctl, GraphEvent::Suspended(false));
+                }
+                RtEvent::Freewheel(on) => {
+                    tracing::debug!(
+                        "devices {} for freewheel",
+                        if on { "suspended" } else { "restarted" }
+                    );
                 }
                 RtEvent::Quantum(q) => {
                     tracing::debug!("quantum is now {q} frames");

@@ -35,6 +35,10 @@ pub(super) struct Control {
     pub(super) stopped: HashSet<NodeId>,
     pub(super) watchers: Vec<std::sync::mpsc::Sender<GraphEvent>>,
     pub(super) quantum: usize,
+    /// The quantum forced for everyone ([`Engine::force_quantum`]), overriding requests.
+    pub(super) forced: Option<usize>,
+    /// Freewheeling ([`Engine::set_freewheel`]).
+    pub(super) freewheel: bool,
     pub(super) garbage: rtrb::Consumer<Garbage>,
     pub(super) events: rtrb::Consumer<RtEvent>,
     /// Devices suspended on request ([`Engine::hold`]).
@@ -292,7 +296,16 @@ impl Engine {
         }
     }
 
-    pub(super) fn quantum_for(&self, graph: &Graph, stopped: &HashSet<NodeId>) -> usize {
+    pub(super) fn quantum_for(
+        &self,
+        graph: &Graph,
+        stopped: &HashSet<NodeId>,
+        forced: Option<usize>,
+    ) -> usize {
+        // Checked when forced: a power of two within the bounds, so no rounding applies.
+        if let Some(q) = forced {
+            return q;
+        }
         // A stream held by a suspended sink asks nothing of the running graph.
         let running = || graph.nodes.values().filter(|n| !stopped.contains(&n.id));
         let q = running()
@@ -321,7 +334,7 @@ impl Engine {
         new_nodes: &HashSet<NodeId>,
     ) -> Result<(), EngineError> {
         let stopped = stopped_nodes(&ctl.graph);
-        ctl.quantum = self.quantum_for(&ctl.graph, &stopped);
+        ctl.quantum = self.quantum_for(&ctl.graph, &stopped, ctl.forced);
         let (mut plan, current) = compile(
             &ctl.graph,
             &stopped,
@@ -332,6 +345,7 @@ impl Engine {
         );
         plan.fill = self.fill_for(&ctl.graph, &stopped, ctl.quantum);
         plan.held = ctl.held;
+        plan.freewheel = ctl.freewheel;
         ctl.published = current;
         ctl.stopped = stopped;
         self.send(ctl, ToRt::Plan(Box::new(plan)))

@@ -7,6 +7,8 @@
 //! - `build.rs`: building and starting an engine, the service thread, shutdown;
 //! - `edit.rs`: graph edits;
 //! - `devices.rs`: devices added and removed while the engine runs;
+//! - `freewheel.rs`: JACK's freewheel, and the RT thread's scheduling meanwhile;
+//! - `quantum.rs`: the forced quantum and why the quantum in force is what it is;
 //! - `status.rs`: reading the graph, status and per-node timing;
 //! - [`config`] and [`report`]: the types going in and coming out.
 
@@ -14,12 +16,15 @@ mod build;
 pub mod config;
 mod devices;
 mod edit;
+mod freewheel;
 mod handle;
 mod hwvol;
+mod quantum;
 pub mod report;
 mod status;
 
 pub use config::EngineConfig;
 pub use edit::MAX_PORTS_PER_NODE;
 pub use handle::Engine;
+pub use quantum::{QuantumInfo, QuantumSource};
 pub use report::{DeviceStatus, EngineStatus, GraphEvent, NodeTiming};

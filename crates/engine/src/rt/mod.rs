@@ -78,6 +78,7 @@
 //! ([`crate::engine`], [`crate::graph`], [`crate::compile`], [`crate::stream`]).
 //!
 //! - [`runner`] and `process.rs`: the thread's loop and one cycle's graph work;
+//!   `freewheel.rs`: JACK's freewheel, the graph detached from the devices;
 //! - [`plan`]: the compiled plan and the node slots it runs;
 //! - [`node`]: the [`Processor`] trait every non-device node implements;
 //! - [`msg`]: the queues' messages; [`stats`] and [`timing`]: what the thread counts;
@@ -86,6 +87,7 @@
 
 mod devices;
 pub mod follow;
+mod freewheel;
 pub mod msg;
 pub mod node;
 pub mod plan;

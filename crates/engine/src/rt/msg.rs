@@ -110,6 +110,8 @@ pub enum RtEvent {
     },
     /// The quantum changed.
     Quantum(usize),
+    /// Freewheel started (`true`: the devices are suspended) or stopped.
+    Freewheel(bool),
     /// Cycles ran back to back this long (ns) without the thread sleeping, so it slept
     /// briefly to stay inside RLIMIT_RTTIME (`quaver_rt::rttime`).
     ForcedSleep {

@@ -25,6 +25,9 @@ pub struct CycleInfo {
     /// margin): how long the cycle may run before the device runs dry. 0 for a device
     /// with no buffer to run dry (the timer-paced null and file sinks).
     pub margin_frames: usize,
+    /// The graph freewheels (JACK's freewheel): no device waits for this cycle, so
+    /// nodes may take as long as they need.
+    pub freewheel: bool,
 }
 
 impl CycleInfo {

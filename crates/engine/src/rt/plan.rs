@@ -67,6 +67,9 @@ pub struct Plan {
     /// Frames of playback the driver may keep queued (filling ahead, see
     /// `Device::set_fill`); 0 for one quantum per wakeup.
     pub(crate) fill: usize,
+    /// JACK's freewheel ([`crate::Engine::set_freewheel`]): the graph runs as fast as
+    /// its clients allow, detached from the devices.
+    pub(crate) freewheel: bool,
 }
 
 impl Plan {

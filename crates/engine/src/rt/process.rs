@@ -5,6 +5,7 @@
 use crate::rt::node::CycleInfo;
 use crate::rt::plan::{DeviceRole, Fade, NodeSlot};
 use crate::rt::runner::RtRunner;
+use quaver_dsp::PlanarMut;
 use quaver_dsp::mix::{mix_into, mix_into_ramp};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -105,6 +106,8 @@ impl RtRunner {
         let q = cx.frames;
         let first = self.first_cycle_of_plan;
         let ramp = self.ramp_frames.min(q);
+        // Freewheeling, playback goes nowhere (and capture is silence, `read_source`).
+        let detached = self.detached();
         for si in 0..self.plan.steps.len() {
             let step = self.plan.steps[si].clone();
             if step.once && !first {
@@ -167,7 +170,7 @@ impl RtRunner {
                     if self.start_fades[d].is_ramping() {
                         self.start_fades[d].apply(&mut inputs.view_mut(q));
                     }
-                    if let Some(dev) = self.devices[d].as_deref_mut() {
+                    if let Some(dev) = self.devices[d].as_deref_mut().filter(|_| !detached) {
                         let ok = self.followers[d]
                             .as_mut()
                             .and_then(|f| f.write(&mut *dev, inputs.view(q)))
@@ -180,21 +183,7 @@ impl RtRunner {
                         outputs.channel_mut(ch)[..q].copy_from_slice(&inputs.channel(ch)[..q]);
                     }
                 }
-                Some(DeviceRole::Source(d)) => {
-                    let mut out = outputs.view_mut(q);
-                    let ok = self.devices[d].as_deref_mut().map(|dev| {
-                        self.followers[d]
-                            .as_mut()
-                            .and_then(|f| f.read(&mut *dev, &mut out))
-                            .unwrap_or_else(|| dev.read(&mut out).is_ok())
-                    });
-                    if ok != Some(true) {
-                        out.fill_silence();
-                    }
-                    if ok == Some(false) {
-                        self.mark_gone(d);
-                    }
-                }
+                Some(DeviceRole::Source(d)) => self.read_source(d, &mut outputs.view_mut(q)),
                 None => match processor.as_mut() {
                     Some(p) if p.is_split() => {
                         p.begin(cx, inputs.view(q), &mut outputs.view_mut(q));
@@ -267,6 +256,28 @@ impl RtRunner {
 
     /// Records a split-phase node's timing right after its `finish`; returns the clock
     /// reading, the next node boundary. *RT*.
+    /// Reads device `d`'s capture into `out`: silence while freewheeling, or when it
+    /// failed (and then it is gone). *RT*.
+    fn read_source(&mut self, d: usize, out: &mut PlanarMut<'_>) {
+        let dev = if self.detached() {
+            None
+        } else {
+            self.devices[d].as_deref_mut()
+        };
+        let ok = dev.map(|dev| {
+            self.followers[d]
+                .as_mut()
+                .and_then(|f| f.read(&mut *dev, out))
+                .unwrap_or_else(|| dev.read(out).is_ok())
+        });
+        if ok != Some(true) {
+            out.fill_silence();
+        }
+        if ok == Some(false) {
+            self.mark_gone(d);
+        }
+    }
+
     fn time_finish(&self, slot: usize, mark: u64) -> u64 {
         let now = quaver_rt::monotonic_ns();
         if let (Some(n), Some(t)) = (self.slots[slot].as_deref(), self.node_times.get(slot))

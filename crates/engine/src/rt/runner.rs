@@ -29,6 +29,18 @@ fn sleep_until_ns(t: u64) {
     let _ = rustix::thread::clock_nanosleep_absolute(rustix::thread::ClockId::Monotonic, &ts);
 }
 
+/// The runner's state in JACK's freewheel (`freewheel.rs`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freewheel {
+    /// Paced by the devices.
+    #[default]
+    Off,
+    /// This cycle still runs with the devices and fades their playback out.
+    Entering,
+    /// Detached from the devices.
+    On,
+}
+
 /// The real-time side of an engine. Runs on its own thread ([`RtRunner::run`]) or is
 /// driven cycle by cycle by tests ([`RtRunner::run_cycle`]).
 pub struct RtRunner {
@@ -68,6 +80,8 @@ pub struct RtRunner {
     pub(crate) ramp_frames: usize,
     pub(crate) suspend_after_frames: Option<u64>,
     pub(crate) freewheel: bool,
+    /// JACK's freewheel (`freewheel.rs`), not to be confused with a freewheeling device.
+    pub(crate) freewheel_state: Freewheel,
     pub(crate) cycle: u64,
     /// Frames processed since the engine started (the graph's frame clock).
     pub(crate) position: u64,
@@ -164,6 +178,7 @@ impl RtRunner {
             ramp_frames: s.ramp_frames,
             suspend_after_frames: s.suspend_after_frames,
             freewheel: s.freewheel,
+            freewheel_state: Freewheel::Off,
             cycle: 0,
             position: 0,
             queued_until: 0,
@@ -428,7 +443,11 @@ impl RtRunner {
             return false;
         }
         let q = self.plan.quantum.max(1);
-        if !self.running {
+        self.follow_freewheel(q);
+        let detached = self.detached();
+        if detached {
+            // Devices added meanwhile keep `needs_start` for the end of the freewheel.
+        } else if !self.running {
             self.start_devices(q);
         } else if self.needs_start.contains(&true) {
             for i in 0..self.devices.len() {
@@ -443,24 +462,27 @@ impl RtRunner {
             self.stats.quantum.store(q as u64, Relaxed);
             self.event(RtEvent::Quantum(q));
         }
-        if std::mem::take(&mut self.rewind_requested) {
+        if std::mem::take(&mut self.rewind_requested) && !detached {
             self.rewind(q);
             self.discard.fill(false);
         }
-        self.set_driver_fill(q);
-        // Before the driver's wait, as if the followers waited with it: a restart's
-        // prefill and a grown quantum's silence must cover that wait.
-        self.follow_devices(q);
-        if !self.wait_driver(q) {
-            self.ring_service();
-            return true;
+        if !detached {
+            self.set_driver_fill(q);
+            // Before the driver's wait, as if the followers waited with it: a restart's
+            // prefill and a grown quantum's silence must cover that wait.
+            self.follow_devices(q);
+            if !self.wait_driver(q) {
+                self.ring_service();
+                return true;
+            }
         }
         // What arrived during the wait belongs to the audio this cycle renders (a
         // client's rate change has its audio right behind it): apply it now, not a
         // whole cycle later.
         self.apply_messages_up_to(0);
         let mut overdue = false;
-        if let Some(late) = self.driver_device().and_then(|d| d.wakeup_lateness_ns()) {
+        let lateness = self.driver_device().and_then(|d| d.wakeup_lateness_ns());
+        if let Some(late) = lateness.filter(|_| !detached) {
             self.stats.lateness_hist[hist_bucket(late)].fetch_add(1, Relaxed);
             self.stats.lateness_max_ns.fetch_max(late, Relaxed);
             // A whole period late: the next cycle was due before this one began (what
@@ -493,8 +515,10 @@ impl RtRunner {
             margin_frames: self.driver.map_or(0, |d| {
                 self.stats.devices[d].margin_frames.load(Relaxed) as usize
             }),
+            freewheel: detached,
         };
         let end = self.process_graph(&cx);
+        self.end_freewheel_fade();
         self.first_cycle_of_plan = false;
         self.cycle += 1;
         self.position += q as u64;
@@ -556,8 +580,11 @@ impl RtRunner {
                 .suspend_after_frames
                 .is_some_and(|limit| self.idle_frames >= limit)
         {
-            for d in self.devices.iter_mut().flatten() {
-                d.suspend();
+            // Freewheeling, they are suspended already.
+            if !self.detached() {
+                for d in self.devices.iter_mut().flatten() {
+                    d.suspend();
+                }
             }
             self.running = false;
             self.suspended = true;

@@ -15,6 +15,8 @@ pub(crate) struct RtThread {
     pub outcome: RtOutcome,
     /// Its kernel thread id (None before start, or in manual mode).
     pub tid: Option<Tid>,
+    /// Returned to SCHED_OTHER while the graph freewheels (`engine/freewheel.rs`).
+    pub freewheeling: bool,
 }
 
 /// One quantum as a duration.
@@ -50,7 +52,8 @@ pub(crate) fn promote(tid: Tid, req: &Request) -> RtOutcome {
 /// Runs on the service thread, never on the RT thread.
 pub(crate) fn quantum_changed(rt: &Mutex<RtThread>, quantum: usize, rate: u32, priority: i32) {
     let mut rt = rt.lock().expect("poisoned");
-    let (RtOutcome::Deadline(old), Some(tid)) = (&rt.outcome, rt.tid) else {
+    let (RtOutcome::Deadline(old), Some(tid), false) = (&rt.outcome, rt.tid, rt.freewheeling)
+    else {
         return;
     };
     let new = quaver_rt::DeadlineParams::for_period(period(quantum, rate));

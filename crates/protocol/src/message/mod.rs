@@ -8,11 +8,12 @@
 //! One file per group: requests (`request.rs`) with the stream and callback parameters
 //! they carry (`stream.rs`, `callback.rs`), replies (`reply.rs`), the status and graph
 //! reports (`status.rs`, `graph.rs`) and the limits requests are checked against
-//! (`limits.rs`); every type is re-exported here under its old path.
+//! (`limits.rs`), and the quantum report (`quantum.rs`); every type is re-exported here under its old path.
 
 mod callback;
 mod graph;
 mod limits;
+mod quantum;
 mod reply;
 mod request;
 mod status;
@@ -25,6 +26,7 @@ pub use limits::{
     MAX_CALLBACK_PORTS, MAX_CHANNELS, MAX_LATENCY_MS, MAX_NAME_BYTES, MAX_PORT_NAME_BYTES,
     MAX_QUANTUM, MAX_RATE, MAX_VOLUME,
 };
+pub use quantum::QuantumReport;
 pub use reply::{ErrorCode, GraphEvent, Reply};
 pub use request::Request;
 pub use status::{ClientInfo, DeviceStatus, NodeTimingInfo, StatusInfo, TimingStats};
@@ -340,6 +342,37 @@ mod tests {
             node: 3,
             quantum: None,
         });
+        roundtrip_req(Request::ForceQuantum { quantum: Some(128) });
+        roundtrip_req(Request::ForceQuantum { quantum: None });
+        roundtrip_req(Request::Quantum);
+        roundtrip_req(Request::SetFreewheel { on: true });
+        assert_eq!(
+            serde_json::to_value(Request::SetFreewheel { on: false }).unwrap(),
+            json!({"type": "set_freewheel", "on": false})
+        );
+        let v = serde_json::to_value(Request::ForceQuantum { quantum: None }).unwrap();
+        assert_eq!(v, json!({"type": "force_quantum"}), "release: no field");
+        for q in [0, MAX_QUANTUM + 1] {
+            let e = Request::ForceQuantum { quantum: Some(q) }
+                .validate()
+                .unwrap_err();
+            assert!(e.contains(&format!("quantum {q} out of range")), "{e}");
+        }
+        let r = Reply::Quantum(QuantumReport {
+            quantum: 128,
+            source: "requested".into(),
+            forced: None,
+            node: Some(7),
+            node_name: Some("synth".into()),
+            latency: Some(256),
+            min: 32,
+            max: 8192,
+            default: 1024,
+            freewheel: false,
+        });
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), r);
+        assert!(!s.contains("forced"), "{s}");
         let v = serde_json::to_value(RequestEnvelope {
             id: 1,
             request: Request::CreateCallback(CallbackParams::new("x")),

@@ -3,6 +3,7 @@
 
 use super::callback::{CallbackCreated, CallbackPort};
 use super::graph::GraphInfo;
+use super::quantum::QuantumReport;
 use super::status::{StatusInfo, TimingStats};
 use super::stream::StreamCreated;
 use super::transport::TransportInfo;
@@ -85,6 +86,8 @@ pub enum Reply {
     PortAdded(CallbackPort),
     /// Answer to `TransportQuery`.
     Transport(TransportInfo),
+    /// Answer to `Quantum`.
+    Quantum(QuantumReport),
     /// Sent unsolicited (id 0) on a connection that asked to `Watch`.
     Event(GraphEvent),
     /// Success without data.
@@ -118,6 +121,7 @@ impl Reply {
             Reply::CallbackCreated(_) => "callback_created",
             Reply::PortAdded(_) => "port_added",
             Reply::Transport(_) => "transport",
+            Reply::Quantum(_) => "quantum",
             Reply::Event(_) => "event",
             Reply::Ok => "ok",
             Reply::Error { .. } => "error",

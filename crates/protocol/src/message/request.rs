@@ -79,6 +79,24 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         quantum: Option<u32>,
     },
+    /// Forces the graph's quantum (frames) for every node, overriding latency and
+    /// quantum requests, until released with `None`; it stays after this connection
+    /// closes. The server refuses a value that is not a power of two or outside its
+    /// bounds (`bad_request`). JACK's `jack_set_buffer_size`.
+    ForceQuantum {
+        /// The quantum to force; `None` releases it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quantum: Option<u32>,
+    },
+    /// Asks for [`QuantumReport`](super::QuantumReport): the quantum in force and why.
+    Quantum,
+    /// Starts (`on`) or stops JACK's freewheel: the graph runs as fast as its clients
+    /// allow, detached from the devices. A server setting: it stays after this
+    /// connection closes. JACK's `jack_set_freewheel`.
+    SetFreewheel {
+        /// Freewheel on or off.
+        on: bool,
+    },
     /// Turns this connection into a one-way event stream: the server answers `Ok`, then
     /// sends an `Event` reply (id 0) after every graph or device change and reads no
     /// further requests. Open another connection for requests.
@@ -132,9 +150,12 @@ impl Request {
     pub fn validate(&self) -> Result<(), String> {
         match self {
             Request::Hello { client_name, .. } => check_name("client_name", client_name),
-            Request::Status | Request::Timing | Request::Graph | Request::DestroyStream { .. } => {
-                Ok(())
-            }
+            Request::Status
+            | Request::Timing
+            | Request::Graph
+            | Request::Quantum
+            | Request::SetFreewheel { .. }
+            | Request::DestroyStream { .. } => Ok(()),
             Request::CreateStream(p) => p.validate(),
             Request::CreateCallback(p) => p.validate(),
             Request::AddPort { name, .. } => check_port_name("name", name),
@@ -162,12 +183,14 @@ impl Request {
                     Ok(())
                 }
             }
-            Request::SetQuantum { quantum, .. } => match quantum {
-                Some(q) if !(1..=MAX_QUANTUM).contains(q) => {
-                    Err(format!("quantum {q} out of range 1..={MAX_QUANTUM}"))
+            Request::SetQuantum { quantum, .. } | Request::ForceQuantum { quantum } => {
+                match quantum {
+                    Some(q) if !(1..=MAX_QUANTUM).contains(q) => {
+                        Err(format!("quantum {q} out of range 1..={MAX_QUANTUM}"))
+                    }
+                    _ => Ok(()),
                 }
-                _ => Ok(()),
-            },
+            }
             Request::Link { output, input } | Request::Unlink { output, input } => {
                 check_name("output", output)?;
                 check_name("input", input)
@@ -201,6 +224,9 @@ impl Request {
             Request::AddPort { .. } => "add_port",
             Request::RemovePort { .. } => "remove_port",
             Request::SetQuantum { .. } => "set_quantum",
+            Request::ForceQuantum { .. } => "force_quantum",
+            Request::Quantum => "quantum",
+            Request::SetFreewheel { .. } => "set_freewheel",
             Request::Watch => "watch",
             Request::TransportStart => "transport_start",
             Request::TransportStop => "transport_stop",

@@ -1,0 +1,329 @@
+//! Freewheel (issue 33, item 6): `jack_freewheel 1` under `quaver-jack` makes the graph
+//! run as fast as its clients allow, detached from the devices, and it stays after
+//! `jack_freewheel` exits, as on jackd2; every running client gets its freewheel
+//! callback; `jack_freewheel 0` returns to the device's pace. The same probe runs
+//! against a real `jackd -d dummy` when it is installed.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+/// A python3-jack-client probe: prints its freewheel callbacks, and on each line of
+/// stdin how many process cycles it ran in the next half second.
+const PROBE: &str = r#"
+import sys, time, jack
+c = jack.Client("fwprobe")
+cycles = [0]
+@c.set_freewheel_callback
+def freewheel(starting):
+    print("freewheel", int(starting), flush=True)
+@c.set_process_callback
+def process(frames):
+    cycles[0] += 1
+c.activate()
+print("active", c.blocksize, c.samplerate, flush=True)
+for line in sys.stdin:
+    n = cycles[0]
+    time.sleep(0.5)
+    print("cycles", (cycles[0] - n) * 2, flush=True)
+"#;
+
+const PYTHON: &str = "/usr/bin/python3";
+
+fn have_python_jack() -> bool {
+    let found = Command::new(PYTHON)
+        .args(["-c", "import jack"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        eprintln!("SKIPPED: {PYTHON} cannot import jack (Debian package python3-jack-client)");
+    }
+    found
+}
+
+struct Probe {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl Probe {
+    fn start(mut cmd: Command) -> Probe {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning the python probe");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Probe { child, lines }
+    }
+
+    fn expect(&mut self, prefix: &str) -> String {
+        let t0 = Instant::now();
+        loop {
+            let left = WAIT.saturating_sub(t0.elapsed());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.starts_with(prefix) => return l,
+                Ok(_) => {}
+                Err(_) => panic!("the probe never printed '{prefix}…'"),
+            }
+        }
+    }
+
+    /// Process cycles per second, over half a second.
+    fn rate(&mut self) -> u64 {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"?\n").unwrap();
+        stdin.flush().unwrap();
+        self.expect("cycles ")[7..].parse().unwrap()
+    }
+
+    fn stop(mut self) {
+        drop(self.child.stdin.take());
+        let _ = kill(self.child);
+    }
+}
+
+/// Real time at the probe's buffer size and rate, in cycles per second.
+fn real_rate(active: &str) -> f64 {
+    let w: Vec<f64> = active
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    w[1] / w[0]
+}
+
+/// Runs the freewheel sequence against a server: `run` runs a JACK program there.
+fn freewheel_sequence(probe: &mut Probe, run: &dyn Fn(&[&str]) -> Output) -> (f64, u64, u64) {
+    let real = real_rate(&probe.expect("active "));
+    let paced = probe.rate();
+    let out = run(&["jack_freewheel", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    // jack_freewheel has exited; freewheel stays, and the client was told.
+    assert_eq!(probe.expect("freewheel "), "freewheel 1");
+    let fast = probe.rate();
+    let out = run(&["jack_freewheel", "0"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(probe.expect("freewheel "), "freewheel 0");
+    assert!(
+        (paced as f64) < real * 1.5,
+        "before: {paced} cycles/s, real time is {real}"
+    );
+    (real, paced, fast)
+}
+
+#[test]
+fn jack_freewheel_runs_the_graph_as_fast_as_clients_allow_and_returns() {
+    if !have_tool("jack_freewheel") || !have_python_jack() {
+        return;
+    }
+    // The sim card is paced by a clock as a card is, and tells us of its underruns.
+    let mut d = Daemon::start(&["--device", "sim"]);
+    ok(&quaver_testkit::Daemon::run(
+        &d,
+        &["quantum", "force", "256"],
+    ));
+    let mut probe = Probe::start(d.jack(&[PYTHON, "-c", PROBE]));
+    let run = |args: &[&str]| d.run(args);
+    let real = real_rate(&probe.expect("active "));
+    assert_eq!(real, 48000.0 / 256.0);
+    let paced = probe.rate();
+    assert!((paced as f64) < real * 1.5, "{paced} cycles/s before");
+
+    let underruns = || -> u64 {
+        let st = d.connect().status().unwrap();
+        st.devices.iter().map(|dev| dev.underruns).sum()
+    };
+    let before = underruns();
+    let out = run(&["jack_freewheel", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(probe.expect("freewheel "), "freewheel 1");
+    let q = d.connect().quantum().unwrap();
+    assert!(q.freewheel, "the server says it freewheels: {q:?}");
+    let shown = ok(&quaver_testkit::Daemon::run(&d, &["quantum"]));
+    assert!(shown.contains("freewheeling"), "{shown}");
+    let fast = probe.rate();
+    assert!(
+        fast as f64 > real * 5.0,
+        "freewheeling ran {fast} cycles/s, real time is {real}"
+    );
+
+    let out = run(&["jack_freewheel", "0"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(probe.expect("freewheel "), "freewheel 0");
+    assert!(!d.connect().quantum().unwrap().freewheel);
+    let paced = probe.rate();
+    assert!(
+        (paced as f64) < real * 1.5 && (paced as f64) > real * 0.5,
+        "after: {paced} cycles/s, real time is {real}"
+    );
+    // The devices run again, and neither switch made the card run dry.
+    assert_eq!(underruns(), before, "underruns on the sim card");
+    let st = d.connect().status().unwrap();
+    assert!(
+        st.devices.iter().all(|dev| dev.state == "running"),
+        "{:?}",
+        st.devices
+    );
+    probe.stop();
+    d.stop();
+}
+
+/// A private jackd (dummy driver) under its own server name.
+struct Jackd {
+    child: Child,
+    name: String,
+}
+
+impl Jackd {
+    fn start() -> Option<Jackd> {
+        if !have_tool("jackd") {
+            return None;
+        }
+        let name = format!("quaver-freewheel-{}", std::process::id());
+        let child = Command::new("jackd")
+            .env("JACK_DEFAULT_SERVER", &name)
+            .env("JACK_NO_AUDIO_RESERVATION", "1")
+            .args(["-d", "dummy", "-r", "48000", "-p", "256"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning jackd");
+        let j = Jackd { child, name };
+        assert!(
+            wait_until(WAIT, || j
+                .cmd(&["jack_bufsize"])
+                .output()
+                .is_ok_and(|o| o.status.success())),
+            "jackd did not come up"
+        );
+        Some(j)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(args[0]);
+        c.args(&args[1..])
+            .env("JACK_DEFAULT_SERVER", &self.name)
+            .env("JACK_NO_START_SERVER", "1")
+            .env_remove("LD_LIBRARY_PATH")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let child = self
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning a JACK program");
+        wait_output(child, WAIT)
+    }
+}
+
+impl Drop for Jackd {
+    fn drop(&mut self) {
+        signal(self.child.id(), libc::SIGTERM);
+        let t0 = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            if t0.elapsed() > WAIT {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn jack_freewheel_behaves_as_on_jackd2() {
+    if !have_tool("jack_freewheel") || !have_python_jack() {
+        return;
+    }
+    let Some(jackd) = Jackd::start() else {
+        return;
+    };
+    let mut probe = Probe::start(jackd.cmd(&[PYTHON, "-c", PROBE]));
+    let (real, _, fast) = freewheel_sequence(&mut probe, &|a| jackd.run(a));
+    eprintln!("jackd2: real time {real} cycles/s, freewheeling {fast}");
+    assert!(fast as f64 > real * 5.0, "jackd2: {fast} cycles/s");
+    probe.stop();
+
+    let mut d = Daemon::start(&[]);
+    ok(&quaver_testkit::Daemon::run(
+        &d,
+        &["quantum", "force", "256"],
+    ));
+    let mut probe = Probe::start(d.jack(&[PYTHON, "-c", PROBE]));
+    let (real, _, fast) = freewheel_sequence(&mut probe, &|a| d.run(a));
+    eprintln!("quaverd: real time {real} cycles/s, freewheeling {fast}");
+    assert!(fast as f64 > real * 5.0, "quaverd: {fast} cycles/s");
+    probe.stop();
+    d.stop();
+}
+
+/// python3-jack-client's own `Client.set_freewheel`: the client that starts and stops
+/// freewheel gets its own callbacks.
+const SELF_FREEWHEEL: &str = r#"
+import threading, jack
+c = jack.Client("fwself")
+seen = []
+changed = threading.Event()
+@c.set_freewheel_callback
+def freewheel(starting):
+    seen.append(int(starting))
+    changed.set()
+@c.set_process_callback
+def process(frames):
+    pass
+c.activate()
+for on in (True, False):
+    changed.clear()
+    c.set_freewheel(on)
+    called = changed.wait(10)
+    print("set", int(on), "called", called, "starting", seen[-1] if seen else None, flush=True)
+"#;
+
+#[test]
+fn python_set_freewheel_answers_as_on_jackd2() {
+    if !have_python_jack() {
+        return;
+    }
+    let Some(jackd) = Jackd::start() else {
+        return;
+    };
+    let j = jackd.run(&[PYTHON, "-c", SELF_FREEWHEEL]);
+    let mut d = Daemon::start(&[]);
+    let q = d.run(&[PYTHON, "-c", SELF_FREEWHEEL]);
+    let show = |o: &Output| format!("{o:?}");
+    assert!(
+        j.status.success() && q.status.success(),
+        "{}\n{}",
+        show(&j),
+        show(&q)
+    );
+    assert_eq!(
+        text(&q),
+        "set 1 called True starting 1\nset 0 called True starting 0\n",
+        "quaverd"
+    );
+    assert_eq!(text(&q), text(&j), "the same as jackd2");
+    assert!(!d.connect().quantum().unwrap().freewheel);
+    d.stop();
+}

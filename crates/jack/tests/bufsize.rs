@@ -11,7 +11,7 @@ use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A python3-jack-client probe: prints every buffer-size callback and how many process
 /// cycles it ran, and lives until its stdin closes.
@@ -224,70 +224,12 @@ fn a_released_quantum_goes_back_to_the_smallest_request() {
     d.stop();
 }
 
-/// A private jackd (dummy driver, 48 kHz, 64 frames) under its own server name.
-struct Jackd {
-    child: Child,
-    name: String,
-}
-
-impl Jackd {
-    fn start() -> Option<Jackd> {
-        if !have_tool("jackd") {
-            return None;
-        }
-        let name = format!("quaver-bufsize-{}", std::process::id());
-        let child = Command::new("jackd")
-            .env("JACK_DEFAULT_SERVER", &name)
-            .env("JACK_NO_AUDIO_RESERVATION", "1")
-            .args(["-d", "dummy", "-r", "48000", "-p", "64"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawning jackd");
-        let j = Jackd { child, name };
-        let up = wait_until(WAIT, || j.run(&["jack_bufsize"]).status.success());
-        assert!(up, "jackd did not come up");
-        Some(j)
-    }
-
-    /// Runs a JACK program against this jackd with the system's libjack.
-    fn run(&self, args: &[&str]) -> Output {
-        let child = Command::new(args[0])
-            .args(&args[1..])
-            .env("JACK_DEFAULT_SERVER", &self.name)
-            .env("JACK_NO_START_SERVER", "1")
-            .env_remove("LD_LIBRARY_PATH")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning a JACK program");
-        wait_output(child, WAIT)
-    }
-}
-
-impl Drop for Jackd {
-    fn drop(&mut self) {
-        signal(self.child.id(), libc::SIGTERM);
-        let t0 = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
-            if t0.elapsed() > WAIT {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
 #[test]
 fn jack_bufsize_answers_as_on_jackd2() {
     if !have_tool("jack_bufsize") {
         return;
     }
-    let Some(jackd) = Jackd::start() else {
+    let Some(jackd) = Jackd::start("64") else {
         return;
     };
     let mut d = Daemon::start(&[]);
@@ -331,7 +273,7 @@ fn python_blocksize_answers_as_on_jackd2() {
     if !have_python_jack() {
         return;
     }
-    let Some(jackd) = Jackd::start() else {
+    let Some(jackd) = Jackd::start("64") else {
         return;
     };
     // Not 100: jackd2's dummy driver runs it, quaverd refuses it (docs/jack.md).

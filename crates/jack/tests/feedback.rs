@@ -336,61 +336,6 @@ fn have_python_jack() -> bool {
     found
 }
 
-/// A private jackd2 on the dummy driver, stopped by PID when dropped.
-struct Jackd {
-    child: Option<Child>,
-    name: String,
-}
-
-impl Jackd {
-    fn start(period: &str) -> Option<Jackd> {
-        if !have_tool("jackd") || !have_tool("jack_lsp") {
-            return None;
-        }
-        let name = format!("quaver-feedback-{}", std::process::id());
-        let child = Command::new("jackd")
-            .env("JACK_NO_AUDIO_RESERVATION", "1")
-            .args(["-n", &name, "-d", "dummy", "-r", "48000", "-p", period])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawning jackd");
-        let j = Jackd {
-            child: Some(child),
-            name,
-        };
-        let up = wait_until(WAIT, || {
-            j.cmd("jack_lsp")
-                .output()
-                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("system:playback_1"))
-        });
-        assert!(up, "jackd -d dummy did not come up");
-        Some(j)
-    }
-
-    /// A command aimed at this server with the system's libjack.
-    fn cmd(&self, program: &str) -> Command {
-        let mut c = Command::new(program);
-        c.env("JACK_DEFAULT_SERVER", &self.name)
-            .env("JACK_NO_START_SERVER", "1")
-            .env_remove("LD_LIBRARY_PATH")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-}
-
-impl Drop for Jackd {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.take() {
-            signal(c.id(), libc::SIGTERM);
-            let _ = wait_output(c, WAIT);
-        }
-    }
-}
-
 /// Runs the script (`cmd` ready but for its mode) in `mode` until it answers `want`:
 /// an answer from a run in which a client saw an xrun (a loaded machine) is retried,
 /// twice at most; a wrong answer without one fails at once.
@@ -473,7 +418,7 @@ fn python_jack_client_in_a_loop_hears_what_jackd2_gives_it() {
     };
     for (mode, answer) in want {
         let jackd = || {
-            let mut c = j.cmd("/usr/bin/python3");
+            let mut c = j.cmd(&["/usr/bin/python3"]);
             c.arg(&script);
             c
         };

@@ -10,7 +10,7 @@ use common::*;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A python3-jack-client probe: prints its freewheel callbacks, and on each line of
 /// stdin how many process cycles it ran in the next half second.
@@ -183,80 +183,12 @@ fn jack_freewheel_runs_the_graph_as_fast_as_clients_allow_and_returns() {
     d.stop();
 }
 
-/// A private jackd (dummy driver) under its own server name.
-struct Jackd {
-    child: Child,
-    name: String,
-}
-
-impl Jackd {
-    fn start() -> Option<Jackd> {
-        if !have_tool("jackd") {
-            return None;
-        }
-        let name = format!("quaver-freewheel-{}", std::process::id());
-        let child = Command::new("jackd")
-            .env("JACK_DEFAULT_SERVER", &name)
-            .env("JACK_NO_AUDIO_RESERVATION", "1")
-            .args(["-d", "dummy", "-r", "48000", "-p", "256"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawning jackd");
-        let j = Jackd { child, name };
-        assert!(
-            wait_until(WAIT, || j
-                .cmd(&["jack_bufsize"])
-                .output()
-                .is_ok_and(|o| o.status.success())),
-            "jackd did not come up"
-        );
-        Some(j)
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(args[0]);
-        c.args(&args[1..])
-            .env("JACK_DEFAULT_SERVER", &self.name)
-            .env("JACK_NO_START_SERVER", "1")
-            .env_remove("LD_LIBRARY_PATH")
-            .stdin(Stdio::null());
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let child = self
-            .cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning a JACK program");
-        wait_output(child, WAIT)
-    }
-}
-
-impl Drop for Jackd {
-    fn drop(&mut self) {
-        signal(self.child.id(), libc::SIGTERM);
-        let t0 = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
-            if t0.elapsed() > WAIT {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
 #[test]
 fn jack_freewheel_behaves_as_on_jackd2() {
     if !have_tool("jack_freewheel") || !have_python_jack() {
         return;
     }
-    let Some(jackd) = Jackd::start() else {
+    let Some(jackd) = Jackd::start("256") else {
         return;
     };
     let mut probe = Probe::start(jackd.cmd(&[PYTHON, "-c", PROBE]));
@@ -305,7 +237,7 @@ fn python_set_freewheel_answers_as_on_jackd2() {
     if !have_python_jack() {
         return;
     }
-    let Some(jackd) = Jackd::start() else {
+    let Some(jackd) = Jackd::start("256") else {
         return;
     };
     let j = jackd.run(&[PYTHON, "-c", SELF_FREEWHEEL]);

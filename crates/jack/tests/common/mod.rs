@@ -102,3 +102,105 @@ impl Daemon {
             .expect("spawning quaver-jack")
     }
 }
+
+/// A private jackd2 on the dummy driver (48 kHz, `period` frames) for answers to
+/// compare with, stopped by PID when dropped.
+///
+/// Its server name is `quaver-test-N`, the first N from a small set whose lock file
+/// (`$TMPDIR/quaver-test-jackd-N.lock`, `flock`ed while the server lives, released by
+/// the kernel if the test dies) no other test holds, in this process or another. Not a
+/// name per process: jackd2 keeps at most 8 servers in its registry
+/// (`/dev/shm/jack-shm-registry`) and reclaims an entry only when a server of the same
+/// name starts, so a jackd that was killed rather than stopped would hold its slot for
+/// good; reused names take such slots back. Not a name without a lock: two tests
+/// starting the same name at once both found the first one's server ready.
+pub struct Jackd {
+    child: Option<Child>,
+    name: String,
+    _lock: std::fs::File,
+}
+
+impl Jackd {
+    /// Starts jackd and waits (bounded) until it lists its playback ports; `None`, with
+    /// a SKIPPED line, when jackd2's programs are not installed.
+    pub fn start(period: &str) -> Option<Jackd> {
+        if !have_tool("jackd") || !have_tool("jack_lsp") {
+            return None;
+        }
+        for n in 0..8 {
+            let path = std::env::temp_dir().join(format!("quaver-test-jackd-{n}.lock"));
+            let lock = std::fs::File::create(&path).expect("creating a jackd lock file");
+            // SAFETY: flock on a descriptor this function owns.
+            let taken = unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(&lock),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            } != 0;
+            if taken {
+                continue;
+            }
+            let name = format!("quaver-test-{n}");
+            let child = Command::new("jackd")
+                .env("JACK_NO_AUDIO_RESERVATION", "1")
+                .args(["-n", &name, "-d", "dummy", "-r", "48000", "-p", period])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawning jackd");
+            let mut j = Jackd {
+                child: Some(child),
+                name,
+                _lock: lock,
+            };
+            // Up, or gone at once: the name is held by a server no test started (or
+            // the registry is full), so the next name is tried.
+            let mut exited = false;
+            let up = wait_until(WAIT, || {
+                if let Some(c) = j.child.as_mut()
+                    && c.try_wait().ok().flatten().is_some()
+                {
+                    exited = true;
+                    return true;
+                }
+                j.cmd(&["jack_lsp"])
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("system:playback_1"))
+            });
+            if up && !exited {
+                return Some(j);
+            }
+            assert!(up, "jackd -d dummy -n {} did not come up", j.name);
+        }
+        panic!("no jackd could start under quaver-test-0..7 (all in use?)");
+    }
+
+    /// `ARGS…` aimed at this server with the system's libjack (output piped).
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(args[0]);
+        c.args(&args[1..])
+            .env("JACK_DEFAULT_SERVER", &self.name)
+            .env("JACK_NO_START_SERVER", "1")
+            .env_remove("LD_LIBRARY_PATH")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// Runs `ARGS…` against this server to completion (bounded).
+    pub fn run(&self, args: &[&str]) -> Output {
+        let child = self.cmd(args).spawn().expect("spawning a JACK program");
+        wait_output(child, WAIT)
+    }
+}
+
+impl Drop for Jackd {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            signal(c.id(), libc::SIGTERM);
+            let _ = wait_output(c, WAIT);
+        }
+    }
+}

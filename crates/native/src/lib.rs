@@ -10,12 +10,14 @@
 //! - `callback`: callback (JACK-style) nodes.
 //! - `introspect`: the status, timing and graph replies.
 //! - `restore`: stream restore (the policy's store) for native streams.
+//! - `meta`: JACK metadata properties and port aliases, and the events watchers get.
 //! - `rt`: the RT half, what the engine calls every cycle.
 //!
 //! The protocol is described in `docs/protocol.md`, callback clients in `docs/jack.md`.
 
 mod callback;
 mod introspect;
+mod meta;
 mod restore;
 mod rt;
 mod session;
@@ -169,6 +171,8 @@ pub struct NativeServer {
     next_client: AtomicU32,
     opts: NativeOptions,
     callbacks: CallbackOptions,
+    /// Metadata properties, aliases, and the watchers' event hub.
+    meta: Arc<meta::Meta>,
 }
 
 /// The protocol's error reply for an engine error.
@@ -197,7 +201,9 @@ impl NativeServer {
         opts: NativeOptions,
         callbacks: CallbackOptions,
     ) -> Arc<Self> {
+        let meta = meta::Meta::start(&engine);
         Arc::new(NativeServer {
+            meta,
             engine,
             policy,
             clients: Mutex::new(BTreeMap::new()),

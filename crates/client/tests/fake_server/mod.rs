@@ -174,6 +174,13 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                 | Request::RemovePort { .. }
                 | Request::SetQuantum { .. }
                 | Request::Watch => Reply::error(ErrorCode::BadRequest, "no callback clients here"),
+                Request::SetProperty { .. }
+                | Request::GetProperties { .. }
+                | Request::RemoveProperty { .. }
+                | Request::RemoveAllProperties
+                | Request::SetAlias { .. }
+                | Request::UnsetAlias { .. }
+                | Request::Aliases => Reply::error(ErrorCode::BadRequest, "no metadata here"),
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {
                         Some(i) => {

@@ -6,7 +6,8 @@
 //! events for watchers: it forwards each to every watcher and, when a node or port went
 //! away, drops its properties and aliases and announces the deletion, so a watcher sees
 //! graph and property events in one order. It blocks on the engine's channel: no
-//! periodic wakeups.
+//! periodic wakeups. Each watcher has a bounded queue (`WATCH_BACKLOG`); one that falls
+//! that far behind is dropped rather than let the server's memory grow.
 
 mod store;
 
@@ -15,7 +16,7 @@ use quaver_engine::{Engine, GraphEvent};
 use quaver_protocol::message::{
     ErrorCode, PropertyChange, PropertyEvent, Reply, UuidSubject, parse_uuid,
 };
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 use store::{MetaError, MetaStore};
 
@@ -32,8 +33,12 @@ pub(crate) enum WatchItem {
 #[derive(Default)]
 pub(crate) struct Meta {
     store: Mutex<MetaStore>,
-    watchers: Mutex<Vec<Sender<WatchItem>>>,
+    watchers: Mutex<Vec<SyncSender<WatchItem>>>,
 }
+
+/// Events a watcher may have waiting before it is dropped: bounds what a client that
+/// stops reading its `watch` connection (while another makes changes) costs the server.
+const WATCH_BACKLOG: usize = 4096;
 
 impl Meta {
     /// Starts the hub thread over `engine`'s graph events.
@@ -60,12 +65,12 @@ impl Meta {
 
     /// A new watcher's stream of events.
     pub(crate) fn subscribe(&self) -> Receiver<WatchItem> {
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(WATCH_BACKLOG);
         self.lock_watchers().push(tx);
         rx
     }
 
-    fn lock_watchers(&self) -> MutexGuard<'_, Vec<Sender<WatchItem>>> {
+    fn lock_watchers(&self) -> MutexGuard<'_, Vec<SyncSender<WatchItem>>> {
         self.watchers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -75,7 +80,17 @@ impl Meta {
 
     fn send(&self, item: WatchItem) {
         self.lock_watchers()
-            .retain(|w| w.send(item.clone()).is_ok());
+            .retain(|w| match w.try_send(item.clone()) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    // Its connection ends once it has read what is queued.
+                    tracing::warn!(
+                        "a watcher left {WATCH_BACKLOG} events unread; no more are sent to it"
+                    );
+                    false
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            });
     }
 
     fn announce(&self, subject: u64, key: Option<String>, change: PropertyChange) {
@@ -198,5 +213,33 @@ impl NativeServer {
         Reply::Aliases {
             ports: self.meta.lock_store().aliases(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watcher_that_stops_reading_is_dropped_at_the_backlog() {
+        let meta = Meta::default();
+        let slow = meta.subscribe();
+        let quick = meta.subscribe();
+        for i in 0..=WATCH_BACKLOG {
+            meta.announce(i as u64, None, PropertyChange::Deleted);
+            // The quick one keeps up.
+            assert!(matches!(quick.try_recv(), Ok(WatchItem::Property(_))));
+        }
+        assert_eq!(
+            meta.lock_watchers().len(),
+            1,
+            "only the quick watcher stays"
+        );
+        // The slow one gets what was queued, then its stream ends.
+        assert_eq!(slow.try_iter().count(), WATCH_BACKLOG);
+        assert!(matches!(
+            slow.try_recv(),
+            Err(std::sync::mpsc::TryRecvError::Disconnected)
+        ));
     }
 }

@@ -121,6 +121,14 @@ fn jack_alias_gives_two_aliases_that_jack_lsp_shows_to_everyone() {
     assert!(!o.status.success());
     let out = ok(&d.run(&["jack_lsp", "-A", "monitor_FL"]));
     assert_eq!(out, "null-sink:monitor_FL\n   mon:two\n");
+    // `quaver ls` lists them too.
+    let ls = ok(&std::ops::Deref::deref(&d).run(&["ls"]));
+    assert!(
+        ls.ends_with(
+            "\naliases:\n  null-sink:playback_FL = left:speaker\n  null-sink:monitor_FL = mon:two\n"
+        ),
+        "{ls}"
+    );
     d.stop();
 }
 

@@ -56,6 +56,17 @@ def settle(expect_a, expect_b):
         events[who].clear()
 
 
+def gone(subject, key):
+    """The property once it is gone, waiting (bounded) for the server to drop it."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        p = jack.get_property(subject, key)
+        if p is None:
+            break
+        time.sleep(0.05)
+    return p
+
+
 print("uuids:", sym(a.uuid), sym(b.uuid), sym(out.uuid), sym(inp.uuid))
 print("client uuid by name:", sym(b.get_uuid_for_client_name("meta_a")))
 print("uuid is type client:", int(a.uuid) >> 32, "port:", out.uuid >> 32)
@@ -126,9 +137,8 @@ tu = tmp.uuid
 a.set_property(tmp, "urn:t", "t")
 settle(1, 1)
 tmp.unregister()
-time.sleep(0.5)
-print("tmp's property after unregister:", jack.get_property(tu, "urn:t"))
-settle(0, 0)
+print("tmp's property after unregister:", gone(tu, "urn:t"))
+settle(1, 1)
 
 # A client's properties go with it.
 c = jack.Client("meta_c")
@@ -136,9 +146,8 @@ c.set_property(c.uuid, "urn:c", "c")
 cu = c.uuid
 settle(1, 1)
 c.close()
-time.sleep(0.5)
-print("c's property after close:", jack.get_property(cu, "urn:c"))
-settle(0, 0)
+print("c's property after close:", gone(cu, "urn:c"))
+settle(1, 1)
 a.close()
 b.close()
 print("done")

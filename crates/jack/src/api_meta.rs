@@ -335,10 +335,14 @@ pub unsafe extern "C" fn jack_remove_property(
         };
         match remove(client, req) {
             1 => 0,
-            _ => {
-                crate::error(&format!("cannot remove property '{k}' of {subject}: none"));
+            0 => {
+                crate::error(&format!(
+                    "cannot remove property '{k}' of {subject}: it has none"
+                ));
                 -1
             }
+            // The reason is already on the error callback.
+            _ => -1,
         }
     })
 }

@@ -80,11 +80,18 @@ pub fn top(
 
 /// `quaver ls`.
 pub fn ls(server: Option<&Path>, as_json: bool) -> Result<()> {
-    let graph = connect(server)?.graph()?;
+    let mut conn = connect(server)?;
+    let graph = conn.graph()?;
     if as_json {
         return print_out(&(serde_json::to_string_pretty(&graph)? + "\n"));
     }
-    print_out(&present::ls_text(&graph))
+    // Port aliases (JACK's, set by `jack_alias` and the like); a server without them
+    // refuses the request and the listing has none.
+    let aliases = match conn.request(quaver_protocol::Request::Aliases) {
+        Ok((quaver_protocol::Reply::Aliases { ports }, _)) => ports,
+        _ => Vec::new(),
+    };
+    print_out(&(present::ls_text(&graph) + &present::aliases_text(&graph, &aliases)))
 }
 
 /// `quaver graph`.

@@ -398,6 +398,27 @@ pub fn ls_text(g: &GraphInfo) -> String {
     s
 }
 
+/// `quaver ls` text for port aliases: `node:port = alias, alias` per port that has
+/// any; empty when none does.
+pub fn aliases_text(g: &GraphInfo, aliases: &[quaver_protocol::message::PortAliases]) -> String {
+    let mut s = String::new();
+    for pa in aliases.iter().filter(|pa| !pa.aliases.is_empty()) {
+        let name = g
+            .nodes
+            .iter()
+            .find_map(|n| {
+                let p = n.ports.iter().find(|p| p.id == pa.port)?;
+                Some(format!("{}:{}", n.name, p.name))
+            })
+            .unwrap_or_else(|| format!("port {}", pa.port));
+        if s.is_empty() {
+            s.push_str("\naliases:\n");
+        }
+        let _ = writeln!(s, "  {name} = {}", pa.aliases.join(", "));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,6 +517,32 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn aliases_are_listed_by_port_name() {
+        use quaver_protocol::message::PortAliases;
+        let g = graph();
+        assert_eq!(aliases_text(&g, &[]), "");
+        let port = g.nodes[0].ports[0].id;
+        let name = format!("{}:{}", g.nodes[0].name, g.nodes[0].ports[0].name);
+        let text = aliases_text(
+            &g,
+            &[
+                PortAliases {
+                    port,
+                    aliases: vec!["mon:one".into(), "mon:two".into()],
+                },
+                PortAliases {
+                    port: 999_999,
+                    aliases: vec!["x:y".into()],
+                },
+            ],
+        );
+        assert_eq!(
+            text,
+            format!("\naliases:\n  {name} = mon:one, mon:two\n  port 999999 = x:y\n")
+        );
     }
 
     #[test]

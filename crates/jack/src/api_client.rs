@@ -442,9 +442,9 @@ pub unsafe extern "C" fn jack_client_get_uuid(client: *mut Client) -> *mut c_cha
     })
 }
 
-/// JACK-style UUID of a client node.
+/// The UUID the server gives a client node.
 pub(crate) fn client_uuid(node: u32) -> u64 {
-    (2u64 << 32) | node as u64
+    quaver_client::quaver_protocol::message::node_uuid(node)
 }
 
 /// `jack_get_uuid_for_client_name`.
@@ -479,11 +479,12 @@ pub unsafe extern "C" fn jack_get_client_name_by_uuid(
         else {
             return std::ptr::null_mut();
         };
-        let Ok(u) = u.trim().parse::<u64>() else {
+        use quaver_client::quaver_protocol::message::{UuidSubject, parse_uuid};
+        let Some(UuidSubject::Node(id)) = u.trim().parse::<u64>().ok().and_then(parse_uuid) else {
             return std::ptr::null_mut();
         };
         let g = c.conn().graph().ok();
-        g.and_then(|g| g.nodes.into_iter().find(|n| n.id as u64 == u & 0xffff_ffff))
+        g.and_then(|g| g.nodes.into_iter().find(|n| n.id == id))
             .map_or(std::ptr::null_mut(), |n| malloc_string(&n.name))
     })
 }

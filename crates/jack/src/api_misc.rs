@@ -1,5 +1,5 @@
 //! Version, memory, error hooks, UUIDs, and the parts of the API quaver does not
-//! provide (metadata, sessions, internal clients), which fail cleanly.
+//! provide (sessions, internal clients), which fail cleanly. Metadata is `api_meta`.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,7 +122,8 @@ pub extern "C" fn jack_uuid_empty(u: jack_uuid_t) -> c_int {
     (u == 0) as c_int
 }
 
-/// `jack_uuid_parse`: decimal; 0 on success, -1 otherwise.
+/// `jack_uuid_parse`: decimal; 0 on success, -1 otherwise, and -1 for a number without
+/// the type bits (below 2^32), as jackd2 does.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jack_uuid_parse(buf: *const c_char, u: *mut jack_uuid_t) -> c_int {
     guard(-1, || {
@@ -131,7 +132,7 @@ pub unsafe extern "C" fn jack_uuid_parse(buf: *const c_char, u: *mut jack_uuid_t
             return -1;
         };
         match s.trim().parse::<u64>() {
-            Ok(v) if !u.is_null() => {
+            Ok(v) if !u.is_null() && v >> 32 != 0 => {
                 // SAFETY: the caller's out-pointer.
                 unsafe { *u = v };
                 0
@@ -154,86 +155,6 @@ pub unsafe extern "C" fn jack_uuid_unparse(u: jack_uuid_t, buf: *mut c_char) {
         std::ptr::copy_nonoverlapping(s.as_ptr().cast(), buf, n);
         *buf.add(n) = 0;
     }
-}
-
-// ----- metadata: not supported -----
-
-/// `jack_set_property`: metadata is not supported.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_set_property(
-    _client: *mut Client,
-    _subject: jack_uuid_t,
-    _key: *const c_char,
-    _value: *const c_char,
-    _type: *const c_char,
-) -> c_int {
-    -1
-}
-
-/// `jack_get_property`: none exist.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_get_property(
-    _subject: jack_uuid_t,
-    _key: *const c_char,
-    _value: *mut *mut c_char,
-    _type: *mut *mut c_char,
-) -> c_int {
-    -1
-}
-
-/// `jack_free_description`: nothing of ours to free.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_free_description(_desc: *mut c_void, _free_itself: c_int) {}
-
-/// `jack_get_properties`: none.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_get_properties(_subject: jack_uuid_t, _desc: *mut c_void) -> c_int {
-    -1
-}
-
-/// `jack_get_all_properties`: none.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_get_all_properties(descs: *mut *mut c_void) -> c_int {
-    if !descs.is_null() {
-        // SAFETY: the caller's out-pointer.
-        unsafe { *descs = std::ptr::null_mut() };
-    }
-    0
-}
-
-/// `jack_remove_property`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_remove_property(
-    _client: *mut Client,
-    _subject: jack_uuid_t,
-    _key: *const c_char,
-) -> c_int {
-    -1
-}
-
-/// `jack_remove_properties`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_remove_properties(
-    _client: *mut Client,
-    _subject: jack_uuid_t,
-) -> c_int {
-    -1
-}
-
-/// `jack_remove_all_properties`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_remove_all_properties(_client: *mut Client) -> c_int {
-    -1
-}
-
-/// `jack_set_property_change_callback`: accepted; never called.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_set_property_change_callback(
-    _client: *mut Client,
-    _cb: JackPropertyChangeCallback,
-    _arg: *mut c_void,
-) -> c_int {
-    0
 }
 
 // ----- sessions (deprecated in JACK): not supported -----

@@ -1,5 +1,5 @@
 //! Ports and connections: registration, names, buffers, lookup (`jack_get_ports` with
-//! POSIX extended regular expressions, as JACK), connections, aliases, latency.
+//! POSIX extended regular expressions, as JACK), connections, latency (aliases are `api_meta`).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_ulong, c_void};
 
@@ -399,73 +399,6 @@ pub unsafe extern "C" fn jack_port_get_all_connections(
 ) -> *mut *const c_char {
     // SAFETY: forwarded.
     unsafe { jack_port_get_connections(port_p) }
-}
-
-/// `jack_port_get_aliases`: copies up to two aliases into the caller's buffers (each
-/// `jack_port_name_size()` bytes); returns how many.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_port_get_aliases(
-    port_p: *const Port,
-    aliases: *const *mut c_char,
-) -> c_int {
-    guard(-1, || {
-        // SAFETY: see `port`.
-        let Some(p) = (unsafe { port(port_p) }) else {
-            return -1;
-        };
-        if aliases.is_null() {
-            return -1;
-        }
-        let list = p.aliases.lock().unwrap_or_else(|e| e.into_inner());
-        let mut n = 0;
-        for (i, a) in list.iter().take(2).enumerate() {
-            // SAFETY: the caller provides two buffers of jack_port_name_size() bytes.
-            unsafe {
-                let dst = *aliases.add(i);
-                if dst.is_null() {
-                    continue;
-                }
-                let b = a.as_bytes_with_nul();
-                let len = b.len().min(PORT_NAME_SIZE);
-                std::ptr::copy_nonoverlapping(b.as_ptr().cast(), dst, len);
-                *dst.add(len - 1) = 0;
-            }
-            n += 1;
-        }
-        n
-    })
-}
-
-/// `jack_port_set_alias`: at most two, as in JACK.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_port_set_alias(port_p: *mut Port, alias: *const c_char) -> c_int {
-    guard(-1, || {
-        // SAFETY: see `port`; a C string from the caller.
-        let (Some(p), Some(a)) = (unsafe { port(port_p) }, unsafe { cstr(alias) }) else {
-            return -1;
-        };
-        let mut list = p.aliases.lock().unwrap_or_else(|e| e.into_inner());
-        if list.len() >= 2 {
-            return -1;
-        }
-        list.push(CString::new(a).unwrap_or_default());
-        0
-    })
-}
-
-/// `jack_port_unset_alias`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_port_unset_alias(port_p: *mut Port, alias: *const c_char) -> c_int {
-    guard(-1, || {
-        // SAFETY: see `port`; a C string from the caller.
-        let (Some(p), Some(a)) = (unsafe { port(port_p) }, unsafe { cstr(alias) }) else {
-            return -1;
-        };
-        let mut list = p.aliases.lock().unwrap_or_else(|e| e.into_inner());
-        let before = list.len();
-        list.retain(|x| x.to_str() != Ok(a));
-        if list.len() < before { 0 } else { -1 }
-    })
 }
 
 /// `jack_port_set_name` / `jack_port_rename`: renaming is not supported.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use quaver_client::callback::CallbackClient;
-use quaver_client::quaver_protocol::{CallbackParams, ErrorCode, PortDirection};
+use quaver_client::quaver_protocol::{CallbackParams, ErrorCode, PortDirection, Reply, Request};
 use quaver_client::{ClientError, Connection, GraphWatcher};
 
 use crate::graph::GraphView;
@@ -51,6 +51,7 @@ pub struct Callbacks {
     pub latency: (JackLatencyCallback, Arg),
     pub freewheel: (JackFreewheelCallback, Arg),
     pub port_rename: (JackPortRenameCallback, Arg),
+    pub property_change: (JackPropertyChangeCallback, Arg),
 }
 
 /// Timing of the latest cycle, published by the process thread.
@@ -279,15 +280,22 @@ impl Client {
         self.name.to_str().unwrap_or("")
     }
 
-    /// A fresh view of the graph, or None if the server does not answer.
+    /// A fresh view of the graph with the server's port aliases, or None if the
+    /// server does not answer.
     pub(crate) fn graph(&self) -> Option<GraphView> {
-        match self.conn().graph() {
-            Ok(g) => Some(GraphView::new(&g)),
+        let mut conn = self.conn();
+        let mut view = match conn.graph() {
+            Ok(g) => GraphView::new(&g),
             Err(e) => {
                 crate::error(&format!("cannot read the graph: {e}"));
-                None
+                return None;
             }
+        };
+        // A server without aliases refuses the request; the view then has none.
+        if let Ok((Reply::Aliases { ports }, _)) = conn.request(Request::Aliases) {
+            view.add_aliases(&ports);
         }
+        Some(view)
     }
 
     /// Queues a notification for the notification thread.

@@ -4,6 +4,7 @@
 
 use std::ffi::c_int;
 
+use quaver_protocol::message::PortAliases;
 use quaver_protocol::{GraphInfo, PortDirection};
 
 use crate::types::*;
@@ -108,6 +109,20 @@ impl GraphView {
             ports,
             links,
             nodes,
+        }
+    }
+
+    /// Adds the aliases the server keeps (`set_alias`) after the `system:` names, at
+    /// most two per port in all.
+    pub fn add_aliases(&mut self, list: &[PortAliases]) {
+        for pa in list {
+            if let Some(p) = self.ports.iter_mut().find(|p| p.id == pa.port) {
+                for a in &pa.aliases {
+                    if p.aliases.len() < 2 {
+                        p.aliases.push(a.clone());
+                    }
+                }
+            }
         }
     }
 

@@ -16,6 +16,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod api_client;
+pub mod api_meta;
 pub mod api_misc;
 pub mod api_port;
 pub mod api_time;

@@ -1,5 +1,6 @@
 //! The notification thread: calls the application's non-real-time callbacks (port
-//! connections and registrations, graph order, latency, xruns) and notices when the
+//! connections and registrations, graph order, latency, xruns, property changes) and
+//! notices when the
 //! server goes away (shutdown callbacks). It blocks on an eventfd and on the control
 //! socket's hangup, so an idle client makes no periodic wakeups.
 
@@ -8,6 +9,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 
 use quaver_client::GraphWatcher;
+use quaver_client::quaver_protocol::message::PropertyChange;
 use rustix::event::{PollFd, PollFlags};
 
 use crate::client::{Callbacks, Client};
@@ -53,11 +55,13 @@ pub(crate) fn run(
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)
             .collect();
+        let mut properties = Vec::new();
         if watch_ready && let Some(w) = watcher.as_mut() {
             // Take every queued event; one graph comparison covers them all.
             let mut changed = false;
             loop {
                 match w.next_event(Some(std::time::Duration::ZERO)) {
+                    Ok(Some(e)) if e.property.is_some() => properties.extend(e.property),
                     Ok(Some(e)) => changed |= e.event != "suspended" && e.event != "resumed",
                     Ok(None) => break,
                     Err(_) => {
@@ -82,6 +86,14 @@ pub(crate) fn run(
                 _ => deliver(client, &cbs, note),
             }
         }
+        if let (Some(f), a) = cbs.property_change {
+            for p in properties {
+                let key = p.key.and_then(|k| CString::new(k).ok());
+                let kp = key.as_ref().map_or(std::ptr::null(), |k| k.as_ptr());
+                // SAFETY: the application's callback with its own argument.
+                unsafe { f(p.subject, kp, change_code(p.change), a.0) };
+            }
+        }
         if n.xrun.swap(false, Ordering::AcqRel)
             && let (Some(f), a) = cbs.xrun
         {
@@ -92,6 +104,16 @@ pub(crate) fn run(
             shutdown(client, &cbs, "quaverd closed the connection");
             return;
         }
+    }
+}
+
+/// JACK's `jack_property_change_t` (`PropertyCreated`, `PropertyChanged`,
+/// `PropertyDeleted`) for a server change.
+fn change_code(c: PropertyChange) -> std::ffi::c_int {
+    match c {
+        PropertyChange::Created => 0,
+        PropertyChange::Changed => 1,
+        PropertyChange::Deleted => 2,
     }
 }
 

@@ -198,8 +198,8 @@ impl Port {
         }
     }
 
-    /// JACK's `(type << 32) | index` UUID of the port.
+    /// The port's UUID as the server gives it (`(type << 32) | id`).
     pub(crate) fn uuid(&self) -> u64 {
-        (1u64 << 32) | self.id as u64
+        quaver_protocol::message::port_uuid(self.id)
     }
 }

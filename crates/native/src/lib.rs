@@ -11,6 +11,7 @@
 //! - `introspect`: the status, timing and graph replies.
 //! - `quantum`: the forced quantum and the quantum report.
 //! - `restore`: stream restore (the policy's store) for native streams.
+//! - `meta`: JACK metadata properties and port aliases, and the events watchers get.
 //! - `rt`: the RT half, what the engine calls every cycle.
 //!
 //! The protocol is described in `docs/protocol.md`, callback clients in `docs/jack.md`.
@@ -18,6 +19,7 @@
 mod callback;
 mod introspect;
 mod quantum;
+mod meta;
 mod restore;
 mod rt;
 mod rt_transport;
@@ -178,6 +180,8 @@ pub struct NativeServer {
     next_client: AtomicU32,
     opts: NativeOptions,
     callbacks: CallbackOptions,
+    /// Metadata properties, aliases, and the watchers' event hub.
+    meta: Arc<meta::Meta>,
 }
 
 /// The protocol's error reply for an engine error.
@@ -206,7 +210,9 @@ impl NativeServer {
         opts: NativeOptions,
         callbacks: CallbackOptions,
     ) -> Arc<Self> {
+        let meta = meta::Meta::start(&engine);
         Arc::new(NativeServer {
+            meta,
             engine,
             policy,
             clients: Mutex::new(BTreeMap::new()),

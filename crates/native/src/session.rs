@@ -163,11 +163,13 @@ impl NativeServer {
         }
     }
 
-    /// Serves a connection that asked to `watch`: one event per graph or device change
-    /// until the client goes away (noticed at the next send, or by a hangup poll).
+    /// Serves a connection that asked to `watch`: one event per graph, device or
+    /// property change until the client goes away (noticed at the next send, or by a
+    /// hangup poll).
     fn watch_loop(&self, client: u32, sock: &mut FramedSocket) {
+        use crate::meta::WatchItem;
         use quaver_engine::GraphEvent as E;
-        let rx = self.engine.subscribe();
+        let rx = self.meta.subscribe();
         tracing::debug!("client {client} watches the graph");
         loop {
             // Wake up now and then only to notice a client that left while nothing
@@ -182,18 +184,20 @@ impl NativeServer {
                 }
                 Err(_) => return,
             };
-            let (event, node) = match e {
-                E::NodeAdded(n) => ("node_added", Some(n)),
-                E::NodeRemoved(n) => ("node_removed", Some(n)),
-                E::NodeChanged(n) => ("node_changed", Some(n)),
-                E::LinksChanged => ("links_changed", None),
-                E::Suspended(true) => ("suspended", None),
-                E::Suspended(false) => ("resumed", None),
-                E::DeviceGone(_) => ("device_gone", None),
+            let (event, node, property) = match e {
+                WatchItem::Graph(E::NodeAdded(n)) => ("node_added", Some(n), None),
+                WatchItem::Graph(E::NodeRemoved(n)) => ("node_removed", Some(n), None),
+                WatchItem::Graph(E::NodeChanged(n)) => ("node_changed", Some(n), None),
+                WatchItem::Graph(E::LinksChanged) => ("links_changed", None, None),
+                WatchItem::Graph(E::Suspended(true)) => ("suspended", None, None),
+                WatchItem::Graph(E::Suspended(false)) => ("resumed", None, None),
+                WatchItem::Graph(E::DeviceGone(_)) => ("device_gone", None, None),
+                WatchItem::Property(p) => ("property", None, Some(p)),
             };
             let reply = Reply::Event(GraphEvent {
                 event: event.into(),
                 node,
+                property,
             });
             if send_reply(sock, 0, reply, &[]).is_err() {
                 return;
@@ -325,6 +329,21 @@ impl NativeServer {
                     Err(e) => (engine_error(e), none),
                 }
             }
+            Request::SetProperty {
+                subject,
+                key,
+                value,
+                value_type,
+            } => (
+                self.set_property(subject, &key, &value.0, value_type.as_deref()),
+                none,
+            ),
+            Request::GetProperties { subject } => (self.get_properties(subject), none),
+            Request::RemoveProperty { subject, key } => (self.remove_property(subject, key), none),
+            Request::RemoveAllProperties => (self.remove_all_properties(), none),
+            Request::SetAlias { port, alias } => (self.alias(port, &alias, true), none),
+            Request::UnsetAlias { port, alias } => (self.alias(port, &alias, false), none),
+            Request::Aliases => (self.aliases(), none),
             Request::SetVolume { node, volume, mute } => {
                 match self.engine.set_volume(&node, volume, mute) {
                     Ok(()) => {

@@ -184,6 +184,13 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                 | Request::Quantum
                 | Request::SetFreewheel { .. }
                 | Request::Watch => Reply::error(ErrorCode::BadRequest, "no callback clients here"),
+                Request::SetProperty { .. }
+                | Request::GetProperties { .. }
+                | Request::RemoveProperty { .. }
+                | Request::RemoveAllProperties
+                | Request::SetAlias { .. }
+                | Request::UnsetAlias { .. }
+                | Request::Aliases => Reply::error(ErrorCode::BadRequest, "no metadata here"),
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {
                         Some(i) => {

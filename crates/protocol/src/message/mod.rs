@@ -14,6 +14,7 @@ mod callback;
 mod graph;
 mod limits;
 mod quantum;
+mod meta;
 mod reply;
 mod request;
 mod status;
@@ -27,6 +28,12 @@ pub use limits::{
     MAX_QUANTUM, MAX_RATE, MAX_VOLUME,
 };
 pub use quantum::QuantumReport;
+pub use meta::{
+    MAX_ALIAS_BYTES, MAX_ALIASES, MAX_PROPERTIES, MAX_PROPERTIES_PER_SUBJECT, MAX_PROPERTY_BYTES,
+    MAX_PROPERTY_KEY_BYTES, MAX_PROPERTY_TYPE_BYTES, MAX_PROPERTY_VALUE_BYTES, PortAliases,
+    Property, PropertyChange, PropertyEvent, PropertyValue, UUID_TYPE_CLIENT, UUID_TYPE_PORT,
+    UuidSubject, node_uuid, parse_uuid, port_uuid,
+};
 pub use reply::{ErrorCode, GraphEvent, Reply};
 pub use request::Request;
 pub use status::{ClientInfo, DeviceStatus, NodeTimingInfo, StatusInfo, TimingStats};
@@ -115,6 +122,81 @@ mod tests {
             volume: None,
             mute: Some(true),
         });
+    }
+
+    #[test]
+    fn metadata_messages_roundtrip_and_validate() {
+        let set = Request::SetProperty {
+            subject: node_uuid(4),
+            key: "http://jackaudio.org/metadata/pretty-name".into(),
+            value: PropertyValue(vec![0xff, b'x']),
+            value_type: Some("application/octet-stream".into()),
+        };
+        assert!(set.validate().is_ok());
+        roundtrip_req(set);
+        roundtrip_req(Request::GetProperties { subject: None });
+        roundtrip_req(Request::GetProperties {
+            subject: Some(port_uuid(9)),
+        });
+        roundtrip_req(Request::RemoveProperty {
+            subject: 5,
+            key: Some("k".into()),
+        });
+        roundtrip_req(Request::RemoveAllProperties);
+        roundtrip_req(Request::Aliases);
+        let alias = Request::SetAlias {
+            port: 3,
+            alias: "alias:one".into(),
+        };
+        assert!(alias.validate().is_ok());
+        roundtrip_req(alias);
+        let bad = Request::SetProperty {
+            subject: 1,
+            key: String::new(),
+            value: PropertyValue::default(),
+            value_type: None,
+        };
+        assert!(bad.validate().unwrap_err().contains("key"));
+        let bad = Request::UnsetAlias {
+            port: 3,
+            alias: String::new(),
+        };
+        assert!(bad.validate().is_err());
+        let ev = Reply::Event(GraphEvent {
+            event: "property".into(),
+            node: None,
+            property: Some(PropertyEvent {
+                subject: 0,
+                key: None,
+                change: PropertyChange::Deleted,
+            }),
+        });
+        let s = serde_json::to_string(&ev).unwrap();
+        assert_eq!(
+            s,
+            r#"{"type":"event","event":"property","property":{"subject":0,"change":"deleted"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), ev);
+        for r in [
+            Reply::Properties {
+                properties: vec![Property {
+                    subject: port_uuid(2),
+                    key: "k".into(),
+                    value: PropertyValue(b"v".to_vec()),
+                    value_type: None,
+                }],
+            },
+            Reply::Removed { count: 3 },
+            Reply::Aliases {
+                ports: vec![PortAliases {
+                    port: 2,
+                    aliases: vec!["a:b".into()],
+                }],
+            },
+        ] {
+            let s = serde_json::to_string(&r).unwrap();
+            assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), r);
+        }
     }
 
     #[test]
@@ -330,6 +412,7 @@ mod tests {
         let ev = Reply::Event(GraphEvent {
             event: "links_changed".into(),
             node: None,
+            property: None,
         });
         let s = serde_json::to_string(&ev).unwrap();
         assert_eq!(s, r#"{"type":"event","event":"links_changed"}"#);

@@ -4,6 +4,7 @@
 use super::callback::{CallbackCreated, CallbackPort};
 use super::graph::GraphInfo;
 use super::quantum::QuantumReport;
+use super::meta::{PortAliases, Property, PropertyEvent};
 use super::status::{StatusInfo, TimingStats};
 use super::stream::StreamCreated;
 use super::transport::TransportInfo;
@@ -90,6 +91,21 @@ pub enum Reply {
     Quantum(QuantumReport),
     /// Sent unsolicited (id 0) on a connection that asked to `Watch`.
     Event(GraphEvent),
+    /// Answer to `GetProperties`.
+    Properties {
+        /// The properties, by subject then key.
+        properties: Vec<Property>,
+    },
+    /// Answer to `Aliases`.
+    Aliases {
+        /// The ports that have aliases.
+        ports: Vec<PortAliases>,
+    },
+    /// Answer to `RemoveProperty` and `RemoveAllProperties`.
+    Removed {
+        /// How many properties were removed.
+        count: u32,
+    },
     /// Success without data.
     Ok,
     /// The request failed.
@@ -123,6 +139,9 @@ impl Reply {
             Reply::Transport(_) => "transport",
             Reply::Quantum(_) => "quantum",
             Reply::Event(_) => "event",
+            Reply::Properties { .. } => "properties",
+            Reply::Removed { .. } => "removed",
+            Reply::Aliases { .. } => "aliases",
             Reply::Ok => "ok",
             Reply::Error { .. } => "error",
         }
@@ -133,10 +152,13 @@ impl Reply {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GraphEvent {
     /// `node_added`, `node_removed`, `node_changed` (volume, mute, ports, latency
-    /// request), `links_changed`, `suspended` or `resumed`; clients ignore kinds they
-    /// do not know.
+    /// request), `links_changed`, `suspended`, `resumed` or `property` (with
+    /// `property`); clients ignore kinds they do not know.
     pub event: String,
     /// The node concerned, for node events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<u32>,
+    /// For `property` events: what changed (added within v1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub property: Option<PropertyEvent>,
 }

@@ -3,6 +3,7 @@
 use super::callback::CallbackParams;
 use super::graph::PortDirection;
 use super::limits::{MAX_QUANTUM, check_name, check_port_name, check_volume};
+use super::meta::{PropertyValue, check_alias, check_key, check_property};
 use super::stream::StreamParams;
 use quaver_dsp::ChannelPosition;
 use serde::{Deserialize, Serialize};
@@ -142,6 +143,53 @@ pub enum Request {
         /// Microseconds, at most an hour.
         usecs: u64,
     },
+    /// Sets a metadata property on a node's or a port's UUID (docs/protocol/metadata.md);
+    /// answered by `Ok`.
+    SetProperty {
+        /// The UUID of the node or port.
+        subject: u64,
+        /// The key.
+        key: String,
+        /// The value.
+        value: PropertyValue,
+        /// The type (MIME type or URI); absent means text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value_type: Option<String>,
+    },
+    /// Asks for the properties of one subject, or of every subject; answered by
+    /// `Properties`.
+    GetProperties {
+        /// The subject; absent for all.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subject: Option<u64>,
+    },
+    /// Removes one property of a subject, or all of its properties (no key); answered
+    /// by `Removed`.
+    RemoveProperty {
+        /// The subject.
+        subject: u64,
+        /// The key; absent for every key of the subject.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+    },
+    /// Removes every property of every subject; answered by `Removed`.
+    RemoveAllProperties,
+    /// Gives a port an alias (at most two per port); answered by `Ok`.
+    SetAlias {
+        /// The port id.
+        port: u32,
+        /// The alias.
+        alias: String,
+    },
+    /// Asks for every port's aliases; answered by `Aliases`.
+    Aliases,
+    /// Takes an alias away from a port; answered by `Ok`.
+    UnsetAlias {
+        /// The port id.
+        port: u32,
+        /// The alias.
+        alias: String,
+    },
 }
 
 impl Request {
@@ -195,6 +243,19 @@ impl Request {
                 check_name("output", output)?;
                 check_name("input", input)
             }
+            Request::SetProperty {
+                key,
+                value,
+                value_type,
+                ..
+            } => check_property(key, value, value_type.as_deref()),
+            Request::GetProperties { .. } | Request::RemoveAllProperties | Request::Aliases => {
+                Ok(())
+            }
+            Request::RemoveProperty { key, .. } => key.as_deref().map_or(Ok(()), check_key),
+            Request::SetAlias { alias, .. } | Request::UnsetAlias { alias, .. } => {
+                check_alias(alias)
+            }
             Request::SetVolume { node, volume, mute } => {
                 check_name("node", node)?;
                 if let Some(v) = volume {
@@ -235,6 +296,13 @@ impl Request {
             Request::SetTimebase { .. } => "set_timebase",
             Request::ReleaseTimebase { .. } => "release_timebase",
             Request::SetSyncTimeout { .. } => "set_sync_timeout",
+            Request::SetProperty { .. } => "set_property",
+            Request::GetProperties { .. } => "get_properties",
+            Request::RemoveProperty { .. } => "remove_property",
+            Request::RemoveAllProperties => "remove_all_properties",
+            Request::SetAlias { .. } => "set_alias",
+            Request::Aliases => "aliases",
+            Request::UnsetAlias { .. } => "unset_alias",
         }
     }
 }

@@ -18,8 +18,8 @@
 
 mod callback;
 mod introspect;
-mod quantum;
 mod meta;
+mod quantum;
 mod restore;
 mod rt;
 mod rt_transport;

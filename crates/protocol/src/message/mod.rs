@@ -13,8 +13,8 @@
 mod callback;
 mod graph;
 mod limits;
-mod quantum;
 mod meta;
+mod quantum;
 mod reply;
 mod request;
 mod status;
@@ -27,13 +27,13 @@ pub use limits::{
     MAX_CALLBACK_PORTS, MAX_CHANNELS, MAX_LATENCY_MS, MAX_NAME_BYTES, MAX_PORT_NAME_BYTES,
     MAX_QUANTUM, MAX_RATE, MAX_VOLUME,
 };
-pub use quantum::QuantumReport;
 pub use meta::{
     MAX_ALIAS_BYTES, MAX_ALIASES, MAX_PROPERTIES, MAX_PROPERTIES_PER_SUBJECT, MAX_PROPERTY_BYTES,
     MAX_PROPERTY_KEY_BYTES, MAX_PROPERTY_TYPE_BYTES, MAX_PROPERTY_VALUE_BYTES, PortAliases,
     Property, PropertyChange, PropertyEvent, PropertyValue, UUID_TYPE_CLIENT, UUID_TYPE_PORT,
     UuidSubject, node_uuid, parse_uuid, port_uuid,
 };
+pub use quantum::QuantumReport;
 pub use reply::{ErrorCode, GraphEvent, Reply};
 pub use request::Request;
 pub use status::{ClientInfo, DeviceStatus, NodeTimingInfo, StatusInfo, TimingStats};

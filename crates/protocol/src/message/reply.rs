@@ -3,8 +3,8 @@
 
 use super::callback::{CallbackCreated, CallbackPort};
 use super::graph::GraphInfo;
-use super::quantum::QuantumReport;
 use super::meta::{PortAliases, Property, PropertyEvent};
+use super::quantum::QuantumReport;
 use super::status::{StatusInfo, TimingStats};
 use super::stream::StreamCreated;
 use super::transport::TransportInfo;

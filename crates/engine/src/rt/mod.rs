@@ -86,6 +86,7 @@
 
 mod devices;
 pub mod follow;
+pub mod midi;
 pub mod msg;
 pub mod node;
 pub mod plan;

@@ -2,8 +2,9 @@
 //! node's processor or device I/O, its volume), split-phase nodes finished when a later
 //! step reads them, and the rewind of a driver that fills ahead.
 
+use crate::rt::midi;
 use crate::rt::node::CycleInfo;
-use crate::rt::plan::{DeviceRole, Fade, NodeSlot};
+use crate::rt::plan::{DeviceRole, Fade, NodeSlot, Step};
 use crate::rt::runner::RtRunner;
 use quaver_dsp::mix::{mix_into, mix_into_ramp};
 use std::sync::atomic::Ordering::Relaxed;
@@ -104,7 +105,6 @@ impl RtRunner {
         let mut mark = cx.time_ns;
         let q = cx.frames;
         let first = self.first_cycle_of_plan;
-        let ramp = self.ramp_frames.min(q);
         for si in 0..self.plan.steps.len() {
             let step = self.plan.steps[si].clone();
             if step.once && !first {
@@ -127,6 +127,7 @@ impl RtRunner {
             let Some(mut cur) = self.slots[step.slot].take() else {
                 continue;
             };
+            self.gather_inputs(&step, &mut cur, q, first);
             let NodeSlot {
                 processor,
                 inputs,
@@ -137,28 +138,11 @@ impl RtRunner {
                 rendered,
                 rendered_until,
                 begin_ns,
+                midi: ports,
+                ..
             } = &mut *cur;
-            for ch in 0..inputs.channels() {
-                inputs.channel_mut(ch)[..q].fill(0.0);
-            }
-            for l in &self.plan.links[step.links.clone()] {
-                let Some(src) = self.slots[l.src_slot].as_ref() else {
-                    continue;
-                };
-                let s = &src.outputs.channel(l.src_port)[..q];
-                let d = &mut inputs.channel_mut(l.dst_port)[..q];
-                match (l.fade, first) {
-                    (Fade::Out, false) => {}
-                    (Fade::Steady, _) | (Fade::In, false) => mix_into(d, s),
-                    (Fade::In, true) => {
-                        mix_into_ramp(&mut d[..ramp], &s[..ramp], 0.0, 1.0);
-                        mix_into(&mut d[ramp..], &s[ramp..]);
-                    }
-                    (Fade::Out, true) => mix_into_ramp(&mut d[..ramp], &s[..ramp], 1.0, 0.0),
-                }
-            }
             if *volume_on_inputs {
-                gain.apply(&mut inputs.view_mut(q));
+                midi::apply_gain(gain, &mut inputs.view_mut(q), &ports.inputs);
             }
             match step.device {
                 Some(DeviceRole::Sink(d)) => {
@@ -214,7 +198,7 @@ impl RtRunner {
                     self.pending.push(step.slot);
                 }
             } else if !*volume_on_inputs {
-                gain.apply(&mut outputs.view_mut(q));
+                midi::apply_gain(gain, &mut outputs.view_mut(q), &ports.outputs);
             }
             if timing {
                 let now = quaver_rt::monotonic_ns();
@@ -270,7 +254,59 @@ impl RtRunner {
             p.finish(cx, &mut n.outputs.view_mut(q));
         }
         if !n.volume_on_inputs {
-            n.gain.apply(&mut n.outputs.view_mut(q));
+            midi::apply_gain(&mut n.gain, &mut n.outputs.view_mut(q), &n.midi.outputs);
+        }
+    }
+
+    /// Fills a node's inputs for this cycle from the links into it (audio mixed with
+    /// the links' fades, MIDI merged in time order), after telling its processor which
+    /// buffers are MIDI ones when it has any. *RT*.
+    fn gather_inputs(&mut self, step: &Step, cur: &mut NodeSlot, q: usize, first: bool) {
+        if step.midi.is_some() || cur.has_midi {
+            cur.midi = step
+                .midi
+                .and_then(|i| self.plan.midi.get(i).copied())
+                .unwrap_or(midi::MidiPorts::NONE);
+            cur.has_midi = step.midi.is_some();
+            if let Some(p) = cur.processor.as_mut() {
+                p.midi_ports(&cur.midi);
+            }
+        }
+        let inputs = &mut cur.inputs;
+        for ch in 0..inputs.channels() {
+            if cur.midi.inputs.contains(ch) {
+                midi::clear(midi::words_mut(inputs.channel_mut(ch)));
+            } else {
+                inputs.channel_mut(ch)[..q].fill(0.0);
+            }
+        }
+        let ramp = self.ramp_frames.min(q);
+        for l in &self.plan.links[step.links.clone()] {
+            let Some(src) = self.slots[l.src_slot].as_ref() else {
+                continue;
+            };
+            if l.midi {
+                // A removed link's last cycle carries its events too: nothing to fade.
+                if l.fade != Fade::Out || first {
+                    midi::merge(
+                        midi::words_mut(inputs.channel_mut(l.dst_port)),
+                        midi::words(src.outputs.channel(l.src_port)),
+                        &mut self.midi_scratch,
+                    );
+                }
+                continue;
+            }
+            let s = &src.outputs.channel(l.src_port)[..q];
+            let d = &mut inputs.channel_mut(l.dst_port)[..q];
+            match (l.fade, first) {
+                (Fade::Out, false) => {}
+                (Fade::Steady, _) | (Fade::In, false) => mix_into(d, s),
+                (Fade::In, true) => {
+                    mix_into_ramp(&mut d[..ramp], &s[..ramp], 0.0, 1.0);
+                    mix_into(&mut d[ramp..], &s[ramp..]);
+                }
+                (Fade::Out, true) => mix_into_ramp(&mut d[..ramp], &s[..ramp], 1.0, 0.0),
+            }
         }
     }
 }

@@ -93,6 +93,8 @@ pub struct RtRunner {
     /// Per slot: the next rewind drops this node's taken-back output (one entry per
     /// slot, allocated up front).
     pub(crate) discard: Vec<bool>,
+    /// Room to merge MIDI event lists in ([`crate::midi::merge`]), one port buffer long.
+    pub(crate) midi_scratch: Vec<u32>,
 }
 
 /// What the control side shares with a new runner: its queues, doorbells and counters.
@@ -112,6 +114,8 @@ pub(crate) struct RtSettings {
     pub slots: usize,
     /// The first plan's quantum.
     pub quantum: usize,
+    /// Frames of a port buffer (the largest quantum).
+    pub max_quantum: usize,
     pub rate: u32,
     pub start_fade_frames: usize,
     pub node_timing: bool,
@@ -176,6 +180,7 @@ impl RtRunner {
             rewind_requested: false,
             was_overdue: false,
             discard: vec![false; s.slots],
+            midi_scratch: vec![0; s.max_quantum],
         }
     }
 

@@ -254,6 +254,7 @@ impl NativeServer {
                 direction,
                 name,
                 channel,
+                port_type,
             } => {
                 if let Err(r) = self.check_callback(client, node) {
                     return (r, none);
@@ -270,7 +271,11 @@ impl NativeServer {
                     });
                     ChannelPosition::Aux(n as u16)
                 });
-                match self.engine.add_port(node, dir, Some(&name), channel) {
+                let ty = crate::callback::engine_type(port_type);
+                match self
+                    .engine
+                    .add_port_typed(node, dir, Some(&name), channel, ty)
+                {
                     Ok(id) => {
                         let g = self.engine.graph();
                         (Reply::PortAdded(callback_port(&g.ports[&id])), none)

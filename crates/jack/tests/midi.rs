@@ -496,3 +496,79 @@ fn a_client_scribbling_on_its_midi_slot_harms_nobody() {
     assert!(exact * 4 >= gaps.len() * 3, "{gaps:?}");
     d.stop();
 }
+
+/// tests/py/midi_ports.py: python3-jack-client's MIDI API, printed.
+fn midi_ports_script() -> Option<std::path::PathBuf> {
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", "import jack"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: python3-jack-client is not installed");
+        return None;
+    }
+    Some(
+        std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+            .join("tests/py/midi_ports.py"),
+    )
+}
+
+#[test]
+fn python_jack_client_midi_ports_answer_as_on_jackd2() {
+    let Some(script) = midi_ports_script() else {
+        return;
+    };
+    let mut d = Daemon::start(&["--quantum", "256"]);
+    let ours = d.run(&["/usr/bin/python3", script.to_str().unwrap()]);
+    assert!(ours.status.success(), "{}", text(&ours));
+    let ours = String::from_utf8_lossy(&ours.stdout).into_owned();
+    assert!(
+        ours.contains(
+            "events [(3, '903c64'), ('last', '803c00'), (3, '903c64'), ('last', '803c00'), \
+             (3, '903c64'), ('last', '803c00')]"
+        ),
+        "{ours}"
+    );
+    assert!(
+        ours.contains("codes [('big', -105), ('late', -22), ('lost', 1), ('order', -22)]"),
+        "{ours}"
+    );
+    d.stop();
+    if !quaver_testkit::on_path("jackd") {
+        eprintln!("SKIPPED (comparison only): jackd is not installed");
+        return;
+    }
+    let name = format!("quaver-py-{}", std::process::id());
+    let jackd = Command::new("jackd")
+        .args(["-n", &name, "-d", "dummy", "-r", "48000", "-p", "64"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut theirs = None;
+    for _ in 0..50 {
+        let o = wait_output(
+            Command::new("/usr/bin/python3")
+                .arg(&script)
+                .env("JACK_DEFAULT_SERVER", &name)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+            WAIT,
+        );
+        if o.status.success() {
+            theirs = Some(String::from_utf8_lossy(&o.stdout).into_owned());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = kill(jackd);
+    match theirs {
+        Some(t) => assert_eq!(ours, t, "python3-jack-client answers differ from jackd2's"),
+        None => eprintln!("SKIPPED (comparison only): jackd -d dummy never answered"),
+    }
+}

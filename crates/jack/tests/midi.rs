@@ -535,6 +535,8 @@ fn python_jack_client_midi_ports_answer_as_on_jackd2() {
         ours.contains("codes [('big', -105), ('late', -22), ('lost', 1), ('order', -22)]"),
         "{ours}"
     );
+    // A source's lost event is reported at the input it reaches (per cycle).
+    assert!(ours.contains("input lost [1]"), "{ours}");
     d.stop();
     if !quaver_testkit::on_path("jackd") {
         eprintln!("SKIPPED (comparison only): jackd is not installed");

@@ -13,6 +13,7 @@ out = a.midi_outports.register("out")
 inp = b.midi_inports.register("in")
 got = []
 codes = {}
+in_lost = set()
 done = threading.Event()
 
 
@@ -34,11 +35,18 @@ def pa(frames):
         big = bytes(out.max_event_size + 1)
         codes["big"] = code(lambda: out.write_midi_event(5, big))
         codes["lost"] = out.lost_midi_events
+    else:
+        # One event too big for the room left, every cycle: the input sees it lost.
+        try:
+            out.write_midi_event(5, bytes(out.max_event_size + 1))
+        except jack.JackErrorCode:
+            pass
     out.write_midi_event(frames - 1, bytes([0x80, 60, 0]))
 
 
 @b.set_process_callback
 def pb(frames):
+    in_lost.add(inp.lost_midi_events)
     for offset, data in inp.incoming_midi_events():
         if len(got) < 6:
             got.append(("last" if offset == frames - 1 else offset, bytes(data).hex()))
@@ -58,3 +66,4 @@ with a, b:
         sys.exit(1)
     print("events", got)
     print("codes", sorted(codes.items()))
+    print("input lost", sorted(in_lost - {0}))

@@ -130,6 +130,7 @@ mod tests {
             name: name.into(),
             direction,
             channel: name.trim_start_matches("monitor_").into(),
+            port_type: Default::default(),
         }
     }
 

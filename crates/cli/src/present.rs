@@ -1,6 +1,7 @@
 //! Human-readable `quaver status` and `quaver ls` output: short, aligned tables.
 
 use crate::values::format_volume;
+use quaver_protocol::message::PortType;
 use quaver_protocol::{
     GraphInfo, NodeInfo, NodeTimingInfo, PortDirection, StatusInfo, TimingStats,
 };
@@ -358,8 +359,11 @@ pub fn ls_text(g: &GraphInfo) -> String {
                     .iter()
                     .filter(|p| p.direction == dir)
                     .map(|p| {
-                        // The channel is only worth repeating when the name does not say it.
-                        if p.name == p.channel {
+                        // The channel is only worth repeating when the name does not say
+                        // it; a MIDI port has no channel worth showing, its type is.
+                        if p.port_type == PortType::Midi {
+                            format!("{}[midi]", p.name)
+                        } else if p.name == p.channel {
                             p.name.clone()
                         } else {
                             format!("{}[{}]", p.name, p.channel)
@@ -443,12 +447,14 @@ mod tests {
                             name: "FL".into(),
                             direction: PortDirection::In,
                             channel: "FL".into(),
+                            port_type: PortType::Audio,
                         },
                         PortInfo {
                             id: 12,
                             name: "monitor_FL".into(),
                             direction: PortDirection::Out,
                             channel: "FL".into(),
+                            port_type: PortType::Audio,
                         },
                     ],
                     callback: None,
@@ -468,6 +474,7 @@ mod tests {
                         name: "FL".into(),
                         direction: PortDirection::Out,
                         channel: "FL".into(),
+                        port_type: PortType::Audio,
                     }],
                     callback: None,
                 },
@@ -481,7 +488,13 @@ mod tests {
                     latency_ms: None,
                     playback_lead_frames: None,
                     suspended: false,
-                    ports: vec![],
+                    ports: vec![PortInfo {
+                        id: 40,
+                        name: "midi_in".into(),
+                        direction: PortDirection::In,
+                        channel: "AUX0".into(),
+                        port_type: PortType::Midi,
+                    }],
                     callback: Some(quaver_protocol::CallbackNodeInfo {
                         mode: "async".into(),
                         active: true,
@@ -556,6 +569,7 @@ nodes:
   7   music.wav  playback  50% (-6.0 dB) muted
       out: FL
   8   synth      client    100%
+      in:  midi_in[midi]
       client: async (hung), active, 2 xruns (9 missed cycles), 1 skipped, wait 0.1/1.1 ms avg/max, asks quantum 64
 
 links:

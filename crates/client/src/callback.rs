@@ -287,6 +287,18 @@ impl CallbackClient {
         self.inner.shm.write_output(index, data);
     }
 
+    /// Reads the event list of MIDI input `index` into `out` (a plain list,
+    /// `quaver_protocol::midi`), checking it against the cycle's `frames`; returns the
+    /// events dropped as invalid.
+    pub fn read_input_midi(&self, index: usize, frames: u32, out: &mut [u32]) -> u32 {
+        self.inner.shm.read_input_midi(index, frames, out)
+    }
+
+    /// Publishes the plain event list `list` as MIDI output `index`'s events.
+    pub fn write_output_midi(&self, index: usize, list: &[u32]) {
+        self.inner.shm.write_output_midi(index, list);
+    }
+
     /// Tells the server cycle `seq` is done (after writing the outputs), with the times
     /// the process thread woke for it and finished it (the server's per-node WAIT and
     /// BUSY).
@@ -517,5 +529,50 @@ impl<H: ProcessHandler> std::fmt::Debug for ActiveCallback<H> {
             .field("client", &self.client)
             .field("realtime", &self.realtime)
             .finish()
+    }
+}
+
+/// Ports of a callback node, added and removed over its connection.
+impl crate::Connection {
+    // (Here rather than in lib.rs, which is at its length limit.)
+    /// Adds a port to a callback node of this connection.
+    pub fn add_port(
+        &mut self,
+        node: u32,
+        direction: quaver_protocol::PortDirection,
+        name: &str,
+        channel: Option<quaver_protocol::ChannelPosition>,
+    ) -> Result<quaver_protocol::CallbackPort> {
+        let audio = quaver_protocol::message::PortType::Audio;
+        self.add_port_typed(node, direction, name, channel, audio)
+    }
+
+    /// Adds a port of any type (a MIDI port: `PortType::Midi`) to a callback node of
+    /// this connection.
+    pub fn add_port_typed(
+        &mut self,
+        node: u32,
+        direction: quaver_protocol::PortDirection,
+        name: &str,
+        channel: Option<quaver_protocol::ChannelPosition>,
+        port_type: quaver_protocol::message::PortType,
+    ) -> Result<quaver_protocol::CallbackPort> {
+        let req = quaver_protocol::Request::AddPort {
+            node,
+            direction,
+            name: name.into(),
+            channel,
+            port_type,
+        };
+        req.validate().map_err(ClientError::InvalidArgument)?;
+        match self.request(req)?.0 {
+            quaver_protocol::Reply::PortAdded(p) => Ok(p),
+            other => Err(crate::unexpected("add_port", &other)),
+        }
+    }
+
+    /// Removes a port (by id) of a callback node of this connection.
+    pub fn remove_port(&mut self, node: u32, port: u32) -> Result<()> {
+        self.request_ok(quaver_protocol::Request::RemovePort { node, port })
     }
 }

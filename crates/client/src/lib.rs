@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use quaver_protocol::shm::{FLAG_CLIENT_DRAIN, FLAG_SERVER_ERROR, FLAG_SERVER_STARTED};
-use quaver_protocol::{CallbackParams, CallbackPort, ChannelPosition, GraphEvent, PortDirection};
+use quaver_protocol::{CallbackParams, GraphEvent};
 use quaver_protocol::{
     Direction, Doorbell, ErrorCode, FrameError, FramedSocket, GraphInfo, PROTOCOL_VERSION,
     ProtocolError, Reply, ReplyEnvelope, Request, RequestEnvelope, ShmError, ShmRing, StatusInfo,
@@ -392,32 +392,6 @@ impl Connection {
                 Err(e)
             }
         }
-    }
-
-    /// Adds a port to a callback node of this connection.
-    pub fn add_port(
-        &mut self,
-        node: u32,
-        direction: PortDirection,
-        name: &str,
-        channel: Option<ChannelPosition>,
-    ) -> Result<CallbackPort> {
-        let req = Request::AddPort {
-            node,
-            direction,
-            name: name.into(),
-            channel,
-        };
-        req.validate().map_err(ClientError::InvalidArgument)?;
-        match self.request(req)?.0 {
-            Reply::PortAdded(p) => Ok(p),
-            other => Err(unexpected("add_port", &other)),
-        }
-    }
-
-    /// Removes a port (by id) of a callback node of this connection.
-    pub fn remove_port(&mut self, node: u32, port: u32) -> Result<()> {
-        self.request_ok(Request::RemovePort { node, port })
     }
 
     /// Turns this connection into a stream of graph and device events (the server

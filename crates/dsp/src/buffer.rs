@@ -37,6 +37,12 @@ impl<'a> Planar<'a> {
     pub fn channel(&self, ch: usize) -> &'a [f32] {
         &self.data[ch * self.stride..ch * self.stride + self.frames]
     }
+    /// Channel `ch`'s whole run of `stride` slots (the last may be cut short), beyond the
+    /// valid frames: for port buffers that carry data other than audio (MIDI event lists).
+    pub fn whole_channel(&self, ch: usize) -> &'a [f32] {
+        let start = ch * self.stride;
+        &self.data[start..(start + self.stride).min(self.data.len())]
+    }
     /// The `frames` frames from `offset` on, as a view of their own.
     pub fn part(&self, offset: usize, frames: usize) -> Planar<'a> {
         assert!(offset + frames <= self.frames);
@@ -93,6 +99,13 @@ impl<'a> PlanarMut<'a> {
     /// The samples of channel `ch`, writable.
     pub fn channel_mut(&mut self, ch: usize) -> &mut [f32] {
         &mut self.data[ch * self.stride..ch * self.stride + self.frames]
+    }
+    /// Channel `ch`'s whole run of `stride` slots, writable (see
+    /// [`Planar::whole_channel`]).
+    pub fn whole_channel_mut(&mut self, ch: usize) -> &mut [f32] {
+        let start = ch * self.stride;
+        let end = (start + self.stride).min(self.data.len());
+        &mut self.data[start..end]
     }
     /// A read-only view of the same samples.
     pub fn as_planar(&self) -> Planar<'_> {

@@ -44,6 +44,7 @@
 //! - **Inactive clients** (not yet activated, or deactivated) are neither woken nor
 //!   counted; their outputs are silent.
 
+use crate::rt::midi::{MidiPorts, PortSet};
 use crate::rt::node::{CycleInfo, Processor};
 use crate::rt::stats::{HIST_BUCKETS, hist_bucket};
 use crate::rt::timing::RemoteTimes;
@@ -134,6 +135,19 @@ pub trait CallbackTransport: Send {
     /// Called at the start of every cycle, woken or not (inactive clients too), before
     /// anything else: publishes what every client sees each cycle (the transport).
     fn begin_cycle(&mut self) {}
+    /// [`CallbackTransport::start`] for a node with MIDI ports: the inputs in `midi`
+    /// hold event lists ([`crate::rt::midi`]) in their whole buffers, to be handed over
+    /// as such. Transports that carry no MIDI treat every buffer as audio.
+    fn start_midi(&mut self, cycle: &CallbackCycle, inputs: Planar<'_>, midi: &PortSet) {
+        let _ = midi;
+        self.start(cycle, inputs);
+    }
+    /// [`CallbackTransport::read_outputs`] for a node with MIDI ports: the outputs in
+    /// `midi` get the client's event lists, checked (the client is not trusted).
+    fn read_outputs_midi(&mut self, outputs: &mut PlanarMut<'_>, midi: &PortSet) {
+        let _ = midi;
+        self.read_outputs(outputs);
+    }
 }
 
 /// Settings of a callback node.
@@ -283,6 +297,18 @@ fn budget_ns(deadline: f64, cx: &CycleInfo) -> u64 {
     }
 }
 
+/// Silence on every output: zeros, and empty event lists on the MIDI ones.
+fn silence(outputs: &mut PlanarMut<'_>, midi: &PortSet) {
+    outputs.fill_silence();
+    if !midi.is_empty() {
+        for ch in 0..outputs.channels() {
+            if midi.contains(ch) {
+                crate::rt::midi::clear(crate::rt::midi::words_mut(outputs.whole_channel_mut(ch)));
+            }
+        }
+    }
+}
+
 /// A graph node driven by a callback client. Build it on a control thread and hand it
 /// to [`crate::Engine::add_node`] in a spec with `keep_awake` set.
 pub struct CallbackNode<T: CallbackTransport> {
@@ -307,6 +333,8 @@ pub struct CallbackNode<T: CallbackTransport> {
     signal_ns: u64,
     /// Times of the work collected this cycle, for per-node timing.
     remote: Option<RemoteTimes>,
+    /// Which port buffers carry MIDI ([`Processor::midi_ports`]).
+    midi: Box<MidiPorts>,
 }
 
 impl<T: CallbackTransport> CallbackNode<T> {
@@ -335,6 +363,7 @@ impl<T: CallbackTransport> CallbackNode<T> {
             phase: Phase::Inactive,
             signal_ns: 0,
             remote: None,
+            midi: Box::new(MidiPorts::NONE),
         };
         (node, stats)
     }
@@ -447,6 +476,10 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
         self.remote
     }
 
+    fn midi_ports(&mut self, ports: &MidiPorts) {
+        *self.midi = *ports;
+    }
+
     fn begin(&mut self, cx: &CycleInfo, inputs: Planar<'_>, outputs: &mut PlanarMut<'_>) {
         let period = cx.period_ns();
         let deadline = cx.time_ns + budget_ns(self.config.deadline, cx);
@@ -495,17 +528,18 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 }
                 self.signal_ns = now;
                 self.pending_deadline_ns = deadline;
-                self.transport.start(&cycle, inputs);
+                self.transport.start_midi(&cycle, inputs, &self.midi.inputs);
                 self.phase = Phase::Started(deadline);
             }
             CallbackMode::Async => {
                 // What the client made of the previous cycle, then the next cycle.
-                self.transport.read_outputs(outputs);
+                self.transport
+                    .read_outputs_midi(outputs, &self.midi.outputs);
                 self.remote = self.collected_times();
                 self.signal_ns = quaver_rt::monotonic_ns();
                 // It has the whole period, until the next cycle would take its outputs.
                 self.pending_deadline_ns = cx.time_ns + period;
-                self.transport.start(&cycle, inputs);
+                self.transport.start_midi(&cycle, inputs, &self.midi.inputs);
                 self.phase = Phase::AsyncDone;
             }
         }
@@ -514,13 +548,13 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
 
     fn finish(&mut self, cx: &CycleInfo, outputs: &mut PlanarMut<'_>) {
         match self.phase {
-            Phase::Inactive => outputs.fill_silence(),
+            Phase::Inactive => silence(outputs, &self.midi.outputs),
             Phase::Skipped => {
-                outputs.fill_silence();
+                silence(outputs, &self.midi.outputs);
                 self.stats.skipped.fetch_add(1, Relaxed);
             }
             Phase::Busy => {
-                outputs.fill_silence();
+                silence(outputs, &self.midi.outputs);
                 self.miss(cx.time_ns, false);
             }
             Phase::Started(deadline) => {
@@ -528,14 +562,15 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 let done = self.transport.wait_completed(deadline);
                 self.record_wait(quaver_rt::monotonic_ns().saturating_sub(t0));
                 if done {
-                    self.transport.read_outputs(outputs);
+                    self.transport
+                        .read_outputs_midi(outputs, &self.midi.outputs);
                     self.remote = self.collected_times();
                     self.answered();
                 } else if !self.transport.active() {
                     // Deactivated while we waited: not the client's miss.
-                    outputs.fill_silence();
+                    silence(outputs, &self.midi.outputs);
                 } else {
-                    outputs.fill_silence();
+                    silence(outputs, &self.midi.outputs);
                     self.miss(cx.time_ns, true);
                 }
             }

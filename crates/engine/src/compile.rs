@@ -2,7 +2,8 @@
 //! nodes run, in what order, and how each link fades when its plan is swapped in.
 
 use crate::feedback::order_with;
-use crate::graph::{Graph, NodeId, NodeKind, PortId};
+use crate::graph::{Graph, NodeId, NodeKind, PortId, PortType};
+use crate::rt::midi::MidiPorts;
 use crate::rt::plan::{DeviceRole, Fade, Plan, PlanLink, Step};
 use std::collections::HashSet;
 
@@ -136,6 +137,7 @@ pub(crate) fn compile(
                 src_port: o.index,
                 dst_port: i.index,
                 fade,
+                midi: i.port_type == PortType::Midi,
             });
         };
         for l in graph.links.values() {
@@ -172,7 +174,12 @@ pub(crate) fn compile(
             NodeKind::DeviceSource => Some(DeviceRole::Source(d)),
             _ => None,
         });
+        let midi = midi_ports(graph, id).map(|m| {
+            plan.midi.push(m);
+            plan.midi.len() - 1
+        });
         plan.steps.push(Step {
+            midi,
             slot: node.slot,
             links: start..plan.links.len(),
             device,
@@ -186,6 +193,24 @@ pub(crate) fn compile(
         });
     }
     (plan, current)
+}
+
+/// The MIDI ports of node `id`, if it has any.
+fn midi_ports(graph: &Graph, id: NodeId) -> Option<MidiPorts> {
+    let node = &graph.nodes[&id];
+    let mut m = MidiPorts::NONE;
+    let mut any = false;
+    for (list, set) in [
+        (&node.inputs, &mut m.inputs),
+        (&node.outputs, &mut m.outputs),
+    ] {
+        for p in list.iter().filter_map(|p| graph.ports.get(p)) {
+            if p.port_type == PortType::Midi {
+                any |= set.insert(p.index);
+            }
+        }
+    }
+    any.then_some(m)
 }
 
 /// The device whose nodes are all that node `id` is linked with, if there is one.

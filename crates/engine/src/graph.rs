@@ -64,6 +64,18 @@ pub enum Direction {
 pub enum PortType {
     /// One channel of f32 audio at the driver's rate.
     Audio,
+    /// Timestamped MIDI events in the port's buffer ([`crate::midi`]).
+    Midi,
+}
+
+impl PortType {
+    /// `"audio"` or `"midi"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PortType::Audio => "audio",
+            PortType::Midi => "midi",
+        }
+    }
 }
 
 /// A port as the control side knows it.
@@ -115,6 +127,10 @@ pub struct NodeSpec {
     pub max_inputs: usize,
     /// Output ports the node's buffers are sized for (see `max_inputs`).
     pub max_outputs: usize,
+    /// Types of the ports of `inputs`, in order (missing entries: audio).
+    pub input_types: Vec<PortType>,
+    /// Types of the ports of `outputs`, in order (missing entries: audio).
+    pub output_types: Vec<PortType>,
     /// Keeps the devices from suspending while the node exists (callback clients).
     pub keep_awake: bool,
     /// The node's client only takes power-of-two quanta (JACK clients); while it runs,
@@ -139,6 +155,8 @@ impl NodeSpec {
             output_names: Vec::new(),
             max_inputs: 0,
             max_outputs: 0,
+            input_types: Vec::new(),
+            output_types: Vec::new(),
             keep_awake: false,
             pow2_quantum: false,
         }
@@ -263,9 +281,19 @@ impl Graph {
             gone: false,
             suspended: false,
         };
-        for (dir, map, names) in [
-            (Direction::In, &spec.inputs, &spec.input_names),
-            (Direction::Out, &spec.outputs, &spec.output_names),
+        for (dir, map, names, types) in [
+            (
+                Direction::In,
+                &spec.inputs,
+                &spec.input_names,
+                &spec.input_types,
+            ),
+            (
+                Direction::Out,
+                &spec.outputs,
+                &spec.output_names,
+                &spec.output_types,
+            ),
         ] {
             let mut seen = HashSet::new();
             for (index, &channel) in map.positions().iter().enumerate() {
@@ -288,7 +316,7 @@ impl Graph {
                         index,
                         name: pname,
                         direction: dir,
-                        port_type: PortType::Audio,
+                        port_type: types.get(index).copied().unwrap_or(PortType::Audio),
                         channel,
                     },
                 );
@@ -326,6 +354,19 @@ impl Graph {
         name: Option<&str>,
         channel: ChannelPosition,
     ) -> Result<PortId, EngineError> {
+        self.add_port_typed(id, direction, name, channel, PortType::Audio)
+    }
+
+    /// [`Graph::add_port`] for a port of any type. A MIDI port's buffer index must be
+    /// below [`crate::midi::MAX_MIDI_PORTS`].
+    pub fn add_port_typed(
+        &mut self,
+        id: NodeId,
+        direction: Direction,
+        name: Option<&str>,
+        channel: ChannelPosition,
+        port_type: PortType,
+    ) -> Result<PortId, EngineError> {
         let node = self
             .nodes
             .get(&id)
@@ -346,6 +387,13 @@ impl Graph {
                 }
             ))
         })?;
+        if port_type == PortType::Midi && index >= crate::midi::MAX_MIDI_PORTS {
+            return Err(EngineError::TooMany(format!(
+                "node '{}': MIDI ports need a buffer index below {}",
+                node.name,
+                crate::midi::MAX_MIDI_PORTS
+            )));
+        }
         let name = match name {
             Some(n) => {
                 Self::check_port_name(n)?;
@@ -373,7 +421,7 @@ impl Graph {
                 index,
                 name,
                 direction,
-                port_type: PortType::Audio,
+                port_type,
                 channel,
             },
         );
@@ -501,10 +549,26 @@ impl Graph {
     }
 
     /// Port pairs to link when joining two whole nodes: same channel position first,
-    /// then mono fan-out/fan-in, then by index.
+    /// then mono fan-out/fan-in, then by index; audio ports with audio ports, MIDI with
+    /// MIDI.
     fn node_pairs(&self, out_node: NodeId, in_node: NodeId) -> Vec<(PortId, PortId)> {
-        let outs = &self.nodes[&out_node].outputs;
-        let ins = &self.nodes[&in_node].inputs;
+        let mut pairs = Vec::new();
+        for t in [PortType::Audio, PortType::Midi] {
+            let of = |list: &[PortId]| -> Vec<PortId> {
+                list.iter()
+                    .copied()
+                    .filter(|p| self.ports[p].port_type == t)
+                    .collect()
+            };
+            let outs = of(&self.nodes[&out_node].outputs);
+            let ins = of(&self.nodes[&in_node].inputs);
+            pairs.extend(self.typed_pairs(&outs, &ins));
+        }
+        pairs
+    }
+
+    /// [`Graph::node_pairs`] among ports of one type.
+    fn typed_pairs(&self, outs: &[PortId], ins: &[PortId]) -> Vec<(PortId, PortId)> {
         let ch = |p: &PortId| self.ports[p].channel;
         let mut pairs: Vec<(PortId, PortId)> = Vec::new();
         for o in outs {

@@ -11,6 +11,7 @@
 //!   that leaves them out.
 //! - [`engine`]: the control API that protocol front-ends and policy use.
 //! - [`stream`]: adapters that turn a client's interleaved ring into graph ports.
+//! - [`midi`]: MIDI ports' event lists (merge, gain that spares them).
 //! - [`callback`]: nodes whose processing runs in a client process (JACK-style
 //!   callbacks), with deadlines, xrun accounting and asynchronous fallback.
 //!
@@ -25,7 +26,7 @@ pub mod rt;
 pub mod stream;
 
 /// The RT core's modules under their old paths.
-pub use rt::{follow, node, sched, timing};
+pub use rt::{follow, midi, node, sched, timing};
 
 pub use callback::{
     AsyncCause, CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport,
@@ -34,7 +35,7 @@ pub use engine::{
     DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent, NodeTiming, QuantumInfo,
     QuantumSource,
 };
-pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId};
+pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId, PortType};
 pub use quaver_devices::hwvol::{HardwareVolume, HwVolumeInfo};
 pub use rt::msg::RtEvent;
 pub use rt::node::{CycleInfo, Processor};

@@ -6,7 +6,7 @@
 //! The getters take no client in JACK's API, so they ask the server over a short
 //! connection of their own.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 
 use quaver_client::quaver_protocol::message::{Property, PropertyValue};
 use quaver_client::quaver_protocol::{Reply, Request};
@@ -14,7 +14,7 @@ use quaver_client::{ClientError, Connection};
 
 use crate::api_port::port;
 use crate::client::{Arg, Client, as_client, owner};
-use crate::port::{LOCAL_ID_BASE, Port};
+use crate::port::Port;
 use crate::types::*;
 use crate::{cstr, guard, malloc_string};
 
@@ -390,16 +390,9 @@ pub unsafe extern "C" fn jack_set_property_change_callback(
 
 // ----- aliases: kept by the server, seen by every client -----
 
-/// The aliases of `p` now: the server's for graph ports (after the `system:` name of a
-/// default device port), the port object's own for local ports.
+/// The aliases of `p` now: the server's (after the `system:` name of a default device
+/// port). Every port, MIDI ones included, is a graph port.
 fn aliases_of(p: &Port) -> Vec<String> {
-    if p.id >= LOCAL_ID_BASE {
-        let list = p.aliases.lock().unwrap_or_else(|e| e.into_inner());
-        return list
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-    }
     owner(p)
         .and_then(Client::graph)
         .and_then(|g| g.by_id(p.id).map(|v| v.aliases.clone()))
@@ -442,23 +435,6 @@ pub unsafe extern "C" fn jack_port_get_aliases(
 
 /// `jack_port_set_alias` / `jack_port_unset_alias` on port `p`.
 fn change_alias(p: &Port, alias: &str, set: bool) -> c_int {
-    if p.id >= LOCAL_ID_BASE {
-        let mut list = p.aliases.lock().unwrap_or_else(|e| e.into_inner());
-        if set {
-            if list.len() >= 2 {
-                return -1;
-            }
-            list.push(CString::new(alias).unwrap_or_default());
-            return 0;
-        }
-        return match list.iter().position(|x| x.to_str() == Ok(alias)) {
-            Some(i) => {
-                list.remove(i);
-                0
-            }
-            None => -1,
-        };
-    }
     let Some(c) = owner(p) else { return -1 };
     let now = aliases_of(p);
     // A default device port's `system:` name takes one of its two places.

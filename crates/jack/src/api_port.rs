@@ -16,9 +16,8 @@ pub(crate) unsafe fn port<'a>(p: *const Port) -> Option<&'a Port> {
     unsafe { p.as_ref() }
 }
 
-/// `jack_port_register`: audio ports become ports of the client's graph node; MIDI
-/// ports are local (see `midi`). `buffer_size` is ignored, as for JACK's built-in
-/// types.
+/// `jack_port_register`: audio and MIDI ports become ports of the client's graph
+/// node. `buffer_size` is ignored, as for JACK's built-in types.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jack_port_register(
     client_p: *mut Client,
@@ -239,18 +238,14 @@ pub unsafe extern "C" fn jack_get_ports(
         };
         let audio = JACK_DEFAULT_AUDIO_TYPE.to_str().unwrap_or_default();
         let midi = JACK_DEFAULT_MIDI_TYPE.to_str().unwrap_or_default();
-        let mut names: Vec<String> = g
+        let names: Vec<String> = g
             .ports
             .iter()
             .filter(|p| p.flags & flags == flags)
-            .filter(|p| type_re.matches(audio) && name_re.matches(&p.name))
+            .filter(|p| type_re.matches(if p.midi { midi } else { audio }))
+            .filter(|p| name_re.matches(&p.name))
             .map(|p| p.name.clone())
             .collect();
-        for (n, f) in c.local_ports() {
-            if f & flags == flags && type_re.matches(midi) && name_re.matches(&n) {
-                names.push(n);
-            }
-        }
         malloc_string_array(&names)
     })
 }

@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use quaver_client::callback::CallbackClient;
+use quaver_client::quaver_protocol::message::PortType;
 use quaver_client::quaver_protocol::{CallbackParams, ErrorCode, PortDirection, Reply, Request};
 use quaver_client::{ClientError, Connection, GraphWatcher};
 
 use crate::graph::GraphView;
 use crate::notify::{Note, Notifier};
-use crate::port::{LOCAL_ID_BASE, Port, PortKind};
+use crate::port::{Port, PortKind};
 use crate::types::*;
 
 /// The notification thread's body ([`crate::notify_thread::run`]), handed in by the
@@ -63,9 +64,6 @@ pub struct Timing {
     pub frames: AtomicU32,
 }
 
-/// Most local (MIDI) ports per client.
-pub const MAX_MIDI_PORTS: usize = 64;
-
 /// The state behind a `jack_client_t *`.
 pub struct Client {
     pub(crate) conn: Mutex<Connection>,
@@ -83,17 +81,15 @@ pub struct Client {
     pub(crate) callbacks: Mutex<Callbacks>,
     pub(crate) timing: Timing,
     pub(crate) open_ns: u64,
-    /// Own audio ports by buffer index, for the process thread.
+    /// Own ports (audio and MIDI) by buffer index, for the process thread.
     pub(crate) in_slots: Box<[AtomicPtr<Port>]>,
     pub(crate) out_slots: Box<[AtomicPtr<Port>]>,
-    pub(crate) midi_slots: Box<[AtomicPtr<Port>]>,
     /// Every port object this client handed out (own ones, dead or alive); boxed so
     /// that the addresses the application holds never move.
     #[allow(clippy::vec_box)]
     pub(crate) own_ports: Mutex<Vec<Box<Port>>>,
     /// Handles on other nodes' ports, by full name.
     pub(crate) foreign: Mutex<HashMap<String, Box<Port>>>,
-    pub(crate) next_local_id: AtomicU32,
     pub(crate) active: AtomicBool,
     pub(crate) process_thread: Mutex<Option<libc::pthread_t>>,
     pub(crate) process_thread_id: AtomicU64,
@@ -214,7 +210,6 @@ impl Client {
             known_size: AtomicU32::new(info.quantum),
             in_slots: slots(info.max_inputs),
             out_slots: slots(info.max_outputs),
-            midi_slots: slots(MAX_MIDI_PORTS as u32),
             cb,
             conn: Mutex::new(conn),
             callbacks: Mutex::new(Callbacks::default()),
@@ -222,7 +217,6 @@ impl Client {
             open_ns: now_ns(),
             own_ports: Mutex::new(Vec::new()),
             foreign: Mutex::new(HashMap::new()),
-            next_local_id: AtomicU32::new(LOCAL_ID_BASE),
             active: AtomicBool::new(false),
             freewheeling: AtomicBool::new(false),
             process_thread: Mutex::new(None),
@@ -337,67 +331,44 @@ impl Client {
             return Err(format!("port '{full}' already exists"));
         }
         let me = (self as *const Client).cast();
-        let port = match kind {
-            PortKind::Audio => {
-                let dir = if input {
-                    PortDirection::In
-                } else {
-                    PortDirection::Out
-                };
-                let added = self
-                    .conn()
-                    .add_port(self.node, dir, &short, None)
-                    .map_err(|e| format!("cannot register port '{full}': {e}"))?;
-                let slots = if input {
-                    &self.in_slots
-                } else {
-                    &self.out_slots
-                };
-                let index = added.index as usize;
-                if index >= slots.len() {
-                    return Err(format!("server gave port '{full}' a bad buffer index"));
-                }
-                let full = format!("{}:{}", self.name_str(), added.name);
-                let mut b = Box::new(Port::own(
-                    me,
-                    added.id,
-                    &full,
-                    &added.name,
-                    kind,
-                    flags,
-                    index,
-                    self.max_frames,
-                ));
-                let ptr: *mut Port = &mut *b;
-                slots[index].store(ptr, Ordering::Release);
-                own.push(b);
-                ptr
-            }
-            PortKind::Midi => {
-                let Some(slot) = self
-                    .midi_slots
-                    .iter()
-                    .position(|s| s.load(Ordering::Relaxed).is_null())
-                else {
-                    return Err(format!("more than {MAX_MIDI_PORTS} MIDI ports"));
-                };
-                let id = self.next_local_id.fetch_add(1, Ordering::Relaxed);
-                let mut b = Box::new(Port::own(
-                    me,
-                    id,
-                    &full,
-                    &short,
-                    kind,
-                    flags,
-                    slot,
-                    self.max_frames,
-                ));
-                let ptr: *mut Port = &mut *b;
-                self.midi_slots[slot].store(ptr, Ordering::Release);
-                own.push(b);
-                ptr
-            }
+        let dir = if input {
+            PortDirection::In
+        } else {
+            PortDirection::Out
         };
+        let wire = match kind {
+            PortKind::Audio => PortType::Audio,
+            PortKind::Midi => PortType::Midi,
+        };
+        let added = self
+            .conn()
+            .add_port_typed(self.node, dir, &short, None, wire)
+            .map_err(|e| format!("cannot register port '{full}': {e}"))?;
+        let slots = if input {
+            &self.in_slots
+        } else {
+            &self.out_slots
+        };
+        let index = added.index as usize;
+        if index >= slots.len() || added.port_type != wire {
+            return Err(format!(
+                "server gave port '{full}' a bad buffer index or type"
+            ));
+        }
+        let full = format!("{}:{}", self.name_str(), added.name);
+        let mut b = Box::new(Port::own(
+            me,
+            added.id,
+            &full,
+            &added.name,
+            kind,
+            flags,
+            index,
+            self.max_frames,
+        ));
+        let port: *mut Port = &mut *b;
+        slots[index].store(port, Ordering::Release);
+        own.push(b);
         drop(own);
         // SAFETY: just created, owned by `own_ports`.
         let id = unsafe { (*port).id };
@@ -413,10 +384,10 @@ impl Client {
         if !port.alive.swap(false, Ordering::AcqRel) {
             return Err(format!("port '{}' was already unregistered", port.name()));
         }
-        let slots = match port.kind {
-            PortKind::Midi => &self.midi_slots,
-            PortKind::Audio if port.flags & JACK_PORT_IS_INPUT != 0 => &self.in_slots,
-            PortKind::Audio => &self.out_slots,
+        let slots = if port.flags & JACK_PORT_IS_INPUT != 0 {
+            &self.in_slots
+        } else {
+            &self.out_slots
         };
         if let Some(s) = slots.get(port.index) {
             let _ = s.compare_exchange(
@@ -426,9 +397,7 @@ impl Client {
                 Ordering::Relaxed,
             );
         }
-        if port.kind == PortKind::Audio
-            && let Err(e) = self.conn().remove_port(self.node, port.id)
-        {
+        if let Err(e) = self.conn().remove_port(self.node, port.id) {
             crate::error(&format!("unregistering '{}': {e}", port.name()));
         }
         self.notify_own(Note::PortRegistration(port.id, false));
@@ -449,15 +418,6 @@ impl Client {
         own.iter()
             .find(|p| p.alive.load(Ordering::Relaxed) && p.id == id)
             .map(|p| &**p as *const Port as *mut Port)
-    }
-
-    /// Full names of our live MIDI ports with their flags (they are not graph ports).
-    pub(crate) fn local_ports(&self) -> Vec<(String, c_int)> {
-        let own = self.own_ports.lock().unwrap_or_else(|e| e.into_inner());
-        own.iter()
-            .filter(|p| p.alive.load(Ordering::Relaxed) && p.kind == PortKind::Midi)
-            .map(|p| (p.name().to_string(), p.flags))
-            .collect()
     }
 
     /// A port object for `name` (ours, or a handle on another node's port).
@@ -492,7 +452,11 @@ impl Client {
                 &v.name,
                 &v.short,
                 v.flags,
-                &v.aliases,
+                if v.midi {
+                    PortKind::Midi
+                } else {
+                    PortKind::Audio
+                },
             ))
         });
         &mut **e as *mut Port

@@ -1,10 +1,10 @@
-//! The quaver graph as JACK sees it: every graph port is a JACK audio port named
-//! `node:port`; device ports are physical, and the first sink's inputs and the first
+//! The quaver graph as JACK sees it: every graph port is a JACK port named
+//! `node:port` (audio, or "8 bit raw midi" for MIDI ports); device ports are physical, and the first sink's inputs and the first
 //! source's outputs also answer to `system:playback_N` / `system:capture_N`.
 
 use std::ffi::c_int;
 
-use quaver_protocol::message::PortAliases;
+use quaver_protocol::message::{PortAliases, PortType};
 use quaver_protocol::{GraphInfo, PortDirection};
 
 use crate::types::*;
@@ -26,6 +26,8 @@ pub struct PortView {
     pub aliases: Vec<String>,
     /// Physical playback ports: the device's lead in frames, when the server says.
     pub playback_lead: Option<u32>,
+    /// A MIDI port (else audio).
+    pub midi: bool,
 }
 
 /// A snapshot of the graph.
@@ -84,6 +86,7 @@ impl GraphView {
                     } else {
                         None
                     },
+                    midi: p.port_type == PortType::Midi,
                 });
             }
             // Only the first sink and the first source get the `system:` names.
@@ -238,6 +241,7 @@ mod tests {
                     name: n.into(),
                     direction,
                     channel: "FL".into(),
+                    port_type: PortType::Audio,
                 })
                 .collect(),
             callback: None,

@@ -46,7 +46,7 @@ pub(crate) fn default_latencies(c: &Client) {
     let own = c.own_ports.lock().unwrap_or_else(|e| e.into_inner());
     let live: Vec<&Port> = own
         .iter()
-        .filter(|p| p.alive.load(Ordering::Relaxed) && p.kind == PortKind::Audio)
+        .filter(|p| p.alive.load(Ordering::Relaxed))
         .map(|p| &**p)
         .collect();
     let far = |p: &Port, mode: c_int| -> u32 {
@@ -60,7 +60,11 @@ pub(crate) fn default_latencies(c: &Client) {
                     &v.name,
                     &v.short,
                     v.flags,
-                    &[],
+                    if v.midi {
+                        PortKind::Midi
+                    } else {
+                        PortKind::Audio
+                    },
                 );
                 let own_match = live.iter().find(|o| o.id == v.id);
                 match own_match {

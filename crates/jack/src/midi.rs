@@ -1,9 +1,12 @@
 //! JACK MIDI buffers: the `jack_midi_*` API on a buffer format of our own.
 //!
-//! MIDI does not travel through the quaver graph yet, so a MIDI input port always
-//! holds zero events and what a client writes to a MIDI output port is dropped at the
-//! end of the cycle — but the API is complete and valid: events written can be read
-//! back, ordering and space are checked as JACK does.
+//! A MIDI port's buffer is private to the process thread: each cycle it is filled from
+//! the port's event list in the shared block (inputs, [`fill_from_list`]) or emptied
+//! and, after the process callback, written back to it (outputs, [`to_list`]), so the
+//! server never sees this format and the application never sees the wire's. Times,
+//! order and space are checked as jackd2 does, with its error codes (`-EINVAL` for a
+//! time out of range or out of order, `-ENOBUFS` when the event does not fit, which
+//! also counts it lost).
 //!
 //! Layout (private to this library; applications only hold `void *`): a 24-byte
 //! header (`magic`, `nframes`, `count`, `lost`, `data_start`, `capacity`, all u32),
@@ -11,6 +14,8 @@
 //! event bytes growing downwards from the end.
 
 use std::ffi::{c_int, c_void};
+
+use quaver_protocol::midi as wire;
 
 use crate::guard;
 use crate::types::*;
@@ -40,13 +45,53 @@ pub fn init_buffer(b: &mut [u8], nframes: u32) {
     wr(b, 20, b.len() as u32);
 }
 
-/// Empties the buffer for a cycle of `nframes` frames, keeping the lost count.
+/// Empties the buffer for a cycle of `nframes` frames, lost count included (jackd2's
+/// `JackMidiBuffer::Reset`).
 pub fn clear_for_cycle(b: &mut [u8], nframes: u32) {
     if b.len() >= HEADER && rd(b, 0) == MAGIC {
         wr(b, 4, nframes);
         wr(b, 8, 0);
+        wr(b, 12, 0);
         wr(b, 16, b.len() as u32);
     }
+}
+
+/// Fills the buffer for a cycle of `nframes` frames with the events of a plain list
+/// (one `read_input_midi` checked); its lost count is the list's and what did not fit.
+pub fn fill_from_list(b: &mut [u8], nframes: u32, list: &[u32]) {
+    clear_for_cycle(b, nframes);
+    if b.len() < HEADER || rd(b, 0) != MAGIC {
+        return;
+    }
+    for e in wire::events(list) {
+        if let Ok(at) = reserve(b, e.time, e.data.len()) {
+            b[at..at + e.data.len()].copy_from_slice(e.data);
+        }
+    }
+    let lost = rd(b, 12).saturating_add(wire::lost(list));
+    wr(b, 12, lost);
+}
+
+/// Writes the buffer's events as a plain list for the shared block. The application
+/// may have scribbled on the buffer: every record is bounded here, and the server
+/// checks times and order again.
+pub fn to_list(b: &[u8], list: &mut [u32]) {
+    wire::clear(list);
+    if b.len() < HEADER || rd(b, 0) != MAGIC {
+        return;
+    }
+    let count = (rd(b, 8) as usize).min((b.len() - HEADER) / RECORD);
+    for i in 0..count {
+        let rec = HEADER + i * RECORD;
+        let (time, size, off) = (rd(b, rec), rd(b, rec + 4) as usize, rd(b, rec + 8) as usize);
+        match off.checked_add(size) {
+            Some(end) if end <= b.len() => {
+                wire::push(list, time, &b[off..end]);
+            }
+            _ => wire::add_lost(list, 1),
+        }
+    }
+    wire::add_lost(list, rd(b, 12));
 }
 
 /// The buffer behind an application's `void *`, if it is one of ours.
@@ -79,20 +124,23 @@ fn free_space(b: &[u8]) -> usize {
     start.saturating_sub(HEADER + count * RECORD)
 }
 
-fn reserve(b: &mut [u8], time: u32, size: usize) -> Option<usize> {
+/// Room for an event of `size` bytes at `time`: its offset, or jackd2's error code
+/// (`-EINVAL`: time out of the cycle or before the last event; `-ENOBUFS`: no room,
+/// counted lost).
+fn reserve(b: &mut [u8], time: u32, size: usize) -> Result<usize, c_int> {
     let count = rd(b, 8) as usize;
     let nframes = rd(b, 4);
-    if time >= nframes || size == 0 {
-        return None;
+    if time >= nframes {
+        return Err(-libc::EINVAL);
     }
     if count > 0 && rd(b, HEADER + (count - 1) * RECORD) > time {
         // JACK requires events in time order.
-        return None;
+        return Err(-libc::EINVAL);
     }
     if free_space(b) < RECORD + size {
         let lost = rd(b, 12);
-        wr(b, 12, lost.wrapping_add(1));
-        return None;
+        wr(b, 12, lost.saturating_add(1));
+        return Err(-libc::ENOBUFS);
     }
     let start = rd(b, 16) as usize - size;
     let rec = HEADER + count * RECORD;
@@ -101,7 +149,7 @@ fn reserve(b: &mut [u8], time: u32, size: usize) -> Option<usize> {
     wr(b, rec + 8, start as u32);
     wr(b, 8, count as u32 + 1);
     wr(b, 16, start as u32);
-    Some(start)
+    Ok(start)
 }
 
 /// `jack_midi_get_event_count`.
@@ -118,16 +166,17 @@ pub unsafe extern "C" fn jack_midi_event_get(
     port_buffer: *mut c_void,
     event_index: u32,
 ) -> c_int {
-    guard(libc::ENODATA, || {
+    guard(-libc::EINVAL, || {
         // SAFETY: see `buffer`.
         let Some(b) = (unsafe { buffer(port_buffer) }) else {
-            return libc::EINVAL;
+            return -libc::EINVAL;
         };
         if event.is_null() {
-            return libc::EINVAL;
+            return -libc::EINVAL;
         }
+        // As jackd2: an index past the events is -ENOBUFS.
         if event_index >= rd(b, 8) {
-            return libc::ENODATA;
+            return -libc::ENOBUFS;
         }
         let rec = HEADER + event_index as usize * RECORD;
         let (time, size, off) = (rd(b, rec), rd(b, rec + 4), rd(b, rec + 8) as usize);
@@ -191,8 +240,8 @@ pub unsafe extern "C" fn jack_midi_event_reserve(
         };
         match reserve(b, time, data_size) {
             // SAFETY: `at` is inside the buffer.
-            Some(at) => unsafe { b.as_mut_ptr().add(at) },
-            None => std::ptr::null_mut(),
+            Ok(at) => unsafe { b.as_mut_ptr().add(at) },
+            Err(_) => std::ptr::null_mut(),
         }
     })
 }
@@ -205,21 +254,25 @@ pub unsafe extern "C" fn jack_midi_event_write(
     data: *const u8,
     data_size: usize,
 ) -> c_int {
-    guard(libc::ENOBUFS, || {
+    guard(-libc::ENOBUFS, || {
         // SAFETY: see `buffer`.
         let Some(b) = (unsafe { buffer(port_buffer) }) else {
-            return libc::EINVAL;
+            return -libc::EINVAL;
         };
-        if data.is_null() {
-            return libc::EINVAL;
+        if data.is_null() && data_size > 0 {
+            return -libc::EINVAL;
         }
         match reserve(b, time, data_size) {
-            Some(at) => {
-                // SAFETY: the caller's `data_size` bytes; `at..at+size` is ours.
-                unsafe { std::ptr::copy_nonoverlapping(data, b.as_mut_ptr().add(at), data_size) };
+            Ok(at) => {
+                if data_size > 0 {
+                    // SAFETY: the caller's `data_size` bytes; `at..at+size` is ours.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(data, b.as_mut_ptr().add(at), data_size)
+                    };
+                }
                 0
             }
-            None => libc::ENOBUFS,
+            Err(e) => e,
         }
     })
 }
@@ -246,14 +299,16 @@ mod tests {
         unsafe {
             assert_eq!(jack_midi_get_event_count(p), 0);
             assert_eq!(jack_midi_event_write(p, 3, [0x90, 60, 100].as_ptr(), 3), 0);
+            // jackd2's codes: out of order or out of the cycle -EINVAL, no room -ENOBUFS.
             assert_eq!(
                 jack_midi_event_write(p, 1, [0x80, 60, 0].as_ptr(), 3),
-                libc::ENOBUFS
+                -libc::EINVAL
             );
             assert_eq!(
                 jack_midi_event_write(p, 64, [0x80].as_ptr(), 1),
-                libc::ENOBUFS
+                -libc::EINVAL
             );
+            assert_eq!(jack_midi_get_lost_event_count(p), 0);
             let r = jack_midi_event_reserve(p, 10, 2);
             assert!(!r.is_null());
             *r = 0xC0;
@@ -265,19 +320,57 @@ mod tests {
             assert_eq!(std::slice::from_raw_parts(ev.buffer, 3), &[0x90, 60, 100]);
             assert_eq!(jack_midi_event_get(&mut ev, p, 1), 0);
             assert_eq!(std::slice::from_raw_parts(ev.buffer, 2), &[0xC0, 5]);
-            assert_eq!(jack_midi_event_get(&mut ev, p, 2), libc::ENODATA);
+            assert_eq!(jack_midi_event_get(&mut ev, p, 2), -libc::ENOBUFS);
             // 128 - 24 header - 2 records - 5 bytes = 75 free; one record more is 12.
             assert_eq!(jack_midi_max_event_size(p), 75 - 12);
             assert!(jack_midi_event_reserve(p, 20, 70).is_null());
-            assert_eq!(jack_midi_get_lost_event_count(p), 1);
+            let big = [0u8; 70];
+            assert_eq!(
+                jack_midi_event_write(p, 20, big.as_ptr(), 70),
+                -libc::ENOBUFS
+            );
+            assert_eq!(jack_midi_get_lost_event_count(p), 2);
             jack_midi_clear_buffer(p);
             assert_eq!(jack_midi_get_event_count(p), 0);
-            assert_eq!(jack_midi_get_lost_event_count(p), 1);
-            jack_midi_reset_buffer(p);
             assert_eq!(jack_midi_get_lost_event_count(p), 0);
             let mut junk = [0u8; 64];
             assert_eq!(jack_midi_get_event_count(junk.as_mut_ptr().cast()), 0);
             assert_eq!(jack_midi_get_event_count(std::ptr::null_mut()), 0);
+            assert_eq!(
+                jack_midi_event_write(junk.as_mut_ptr().cast(), 0, big.as_ptr(), 1),
+                -libc::EINVAL
+            );
         }
+    }
+
+    #[test]
+    fn buffers_convert_to_and_from_wire_lists() {
+        let mut b = vec![0u8; 256];
+        init_buffer(&mut b, 64);
+        let p = b.as_mut_ptr().cast::<c_void>();
+        // SAFETY: a buffer formatted above.
+        unsafe {
+            jack_midi_event_write(p, 2, [0x90, 60, 100].as_ptr(), 3);
+            jack_midi_event_write(p, 5, [0xF0, 1, 2, 3, 4, 0xF7].as_ptr(), 6);
+        }
+        let mut list = vec![0u32; 64];
+        to_list(&b, &mut list);
+        let mut back = vec![0u8; 256];
+        init_buffer(&mut back, 64);
+        fill_from_list(&mut back, 64, &list);
+        assert_eq!(rd(&back, 8), 2);
+        let evs: Vec<(u32, Vec<u8>)> = wire::events(&list)
+            .map(|e| (e.time, e.data.to_vec()))
+            .collect();
+        assert_eq!(
+            evs,
+            vec![(2, vec![0x90, 60, 100]), (5, vec![0xF0, 1, 2, 3, 4, 0xF7])]
+        );
+        // A buffer the application scribbled on converts to what stays in bounds.
+        wr(&mut b, 8, 1000);
+        wr(&mut b, HEADER + 4, 1000);
+        to_list(&b, &mut list);
+        assert!(wire::count(&list) <= ((256 - HEADER) / RECORD) as u32);
+        assert!(wire::lost(&list) >= 1);
     }
 }

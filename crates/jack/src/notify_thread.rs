@@ -138,9 +138,6 @@ fn record_link(seen: &mut Option<GraphView>, a: u32, b: u32, on: bool) -> bool {
 /// Applies a port (un)registration of our own to the snapshot; false if it already
 /// shows it.
 fn record_port(client: &Client, seen: &mut Option<GraphView>, id: u32, on: bool) -> bool {
-    if id >= crate::port::LOCAL_ID_BASE {
-        return true;
-    }
     let Some(g) = seen.as_mut() else { return true };
     if g.by_id(id).is_some() == on {
         return false;
@@ -159,6 +156,7 @@ fn record_port(client: &Client, seen: &mut Option<GraphView>, id: u32, on: bool)
             flags: p.flags,
             aliases: Vec::new(),
             playback_lead: None,
+            midi: p.kind == crate::port::PortKind::Midi,
         });
     } else {
         g.ports.retain(|p| p.id != id);

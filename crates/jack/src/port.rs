@@ -7,7 +7,6 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::{CString, c_int};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::midi;
@@ -18,7 +17,7 @@ use crate::types::*;
 pub enum PortKind {
     /// f32 audio, a quaver graph port.
     Audio,
-    /// JACK MIDI: local to the client (empty input, discarded output) for now.
+    /// JACK MIDI, a quaver graph port carrying event lists.
     Midi,
 }
 
@@ -27,7 +26,7 @@ pub struct Port {
     /// The client that made this object (for queries); valid while the port is. An
     /// address only, so this file stays below `client.rs` ([`crate::client::owner`]).
     pub(crate) client: *const (),
-    /// Graph port id (synthetic, above `LOCAL_ID_BASE`, for local MIDI ports).
+    /// Graph port id.
     pub(crate) id: u32,
     pub(crate) full_name: CString,
     pub(crate) short_name: CString,
@@ -41,9 +40,11 @@ pub struct Port {
     audio: UnsafeCell<Box<[f32]>>,
     /// Own MIDI ports: a JACK MIDI buffer.
     midi: UnsafeCell<Box<[u8]>>,
+    /// Own MIDI ports: the event list on its way to or from the shared block
+    /// (`quaver_protocol::midi`), one port buffer long.
+    wire: UnsafeCell<Box<[u32]>>,
     /// Capture and playback latency ranges, `min << 32 | max`.
     latency: [AtomicU64; 2],
-    pub(crate) aliases: Mutex<Vec<CString>>,
     pub(crate) alive: AtomicBool,
 }
 
@@ -54,8 +55,6 @@ unsafe impl Send for Port {}
 // SAFETY: as above.
 unsafe impl Sync for Port {}
 
-/// Ids of local (MIDI) ports start here, above any graph id.
-pub const LOCAL_ID_BASE: u32 = 0x8000_0000;
 /// Bytes of a MIDI port buffer.
 pub const MIDI_BUFFER_BYTES: usize = 32 * 1024;
 
@@ -81,12 +80,12 @@ impl Port {
         } else {
             Vec::new()
         };
-        let midi = if kind == PortKind::Midi {
+        let (midi, wire) = if kind == PortKind::Midi {
             let mut b = vec![0u8; MIDI_BUFFER_BYTES];
             midi::init_buffer(&mut b, max_frames as u32);
-            b
+            (b, vec![0u32; max_frames])
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         Port {
             client,
@@ -99,8 +98,8 @@ impl Port {
             index,
             audio: UnsafeCell::new(audio.into_boxed_slice()),
             midi: UnsafeCell::new(midi.into_boxed_slice()),
+            wire: UnsafeCell::new(wire.into_boxed_slice()),
             latency: [AtomicU64::new(0), AtomicU64::new(0)],
-            aliases: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
         }
     }
@@ -112,26 +111,21 @@ impl Port {
         full_name: &str,
         short_name: &str,
         flags: c_int,
-        aliases: &[String],
+        kind: PortKind,
     ) -> Port {
         Port {
             client,
             id,
             full_name: CString::new(full_name).unwrap_or_default(),
             short_name: CString::new(short_name).unwrap_or_default(),
-            kind: PortKind::Audio,
+            kind,
             flags,
             mine: false,
             index: 0,
             audio: UnsafeCell::new(Box::new([])),
             midi: UnsafeCell::new(Box::new([])),
+            wire: UnsafeCell::new(Box::new([])),
             latency: [AtomicU64::new(0), AtomicU64::new(0)],
-            aliases: Mutex::new(
-                aliases
-                    .iter()
-                    .filter_map(|a| CString::new(a.as_str()).ok())
-                    .collect(),
-            ),
             alive: AtomicBool::new(true),
         }
     }
@@ -174,6 +168,16 @@ impl Port {
     pub(crate) unsafe fn midi_mut(&self) -> &mut [u8] {
         // SAFETY: per the contract.
         unsafe { &mut *self.midi.get() }
+    }
+
+    /// The MIDI port's event list for the shared block, for the process thread.
+    ///
+    /// # Safety
+    /// As for [`Port::audio_mut`].
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn wire_mut(&self) -> &mut [u32] {
+        // SAFETY: per the contract.
+        unsafe { &mut *self.wire.get() }
     }
 
     /// The latency range for `mode` (capture or playback).

@@ -64,22 +64,29 @@ pub(crate) fn cycle_wait(c: &Client, cbs: &Callbacks) -> u32 {
                 // SAFETY: port objects live until close; only this thread touches
                 // their buffers.
                 let port = unsafe { &*p };
-                let buf = unsafe { port.audio_mut() };
-                c.cb.read_input(port.index, &mut buf[..f]);
+                match port.kind {
+                    PortKind::Audio => {
+                        let buf = unsafe { port.audio_mut() };
+                        c.cb.read_input(port.index, &mut buf[..f]);
+                    }
+                    PortKind::Midi => {
+                        // SAFETY: as above.
+                        let (list, buf) = unsafe { (port.wire_mut(), port.midi_mut()) };
+                        c.cb.read_input_midi(port.index, h.frames, list);
+                        midi::fill_from_list(buf, h.frames, list);
+                    }
+                }
             }
         }
         for s in c.out_slots.iter() {
             let p = s.load(Ordering::Acquire);
             if !p.is_null() {
                 // SAFETY: as above.
-                unsafe { (*p).audio_mut()[..f].fill(0.0) };
-            }
-        }
-        for s in c.midi_slots.iter() {
-            let p = s.load(Ordering::Acquire);
-            if !p.is_null() {
-                // SAFETY: as above.
-                unsafe { midi::clear_for_cycle((*p).midi_mut(), h.frames) };
+                let port = unsafe { &*p };
+                match port.kind {
+                    PortKind::Audio => unsafe { port.audio_mut()[..f].fill(0.0) },
+                    PortKind::Midi => unsafe { midi::clear_for_cycle(port.midi_mut(), h.frames) },
+                }
             }
         }
         return h.frames;
@@ -97,8 +104,16 @@ pub(crate) fn cycle_signal(c: &Client, status: c_int) {
         if !p.is_null() {
             // SAFETY: as in cycle_wait.
             let port = unsafe { &*p };
-            if port.kind == PortKind::Audio {
-                c.cb.write_output(port.index, unsafe { &port.audio_mut()[..f] });
+            match port.kind {
+                PortKind::Audio => {
+                    c.cb.write_output(port.index, unsafe { &port.audio_mut()[..f] });
+                }
+                PortKind::Midi => {
+                    // SAFETY: as in cycle_wait.
+                    let (list, buf) = unsafe { (port.wire_mut(), port.midi_mut()) };
+                    midi::to_list(buf, list);
+                    c.cb.write_output_midi(port.index, list);
+                }
             }
         }
     }

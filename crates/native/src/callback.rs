@@ -9,6 +9,7 @@ use quaver_engine::{
     CallbackConfig, CallbackNode, Direction as PortDir, NodeId, NodeKind, NodeSpec,
 };
 use quaver_protocol::callback::{CallbackGeometry, CallbackShm, EventBell};
+use quaver_protocol::message::PortType as WireType;
 use quaver_protocol::message::*;
 use rustix::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -77,6 +78,8 @@ impl NativeServer {
         spec.outputs = positions(&p.outputs);
         spec.input_names = p.inputs.iter().map(|p| p.name.clone()).collect();
         spec.output_names = p.outputs.iter().map(|p| p.name.clone()).collect();
+        spec.input_types = p.inputs.iter().map(|p| engine_type(p.port_type)).collect();
+        spec.output_types = p.outputs.iter().map(|p| engine_type(p.port_type)).collect();
         spec.max_inputs = max_in as usize;
         spec.max_outputs = max_out as usize;
         spec.keep_awake = true;
@@ -175,5 +178,22 @@ pub(crate) fn callback_port(p: &quaver_engine::graph::Port) -> CallbackPort {
         },
         index: p.index as u32,
         channel: p.channel.name(),
+        port_type: wire_type(p.port_type),
+    }
+}
+
+/// A port type of the protocol as the engine's.
+pub(crate) fn engine_type(t: WireType) -> quaver_engine::PortType {
+    match t {
+        WireType::Audio => quaver_engine::PortType::Audio,
+        WireType::Midi => quaver_engine::PortType::Midi,
+    }
+}
+
+/// A port type of the engine as the protocol's.
+pub(crate) fn wire_type(t: quaver_engine::PortType) -> WireType {
+    match t {
+        quaver_engine::PortType::Audio => WireType::Audio,
+        quaver_engine::PortType::Midi => WireType::Midi,
     }
 }

@@ -196,6 +196,7 @@ impl NativeServer {
                                     PortDir::Out => PortDirection::Out,
                                 },
                                 channel: p.channel.name(),
+                                port_type: crate::callback::wire_type(p.port_type),
                             }
                         })
                         .collect(),

@@ -11,6 +11,7 @@
 use crate::rt_transport::TransportLink;
 use quaver_dsp::{Planar, PlanarMut};
 use quaver_engine::callback::CallbackCycle;
+use quaver_engine::midi::{self, PortSet};
 use quaver_engine::stream::{FrameSink, FrameSource};
 use quaver_engine::{CallbackMode, CallbackTransport};
 use quaver_protocol::callback::{
@@ -36,8 +37,16 @@ impl CallbackTransport for ShmCallback {
         self.shm.done_seq() == self.seq
     }
     fn start(&mut self, c: &CallbackCycle, inputs: Planar<'_>) {
+        self.start_midi(c, inputs, &PortSet::EMPTY);
+    }
+    fn start_midi(&mut self, c: &CallbackCycle, inputs: Planar<'_>, midi: &PortSet) {
         for i in 0..inputs.channels() {
-            self.shm.write_input(i, inputs.channel(i));
+            if midi.contains(i) {
+                self.shm
+                    .write_input_midi(i, midi::words(inputs.whole_channel(i)));
+            } else {
+                self.shm.write_input(i, inputs.channel(i));
+            }
         }
         self.seq += 1;
         self.shm.publish_cycle(&CycleHeader {
@@ -64,8 +73,18 @@ impl CallbackTransport for ShmCallback {
         }
     }
     fn read_outputs(&mut self, outputs: &mut PlanarMut<'_>) {
+        self.read_outputs_midi(outputs, &PortSet::EMPTY);
+    }
+    fn read_outputs_midi(&mut self, outputs: &mut PlanarMut<'_>, midi: &PortSet) {
+        let frames = outputs.frames() as u32;
         for o in 0..outputs.channels() {
-            self.shm.read_output(o, outputs.channel_mut(o));
+            if midi.contains(o) {
+                // Checked on the way in: bad events are dropped and counted lost.
+                let list = midi::words_mut(outputs.whole_channel_mut(o));
+                self.shm.read_output_midi(o, frames, list);
+            } else {
+                self.shm.read_output(o, outputs.channel_mut(o));
+            }
         }
     }
     fn report(&mut self, xruns: u64, mode: CallbackMode) {
@@ -134,5 +153,44 @@ impl FrameSink for ShmSink {
             self.ring.set_flags(FLAG_SERVER_STARTED);
         }
         self.bell.ring();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quaver_engine::midi as engine_midi;
+    use quaver_protocol::callback::{CallbackGeometry, CallbackShm};
+    use quaver_protocol::midi as wire;
+
+    /// The engine's event lists and the wire's are one format: a list the engine made
+    /// reaches the client intact, and one a client made reaches the engine intact.
+    #[test]
+    fn engine_and_wire_lists_are_one_format() {
+        let geo = CallbackGeometry {
+            inputs: 1,
+            outputs: 1,
+            max_frames: 64,
+        };
+        let (shm, _fd) = CallbackShm::create(geo, 48000).unwrap();
+        let mut list = vec![0u32; 64];
+        engine_midi::push(&mut list, 3, &[0x90, 60, 100]);
+        engine_midi::push(&mut list, 9, &[0xF0, 0x7E, 0x7F, 0x09, 0x01, 0xF7]);
+        shm.write_input_midi(0, &list);
+        let mut got = vec![0u32; 64];
+        assert_eq!(shm.read_input_midi(0, 64, &mut got), 0);
+        let seen: Vec<(u32, Vec<u8>)> = wire::events(&got)
+            .map(|e| (e.time, e.data.to_vec()))
+            .collect();
+        let sent: Vec<(u32, Vec<u8>)> = engine_midi::events(&list)
+            .map(|e| (e.time, e.data.to_vec()))
+            .collect();
+        assert_eq!(seen, sent);
+        let mut out = vec![0u32; 64];
+        wire::push(&mut out, 1, &[0xB0, 7, 127]);
+        shm.write_output_midi(0, &out);
+        let mut back = vec![0u32; 64];
+        assert_eq!(shm.read_output_midi(0, 64, &mut back), 0);
+        let e: Vec<_> = engine_midi::events(&back).collect();
+        assert_eq!((e.len(), e[0].time, e[0].data), (1, 1, &[0xB0, 7, 127][..]));
     }
 }

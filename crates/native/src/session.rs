@@ -273,30 +273,11 @@ impl NativeServer {
                 direction,
                 name,
                 channel,
-            } => {
-                if let Err(r) = self.check_callback(client, node) {
-                    return (r, none);
-                }
-                let dir = match direction {
-                    PortDirection::In => PortDir::In,
-                    PortDirection::Out => PortDir::Out,
-                };
-                let channel = channel.unwrap_or_else(|| {
-                    let g = self.engine.graph();
-                    let n = g.nodes.get(&node).map_or(0, |n| match dir {
-                        PortDir::In => n.inputs.len(),
-                        PortDir::Out => n.outputs.len(),
-                    });
-                    ChannelPosition::Aux(n as u16)
-                });
-                match self.engine.add_port(node, dir, Some(&name), channel) {
-                    Ok(id) => {
-                        let g = self.engine.graph();
-                        (Reply::PortAdded(callback_port(&g.ports[&id])), none)
-                    }
-                    Err(e) => (engine_error(e), none),
-                }
-            }
+                port_type,
+            } => (
+                self.add_port(client, node, direction, &name, channel, port_type),
+                none,
+            ),
             Request::RemovePort { node, port } => {
                 if let Err(r) = self.check_callback(client, node) {
                     return (r, none);
@@ -307,27 +288,7 @@ impl NativeServer {
                 }
             }
             Request::SetQuantum { node, quantum } => {
-                {
-                    let mut clients = self.clients.lock().expect("poisoned");
-                    let c = clients.get_mut(&client).expect("registered at hello");
-                    if !c.streams.contains(&node) {
-                        let msg = format!("node {node} is not a node of this client");
-                        return (Reply::error(ErrorCode::NoSuchNode, msg), none);
-                    }
-                    if let Some(cb) = c.callbacks.get_mut(&node) {
-                        cb.quantum = quantum;
-                    }
-                }
-                // A quantum Q is the latency request the engine turns back into Q.
-                let latency = quantum.map(|q| {
-                    self.engine
-                        .latency_for_quantum(q as usize)
-                        .min(u32::MAX as usize) as u32
-                });
-                match self.engine.set_latency(node, latency) {
-                    Ok(()) => (Reply::Ok, none),
-                    Err(e) => (engine_error(e), none),
-                }
+                (self.set_quantum(client, node, quantum), none)
             }
             Request::SetProperty {
                 subject,
@@ -353,6 +314,70 @@ impl NativeServer {
                     Err(e) => (engine_error(e), none),
                 }
             }
+        }
+    }
+
+    /// `add_port`: a port added to one of this client's callback nodes.
+    fn add_port(
+        &self,
+        client: u32,
+        node: u32,
+        direction: PortDirection,
+        name: &str,
+        channel: Option<ChannelPosition>,
+        port_type: quaver_protocol::message::PortType,
+    ) -> Reply {
+        if let Err(r) = self.check_callback(client, node) {
+            return r;
+        }
+        let dir = match direction {
+            PortDirection::In => PortDir::In,
+            PortDirection::Out => PortDir::Out,
+        };
+        let channel = channel.unwrap_or_else(|| {
+            let g = self.engine.graph();
+            let n = g.nodes.get(&node).map_or(0, |n| match dir {
+                PortDir::In => n.inputs.len(),
+                PortDir::Out => n.outputs.len(),
+            });
+            ChannelPosition::Aux(n as u16)
+        });
+        let ty = crate::callback::engine_type(port_type);
+        match self
+            .engine
+            .add_port_typed(node, dir, Some(name), channel, ty)
+        {
+            Ok(id) => {
+                let g = self.engine.graph();
+                Reply::PortAdded(callback_port(&g.ports[&id]))
+            }
+            Err(e) => engine_error(e),
+        }
+    }
+
+    /// `set_quantum`: the quantum one of this client's nodes asks for, as a latency
+    /// request.
+    fn set_quantum(&self, client: u32, node: u32, quantum: Option<u32>) -> Reply {
+        {
+            let mut clients = self.clients.lock().expect("poisoned");
+            let c = clients.get_mut(&client).expect("registered at hello");
+            if !c.streams.contains(&node) {
+                let msg = format!("node {node} is not a node of this client");
+                return Reply::error(ErrorCode::NoSuchNode, msg);
+            }
+            if let Some(cb) = c.callbacks.get_mut(&node) {
+                cb.quantum = quantum;
+            }
+        }
+        // A quantum Q is the latency request the engine turns back into Q.
+        let latency = quantum.map(|q| {
+            self.engine
+                .latency_for_quantum(q as usize)
+                .min(u32::MAX as usize) as u32
+        });
+        match self.engine.set_latency(node, latency) {
+            Ok(()) => Reply::Ok,
+            Err(e) => engine_error(e),
         }
     }
 }

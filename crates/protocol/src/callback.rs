@@ -305,7 +305,7 @@ impl CallbackShm {
     }
 
     /// Port buffer `k` (inputs first, then outputs), or `None` past the geometry.
-    fn port(&self, k: usize) -> Option<&[AtomicU32]> {
+    pub(crate) fn port(&self, k: usize) -> Option<&[AtomicU32]> {
         if k >= self.geo.inputs as usize + self.geo.outputs as usize {
             return None;
         }

@@ -15,6 +15,7 @@
 pub mod callback;
 pub mod framing;
 pub mod message;
+pub mod midi;
 pub mod paths;
 pub mod shm;
 

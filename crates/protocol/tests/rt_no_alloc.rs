@@ -72,3 +72,36 @@ fn ring_and_doorbell_hot_paths_do_not_allocate() {
     assert!(allocs() > after);
     drop(v);
 }
+
+#[test]
+fn midi_slots_are_read_and_written_without_allocating() {
+    use quaver_protocol::CallbackGeometry;
+    use quaver_protocol::CallbackShm;
+    use quaver_protocol::midi;
+    let geo = CallbackGeometry {
+        inputs: 1,
+        outputs: 1,
+        max_frames: 1024,
+    };
+    let (shm, _fd) = CallbackShm::create(geo, 48000).unwrap();
+    let mut list = vec![0u32; 1024];
+    let mut out = vec![0u32; 1024];
+    let before = allocs();
+    for cycle in 0..1000u32 {
+        midi::clear(&mut list);
+        for t in 0..20 {
+            midi::push(&mut list, t * 10, &[0x90, (cycle % 128) as u8, 100]);
+        }
+        // A hostile header every other cycle.
+        if cycle % 2 == 1 {
+            list[0] = u32::MAX;
+            list[2] = u32::MAX;
+        }
+        shm.write_input_midi(0, &list);
+        shm.write_output_midi(0, &list);
+        shm.read_input_midi(0, 256, &mut out);
+        shm.read_output_midi(0, 256, &mut out);
+        assert!(midi::events(&out).count() >= 20);
+    }
+    assert_eq!(allocs(), before, "MIDI slot I/O allocated");
+}

@@ -99,6 +99,7 @@ impl Engine {
         let settings = RtSettings {
             slots: config.max_nodes,
             quantum: config.quantum_default,
+            max_quantum: config.quantum_max,
             rate,
             start_fade_frames: (rate as u64 * START_FADE_MS / 1000).max(1) as usize,
             node_timing: config.node_timing,

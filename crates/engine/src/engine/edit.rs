@@ -4,7 +4,7 @@
 use crate::EngineError;
 use crate::engine::handle::{Engine, notify};
 use crate::engine::report::GraphEvent;
-use crate::graph::{Direction, Graph, LinkId, NodeId, NodeSpec, PortId};
+use crate::graph::{Direction, Graph, LinkId, NodeId, NodeSpec, PortId, PortType};
 use crate::rt::msg::ToRt;
 use crate::rt::node::Processor;
 use crate::rt::plan::NodeSlot;
@@ -120,6 +120,18 @@ impl Engine {
         if processor.is_none() && spec.device.is_none() {
             return Err(EngineError::Invalid("a node needs a processor".into()));
         }
+        let midi_past = |types: &[PortType]| {
+            types
+                .iter()
+                .enumerate()
+                .any(|(i, t)| *t == PortType::Midi && i >= crate::rt::midi::MAX_MIDI_PORTS)
+        };
+        if midi_past(&spec.input_types) || midi_past(&spec.output_types) {
+            return Err(EngineError::TooMany(format!(
+                "MIDI ports need a buffer index below {}",
+                crate::rt::midi::MAX_MIDI_PORTS
+            )));
+        }
         let mut ctl = self.lock();
         let slot = ctl.free_slots.pop().ok_or_else(|| {
             EngineError::TooMany(format!(
@@ -232,8 +244,22 @@ impl Engine {
         name: Option<&str>,
         channel: quaver_dsp::ChannelPosition,
     ) -> Result<PortId, EngineError> {
+        self.add_port_typed(node, direction, name, channel, PortType::Audio)
+    }
+
+    /// [`Engine::add_port`] for a port of any type (MIDI ports: [`crate::rt::midi`]).
+    pub fn add_port_typed(
+        &self,
+        node: NodeId,
+        direction: Direction,
+        name: Option<&str>,
+        channel: quaver_dsp::ChannelPosition,
+        port_type: PortType,
+    ) -> Result<PortId, EngineError> {
         let mut ctl = self.lock();
-        let id = ctl.graph.add_port(node, direction, name, channel)?;
+        let id = ctl
+            .graph
+            .add_port_typed(node, direction, name, channel, port_type)?;
         if let Err(e) = self.publish(&mut ctl) {
             let _ = ctl.graph.remove_port(node, id);
             return Err(e);

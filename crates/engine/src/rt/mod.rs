@@ -88,6 +88,7 @@
 mod devices;
 pub mod follow;
 mod freewheel;
+pub mod midi;
 pub mod msg;
 pub mod node;
 pub mod plan;

@@ -114,4 +114,12 @@ pub trait Processor: Send {
     /// thread and leaves the one it replaces in `r`, to be freed off the RT thread
     /// ([`crate::Engine::retune`]). Nodes that convert no rate leave `r` as it is. *RT*.
     fn retune(&mut self, _r: &mut Retune) {}
+
+    /// Which of the node's port buffers carry MIDI event lists ([`crate::rt::midi`])
+    /// instead of audio, for the plan now running: called before `process`/`begin` in
+    /// every cycle in which the node has MIDI ports, and once more when it has lost
+    /// them. Buffers of MIDI ports hold event lists in their whole length
+    /// ([`quaver_dsp::Planar::whole_channel`]); they must never be treated as samples.
+    /// *RT*.
+    fn midi_ports(&mut self, _ports: &crate::rt::midi::MidiPorts) {}
 }

@@ -4,6 +4,7 @@
 //! published: the real-time thread swaps it in at a cycle boundary and hands the old
 //! one back to be freed on the control side.
 
+use crate::rt::midi::MidiPorts;
 use crate::rt::node::Processor;
 use quaver_dsp::PlanarBuf;
 use quaver_dsp::volume::GainRamp;
@@ -27,6 +28,8 @@ pub(crate) struct PlanLink {
     pub src_port: usize,
     pub dst_port: usize,
     pub fade: Fade,
+    /// Joins MIDI ports: the events are merged, no fade applies.
+    pub midi: bool,
 }
 
 /// What a step does besides running its processor.
@@ -51,6 +54,8 @@ pub(crate) struct Step {
     /// A stream linked with one device's nodes only: while that device is gone it does
     /// not run, so none of its audio is lost before the policy moves it elsewhere.
     pub only_device: Option<usize>,
+    /// The node's MIDI ports, an index into [`Plan::midi`] (`None`: audio only).
+    pub midi: Option<usize>,
 }
 
 /// An immutable, fully resolved execution plan.
@@ -58,6 +63,8 @@ pub(crate) struct Step {
 pub struct Plan {
     pub(crate) steps: Vec<Step>,
     pub(crate) links: Vec<PlanLink>,
+    /// The MIDI ports of the steps that have some.
+    pub(crate) midi: Vec<MidiPorts>,
     pub(crate) quantum: usize,
     /// True when client streams exist, which keeps the devices from suspending.
     pub(crate) keep_awake: bool,
@@ -96,6 +103,10 @@ pub struct NodeSlot {
     /// Split-phase nodes: the RT thread's time in `begin` this cycle, ns (per-node
     /// timing adds the `finish` part).
     pub(crate) begin_ns: u64,
+    /// Which of its buffers carry MIDI event lists, as of the plan last run.
+    pub(crate) midi: MidiPorts,
+    /// `midi` is not empty.
+    pub(crate) has_midi: bool,
 }
 
 impl NodeSlot {
@@ -118,6 +129,8 @@ impl NodeSlot {
             rendered: false,
             rendered_until: 0,
             begin_ns: 0,
+            midi: MidiPorts::NONE,
+            has_midi: false,
         }
     }
 }

@@ -2,8 +2,9 @@
 //! node's processor or device I/O, its volume), split-phase nodes finished when a later
 //! step reads them, and the rewind of a driver that fills ahead.
 
+use crate::rt::midi;
 use crate::rt::node::CycleInfo;
-use crate::rt::plan::{DeviceRole, Fade, NodeSlot};
+use crate::rt::plan::{DeviceRole, Fade, NodeSlot, Step};
 use crate::rt::runner::RtRunner;
 use quaver_dsp::PlanarMut;
 use quaver_dsp::mix::{mix_into, mix_into_ramp};
@@ -105,7 +106,6 @@ impl RtRunner {
         let mut mark = cx.time_ns;
         let q = cx.frames;
         let first = self.first_cycle_of_plan;
-        let ramp = self.ramp_frames.min(q);
         // Freewheeling, playback goes nowhere (and capture is silence, `read_source`).
         let detached = self.detached();
         for si in 0..self.plan.steps.len() {
@@ -130,6 +130,7 @@ impl RtRunner {
             let Some(mut cur) = self.slots[step.slot].take() else {
                 continue;
             };
+            self.gather_inputs(&step, &mut cur, q, first);
             let NodeSlot {
                 processor,
                 inputs,
@@ -140,30 +141,11 @@ impl RtRunner {
                 rendered,
                 rendered_until,
                 begin_ns,
+                midi: ports,
+                ..
             } = &mut *cur;
-            for ch in 0..inputs.channels() {
-                inputs.channel_mut(ch)[..q].fill(0.0);
-            }
-            for l in &self.plan.links[step.links.clone()] {
-                // A node linked to itself (feedback) reads what it made the cycle before;
-                // its slot is taken out while it runs.
-                let s = if l.src_slot == step.slot {
-                    &outputs.channel(l.src_port)[..q]
-                } else if let Some(src) = self.slots[l.src_slot].as_ref() {
-                    &src.outputs.channel(l.src_port)[..q]
-                } else {
-                    continue;
-                };
-                mix_link(
-                    &mut inputs.channel_mut(l.dst_port)[..q],
-                    s,
-                    l.fade,
-                    first,
-                    ramp,
-                );
-            }
             if *volume_on_inputs {
-                gain.apply(&mut inputs.view_mut(q));
+                midi::apply_gain(gain, &mut inputs.view_mut(q), &ports.inputs);
             }
             match step.device {
                 Some(DeviceRole::Sink(d)) => {
@@ -205,7 +187,7 @@ impl RtRunner {
                     self.pending.push(step.slot);
                 }
             } else if !*volume_on_inputs {
-                gain.apply(&mut outputs.view_mut(q));
+                midi::apply_gain(gain, &mut outputs.view_mut(q), &ports.outputs);
             }
             if timing {
                 let now = quaver_rt::monotonic_ns();
@@ -245,6 +227,11 @@ impl RtRunner {
         }
         for slot in self.slots.iter_mut().flatten() {
             for ch in 0..slot.outputs.channels() {
+                // A MIDI port holds an event list, not samples: a feedback link
+                // carries it whole whatever the quantum.
+                if slot.midi.outputs.contains(ch) {
+                    continue;
+                }
                 let buf = slot.outputs.channel_mut(ch);
                 let end = to.min(buf.len());
                 if from < end {
@@ -254,8 +241,6 @@ impl RtRunner {
         }
     }
 
-    /// Records a split-phase node's timing right after its `finish`; returns the clock
-    /// reading, the next node boundary. *RT*.
     /// Reads device `d`'s capture into `out`: silence while freewheeling, or when it
     /// failed (and then it is gone). *RT*.
     fn read_source(&mut self, d: usize, out: &mut PlanarMut<'_>) {
@@ -278,6 +263,8 @@ impl RtRunner {
         }
     }
 
+    /// Records a split-phase node's timing right after its `finish`; returns the clock
+    /// reading, the next node boundary. *RT*.
     fn time_finish(&self, slot: usize, mark: u64) -> u64 {
         let now = quaver_rt::monotonic_ns();
         if let (Some(n), Some(t)) = (self.slots[slot].as_deref(), self.node_times.get(slot))
@@ -302,7 +289,62 @@ impl RtRunner {
             p.finish(cx, &mut n.outputs.view_mut(q));
         }
         if !n.volume_on_inputs {
-            n.gain.apply(&mut n.outputs.view_mut(q));
+            midi::apply_gain(&mut n.gain, &mut n.outputs.view_mut(q), &n.midi.outputs);
+        }
+    }
+
+    /// Fills a node's inputs for this cycle from the links into it (audio mixed with
+    /// the links' fades, MIDI merged in time order), after telling its processor which
+    /// buffers are MIDI ones when it has any. *RT*.
+    fn gather_inputs(&mut self, step: &Step, cur: &mut NodeSlot, q: usize, first: bool) {
+        if step.midi.is_some() || cur.has_midi {
+            cur.midi = step
+                .midi
+                .and_then(|i| self.plan.midi.get(i).copied())
+                .unwrap_or(midi::MidiPorts::NONE);
+            cur.has_midi = step.midi.is_some();
+            if let Some(p) = cur.processor.as_mut() {
+                p.midi_ports(&cur.midi);
+            }
+        }
+        let inputs = &mut cur.inputs;
+        for ch in 0..inputs.channels() {
+            if cur.midi.inputs.contains(ch) {
+                midi::clear(midi::words_mut(inputs.channel_mut(ch)));
+            } else {
+                inputs.channel_mut(ch)[..q].fill(0.0);
+            }
+        }
+        let ramp = self.ramp_frames.min(q);
+        let own_outputs = &cur.outputs;
+        for l in &self.plan.links[step.links.clone()] {
+            // A node linked to itself (feedback) reads what it made the cycle before;
+            // its slot is taken out while it runs.
+            let src = if l.src_slot == step.slot {
+                own_outputs
+            } else if let Some(src) = self.slots[l.src_slot].as_ref() {
+                &src.outputs
+            } else {
+                continue;
+            };
+            if l.midi {
+                // A removed link's last cycle carries its events too: nothing to fade.
+                if l.fade != Fade::Out || first {
+                    midi::merge(
+                        midi::words_mut(inputs.channel_mut(l.dst_port)),
+                        midi::words(src.channel(l.src_port)),
+                        &mut self.midi_scratch,
+                    );
+                }
+                continue;
+            }
+            mix_link(
+                &mut inputs.channel_mut(l.dst_port)[..q],
+                &src.channel(l.src_port)[..q],
+                l.fade,
+                first,
+                ramp,
+            );
         }
     }
 }

@@ -109,6 +109,8 @@ pub struct RtRunner {
     pub(crate) discard: Vec<bool>,
     /// The JACK transport, advanced at each cycle start.
     pub(crate) transport: crate::rt::transport::TransportEngine,
+    /// Room to merge MIDI event lists in ([`crate::midi::merge`]), one port buffer long.
+    pub(crate) midi_scratch: Vec<u32>,
 }
 
 /// What the control side shares with a new runner: its queues, doorbells and counters.
@@ -129,6 +131,8 @@ pub(crate) struct RtSettings {
     pub slots: usize,
     /// The first plan's quantum.
     pub quantum: usize,
+    /// Frames of a port buffer (the largest quantum).
+    pub max_quantum: usize,
     pub rate: u32,
     pub start_fade_frames: usize,
     pub node_timing: bool,
@@ -195,6 +199,7 @@ impl RtRunner {
             was_overdue: false,
             discard: vec![false; s.slots],
             transport: crate::rt::transport::TransportEngine::new(links.transport),
+            midi_scratch: vec![0; s.max_quantum],
         }
     }
 

@@ -30,7 +30,7 @@ static int process(jack_nframes_t n, void *arg) {
     float *o = jack_port_get_buffer(out_port, n);
     for (jack_nframes_t k = 0; k < n; k++) o[k] = 2.0f * i[k];
     void *mb = jack_port_get_buffer(midi_in, n);
-    if (jack_midi_get_event_count(mb) != 0) o[0] = 100.0f; /* MIDI inputs stay empty */
+    if (jack_midi_get_event_count(mb) != 0) o[0] = 100.0f; /* an unconnected MIDI input is empty */
     last_frames = n;
     return 0;
 }

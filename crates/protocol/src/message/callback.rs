@@ -1,7 +1,7 @@
 //! Callback (JACK-style) client messages: the node and ports a client asks for and
 //! the server's answers.
 
-use super::graph::PortDirection;
+use super::graph::{PortDirection, PortType};
 use super::limits::{MAX_CALLBACK_PORTS, MAX_QUANTUM, check_name, check_port_name};
 use quaver_dsp::ChannelPosition;
 use serde::{Deserialize, Serialize};
@@ -16,14 +16,26 @@ pub struct PortParams {
     /// Channel position (default `AUX<index>`); whole-node links match positions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<ChannelPosition>,
+    /// What the port carries (default audio).
+    #[serde(default, skip_serializing_if = "PortType::is_audio")]
+    pub port_type: PortType,
 }
 
 impl PortParams {
-    /// A port with the default position.
+    /// An audio port with the default position.
     pub fn new(name: impl Into<String>) -> Self {
         PortParams {
             name: name.into(),
             channel: None,
+            port_type: PortType::Audio,
+        }
+    }
+
+    /// A MIDI port.
+    pub fn midi(name: impl Into<String>) -> Self {
+        PortParams {
+            port_type: PortType::Midi,
+            ..PortParams::new(name)
         }
     }
 }
@@ -108,6 +120,9 @@ pub struct CallbackPort {
     pub index: u32,
     /// Channel position name.
     pub channel: String,
+    /// What it carries (absent from older servers: audio).
+    #[serde(default, skip_serializing_if = "PortType::is_audio")]
+    pub port_type: PortType,
 }
 
 /// Details of a new callback node; fd 0 = shared block memfd, fd 1 = wake eventfd

@@ -85,6 +85,32 @@ pub enum PortDirection {
     Out,
 }
 
+/// What a port carries (added within v1; absent means audio).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortType {
+    /// One channel of f32 audio.
+    #[default]
+    Audio,
+    /// Timestamped MIDI events (`docs/protocol/callback.md`, "MIDI ports").
+    Midi,
+}
+
+impl PortType {
+    /// True for audio (the default, left out of messages).
+    pub fn is_audio(&self) -> bool {
+        *self == PortType::Audio
+    }
+
+    /// `"audio"` or `"midi"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PortType::Audio => "audio",
+            PortType::Midi => "midi",
+        }
+    }
+}
+
 /// One port of a [`NodeInfo`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortInfo {
@@ -96,6 +122,9 @@ pub struct PortInfo {
     pub direction: PortDirection,
     /// Channel position name (`FL`, `AUX3`, ...).
     pub channel: String,
+    /// What it carries (absent: audio).
+    #[serde(default, skip_serializing_if = "PortType::is_audio")]
+    pub port_type: PortType,
 }
 
 /// One link in [`GraphInfo`].

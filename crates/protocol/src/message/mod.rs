@@ -22,7 +22,9 @@ mod stream;
 mod transport;
 
 pub use callback::{CallbackCreated, CallbackParams, CallbackPort, PortParams};
-pub use graph::{CallbackNodeInfo, GraphInfo, LinkInfo, NodeInfo, PortDirection, PortInfo};
+pub use graph::{
+    CallbackNodeInfo, GraphInfo, LinkInfo, NodeInfo, PortDirection, PortInfo, PortType,
+};
 pub use limits::{
     MAX_CALLBACK_PORTS, MAX_CHANNELS, MAX_LATENCY_MS, MAX_NAME_BYTES, MAX_PORT_NAME_BYTES,
     MAX_QUANTUM, MAX_RATE, MAX_VOLUME,
@@ -299,6 +301,7 @@ mod tests {
                     name: "FL".into(),
                     direction: PortDirection::In,
                     channel: "FL".into(),
+                    port_type: PortType::Audio,
                 }],
                 callback: Some(CallbackNodeInfo {
                     mode: "async".into(),
@@ -395,8 +398,9 @@ mod tests {
         p.outputs.push(PortParams {
             name: "out_L".into(),
             channel: Some(ChannelPosition::FL),
+            port_type: PortType::Audio,
         });
-        p.inputs.push(PortParams::new("midi_in"));
+        p.inputs.push(PortParams::midi("midi_in"));
         p.max_inputs = Some(4);
         p.quantum = Some(64);
         assert!(p.validate().is_ok());
@@ -406,7 +410,19 @@ mod tests {
             direction: PortDirection::Out,
             name: "aux".into(),
             channel: None,
+            port_type: PortType::Midi,
         });
+        // The port type is optional and defaults to audio; a MIDI one is named so.
+        let s = r#"{"type":"add_port","node":3,"direction":"in","name":"m","port_type":"midi"}"#;
+        assert!(matches!(
+            serde_json::from_str::<Request>(s).unwrap(),
+            Request::AddPort {
+                port_type: PortType::Midi,
+                ..
+            }
+        ));
+        let s = r#"{"type":"add_port","node":3,"direction":"in","name":"m","port_type":"osc"}"#;
+        assert!(serde_json::from_str::<Request>(s).is_err());
         roundtrip_req(Request::RemovePort { node: 3, port: 9 });
         roundtrip_req(Request::Watch);
         let ev = Reply::Event(GraphEvent {
@@ -490,7 +506,8 @@ mod tests {
                 node: 1,
                 direction: PortDirection::In,
                 name: "x:y".into(),
-                channel: None
+                channel: None,
+                port_type: PortType::Audio,
             }
             .validate()
             .is_err()
@@ -511,6 +528,7 @@ mod tests {
                 direction: PortDirection::Out,
                 index: 0,
                 channel: "FL".into(),
+                port_type: PortType::Audio,
             }],
             deadline: 0.8,
             async_after: 8,

@@ -1,7 +1,7 @@
 //! Requests from client to server and their range checks.
 
 use super::callback::CallbackParams;
-use super::graph::PortDirection;
+use super::graph::{PortDirection, PortType};
 use super::limits::{MAX_QUANTUM, check_name, check_port_name, check_volume};
 use super::meta::{PropertyValue, check_alias, check_key, check_property};
 use super::stream::StreamParams;
@@ -63,6 +63,9 @@ pub enum Request {
         /// Channel position the port carries (default `AUX<index>`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         channel: Option<ChannelPosition>,
+        /// What the port carries (default audio).
+        #[serde(default, skip_serializing_if = "PortType::is_audio")]
+        port_type: PortType,
     },
     /// Removes a port of a callback node of this connection (and its links).
     RemovePort {

@@ -315,44 +315,17 @@ fn build_codes(dir: &Path) -> Option<std::path::PathBuf> {
 }
 
 /// The answers midi_codes prints from real jackd (`-d dummy`), when jackd is installed.
-fn codes_on_jackd(exe: &Path, dir: &Path) -> Option<String> {
-    if !quaver_testkit::on_path("jackd") {
-        eprintln!("SKIPPED (comparison only): jackd is not installed");
+fn codes_on_jackd(exe: &Path) -> Option<String> {
+    let jackd = Jackd::start("64")?;
+    let o = jackd.run(&[exe.to_str().expect("a UTF-8 path")]);
+    if !o.status.success() {
+        eprintln!(
+            "SKIPPED (comparison only): midi_codes failed on jackd -d dummy: {}",
+            text(&o)
+        );
         return None;
     }
-    let name = format!("quaver-midi-{}", std::process::id());
-    let jackd = Command::new("jackd")
-        .args(["-n", &name, "-d", "dummy", "-r", "48000", "-p", "64"])
-        .env("JACK_NO_AUDIO_RESERVATION", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .current_dir(dir)
-        .spawn()
-        .ok()?;
-    let mut answer = None;
-    for _ in 0..50 {
-        let o = wait_output(
-            Command::new(exe)
-                .env("JACK_DEFAULT_SERVER", &name)
-                .env("JACK_NO_START_SERVER", "1")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-            WAIT,
-        );
-        if o.status.success() {
-            answer = Some(text(&o));
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = kill(jackd);
-    if answer.is_none() {
-        eprintln!("SKIPPED (comparison only): jackd -d dummy never answered midi_codes");
-    }
-    answer
+    Some(text(&o))
 }
 
 #[test]
@@ -400,7 +373,7 @@ fn bad_midi_writes_get_jackd2_codes_and_reach_nobody() {
         };
         assert_eq!((e.0, e.1.as_str()), want, "event {i} of {seen}");
     }
-    if let Some(theirs) = codes_on_jackd(&exe, d.path("").as_path()) {
+    if let Some(theirs) = codes_on_jackd(&exe) {
         assert_eq!(
             theirs.lines().next(),
             ours.lines().next(),
@@ -538,39 +511,14 @@ fn python_jack_client_midi_ports_answer_as_on_jackd2() {
     // A source's lost event is reported at the input it reaches (per cycle).
     assert!(ours.contains("input lost [1]"), "{ours}");
     d.stop();
-    if !quaver_testkit::on_path("jackd") {
-        eprintln!("SKIPPED (comparison only): jackd is not installed");
+    let Some(jackd) = Jackd::start("64") else {
         return;
-    }
-    let name = format!("quaver-py-{}", std::process::id());
-    let jackd = Command::new("jackd")
-        .args(["-n", &name, "-d", "dummy", "-r", "48000", "-p", "64"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut theirs = None;
-    for _ in 0..50 {
-        let o = wait_output(
-            Command::new("/usr/bin/python3")
-                .arg(&script)
-                .env("JACK_DEFAULT_SERVER", &name)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-            WAIT,
-        );
-        if o.status.success() {
-            theirs = Some(String::from_utf8_lossy(&o.stdout).into_owned());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = kill(jackd);
-    match theirs {
-        Some(t) => assert_eq!(ours, t, "python3-jack-client answers differ from jackd2's"),
-        None => eprintln!("SKIPPED (comparison only): jackd -d dummy never answered"),
-    }
+    };
+    let o = jackd.run(&["/usr/bin/python3", script.to_str().expect("a UTF-8 path")]);
+    assert!(o.status.success(), "the script on jackd2: {}", text(&o));
+    let theirs = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        ours, theirs,
+        "python3-jack-client answers differ from jackd2's"
+    );
 }

@@ -64,7 +64,10 @@ pub fn libjack() -> PathBuf {
     );
     if built.is_file() && (!lib.is_file() || mtime(&built) > mtime(&lib)) {
         // Link beside it and rename over it: a reader never sees a half-written library.
-        let tmp = dir.join(format!(".libjack.so.{}", std::process::id()));
+        // The name is this call's own: tests of one binary run here at the same time.
+        static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".libjack.so.{}.{n}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         if std::fs::hard_link(&built, &tmp).is_err() {
             std::fs::copy(&built, &tmp).expect("copying deps/libjack.so");

@@ -4,7 +4,8 @@
 //! `jack_lsp -t -p`: MIDI, physical, terminal); `amidi -S` into the virmidi card reaches
 //! jack_midi_dump through the capture port with its bytes intact; jack_midiseq's notes
 //! sent to the playback port come out of `amidi -d`; unbinding the virmidi card takes
-//! its ports out of the graph while quaverd keeps serving (Midi Through stays). One guest
+//! its ports out of the graph while quaverd keeps serving (Midi Through stays); loading
+//! it again brings them back, carrying MIDI. One guest
 //! boot; skipped, loudly, where the rig cannot run (`scripts/guest --check` exits 3).
 //! docs/alsa/seq.md.
 
@@ -52,6 +53,18 @@ echo "=== REMOVE"
 echo snd_virmidi.0 > /sys/bus/platform/drivers/snd_virmidi/unbind; echo "unbind exit $?"
 for _ in $(seq 100); do lsp | grep -q "^a2j:Virtual Raw MIDI" || break; sleep 0.2; done
 echo "=== AFTER"; lsp -t
+# 4. A card plugged in while quaverd runs: its ports join the graph and carry MIDI.
+modprobe -r snd-virmidi; modprobe snd-virmidi; echo "reload exit $?"
+CARD2=$(awk '/VirMIDI/ {print $1; exit}' /proc/asound/cards)
+for _ in $(seq 100); do lsp | grep -q "^a2j:Virtual Raw MIDI $CARD2-0 .*(capture)" && break; sleep 0.2; done
+CAP2=$(lsp | grep "^a2j:Virtual Raw MIDI $CARD2-0 .*(capture)" | head -1)
+"$QJ" jack_midi_dump > "$OUT/dump2.txt" 2>&1 & MP=$!
+for _ in $(seq 100); do lsp | grep -q '^midi-monitor:input$' && break; sleep 0.2; done
+timeout 20 "$QJ" jack_connect "$CAP2" midi-monitor:input; echo "connect exit $?"
+amidi -p "hw:$CARD2,0" -S 'B0 07 64'; echo "amidi send exit $?"
+sleep 2
+stop_pid $MP
+echo "=== READDED"; echo "CAP2=$CAP2"; cat "$OUT/dump2.txt"
 echo "=== SERVING"; timeout 20 "$QC" ls > /dev/null; echo "ls exit $?"
 kill -0 $QP && echo "quaverd alive"
 stop_pid $QP; echo "QUAVERD_RC=$RC"
@@ -139,6 +152,16 @@ fn virmidi_ports_are_jack_midi_ports_both_ways_and_leave_with_their_card() {
     let after = section(out, "AFTER");
     assert!(!after.contains("Virtual Raw MIDI"), "{after}");
     assert!(after.contains("a2j:Midi Through"), "{after}");
+    // Plugged in again: back in the graph, and its MIDI reaches JACK.
+    let readded = section(out, "READDED");
+    assert!(
+        readded.contains("CAP2=a2j:Virtual Raw MIDI ") && readded.contains("(capture) - VirMIDI "),
+        "{out}"
+    );
+    assert!(
+        readded.to_ascii_lowercase().contains("b0 07 64"),
+        "jack_midi_dump did not print the controller sent after the card came back:\n{out}"
+    );
     let serving = section(out, "SERVING");
     assert!(
         serving.contains("ls exit 0") && serving.contains("quaverd alive"),

@@ -28,6 +28,10 @@ pub const NODE_NAME: &str = "a2j";
 pub const MAX_PORTS: usize = 256;
 /// Route changes the ring to the RT side holds.
 const ROUTE_RING: usize = 2 * MAX_PORTS;
+/// Messages read longer than this before a cycle began are dropped, not delivered: no
+/// cycle ran to take them (the devices were suspended, nothing listened), and a burst
+/// of old notes at frame 0 of the first cycle after would be worse than losing them.
+pub const STALE_NS: u64 = 1_000_000_000;
 
 /// Which sequencer port a buffer of the node stands for, from now on (`None`: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +84,8 @@ pub struct SeqMidiNode<O: MidiOut> {
     /// A message that wraps in the input ring is put together here (sized for the
     /// longest sysex the bridge delivers).
     scratch: Vec<u8>,
-    /// Messages from ports with no graph port, and events the output side refused.
+    /// Messages from ports with no graph port or too old to deliver, and events the
+    /// output side refused.
     dropped: u64,
 }
 
@@ -105,8 +110,8 @@ impl<O: MidiOut> SeqMidiNode<O> {
         }
     }
 
-    /// Messages dropped so far (no graph port for their source, or refused on the way
-    /// out).
+    /// Messages dropped so far (no graph port for their source, older than
+    /// [`STALE_NS`], or refused on the way out).
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
@@ -134,6 +139,10 @@ impl<O: MidiOut> SeqMidiNode<O> {
                 self.dropped += 1;
                 continue;
             };
+            if cx.time_ns.saturating_sub(m.time_ns) > STALE_NS {
+                self.dropped += 1;
+                continue;
+            }
             // Read before the cycle began: at its start; during it: where it was read.
             let after = m.time_ns.saturating_sub(cx.time_ns);
             let offset = (after as u128 * cx.rate as u128 / 1_000_000_000) as u64;

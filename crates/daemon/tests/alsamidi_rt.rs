@@ -1,12 +1,12 @@
 //! The `a2j` node's processor (`alsamidi::SeqMidiNode`) on the host, with the bridge's
 //! queues standing in for the sequencer: events land in their source's output port at
 //! the frame the time stamp says (read before the cycle: frame 0, in order; read during
-//! it: that far in), unknown sources are dropped, an input port's events go to its
+//! it: that far in; read over a second before: dropped), unknown sources are dropped, an input port's events go to its
 //! sequencer port, route changes take effect at the next cycle — and none of it
 //! allocates. A counting global allocator (this test binary only) counts the
 //! allocations of the current thread.
 
-use quaver_daemon::alsamidi::{Route, SeqMidiNode};
+use quaver_daemon::alsamidi::{Route, STALE_NS, SeqMidiNode};
 use quaver_devices::alsa::seq::{MidiReceiver, PortId, queue};
 use quaver_dsp::PlanarBuf;
 use quaver_engine::midi::{self, MidiPorts};
@@ -172,7 +172,9 @@ fn sequencer_events_reach_their_ports_at_their_frames_and_inputs_go_out_without_
     assert!(listed(&outb, 1).is_empty(), "last cycle's events are gone");
     assert!(drain(&mut sent).is_empty(), "no input events, nothing sent");
 
-    // Cycle 2: output 1's route removed: its port's message is dropped.
+    // Cycle 2: output 1's route removed: its port's message is dropped; a message read
+    // 1.5 s before the cycle (no cycle ran meanwhile: suspended) is dropped as stale,
+    // one read just within the bound is delivered at frame 0.
     let c2 = cycle(2);
     routes
         .push(Route::Source {
@@ -181,6 +183,12 @@ fn sequencer_events_reach_their_ports_at_their_frames_and_inputs_go_out_without_
         })
         .unwrap();
     seq_in.push(c2.time_ns, b, &[0xB0, 0x07, 0x00]).unwrap();
+    seq_in
+        .push(c2.time_ns - 1_500_000_000, a, &[0x90, 0x30, 0x7F])
+        .unwrap();
+    seq_in
+        .push(c2.time_ns - STALE_NS, a, &[0x90, 0x31, 0x7F])
+        .unwrap();
     let before = allocs();
     node.midi_ports(&ports);
     node.process(&c2, inb.view(Q), &mut outb.view_mut(Q));
@@ -190,5 +198,10 @@ fn sequencer_events_reach_their_ports_at_their_frames_and_inputs_go_out_without_
         listed(&outb, 1).is_empty(),
         "an unrouted port's list is empty"
     );
-    assert_eq!(node.dropped(), 2);
+    assert_eq!(listed(&outb, 0), [(0, vec![0x90, 0x31, 0x7F])]);
+    assert_eq!(
+        node.dropped(),
+        3,
+        "the unrouted and the stale message dropped"
+    );
 }

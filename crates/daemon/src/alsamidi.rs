@@ -24,8 +24,10 @@ use std::time::Duration;
 
 /// The node's name: a2jmidid's JACK client name, so `a2j:…` port names carry over.
 pub const NODE_NAME: &str = "a2j";
-/// Sequencer ports per direction the node has room for.
-pub const MAX_PORTS: usize = 256;
+/// Sequencer ports per direction the node has room for: every port's buffer is
+/// allocated up front at the largest quantum (32 KiB at 8192 frames), so room for 64 a
+/// side costs 4 MiB; a port past it is logged and left out.
+pub const MAX_PORTS: usize = 64;
 /// Route changes the ring to the RT side holds.
 const ROUTE_RING: usize = 2 * MAX_PORTS;
 /// Messages read longer than this before a cycle began are dropped, not delivered: no

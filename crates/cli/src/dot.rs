@@ -145,6 +145,7 @@ mod tests {
             latency_ms: None,
             playback_lead_frames: None,
             suspended: false,
+            physical: false,
             ports,
             callback: None,
         }

@@ -441,6 +441,7 @@ mod tests {
                     latency_ms: None,
                     playback_lead_frames: None,
                     suspended: false,
+                    physical: false,
                     ports: vec![
                         PortInfo {
                             id: 10,
@@ -469,6 +470,7 @@ mod tests {
                     latency_ms: Some(20.0),
                     playback_lead_frames: None,
                     suspended: false,
+                    physical: false,
                     ports: vec![PortInfo {
                         id: 30,
                         name: "FL".into(),
@@ -488,6 +490,7 @@ mod tests {
                     latency_ms: None,
                     playback_lead_frames: None,
                     suspended: false,
+                    physical: false,
                     ports: vec![PortInfo {
                         id: 40,
                         name: "midi_in".into(),

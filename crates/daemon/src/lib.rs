@@ -3,6 +3,7 @@
 //! The binary (`main.rs`) parses flags and calls [`run`]; everything with logic lives in
 //! the library crates, so this crate stays thin.
 
+pub mod alsamidi;
 pub mod cards;
 pub mod config;
 pub mod hotplug;
@@ -259,6 +260,8 @@ pub fn run(cfg: Config) -> Result<()> {
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
     follow_cards(&engine, &opened.mixer_specs, &defaults, live);
+    // ALSA sequencer ports as the `a2j` node's MIDI ports (a2jmidid's job under jackd2).
+    let _alsa_midi = alsamidi::start(&engine);
     // One memory for both front-ends: a kind of stream keeps its volume whichever
     // protocol its next stream comes through.
     let restore = restore_mode(&cfg).open();

@@ -136,6 +136,9 @@ pub struct NodeSpec {
     /// The node's client only takes power-of-two quanta (JACK clients); while it runs,
     /// the graph's quantum is rounded down to one.
     pub pow2_quantum: bool,
+    /// The node's ports stand for hardware outside the graph (JACK's physical and
+    /// terminal ports), as device nodes' do: the ALSA sequencer bridge's MIDI ports.
+    pub physical: bool,
 }
 
 impl NodeSpec {
@@ -159,6 +162,7 @@ impl NodeSpec {
             output_types: Vec::new(),
             keep_awake: false,
             pow2_quantum: false,
+            physical: false,
         }
     }
 
@@ -208,6 +212,8 @@ pub struct Node {
     pub keep_awake: bool,
     /// Only power-of-two quanta while this node runs ([`NodeSpec::pow2_quantum`]).
     pub pow2_quantum: bool,
+    /// Its ports stand for hardware ([`NodeSpec::physical`]).
+    pub physical: bool,
     /// A device node whose device failed or went away: policy routes nothing to it.
     pub gone: bool,
     /// Suspended on its own ([`crate::Engine::suspend_node`]): it and the streams that
@@ -278,6 +284,7 @@ impl Graph {
             max_outputs: spec.output_capacity(),
             keep_awake: spec.keep_awake,
             pow2_quantum: spec.pow2_quantum,
+            physical: spec.physical,
             gone: false,
             suspended: false,
         };

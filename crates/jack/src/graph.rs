@@ -61,7 +61,7 @@ impl GraphView {
                     "source" => p.direction == PortDirection::Out,
                     _ => false,
                 };
-                if device_port {
+                if device_port || n.physical {
                     flags |= JACK_PORT_IS_PHYSICAL | JACK_PORT_IS_TERMINAL;
                 }
                 let mut aliases = Vec::new();
@@ -234,6 +234,7 @@ mod tests {
             latency_ms: None,
             playback_lead_frames: None,
             suspended: false,
+            physical: false,
             ports: ports
                 .iter()
                 .map(|&(id, n, direction)| PortInfo {
@@ -249,6 +250,39 @@ mod tests {
     }
 
     #[test]
+    fn a_physical_nodes_ports_are_physical_and_terminal_both_ways_without_aliases() {
+        use PortDirection::{In, Out};
+        let g = GraphInfo {
+            nodes: vec![NodeInfo {
+                physical: true,
+                ..node(
+                    1,
+                    "a2j",
+                    "filter",
+                    &[
+                        (2, "Midi Through [14] (playback) - Port-0", In),
+                        (3, "Midi Through [14] (capture) - Port-0", Out),
+                    ],
+                )
+            }],
+            links: Vec::new(),
+        };
+        let v = GraphView::new(&g);
+        let play = v.find("a2j:Midi Through [14] (playback) - Port-0").unwrap();
+        assert_eq!(
+            play.flags,
+            JACK_PORT_IS_INPUT | JACK_PORT_IS_PHYSICAL | JACK_PORT_IS_TERMINAL
+        );
+        assert!(play.aliases.is_empty(), "system: names are the devices'");
+        assert_eq!(play.playback_lead, None, "no device lead");
+        let cap = v.find("a2j:Midi Through [14] (capture) - Port-0").unwrap();
+        assert_eq!(
+            cap.flags,
+            JACK_PORT_IS_OUTPUT | JACK_PORT_IS_PHYSICAL | JACK_PORT_IS_TERMINAL
+        );
+    }
+
+    #[test]
     fn device_ports_are_physical_with_system_aliases() {
         use PortDirection::{In, Out};
         let g = GraphInfo {
@@ -256,6 +290,7 @@ mod tests {
                 NodeInfo {
                     playback_lead_frames: Some(256),
                     suspended: false,
+                    physical: false,
                     ..node(
                         1,
                         "null-sink",

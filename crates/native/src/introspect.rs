@@ -182,6 +182,7 @@ impl NativeServer {
                         .and_then(|i| stats.devices.get(i))
                         .map(|d| d.margin_frames.load(std::sync::atomic::Ordering::Relaxed)),
                     suspended: n.suspended,
+                    physical: n.physical,
                     ports: n
                         .inputs
                         .iter()

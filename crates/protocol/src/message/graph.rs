@@ -43,6 +43,11 @@ pub struct NodeInfo {
     /// (added within v1; absent when false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspended: bool,
+    /// Its ports stand for hardware outside the graph, as a device's do (the ALSA
+    /// sequencer's MIDI ports): JACK shows them physical and terminal (added within v1;
+    /// absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub physical: bool,
 }
 
 /// How a callback client node runs, in [`NodeInfo`].

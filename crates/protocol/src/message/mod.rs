@@ -296,6 +296,7 @@ mod tests {
                 latency_ms: Some(5.3),
                 playback_lead_frames: None,
                 suspended: false,
+                physical: false,
                 ports: vec![PortInfo {
                     id: 10,
                     name: "FL".into(),

@@ -689,6 +689,7 @@ mod tests {
             latency_ms: None,
             playback_lead_frames: None,
             suspended: false,
+            physical: false,
             ports: Vec::new(),
             callback: Some(CallbackNodeInfo {
                 mode: "sync".into(),

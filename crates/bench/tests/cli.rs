@@ -223,7 +223,13 @@ fn synth_quick_measures_what_it_says() {
         .iter()
         .map(|c| c.as_u64().unwrap())
         .sum();
-    assert_eq!(wake, j["stats"]["cycles"].as_u64().unwrap());
+    // One histogram entry per cycle, give or take the callback in flight at the
+    // snapshot (the count and the histogram are read one after the other; seen 226/225).
+    let cycles = j["stats"]["cycles"].as_u64().unwrap();
+    assert!(
+        wake.abs_diff(cycles) <= 1,
+        "{wake} wake entries, {cycles} cycles"
+    );
     assert!(r["switch"].is_null(), "switch was not asked for");
 }
 

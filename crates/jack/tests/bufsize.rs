@@ -8,10 +8,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::Instant;
+use std::process::Output;
 
 /// A python3-jack-client probe: prints every buffer-size callback and how many process
 /// cycles it ran, and lives until its stdin closes.
@@ -31,60 +28,7 @@ for line in sys.stdin:
     print("cycles", cycles[0], c.blocksize, flush=True)
 "#;
 
-const PYTHON: &str = "/usr/bin/python3";
-
-fn have_python_jack() -> bool {
-    let found = Command::new(PYTHON)
-        .args(["-c", "import jack"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        eprintln!("SKIPPED: {PYTHON} cannot import jack (Debian package python3-jack-client)");
-    }
-    found
-}
-
-/// The probe under `quaver-jack`, with its stdout lines on a channel.
-struct Probe {
-    child: Child,
-    lines: Receiver<String>,
-}
-
 impl Probe {
-    fn start(d: &Daemon) -> Probe {
-        let mut child = d
-            .jack(&[PYTHON, "-c", PROBE])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning the python probe");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        Probe { child, lines }
-    }
-
-    /// The next line starting with `prefix` (bounded wait; other lines are skipped).
-    fn expect(&mut self, prefix: &str) -> String {
-        let t0 = Instant::now();
-        loop {
-            let left = WAIT.saturating_sub(t0.elapsed());
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.starts_with(prefix) => return l,
-                Ok(_) => {}
-                Err(_) => panic!("the probe never printed '{prefix}…'"),
-            }
-        }
-    }
-
     /// Process cycles the probe has run so far, and its buffer size.
     fn cycles(&mut self) -> (u64, String) {
         use std::io::Write;
@@ -127,7 +71,7 @@ fn jack_bufsize_sets_the_servers_quantum_and_it_stays_after_it_exits() {
         return;
     }
     let mut d = Daemon::start(&[]);
-    let mut probe = Probe::start(&d);
+    let mut probe = Probe::start(d.jack(&[PYTHON, "-c", PROBE]));
     assert_eq!(probe.expect("active "), "active 1024");
     assert_eq!(quantum(&d).source, "default");
 

@@ -320,22 +320,6 @@ for c in clients:
 print("done")
 "#;
 
-/// python3 with the jack module (Debian's python3-jack-client), or a loud skip.
-fn have_python_jack() -> bool {
-    let found = Command::new("/usr/bin/python3")
-        .args(["-c", "import jack"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        eprintln!(
-            "SKIPPED: /usr/bin/python3 cannot import jack (Debian package python3-jack-client)"
-        );
-    }
-    found
-}
-
 /// Runs the script (`cmd` ready but for its mode) in `mode` until it answers `want`:
 /// an answer from a run in which a client saw an xrun (a loaded machine) is retried,
 /// twice at most; a wrong answer without one fails at once.

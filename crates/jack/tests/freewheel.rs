@@ -7,10 +7,8 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::Instant;
+use std::io::Write;
+use std::process::Output;
 
 /// A python3-jack-client probe: prints its freewheel callbacks, and on each line of
 /// stdin how many process cycles it ran in the next half second.
@@ -32,57 +30,7 @@ for line in sys.stdin:
     print("cycles", (cycles[0] - n) * 2, flush=True)
 "#;
 
-const PYTHON: &str = "/usr/bin/python3";
-
-fn have_python_jack() -> bool {
-    let found = Command::new(PYTHON)
-        .args(["-c", "import jack"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        eprintln!("SKIPPED: {PYTHON} cannot import jack (Debian package python3-jack-client)");
-    }
-    found
-}
-
-struct Probe {
-    child: Child,
-    lines: Receiver<String>,
-}
-
 impl Probe {
-    fn start(mut cmd: Command) -> Probe {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning the python probe");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        Probe { child, lines }
-    }
-
-    fn expect(&mut self, prefix: &str) -> String {
-        let t0 = Instant::now();
-        loop {
-            let left = WAIT.saturating_sub(t0.elapsed());
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.starts_with(prefix) => return l,
-                Ok(_) => {}
-                Err(_) => panic!("the probe never printed '{prefix}…'"),
-            }
-        }
-    }
-
     /// Process cycles per second, over half a second.
     fn rate(&mut self) -> u64 {
         let stdin = self.child.stdin.as_mut().unwrap();

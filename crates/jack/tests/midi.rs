@@ -477,12 +477,7 @@ fn a_client_scribbling_on_its_midi_slot_harms_nobody() {
 
 /// tests/py/midi_ports.py: python3-jack-client's MIDI API, printed.
 fn midi_ports_script() -> Option<std::path::PathBuf> {
-    let ok = Command::new("/usr/bin/python3")
-        .args(["-c", "import jack"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3-jack-client is not installed");
+    if !have_python_jack() {
         return None;
     }
     Some(

@@ -204,3 +204,64 @@ impl Drop for Jackd {
         }
     }
 }
+
+/// The Python that has Debian's python3-jack-client.
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// True if [`PYTHON`] can import jack; prints why a test is skipped otherwise.
+pub fn have_python_jack() -> bool {
+    let found = Command::new(PYTHON)
+        .args(["-c", "import jack"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        eprintln!("SKIPPED: {PYTHON} cannot import jack (Debian package python3-jack-client)");
+    }
+    found
+}
+
+/// A long-running probe program (a python3-jack-client script, say) talked to over its
+/// stdin, its stdout lines read on a thread of their own so every wait can be bounded.
+pub struct Probe {
+    /// The probe; its stdin is piped.
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Probe {
+    /// Spawns `cmd` with stdin and stdout piped (stderr passed through).
+    pub fn start(mut cmd: Command) -> Probe {
+        use std::io::BufRead;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning the probe");
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Probe { child, lines }
+    }
+
+    /// The next line starting with `prefix` (bounded wait; other lines are skipped).
+    pub fn expect(&mut self, prefix: &str) -> String {
+        let t0 = std::time::Instant::now();
+        loop {
+            let left = WAIT.saturating_sub(t0.elapsed());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.starts_with(prefix) => return l,
+                Ok(_) => {}
+                Err(_) => panic!("the probe never printed '{prefix}…'"),
+            }
+        }
+    }
+}

@@ -3,43 +3,18 @@
 //! the frame the time stamp says (read before the cycle: frame 0, in order; read during
 //! it: that far in; read over a second before: dropped), unknown sources are dropped, an input port's events go to its
 //! sequencer port, route changes take effect at the next cycle — and none of it
-//! allocates. A counting global allocator (this test binary only) counts the
-//! allocations of the current thread.
+//! allocates (the workspace's `assert_no_alloc` guard around each cycle).
 
+use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
 use quaver_daemon::alsamidi::{Route, STALE_NS, SeqMidiNode};
 use quaver_devices::alsa::seq::{MidiReceiver, PortId, queue};
 use quaver_dsp::PlanarBuf;
 use quaver_engine::midi::{self, MidiPorts};
 use quaver_engine::{CycleInfo, Processor};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+// The workspace's allocation guard, as the engine's and native's real-time tests use it.
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
+static GLOBAL: AllocDisabler = AllocDisabler;
 
 const Q: usize = 256;
 const RATE: u32 = 48_000;
@@ -139,10 +114,12 @@ fn sequencer_events_reach_their_ports_at_their_frames_and_inputs_go_out_without_
         7,
         &[0x90, 0x40, 0x10],
     );
-    let before = allocs();
-    node.midi_ports(&ports);
-    node.process(&c0, inb.view(Q), &mut outb.view_mut(Q));
-    let spent = allocs() - before;
+    reset_violation_count();
+    assert_no_alloc(|| {
+        node.midi_ports(&ports);
+        node.process(&c0, inb.view(Q), &mut outb.view_mut(Q));
+    });
+    let spent = violation_count();
     assert_eq!(spent, 0, "cycle 0 allocated {spent} times");
     assert_eq!(
         listed(&outb, 0),
@@ -160,10 +137,12 @@ fn sequencer_events_reach_their_ports_at_their_frames_and_inputs_go_out_without_
     seq_in.push(c1.time_ns, a, &sysex).unwrap();
     seq_in.push(c1.time_ns + 1_000_000_000, a, &[0xFE]).unwrap();
     midi::clear(midi::words_mut(inb.view_mut(Q).whole_channel_mut(0)));
-    let before = allocs();
-    node.midi_ports(&ports);
-    node.process(&c1, inb.view(Q), &mut outb.view_mut(Q));
-    let spent = allocs() - before;
+    reset_violation_count();
+    assert_no_alloc(|| {
+        node.midi_ports(&ports);
+        node.process(&c1, inb.view(Q), &mut outb.view_mut(Q));
+    });
+    let spent = violation_count();
     assert_eq!(spent, 0, "cycle 1 allocated {spent} times");
     assert_eq!(
         listed(&outb, 0),
@@ -189,10 +168,12 @@ fn sequencer_events_reach_their_ports_at_their_frames_and_inputs_go_out_without_
     seq_in
         .push(c2.time_ns - STALE_NS, a, &[0x90, 0x31, 0x7F])
         .unwrap();
-    let before = allocs();
-    node.midi_ports(&ports);
-    node.process(&c2, inb.view(Q), &mut outb.view_mut(Q));
-    let spent = allocs() - before;
+    reset_violation_count();
+    assert_no_alloc(|| {
+        node.midi_ports(&ports);
+        node.process(&c2, inb.view(Q), &mut outb.view_mut(Q));
+    });
+    let spent = violation_count();
     assert_eq!(spent, 0, "cycle 2 allocated {spent} times");
     assert!(
         listed(&outb, 1).is_empty(),

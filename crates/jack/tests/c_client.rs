@@ -7,42 +7,10 @@ mod common;
 use common::*;
 use quaver_client::quaver_protocol::{ChannelMap, StreamParams};
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 fn build_client(d: &Daemon) -> Option<std::path::PathBuf> {
-    if !Path::new("/usr/include/jack/jack.h").exists() {
-        eprintln!("SKIPPED: JACK headers missing (Debian package libjack-jackd2-dev)");
-        return None;
-    }
-    let lib_dir = wrapper().parent().unwrap().to_path_buf();
-    let exe = d.path("api_client");
-    // Cargo's value at run time (see the cli crate's decode tests for why).
-    let src = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
-        .join("tests/c/api_client.c");
-    let out = match Command::new("gcc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .arg("-L")
-        .arg(&lib_dir)
-        .arg("-ljack")
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("SKIPPED: cannot run gcc ({e})");
-            return None;
-        }
-    };
-    assert!(
-        out.status.success(),
-        "gcc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(exe)
+    build_c("api_client", "/usr/include/jack/jack.h", &d.path(""))
 }
 
 #[test]

@@ -12,18 +12,6 @@ use common::*;
 use quaver_client::quaver_protocol::{CallbackNodeInfo, GraphInfo};
 use std::process::{Child, Command, Stdio};
 
-fn graph(d: &Daemon) -> GraphInfo {
-    d.connect().graph().unwrap()
-}
-
-fn callback_info(d: &Daemon, node: &str) -> Option<CallbackNodeInfo> {
-    graph(d)
-        .nodes
-        .into_iter()
-        .find(|n| n.name == node)
-        .and_then(|n| n.callback)
-}
-
 /// Whether the link `out` → `inp` exists, and if so whether it is a feedback link.
 fn link(g: &GraphInfo, out: &str, inp: &str) -> Option<bool> {
     g.links

@@ -7,21 +7,9 @@
 mod common;
 
 use common::*;
-use quaver_client::quaver_protocol::{CallbackNodeInfo, GraphInfo};
+use quaver_client::quaver_protocol::GraphInfo;
 use std::process::Stdio;
 use std::time::Duration;
-
-fn graph(d: &Daemon) -> GraphInfo {
-    d.connect().graph().unwrap()
-}
-
-fn callback_info(d: &Daemon, node: &str) -> Option<CallbackNodeInfo> {
-    graph(d)
-        .nodes
-        .into_iter()
-        .find(|n| n.name == node)
-        .and_then(|n| n.callback)
-}
 
 fn linked(g: &GraphInfo, out: &str, inp: &str) -> bool {
     g.links.iter().any(|l| {

@@ -7,22 +7,9 @@
 mod common;
 
 use common::*;
-use quaver_client::quaver_protocol::{CallbackNodeInfo, GraphInfo};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::Duration;
-
-fn graph(d: &Daemon) -> GraphInfo {
-    d.connect().graph().unwrap()
-}
-
-fn callback_info(d: &Daemon, node: &str) -> Option<CallbackNodeInfo> {
-    graph(d)
-        .nodes
-        .into_iter()
-        .find(|n| n.name == node)
-        .and_then(|n| n.callback)
-}
 
 fn active(d: &Daemon, node: &str) -> bool {
     callback_info(d, node).is_some_and(|c| c.active)
@@ -290,33 +277,7 @@ fn fluidsynth_plays_jack_midiseq_into_the_sink() {
 /// Builds tests/c/midi_codes.c against JACK's headers (linked with our libjack; run
 /// without `quaver-jack` it loads the system's).
 fn build_codes(dir: &Path) -> Option<std::path::PathBuf> {
-    if !Path::new("/usr/include/jack/midiport.h").exists() {
-        eprintln!("SKIPPED: JACK headers missing (Debian package libjack-jackd2-dev)");
-        return None;
-    }
-    let exe = dir.join("midi_codes");
-    let src = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
-        .join("tests/c/midi_codes.c");
-    let lib_dir = wrapper().parent().unwrap().to_path_buf();
-    let out = match Command::new("gcc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .arg("-L")
-        .arg(&lib_dir)
-        .arg("-ljack")
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("SKIPPED: cannot run gcc ({e})");
-            return None;
-        }
-    };
-    assert!(out.status.success(), "gcc: {}", text(&out));
-    Some(exe)
+    build_c("midi_codes", "/usr/include/jack/midiport.h", dir)
 }
 
 /// The answers midi_codes prints from real jackd (`-d dummy`), when jackd is installed.

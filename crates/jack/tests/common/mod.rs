@@ -265,3 +265,53 @@ impl Probe {
         }
     }
 }
+
+/// The daemon's graph now.
+pub fn graph(d: &Daemon) -> quaver_client::quaver_protocol::GraphInfo {
+    d.connect().graph().unwrap()
+}
+
+/// The callback statistics of the node called `node`, if it is a callback client.
+pub fn callback_info(
+    d: &Daemon,
+    node: &str,
+) -> Option<quaver_client::quaver_protocol::CallbackNodeInfo> {
+    graph(d)
+        .nodes
+        .into_iter()
+        .find(|n| n.name == node)
+        .and_then(|n| n.callback)
+}
+
+/// Builds `tests/c/NAME.c` against JACK's headers and quaver's libjack into `dir/NAME`;
+/// `None`, with a SKIPPED line, without the headers (`header` is the one it needs) or gcc.
+pub fn build_c(name: &str, header: &str, dir: &std::path::Path) -> Option<PathBuf> {
+    if !std::path::Path::new(header).exists() {
+        eprintln!("SKIPPED: JACK headers missing (Debian package libjack-jackd2-dev)");
+        return None;
+    }
+    let exe = dir.join(name);
+    // Cargo's value at run time (see the cli crate's decode tests for why).
+    let src = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+        .join(format!("tests/c/{name}.c"));
+    let lib_dir = wrapper().parent().unwrap().to_path_buf();
+    let out = match Command::new("gcc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg("-ljack")
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIPPED: cannot run gcc ({e})");
+            return None;
+        }
+    };
+    assert!(out.status.success(), "gcc failed: {}", text(&out));
+    Some(exe)
+}

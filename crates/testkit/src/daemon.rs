@@ -32,8 +32,26 @@ impl Daemon {
 
     /// Like [`Daemon::start`] in a given temporary directory.
     pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
+        Self::start_cmd(dir, Self::command(0, args))
+    }
+
+    /// Like [`Daemon::start`], with the engine's thread at SCHED_FIFO `priority` (where
+    /// that is refused, quaverd says so and runs without): for tests that count missed
+    /// cycles on a machine other work keeps busy.
+    pub fn start_realtime(priority: u32, args: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_cmd(dir, Self::command(priority, args))
+    }
+
+    /// quaverd with `args` at real-time `priority` (0: none), logging at debug level.
+    fn command(priority: u32, args: &[&str]) -> Command {
         let mut cmd = Command::new(quaverd_bin());
-        cmd.args(["--realtime-priority", "0", "--log-level", "debug"]);
+        cmd.args([
+            "--realtime-priority",
+            &priority.to_string(),
+            "--log-level",
+            "debug",
+        ]);
         // quaverd's default opens every sound card found: a test that names neither a
         // device nor a config must not take the developer's cards.
         if !args
@@ -43,7 +61,7 @@ impl Daemon {
             cmd.args(["--device", "null"]);
         }
         cmd.args(args);
-        Self::start_cmd(dir, cmd)
+        cmd
     }
 
     /// Runs `cmd` (quaverd and its arguments, perhaps behind a wrapper such as

@@ -56,14 +56,7 @@ impl Daemon {
     /// on a machine other work keeps busy.
     pub fn start_realtime(args: &[&str]) -> Daemon {
         quaver_testkit::libjack();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut cmd = Command::new(quaver_testkit::quaverd_bin());
-        cmd.args(["--realtime-priority", "20", "--log-level", "debug"]);
-        if !args.iter().any(|a| a.starts_with("--device")) {
-            cmd.args(["--device", "null"]);
-        }
-        cmd.args(args);
-        Daemon(quaver_testkit::Daemon::start_cmd(dir, cmd))
+        Daemon(quaver_testkit::Daemon::start_realtime(20, args))
     }
 
     /// A native client connection.

@@ -156,6 +156,47 @@ impl Cards {
         Some(change)
     }
 
+    /// Sets the availability of card `card`'s ports named in `updates` (a UCM card's
+    /// ports, whose jacks are named by its configuration: the set of ports stays) and
+    /// switches its sinks and sources as switch-on-port-available does. Announces and
+    /// returns the change; `None` when no availability changed.
+    pub fn set_availability(
+        &mut self,
+        card: u32,
+        updates: &[(String, Availability)],
+    ) -> Option<PortChange> {
+        let c = self.cards.iter_mut().find(|c| c.index == card)?;
+        let mut became_yes = Vec::new();
+        let mut changed = false;
+        for (name, available) in updates {
+            let Some(p) = c.ports.iter_mut().find(|p| p.name == *name) else {
+                continue;
+            };
+            if p.available != *available {
+                if *available == Availability::Yes {
+                    became_yes.push(name.clone());
+                }
+                p.available = *available;
+                changed = true;
+            }
+        }
+        if !changed {
+            return None;
+        }
+        let mut change = PortChange {
+            card,
+            nodes: Vec::new(),
+            switched: Vec::new(),
+        };
+        for direction in [PortDirection::Output, PortDirection::Input] {
+            let d = switch_nodes(c, direction, &became_yes);
+            change.nodes.extend(d.nodes);
+            change.switched.extend(d.switched);
+        }
+        self.announce(&change);
+        Some(change)
+    }
+
     /// Makes `port` the active port of the sink or source `node` (SET_SINK_PORT,
     /// SET_SOURCE_PORT); announces the change.
     pub fn set_port(&mut self, node: &str, port: &str) -> Result<PortChange, PortError> {
@@ -444,6 +485,55 @@ mod tests {
             [("sink".to_string(), "analog-output-speaker".to_string())]
         );
         assert_eq!(cards.settle(1), None);
+    }
+
+    #[test]
+    fn ucm_ports_follow_their_jacks_by_availability_alone() {
+        use Availability::{No, Unknown, Yes};
+        let mut cards = Cards::new(ProfileStore::memory());
+        let mut c = card();
+        let profile = c.ports[0].profiles.clone();
+        let port = |name: &str, priority| CardPort {
+            name: name.into(),
+            description: name.into(),
+            priority,
+            direction: PortDirection::Output,
+            available: Unknown,
+            port_type: PortType::Analog,
+            profiles: profile.clone(),
+        };
+        c.ports = vec![port("[Out] Headphones", 200), port("[Out] Speaker", 100)];
+        c.nodes[0].port = "[Out] Headphones".into();
+        cards.add(c);
+        let rx = cards.watch();
+        let set = |cards: &mut Cards, a| {
+            cards.set_availability(1, &[("[Out] Headphones".to_string(), a)])
+        };
+        // Unplugged at start: the sink leaves the headphones for the speaker.
+        let ch = set(&mut cards, No).unwrap();
+        assert_eq!(
+            ch.switched,
+            [("sink".to_string(), "[Out] Speaker".to_string())]
+        );
+        assert_eq!(set(&mut cards, No), None);
+        // Plugged: back to the headphones (the higher priority).
+        let ch = set(&mut cards, Yes).unwrap();
+        assert_eq!(ch.switched[0].1, "[Out] Headphones");
+        assert!(ch.nodes.contains(&"sink".to_string()));
+        // A port the card does not have changes nothing.
+        assert_eq!(
+            cards.set_availability(1, &[("[Out] Nothing".to_string(), Yes)]),
+            None
+        );
+        let names: Vec<_> = cards
+            .find(Some(1), None)
+            .unwrap()
+            .ports
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
+        assert_eq!(names, ["[Out] Headphones", "[Out] Speaker"]);
+        assert_eq!(rx.try_iter().count(), 2);
     }
 
     #[test]

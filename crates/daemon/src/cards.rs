@@ -7,6 +7,8 @@ use quaver_devices::Device;
 use quaver_devices::alsa::cards::{
     self as alsa_cards, CardProbe, CardProfiles, Mapping, PortKind, Profile,
 };
+use quaver_devices::alsa::ucm::Ucm;
+use quaver_devices::alsa::ucm::profiles::card_profiles;
 use quaver_devices::alsa::{AlsaConfig, AlsaDevice, params::Direction};
 use quaver_devices::spec::DeviceDefaults;
 use quaver_engine::{Engine, NodeKind};
@@ -99,7 +101,7 @@ fn open_card(
     room: usize,
     out: &mut Discovered,
 ) {
-    let profiles = alsa_cards::build_profiles(card, defaults.rate);
+    let profiles = card_profiles(card, defaults.rate);
     for p in &profiles.problems {
         tracing::warn!("{p}; skipped");
     }
@@ -167,6 +169,12 @@ pub fn open_profile(
         tracing::warn!("{why}; skipped");
         problems.push(why);
     };
+    if let Some(ucm) = &card.ucm
+        && let Err(e) = ucm_enable(ucm, profile)
+    {
+        fail(format!("{label}: profile {}: {e}", profile.name));
+        return (opened, problems);
+    }
     for dev in alsa_cards::devices_for(card, profile, &template) {
         if opened.len() >= room {
             fail(format!(
@@ -223,6 +231,20 @@ pub fn open_profile(
     (opened, problems)
 }
 
+/// Sets the UCM verb of `profile` (none for `off`) and enables, per direction, the
+/// best device of its mapping: the port its sink or source starts on (the mixers then
+/// follow the active port, docs/alsa/ucm.md).
+fn ucm_enable(ucm: &Ucm, profile: &Profile) -> Result<(), String> {
+    ucm.set_verb(profile.verb.as_deref())?;
+    for m in [&profile.output, &profile.input].into_iter().flatten() {
+        let devices: Vec<String> = m.ucm_ports.iter().map(|p| p.device.clone()).collect();
+        if let Some(first) = devices.first() {
+            ucm.enable_device(first, &devices)?;
+        }
+    }
+    Ok(())
+}
+
 /// The registry's record of `card` (no nodes yet).
 pub fn card_record(card: &CardProbe, profiles: &CardProfiles, active: String) -> Card {
     let mut ports: Vec<CardPort> = Vec::new();
@@ -232,23 +254,34 @@ pub fn card_record(card: &CardProbe, profiles: &CardProfiles, active: String) ->
                 Direction::Playback => PortDirection::Output,
                 Direction::Capture => PortDirection::Input,
             };
-            match ports.iter_mut().find(|x| x.name == m.port) {
-                Some(x) if !x.profiles.contains(&p.name) => x.profiles.push(p.name.clone()),
-                Some(_) => {}
-                None => ports.push(CardPort {
-                    name: m.port.clone(),
-                    description: m.port_description.clone(),
-                    priority: m.priority * 100,
-                    direction,
-                    // Jack detection is not read yet: the card cannot tell.
-                    available: Availability::Unknown,
-                    port_type: match m.port_kind {
-                        PortKind::Analog => PortType::Analog,
-                        PortKind::Hdmi => PortType::Hdmi,
-                        PortKind::Spdif => PortType::Spdif,
-                    },
-                    profiles: vec![p.name.clone()],
-                }),
+            // A UCM mapping's ports are its devices; a probed one has one port.
+            let own: Vec<(String, String, u32)> = if m.ucm_ports.is_empty() {
+                vec![(m.port.clone(), m.port_description.clone(), m.priority * 100)]
+            } else {
+                m.ucm_ports
+                    .iter()
+                    .map(|u| (u.name.clone(), u.description.clone(), u.priority))
+                    .collect()
+            };
+            for (name, description, priority) in own {
+                match ports.iter_mut().find(|x| x.name == name) {
+                    Some(x) if !x.profiles.contains(&p.name) => x.profiles.push(p.name.clone()),
+                    Some(_) => {}
+                    None => ports.push(CardPort {
+                        name,
+                        description,
+                        priority,
+                        direction,
+                        // Until the card's jacks are read (mixers.rs).
+                        available: Availability::Unknown,
+                        port_type: match m.port_kind {
+                            PortKind::Analog => PortType::Analog,
+                            PortKind::Hdmi => PortType::Hdmi,
+                            PortKind::Spdif => PortType::Spdif,
+                        },
+                        profiles: vec![p.name.clone()],
+                    }),
+                }
             }
         }
     }
@@ -344,6 +377,7 @@ mod tests {
             name: "HDA Intel PCH".into(),
             long_name: "HDA Intel PCH at 0xf7f10000 irq 32".into(),
             driver: "HDA-Intel".into(),
+            ucm: None,
             pcms: vec![
                 pcm(0, Direction::Playback, "Analog"),
                 pcm(0, Direction::Capture, "Analog"),
@@ -387,5 +421,81 @@ mod tests {
         );
         assert_eq!(prop("device.description"), Some("HDA Intel PCH"));
         assert_eq!(card.profiles.last().unwrap().name, "off");
+    }
+
+    #[test]
+    fn a_ucm_card_record_has_a_port_per_device_shared_across_verbs() {
+        use quaver_devices::alsa::ucm::{Ucm, UcmConfig, UcmDevice, UcmVerb};
+        let dev = |name: &str, playback: bool, priority| UcmDevice {
+            name: name.into(),
+            comment: format!("{name} comment"),
+            playback_pcm: playback.then(|| "hw:Dummy,0".to_string()),
+            capture_pcm: (!playback).then(|| "hw:Dummy,0".to_string()),
+            playback_priority: Some(priority),
+            capture_priority: Some(priority),
+            ..UcmDevice::default()
+        };
+        let verb = |name: &str, devices| UcmVerb {
+            name: name.into(),
+            comment: String::new(),
+            devices,
+        };
+        let config = UcmConfig {
+            verbs: vec![
+                verb(
+                    "HiFi",
+                    vec![
+                        dev("Speaker", true, 100),
+                        dev("Headphones", true, 200),
+                        dev("Mic", false, 100),
+                    ],
+                ),
+                verb("Voice Call", vec![dev("Mic", false, 100)]),
+            ],
+        };
+        let probe = CardProbe {
+            index: 1,
+            id: "Dummy".into(),
+            name: "Dummy".into(),
+            long_name: "Dummy 1".into(),
+            driver: "Dummy".into(),
+            pcms: vec![
+                pcm(0, Direction::Playback, "Dummy PCM"),
+                pcm(0, Direction::Capture, "Dummy PCM"),
+            ],
+            ucm: Some(std::sync::Arc::new(Ucm::from_config(
+                config,
+                "card 'Dummy'",
+            ))),
+        };
+        let profiles = card_profiles(&probe, 48_000);
+        assert!(profiles.problems.is_empty(), "{:?}", profiles.problems);
+        let card = card_record(&probe, &profiles, "HiFi".into());
+        let ports: Vec<(&str, &str, u32, &[String])> = card
+            .ports
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.description.as_str(),
+                    p.priority,
+                    p.profiles.as_slice(),
+                )
+            })
+            .collect();
+        let hifi = ["HiFi".to_string()];
+        let both = ["HiFi".to_string(), "Voice Call".to_string()];
+        assert_eq!(
+            ports,
+            [
+                ("[Out] Headphones", "Headphones comment", 200, &hifi[..]),
+                ("[Out] Speaker", "Speaker comment", 100, &hifi[..]),
+                ("[In] Mic", "Mic comment", 100, &both[..]),
+            ]
+        );
+        assert_eq!(card.ports[2].direction, PortDirection::Input);
+        let names: Vec<&str> = card.profiles.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["HiFi", "Voice Call", "off"]);
+        assert_eq!((card.profiles[1].sinks, card.profiles[1].sources), (0, 1));
     }
 }

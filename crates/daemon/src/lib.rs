@@ -234,7 +234,7 @@ pub fn run(cfg: Config) -> Result<()> {
     }
     let registry = registry.shared();
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
-    let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults, &registry);
+    let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults, &registry, None);
     let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
     // The discovered cards: their mixers, cards plugged in later, profile switches.
     let live = live::LiveCards::new(

@@ -4,7 +4,7 @@
 //! card's devices at run time (docs/alsa/discovery.md, docs/alsa/hotplug.md).
 
 use crate::cards::{self, Opened, Owner, card_record, fill_nodes, label, open_profile};
-use crate::mixers;
+use crate::mixers::{self, UcmCard};
 use quaver_devices::alsa::AlsaConfig;
 use quaver_devices::alsa::cards::{CardProbe, CardProfiles, Profile, devices_for};
 use quaver_devices::alsa::mixer::Mixer;
@@ -66,7 +66,11 @@ impl LiveCards {
     ) {
         let names = self.engine.devices();
         let specs: Vec<(usize, String)> = devices.iter().map(|(i, s, _)| (*i, s.clone())).collect();
-        let mixers = mixers::attach(&self.engine, &specs, &self.defaults, &self.registry);
+        let active = locked(&self.registry)
+            .find(Some(probe.index as u32), None)
+            .map(|c| c.active.clone());
+        let ucm = UcmCard::of(&probe, active.and_then(|a| profiles.get(&a)));
+        let mixers = mixers::attach(&self.engine, &specs, &self.defaults, &self.registry, ucm);
         let devices = devices
             .into_iter()
             .filter_map(|(i, _, o)| {
@@ -112,7 +116,8 @@ impl LiveCards {
         if cards.contains_key(&index) {
             return;
         }
-        let profiles = quaver_devices::alsa::cards::build_profiles(&probe, self.defaults.rate);
+        let profiles =
+            quaver_devices::alsa::ucm::profiles::card_profiles(&probe, self.defaults.rate);
         for p in &profiles.problems {
             tracing::warn!("{p}; skipped");
         }
@@ -204,7 +209,8 @@ impl LiveCards {
                 }
             }
         }
-        card.mixers = mixers::attach(&self.engine, &specs, &self.defaults, &self.registry);
+        let ucm = UcmCard::of(&card.probe, Some(profile));
+        card.mixers = mixers::attach(&self.engine, &specs, &self.defaults, &self.registry, ucm);
         Ok(())
     }
 

@@ -5,28 +5,66 @@
 //! they set the availability of the card's ports, which switches sinks and sources
 //! between ports; the mixer follows the active port (docs/alsa/ports.md).
 
+use quaver_devices::alsa::cards::{CardProbe, Mapping, Profile};
 use quaver_devices::alsa::jack::{Jack, port_of_jack};
 use quaver_devices::alsa::mixer::{Mixer, NoElement, card_of_pcm};
 use quaver_devices::alsa::ports::{analog_ports, output_switches};
+use quaver_devices::alsa::ucm::Ucm;
+use quaver_devices::alsa::ucm::profiles::UcmPort;
 use quaver_devices::spec::{DeviceDefaults, DeviceSpec, parse_spec};
 use quaver_engine::Engine;
 use quaver_policy::cards::ports::FoundPort;
 use quaver_policy::cards::{Availability, PortDirection, SharedCards};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+/// A card with a UCM configuration, in its active profile: its manager and the ports
+/// (UCM devices, best first) of its sink and source.
+pub(crate) struct UcmCard {
+    /// The card's use case manager. Weak: the card's probe owns it, and the threads
+    /// that follow ports (which outlive a card that goes) must not keep its control
+    /// device open, which would block the card's removal.
+    pub ucm: Weak<Ucm>,
+    /// How logs name the card.
+    pub label: String,
+    /// The sink's ports.
+    pub output: Vec<UcmPort>,
+    /// The source's ports.
+    pub input: Vec<UcmPort>,
+}
+
+impl UcmCard {
+    /// The UCM side of `probe` in `profile`; `None` for a card without UCM.
+    pub(crate) fn of(probe: &CardProbe, profile: Option<&Profile>) -> Option<Arc<UcmCard>> {
+        let ucm = probe.ucm.as_ref()?;
+        let ports =
+            |m: &Option<Mapping>| m.as_ref().map(|m| m.ucm_ports.clone()).unwrap_or_default();
+        Some(Arc::new(UcmCard {
+            ucm: Arc::downgrade(ucm),
+            label: ucm.label.clone(),
+            output: profile.map(|p| ports(&p.output)).unwrap_or_default(),
+            input: profile.map(|p| ports(&p.input)).unwrap_or_default(),
+        }))
+    }
+}
+
+/// What follows a card's active ports: its mixer, and its UCM devices if it has UCM.
+type PortFollower = (Mixer, Option<Arc<UcmCard>>);
 
 /// Attaches hardware volumes to the devices opened from `opened` (engine device index,
 /// spec as configured). Returns the mixers, which the caller keeps for as long as it
-/// serves (their watch threads end when they are dropped).
+/// serves (their watch threads end when they are dropped). `ucm`: the devices are a
+/// UCM card's (one card), whose configuration names the volume elements and jacks.
 pub(crate) fn attach(
     engine: &Engine,
     opened: &[(usize, String)],
     defaults: &DeviceDefaults,
     cards: &SharedCards,
+    ucm: Option<Arc<UcmCard>>,
 ) -> Vec<Mixer> {
     let mut mixers = Vec::new();
     // The mixer of each card with ports to follow, by card index.
-    let mut by_card: BTreeMap<u32, Mixer> = BTreeMap::new();
+    let mut by_card: BTreeMap<u32, PortFollower> = BTreeMap::new();
     for (index, spec) in opened {
         let Ok(DeviceSpec::Alsa(cfg)) = parse_spec(spec, defaults) else {
             continue;
@@ -47,8 +85,11 @@ pub(crate) fn attach(
         };
         match card_index(cards, &card) {
             Some(i) if !by_card.contains_key(&i) => {
-                follow_ports(&mixer, &card, i, cards);
-                by_card.insert(i, mixer.clone());
+                match &ucm {
+                    Some(u) => follow_ucm_jacks(&mixer, &card, i, cards, u),
+                    None => follow_ports(&mixer, &card, i, cards),
+                }
+                by_card.insert(i, (mixer.clone(), ucm.clone()));
             }
             Some(_) => {}
             None => watch_jacks(&mixer, &card),
@@ -58,7 +99,28 @@ pub(crate) fn attach(
                 continue;
             }
             let side = if capture { "source" } else { "sink" };
-            match mixer.pick(capture) {
+            let picked = match &ucm {
+                Some(u) => match ucm_element(u, capture) {
+                    Some(name) => mixer.element(&name, capture),
+                    None => {
+                        tracing::info!(
+                            "{spec}: {}: the UCM configuration names no {side} volume element; software volume only",
+                            u.label
+                        );
+                        continue;
+                    }
+                },
+                None => mixer.pick(capture),
+            };
+            if let (Some(u), Err(NoElement::NoneFound)) = (&ucm, &picked) {
+                tracing::warn!(
+                    "{spec}: {}: the UCM {side} volume element '{}' is not a {side} volume of card {card}; software volume only",
+                    u.label,
+                    ucm_element(u, capture).unwrap_or_default()
+                );
+                continue;
+            }
+            match picked {
                 Ok(element) => {
                     let info = element.info_summary();
                     match engine.attach_hardware_volume(*index, capture, Arc::new(element)) {
@@ -153,6 +215,114 @@ fn follow_ports(mixer: &Mixer, label: &str, index: u32, cards: &SharedCards) {
     }));
 }
 
+/// The volume element a UCM card's sink (or source) uses: that of its best port that
+/// names one.
+fn ucm_element(u: &UcmCard, capture: bool) -> Option<String> {
+    let ports = if capture { &u.input } else { &u.output };
+    ports.iter().find_map(|p| p.element.clone())
+}
+
+/// The availability of each UCM port with a jack, from the jacks as they are now
+/// (`Unknown` while its jack control does not exist).
+fn ucm_availability(u: &UcmCard, jacks: &[Jack]) -> Vec<(String, Availability)> {
+    u.output
+        .iter()
+        .chain(&u.input)
+        .filter_map(|p| {
+            let jack = p.jack.as_ref()?;
+            let mut state = Availability::Unknown;
+            for j in jacks.iter().filter(|j| !j.removed && &j.name == jack) {
+                if j.plugged {
+                    state = Availability::Yes;
+                } else if state == Availability::Unknown {
+                    state = Availability::No;
+                }
+            }
+            Some((p.name.clone(), state))
+        })
+        .collect()
+}
+
+/// Sets the availability of a UCM card's ports from `jacks` (switching its sinks and
+/// sources as their availability says).
+fn refresh_ucm_ports(cards: &SharedCards, label: &str, index: u32, u: &UcmCard, jacks: &[Jack]) {
+    let change = cards
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .set_availability(index, &ucm_availability(u, jacks));
+    for (node, port) in change.iter().flat_map(|c| &c.switched) {
+        tracing::info!("card {label}: {node} switched to port {port}");
+    }
+}
+
+/// A UCM card's ports: availability from the jack controls its devices name, now and
+/// on every jack event.
+fn follow_ucm_jacks(mixer: &Mixer, label: &str, index: u32, cards: &SharedCards, u: &Arc<UcmCard>) {
+    let jacks = match mixer.jacks() {
+        Ok(j) => j,
+        Err(e) => {
+            tracing::warn!("card {label}: no jack detection ({e}); port availability unknown");
+            Vec::new()
+        }
+    };
+    for j in &jacks {
+        log_ucm_jack(label, j, u);
+    }
+    refresh_ucm_ports(cards, label, index, u, &jacks);
+    let known = Mutex::new(jacks);
+    let (label, cards, u) = (label.to_string(), cards.clone(), u.clone());
+    mixer.watch_jacks(Box::new(move |j| {
+        log_ucm_jack(&label, &j, &u);
+        let mut known = known.lock().unwrap_or_else(PoisonError::into_inner);
+        known.retain(|k| (k.name.as_str(), k.index) != (j.name.as_str(), j.index));
+        known.push(j);
+        refresh_ucm_ports(&cards, &label, index, &u, &known);
+    }));
+}
+
+/// Logs a jack of a UCM card with the ports whose `JackControl` it is.
+fn log_ucm_jack(card: &str, j: &Jack, u: &UcmCard) {
+    let ports: Vec<&str> = u
+        .output
+        .iter()
+        .chain(&u.input)
+        .filter(|p| p.jack.as_deref() == Some(j.name.as_str()))
+        .map(|p| p.name.as_str())
+        .collect();
+    let state = match (j.removed, j.plugged) {
+        (true, _) => "removed",
+        (false, true) => "plugged",
+        (false, false) => "unplugged",
+    };
+    tracing::info!(
+        "card {card}: jack '{}' {state} (UCM ports {ports:?})",
+        j.name
+    );
+}
+
+/// Enables the UCM device of `port` (disabling the other devices of its direction),
+/// when `port` is one of the card's UCM ports.
+fn apply_ucm_port(u: &UcmCard, node: &str, port: &str) {
+    for ports in [&u.output, &u.input] {
+        let Some(p) = ports.iter().find(|p| p.name == port) else {
+            continue;
+        };
+        let devices: Vec<String> = ports.iter().map(|p| p.device.clone()).collect();
+        let Some(ucm) = u.ucm.upgrade() else {
+            return;
+        };
+        match ucm.enable_device(&p.device, &devices) {
+            Ok(true) => tracing::info!(
+                "{}: port {port} of {node}: UCM device '{}' enabled",
+                u.label,
+                p.device
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("port {port} of {node}: {e}"),
+        }
+    }
+}
+
 /// Sets the card's playback switches for the active port of `node` (headphones mute
 /// the speakers and the reverse); elements the card lacks are skipped.
 fn apply_port(mixer: &Mixer, node: &str, port: &str) {
@@ -174,7 +344,7 @@ fn apply_port(mixer: &Mixer, node: &str, port: &str) {
 
 /// Makes each card's mixer follow its sinks' active ports, now and on every switch
 /// (jack or `pactl set-sink-port`), on a thread of its own.
-fn follow_active_ports(cards: &SharedCards, mixers: BTreeMap<u32, Mixer>) {
+fn follow_active_ports(cards: &SharedCards, mixers: BTreeMap<u32, PortFollower>) {
     if mixers.is_empty() {
         return;
     }
@@ -191,20 +361,24 @@ fn follow_active_ports(cards: &SharedCards, mixers: BTreeMap<u32, Mixer>) {
             .collect();
         (reg.watch(), now)
     };
+    let apply = |(m, u): &PortFollower, node: &str, port: &str| match u {
+        Some(u) => apply_ucm_port(u, node, port),
+        None => apply_port(m, node, port),
+    };
     for (card, node, port) in now {
-        if let Some(m) = mixers.get(&card) {
-            apply_port(m, &node, &port);
+        if let Some(f) = mixers.get(&card) {
+            apply(f, &node, &port);
         }
     }
     let spawned = std::thread::Builder::new()
         .name("card ports".into())
         .spawn(move || {
             for change in rx {
-                let Some(m) = mixers.get(&change.card) else {
+                let Some(f) = mixers.get(&change.card) else {
                     continue;
                 };
                 for (node, port) in &change.switched {
-                    apply_port(m, node, port);
+                    apply(f, node, port);
                 }
             }
         });

@@ -6,6 +6,11 @@
 //! on; unplugging moves back to `analog-output`; `pactl set-sink-port` switches by hand
 //! and refuses an unknown port. One guest boot; skipped, loudly, where the rig cannot
 //! run. docs/alsa/ports.md.
+//!
+//! Then, with `ALSA_CONFIG_UCM2` naming `tests/data/ucm2`, the dummy card's UCM verbs and
+//! devices are its profiles and ports (jack, device sequences, volume elements, a
+//! profile switch), and a configuration with a syntax error (`tests/data/ucm2-broken`)
+//! is logged and the card probed instead (docs/alsa/ucm.md).
 
 use quaver_testkit::guest::{Guest, quote, section, skip_unless_available};
 use quaver_testkit::{noise_s16, quaverd_bin, write_wav_s16};
@@ -41,7 +46,7 @@ else:
 PY
 }
 active() { # the Dummy sink's active port
-    pactl list sinks | awk -v s="$SINK" '$1=="Name:" {n=$2} n==s && $1=="Active" {print $3; exit}'
+    pactl list sinks | awk -v s="$SINK" '$1=="Name:" {n=$2} n==s && $1=="Active" {sub(/^[ \t]*Active Port: /, ""); print; exit}'
 }
 wait_port() { # T0 PORT: polls (bounded, 60 s) until PORT is active; prints the delay
     t0=$1; shift
@@ -123,8 +128,175 @@ for x in "analog-output-headphones $t_plug" "analog-output $t_unplug"; do
     ts=$(grep -m1 "$SINK switched to port $1\$" "$OUT/quaverd.log" | cut -d' ' -f1)
     [ -n "$ts" ] && echo "switch to $1: $(( $(date -d "$ts" +%s%N) / 1000000 - $2 )) ms"
 done
+# 3. UCM (docs/alsa/ucm.md): the test configuration $UCM/ucm2 gives the dummy card
+#    verbs HiFi (Speaker, Headphones with the jack above, still unplugged, Mic) and
+#    Voice Call. Each UCM device's enable sequence turns one capture switch on (Speaker:
+#    Synth, Headphones: Line), so amixer shows which device UCM enabled.
+T_UCM=$(now_ms)
+ALSA_CONFIG_UCM2="$UCM/ucm2" "$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd3.log" & QP=$!
+wait_server
+SINK=$(pactl list short sinks | awk '$2 ~ /^Dummy\./ {print $2; exit}')
+SOURCE=$(pactl list short sources | awk '$2 ~ /^Dummy\./ && $2 !~ /monitor$/ {print $2; exit}')
+db() { amixer -c Dummy sget "$1" | grep -o '\[-*[0-9.]*dB\]' | head -1; }
+capsw() { amixer -c Dummy sget "$1" | grep -o 'Capture \[o[nf]*\]' | head -1; }
+devices() { # WANTED-HEADPHONES: waits (bounded) for the Line switch, then says both
+    for _ in $(seq 50); do [ "$(capsw Line)" = "Capture $1" ] && break; sleep 0.1; done
+    echo "speaker $(capsw Synth) headphones $(capsw Line)"
+}
+echo "=== UCM-NODES"; echo "$SINK $SOURCE"
+echo "=== UCM-CARD"; pactl list cards
+echo "=== UCM-START"; active; devices "[off]"
+echo "=== UCM-VOLUME"
+master=$(db Master)
+pactl set-sink-volume "$SINK" 50%; pactl set-source-volume "$SOURCE" 50%
+for _ in $(seq 50); do [ "$(db Synth)" = "[-18.00dB]" ] && break; sleep 0.1; done
+echo "synth $(db Synth) cd $(db CD) master $([ "$(db Master)" = "$master" ] && echo unchanged || echo changed)"
+echo "=== UCM-PLUG"
+w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" "[Out] Headphones"; devices "[on]"
+echo "=== UCM-BY-HAND"
+pactl set-sink-port "$SINK" "[Out] Speaker"; echo "set exit $?"; active; devices "[off]"
+echo "=== UCM-PROFILE"
+pactl set-card-profile alsa_card.Dummy "Voice Call"; echo "profile exit $?"
+pactl list cards | awk '/Name: alsa_card.Dummy/ {f=1} f && /Active Profile/ {print; exit}'
+SINK=$(pactl list short sinks | awk '$2 ~ /^Dummy\./ {print $2; exit}'); echo "$SINK"; active
+pactl set-sink-volume "$SINK" 50%
+for _ in $(seq 50); do [ "$(db Master)" = "[-18.00dB]" ] && break; sleep 0.1; done
+echo "master $(db Master)"
+stop_pid $QP; echo "quaverd exit $RC"
+echo "=== UCM-LOG"; grep -E "UCM|port|ERROR.*Dummy" "$OUT/quaverd3.log"
+# 4. A UCM configuration with a syntax error: logged with the card's name and what
+#    alsa-lib said; the card is probed as if it had none, the loopback card serves.
+ALSA_CONFIG_UCM2="$UCM/ucm2-broken" "$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd4.log" & QP=$!
+wait_server
+echo "=== UCM-BROKEN"; pactl list short cards; pactl list short sinks
+stop_pid $QP; echo "quaverd exit $RC"
+grep "UCM" "$OUT/quaverd4.log"
+echo "=== UCM-TIME"; echo "parts 3 and 4: $(( $(now_ms) - T_UCM )) ms"
 echo "=== END"
 "#;
+
+/// The trimmed lines of `block` after the line `start` up to the next line at that
+/// line's indentation or less (a section of `pactl list cards`).
+fn sub_lines<'a>(block: &'a str, start: &str) -> Vec<&'a str> {
+    let mut lines = block.lines().skip_while(|l| l.trim() != start);
+    let Some(head) = lines.next() else {
+        panic!("no {start} in:\n{block}");
+    };
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let depth = indent(head);
+    lines
+        .take_while(|l| indent(l) > depth)
+        .map(str::trim)
+        .collect()
+}
+
+/// Parts 3 and 4: the UCM configuration's profiles, ports, jacks, devices and volume
+/// elements; a broken configuration falls back to probing.
+fn check_ucm(out: &str) {
+    let nodes = section(out, "UCM-NODES").trim();
+    assert_eq!(nodes, "Dummy.HiFi-hw0-sink Dummy.HiFi-hw0-source", "{out}");
+    let card = block(section(out, "UCM-CARD"), "alsa_card.Dummy");
+    assert_eq!(
+        sub_lines(card, "Profiles:"),
+        [
+            "HiFi: Play HiFi quality Music (sinks: 1, sources: 1, priority: 8000, available: yes)",
+            "Voice Call: Make a phone call (sinks: 1, sources: 1, priority: 6000, available: yes)",
+            "off: Off (sinks: 0, sources: 0, priority: 0, available: yes)",
+        ],
+        "{card}"
+    );
+    assert!(card.contains("Active Profile: HiFi\n"), "{card}");
+    let port = |rest: &str| format!("(type: Analog, priority: {rest})");
+    assert_eq!(
+        sub_lines(card, "Ports:"),
+        [
+            format!(
+                "[Out] Headphones: Headphones {}",
+                port("200, latency offset: 0 usec, not available")
+            ),
+            "Part of profile(s): HiFi".to_string(),
+            format!(
+                "[Out] Speaker: Speaker {}",
+                port("100, latency offset: 0 usec, availability unknown")
+            ),
+            "Part of profile(s): HiFi".to_string(),
+            format!(
+                "[In] Mic: Internal Microphone {}",
+                port("100, latency offset: 0 usec, availability unknown")
+            ),
+            "Part of profile(s): HiFi, Voice Call".to_string(),
+            format!(
+                "[Out] Earpiece: Earpiece {}",
+                port("100, latency offset: 0 usec, availability unknown")
+            ),
+            "Part of profile(s): Voice Call".to_string(),
+        ],
+        "{card}"
+    );
+    // Headphones unplugged: the speaker, and UCM enabled the Speaker device only.
+    assert_eq!(
+        section(out, "UCM-START").trim(),
+        "[Out] Speaker\nspeaker Capture [on] headphones Capture [off]",
+        "{out}"
+    );
+    // Volume goes to the elements the configuration names, not to Master.
+    assert_eq!(
+        section(out, "UCM-VOLUME").trim(),
+        "synth [-18.00dB] cd [-18.00dB] master unchanged",
+        "{out}"
+    );
+    // Plugged: the headphones, and UCM switched the devices.
+    let plug = section(out, "UCM-PLUG");
+    assert!(
+        plug.contains("active [Out] Headphones after ")
+            && plug.ends_with("speaker Capture [off] headphones Capture [on]\n"),
+        "{plug}"
+    );
+    // By hand, headphones still plugged: the speaker.
+    assert_eq!(
+        section(out, "UCM-BY-HAND").trim(),
+        "set exit 0\n[Out] Speaker\nspeaker Capture [on] headphones Capture [off]",
+        "{out}"
+    );
+    let profile = section(out, "UCM-PROFILE");
+    assert!(
+        profile.starts_with(
+            "profile exit 0\n\tActive Profile: Voice Call\nDummy.Voice_Call-hw0-sink\n[Out] Earpiece\nmaster [-18.00dB]\n"
+        ),
+        "{profile}"
+    );
+    let log = section(out, "UCM-LOG");
+    assert!(
+        log.contains(
+            "card 'Dummy' (Dummy): UCM configuration with verbs [\"HiFi\", \"Voice Call\"]"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("ERROR"), "{log}");
+    assert!(
+        log.contains("Dummy.HiFi-hw0-sink switched to port [Out] Headphones")
+            && log.contains("UCM device 'Headphones' enabled")
+            && log.contains("port [Out] Speaker chosen by a client"),
+        "{log}"
+    );
+    // The broken configuration: said with the card and alsa-lib's words; probed instead.
+    let broken = section(out, "UCM-BROKEN");
+    assert!(
+        broken.contains("alsa_card.Dummy")
+            && broken.contains("Dummy.analog-stereo-sink")
+            && broken.contains("Loopback.analog-stereo-sink"),
+        "{broken}"
+    );
+    assert!(
+        broken.contains(
+            "WARN card 'Dummy' (Dummy): UCM configuration does not load: snd_use_case_mgr_open('hw:1'): Invalid argument (alsa-lib: "
+        ) && broken.contains("Unexpected char")
+            && broken.contains("ucm2-broken/conf.d/Dummy/Dummy.conf")
+            && broken.contains("); profiles from PCM probing instead"),
+        "{broken}"
+    );
+    eprintln!("{}", section(out, "UCM-TIME"));
+}
 
 /// The block of `pactl list sinks|cards` output that names `name`.
 fn block<'a>(list: &'a str, name: &str) -> &'a str {
@@ -138,14 +310,16 @@ fn headphones_plugged_and_unplugged_switch_the_dummy_sinks_port_while_it_plays()
     if !skip_unless_available("kernel_alsa_jacks") {
         return;
     }
-    let guest = Guest::new().timeout(Duration::from_secs(400));
+    let guest = Guest::new().timeout(Duration::from_secs(600));
     let wav = guest.path("noise.wav");
     // 60 s: longer than every step, so paplay is still playing when checked.
     write_wav_s16(&wav, 48_000, 2, &noise_s16(48_000 * 2 * 60, 2, 8000));
+    let ucm = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
     let run = guest.run(&format!(
-        "Q={}\nWAV={}\n{SCRIPT}",
+        "Q={}\nWAV={}\nUCM={}\n{SCRIPT}",
         quote(&quaverd_bin().to_string_lossy()),
-        quote(&wav.to_string_lossy())
+        quote(&wav.to_string_lossy()),
+        quote(ucm)
     ));
     let out = run.ok();
     eprintln!("{out}");
@@ -235,7 +409,8 @@ fn headphones_plugged_and_unplugged_switch_the_dummy_sinks_port_while_it_plays()
             && mixer.contains("unplugged analog-output-speaker speaker [on] headphone [off]\n"),
         "{mixer}"
     );
-    assert_eq!(out.matches("quaverd exit 0").count(), 2, "{out}");
+    check_ucm(out);
+    assert_eq!(out.matches("quaverd exit 0").count(), 4, "{out}");
     // Reported, not asserted: guest timings mean little (the emulated CPU is slow).
     eprintln!("measured delays:\n{}", section(out, "DELAYS"));
 }

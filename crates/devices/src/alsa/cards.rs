@@ -12,10 +12,12 @@
 use super::config::AlsaConfig;
 use super::ffi::{self, Lib, Opaque};
 use super::params::{Direction, PcmFormat};
+use super::ucm::{Ucm, UcmPort};
 use super::{card_numbers, unavailable};
 use crate::DeviceError;
 use quaver_dsp::ChannelMap;
 use std::ffi::{CString, c_int, c_uint};
+use std::sync::Arc;
 
 /// Channel counts a probe tests: what the profiles below can use.
 const PROBED_CHANNELS: [u32; 5] = [1, 2, 4, 6, 8];
@@ -82,6 +84,9 @@ pub struct CardProbe {
     pub driver: String,
     /// Every PCM device, per direction, in device order.
     pub pcms: Vec<PcmProbe>,
+    /// Its UCM configuration and open use case manager, when it has one that loads:
+    /// then the verbs define the profiles ([`super::ucm`]).
+    pub ucm: Option<Arc<Ucm>>,
 }
 
 /// What kind of connector a mapping drives (for the port).
@@ -116,6 +121,9 @@ pub struct Mapping {
     pub port_description: String,
     /// The port's connector.
     pub port_kind: PortKind,
+    /// From a UCM verb: every device on this PCM as a port, best first (the first is
+    /// `port`). Empty for probed mappings.
+    pub ucm_ports: Vec<UcmPort>,
 }
 
 /// A card profile: which mappings are open together.
@@ -131,9 +139,23 @@ pub struct Profile {
     pub output: Option<Mapping>,
     /// The source's mapping.
     pub input: Option<Mapping>,
+    /// The UCM verb it sets, for a card with a UCM configuration.
+    pub verb: Option<String>,
 }
 
 impl Profile {
+    /// The profile that opens nothing.
+    pub fn off() -> Profile {
+        Profile {
+            name: "off".into(),
+            description: "Off".into(),
+            priority: 0,
+            output: None,
+            input: None,
+            verb: None,
+        }
+    }
+
     /// Sinks it opens (0 or 1).
     pub fn sinks(&self) -> u32 {
         self.output.is_some() as u32
@@ -191,7 +213,7 @@ fn pcm_label(card: &CardProbe, pcm: &PcmProbe) -> String {
 }
 
 /// The usable capabilities of `pcm` at `rate`, or why it is not usable.
-fn usable(card: &CardProbe, pcm: &PcmProbe, rate: u32) -> Result<PcmCaps, String> {
+pub(crate) fn usable(card: &CardProbe, pcm: &PcmProbe, rate: u32) -> Result<PcmCaps, String> {
     let what = format!("{} '{}'", pcm_label(card, pcm), pcm.name);
     let caps = pcm.caps.as_ref().map_err(|e| format!("{what}: {e}"))?;
     if caps.formats.is_empty() {
@@ -239,6 +261,7 @@ pub fn mappings(card: &CardProbe, rate: u32) -> (Vec<Mapping>, Vec<String>) {
                 port: format!("analog-{suffix}"),
                 port_description: format!("Analog {word}"),
                 port_kind: PortKind::Analog,
+                ucm_ports: Vec::new(),
             };
             match port_kind_of(pcm) {
                 PortKind::Analog if !analog_done => {
@@ -302,7 +325,9 @@ pub fn mappings(card: &CardProbe, rate: u32) -> (Vec<Mapping>, Vec<String>) {
     (out, problems)
 }
 
-/// The profiles `card` offers at `rate` (see the module docs), best first, `off` last.
+/// The profiles `card`'s PCMs offer at `rate` (see the module docs), best first, `off`
+/// last. A card with a UCM configuration gets its profiles from it instead:
+/// [`super::ucm::profiles::card_profiles`] chooses.
 pub fn build_profiles(card: &CardProbe, rate: u32) -> CardProfiles {
     let (maps, problems) = mappings(card, rate);
     let outs: Vec<&Mapping> = maps
@@ -331,6 +356,7 @@ pub fn build_profiles(card: &CardProbe, rate: u32) -> CardProfiles {
             priority: o.map_or(0, |m| m.priority * 100) + i.map_or(0, |m| m.priority),
             output: o.cloned(),
             input: i.cloned(),
+            verb: None,
         }
     };
     for o in &outs {
@@ -344,13 +370,7 @@ pub fn build_profiles(card: &CardProbe, rate: u32) -> CardProfiles {
     }
     // Stable: equal priorities keep the order above (outputs in device order).
     profiles.sort_by_key(|p| std::cmp::Reverse(p.priority));
-    profiles.push(Profile {
-        name: "off".into(),
-        description: "Off".into(),
-        priority: 0,
-        output: None,
-        input: None,
-    });
+    profiles.push(Profile::off());
     CardProfiles { profiles, problems }
 }
 
@@ -483,6 +503,7 @@ fn probe_card(lib: &'static Lib, index: c_int) -> Result<CardProbe, String> {
         long_name: text(lib.ctl_card_info_get_longname),
         driver: text(lib.ctl_card_info_get_driver),
         pcms: Vec::new(),
+        ucm: None,
     };
     if card.id.is_empty() {
         card.id = index.to_string();
@@ -531,6 +552,20 @@ fn probe_card(lib: &'static Lib, index: c_int) -> Result<CardProbe, String> {
                 caps,
             });
         }
+    }
+    // A UCM configuration that does not load is the card's problem, not a reason to
+    // skip it: logged, and the card is probed as if it had none.
+    let label = format!("card '{}' ({})", card.name, card.id);
+    match super::ucm::open(index as u32, &label) {
+        Ok(Some(ucm)) => {
+            tracing::info!(
+                "{label}: UCM configuration with verbs {:?}",
+                ucm.config.verbs.iter().map(|v| &v.name).collect::<Vec<_>>()
+            );
+            card.ucm = Some(ucm);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("{e}; profiles from PCM probing instead"),
     }
     Ok(card)
 }
@@ -615,6 +650,7 @@ mod tests {
             long_name: "HDA Intel PCH at 0xf7f10000 irq 32".into(),
             driver: "HDA-Intel".into(),
             pcms,
+            ucm: None,
         }
     }
 

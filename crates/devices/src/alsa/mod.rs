@@ -59,6 +59,7 @@ pub mod params;
 pub mod pcm;
 pub mod ports;
 pub mod seq;
+pub mod ucm;
 
 #[cfg(test)]
 mod fake;

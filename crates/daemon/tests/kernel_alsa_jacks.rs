@@ -114,8 +114,21 @@ w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-outpu
 state plugged analog-output-headphones "[on]"
 w=$(jack 0); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-speaker
 state unplugged analog-output-speaker "[off]"
+# 3. A port chosen by hand is remembered on disk for the card and profile: headphones
+#    plugged, the speakers chosen by hand; started again (still plugged), the sink is on
+#    the speakers, not on the plugged headphones a fresh start picks.
+w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-headphones
+pactl set-sink-port "$SINK" analog-output-speaker; echo "hand exit $?"
 stop_pid $QP; echo "quaverd exit $RC"
 grep -E "switched" "$OUT/quaverd2.log"
+"$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd3.log" & QP=$!
+wait_server
+echo "=== REMEMBERED"
+grep -A2 '^\[ports' "$XDG_STATE_HOME/quaver/card-profiles.toml"
+for _ in $(seq 100); do [ "$(active)" = analog-output-speaker ] && break; sleep 0.1; done
+echo "after restart: $(active) speaker $(sw Speaker) headphone $(sw Headphone)"
+grep -E "chosen earlier" "$OUT/quaverd3.log"
+stop_pid $QP; echo "quaverd exit $RC"
 echo "=== LOG"; grep -E "jack|port|ERROR" "$OUT/quaverd.log"
 echo "=== DELAYS"  # from the jack write to quaverd's switch, by quaverd's log clock
 for x in "analog-output-headphones $t_plug" "analog-output $t_unplug"; do
@@ -235,7 +248,15 @@ fn headphones_plugged_and_unplugged_switch_the_dummy_sinks_port_while_it_plays()
             && mixer.contains("unplugged analog-output-speaker speaker [on] headphone [off]\n"),
         "{mixer}"
     );
-    assert_eq!(out.matches("quaverd exit 0").count(), 2, "{out}");
+    // The port chosen by hand came back after a restart, with the mixer following it.
+    let remembered = section(out, "REMEMBERED");
+    assert!(
+        remembered.contains(&format!("\"{sink}\" = \"analog-output-speaker\""))
+            && remembered
+                .contains("after restart: analog-output-speaker speaker [on] headphone [off]"),
+        "{remembered}\n{out}"
+    );
+    assert_eq!(out.matches("quaverd exit 0").count(), 3, "{out}");
     // Reported, not asserted: guest timings mean little (the emulated CPU is slow).
     eprintln!("measured delays:\n{}", section(out, "DELAYS"));
 }

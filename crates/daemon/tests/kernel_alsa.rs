@@ -507,12 +507,17 @@ play() {
     local d=$1; shift
     start_quaverd "$d" "$@"
     fmt=$(negotiated "$d" playback)
-    cat /proc/asound/Loopback/pcm0p/sub0/hw_params > "$d/hw_params"
     echo "${fmt:-S16_LE}" > "$d/captured.format"
     timeout 30 arecord -q -D hw:Loopback,1,0 -f "${fmt:-S16_LE}" -r 48000 -c 2 -t raw "$d/captured.raw" &
-    local rec=$!
+    local rec=$! p
     wait_for "arecord to run" running pcm1c/sub0
-    timeout 30 paplay "$OUT/in-S16_LE.wav"; echo $? > "$d/paplay.rc"
+    timeout 30 paplay "$OUT/in-S16_LE.wav" &
+    p=$!
+    # Read while the stream plays: before it, a slow guest may find the card closed
+    # for idleness already.
+    wait_for "quaverd's end to run" running pcm0p/sub0
+    cat /proc/asound/Loopback/pcm0p/sub0/hw_params > "$d/hw_params"
+    wait $p; echo $? > "$d/paplay.rc"
     # paplay returns once the server has played its stream out; a little more for the
     # card's buffer to reach the far end.
     sleep 0.5

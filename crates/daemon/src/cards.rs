@@ -3,7 +3,6 @@
 //! the card registry the front-ends present. Every failure is logged with the card's
 //! name and what was wrong, and the other cards serve. docs/alsa/discovery.md.
 
-use quaver_devices::Device;
 use quaver_devices::alsa::cards::{
     self as alsa_cards, CardProbe, CardProfiles, Mapping, PortKind, Profile,
 };
@@ -11,6 +10,7 @@ use quaver_devices::alsa::ucm::Ucm;
 use quaver_devices::alsa::ucm::profiles::card_profiles;
 use quaver_devices::alsa::{AlsaConfig, AlsaDevice, params::Direction};
 use quaver_devices::spec::DeviceDefaults;
+use quaver_devices::{Device, DeviceError};
 use quaver_engine::{Engine, NodeKind};
 use quaver_policy::cards::{
     Availability, Card, CardNode, CardPort, CardProfile, Cards, PortDirection, PortType,
@@ -51,6 +51,9 @@ pub struct Discovered {
     /// Each card's probe and profiles, in the same order: what a later profile switch
     /// opens from.
     pub probes: Vec<(CardProbe, CardProfiles)>,
+    /// What could not be used or opened, one line each, with the card's name (each
+    /// also logged).
+    pub problems: Vec<String>,
 }
 
 /// The card's name in the registry and for PulseAudio: `alsa_card.ID`.
@@ -89,10 +92,13 @@ pub fn open_cards(
         if !may_open(card.index as u32, &card.id) {
             continue;
         }
-        open_card(&card, defaults, reg, room, &mut out);
+        open_card(&card, defaults, reg, room, &mut out, &mut AlsaDevice::open);
     }
     out
 }
+
+/// How a card's device is opened: [`AlsaDevice::open`]; tests put failures in its place.
+pub type Opener<'a> = dyn FnMut(AlsaConfig) -> Result<AlsaDevice, DeviceError> + 'a;
 
 fn open_card(
     card: &CardProbe,
@@ -100,6 +106,7 @@ fn open_card(
     reg: &Cards,
     room: usize,
     out: &mut Discovered,
+    open: &mut Opener<'_>,
 ) {
     let profiles = card_profiles(card, defaults.rate);
     for p in &profiles.problems {
@@ -107,7 +114,9 @@ fn open_card(
     }
     let profile = pick_profile(card, &profiles, reg.remembered(&card_name(&card.id)));
     let room = room.saturating_sub(out.devices.len());
-    let (opened, _problems) = open_profile(card, profile, defaults, room);
+    let (opened, problems) = open_profile_with(card, profile, defaults, room, open);
+    out.problems.extend(profiles.problems.iter().cloned());
+    out.problems.extend(problems);
     let active = if !opened.is_empty() || profile.name == "off" {
         profile.name.clone()
     } else {
@@ -158,6 +167,17 @@ pub fn open_profile(
     defaults: &DeviceDefaults,
     room: usize,
 ) -> (Vec<Opened>, Vec<String>) {
+    open_profile_with(card, profile, defaults, room, &mut AlsaDevice::open)
+}
+
+/// [`open_profile`] through `open`.
+fn open_profile_with(
+    card: &CardProbe,
+    profile: &Profile,
+    defaults: &DeviceDefaults,
+    room: usize,
+    open: &mut Opener<'_>,
+) -> (Vec<Opened>, Vec<String>) {
     let label = label(card);
     let template = AlsaConfig {
         rate: defaults.rate,
@@ -191,7 +211,7 @@ pub fn open_profile(
             onoff(dev.config.playback),
             onoff(dev.config.capture)
         );
-        let mut d = match AlsaDevice::open(dev.config) {
+        let mut d = match open(dev.config) {
             Ok(d) => d,
             Err(e) => {
                 fail(format!(
@@ -366,6 +386,106 @@ mod tests {
                 rates: vec![48_000],
                 formats: vec![PcmFormat::S16],
             }),
+        }
+    }
+
+    /// Acceptance 7's cards that cannot serve, among cards that can: one whose PCMs
+    /// refuse every format quaver converts, one that vanishes while its device opens
+    /// (its PCM answers ENODEV, as an unbind racing the open leaves it). Each is named
+    /// with what was wrong and left off; the good card's device opens (alsa-lib's
+    /// `null` PCM in place of its card, where alsa-lib is installed).
+    #[test]
+    fn cards_that_refuse_every_format_or_vanish_while_opening_are_named_and_skipped() {
+        let probe = |index: i32, id: &str, formats: Vec<PcmFormat>| CardProbe {
+            index,
+            id: id.into(),
+            name: format!("{id} card"),
+            long_name: String::new(),
+            driver: String::new(),
+            pcms: vec![PcmProbe {
+                caps: pcm(0, Direction::Playback, "Analog")
+                    .caps
+                    .map(|c| PcmCaps { formats, ..c }),
+                ..pcm(0, Direction::Playback, "Analog")
+            }],
+            ucm: None,
+        };
+        let refusing = probe(0, "Refusing", Vec::new());
+        let vanishing = probe(1, "Vanishing", vec![PcmFormat::S16]);
+        let good = probe(2, "Good", vec![PcmFormat::S16]);
+        let have_alsa = quaver_devices::alsa::available().is_ok();
+        let mut asked = Vec::new();
+        let mut open = |cfg: AlsaConfig| {
+            asked.push(cfg.pcm.clone());
+            if cfg.pcm.contains("Vanishing") {
+                return Err(DeviceError::Io {
+                    device: cfg.name.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("snd_pcm_open('{}', playback): No such device", cfg.pcm),
+                    ),
+                });
+            }
+            if !have_alsa {
+                return Err(DeviceError::Unavailable {
+                    backend: "ALSA",
+                    reason: "no alsa-lib here".into(),
+                });
+            }
+            AlsaDevice::open(AlsaConfig {
+                pcm: "null".into(),
+                pacing: quaver_devices::alsa::Pacing::Clock,
+                ..cfg
+            })
+        };
+        let defaults = DeviceDefaults {
+            rate: 48_000,
+            channels: quaver_dsp::ChannelMap::stereo(),
+        };
+        let reg = Cards::new(quaver_policy::cards::ProfileStore::memory());
+        let mut out = Discovered::default();
+        for card in [&refusing, &vanishing, &good] {
+            open_card(card, &defaults, &reg, 8, &mut out, &mut open);
+        }
+        // The refusing card has nothing to open: its PCM was never asked for.
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        let active: Vec<(&str, &str)> = out
+            .cards
+            .iter()
+            .map(|c| (c.name.as_str(), c.active.as_str()))
+            .collect();
+        let good_active = if have_alsa {
+            "output:analog-stereo"
+        } else {
+            "off"
+        };
+        assert_eq!(
+            active,
+            [
+                ("alsa_card.Refusing", "off"),
+                ("alsa_card.Vanishing", "off"),
+                ("alsa_card.Good", good_active),
+            ]
+        );
+        let problems = out.problems.join("\n");
+        assert!(
+            problems.contains("card 'Refusing card' (Refusing) PCM hw:Refusing,0 playback")
+                && problems.contains("accepts none of the formats"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("card 'Vanishing card' (Vanishing): opening hw:Vanishing,0 for profile output:analog-stereo")
+                && problems.contains("No such device"),
+            "{problems}"
+        );
+        if have_alsa {
+            assert_eq!(out.devices.len(), 1);
+            assert_eq!(out.devices[0].owner.card, 2);
+        } else {
+            eprintln!("SKIPPED (part): no alsa-lib, the good card's device was not opened");
+        }
+        for mut d in out.devices {
+            d.device.close().unwrap();
         }
     }
 

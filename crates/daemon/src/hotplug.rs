@@ -8,6 +8,7 @@
 //! the next sink and removes it. docs/alsa/hotplug.md.
 
 use crate::live::{LiveCards, present};
+use crate::reserve::Plugged;
 use quaver_devices::alsa::cards::{self as alsa_cards, CardProbe};
 use quaver_devices::alsa::hotplug::{CardEvent, UeventSocket, card_id, pcm_card};
 use quaver_devices::spec::{DeviceDefaults, DeviceSpec, parse_spec};
@@ -92,9 +93,15 @@ pub fn configured_cards(
 
 /// Starts the thread that follows cards as they come and go; `cards` are those the
 /// configured devices opened ([`configured_cards`]), `live` the discovered ones (and
-/// where cards plugged in go). Without a netlink socket (a sandbox that forbids it) it
+/// where cards plugged in go, through the reservation thread when there is one:
+/// `plugged`). Without a netlink socket (a sandbox that forbids it) it
 /// logs why and returns `None`: the daemon runs on with the cards it has.
-pub fn spawn(engine: Engine, cards: Cards, live: Arc<LiveCards>) -> Option<JoinHandle<()>> {
+pub fn spawn(
+    engine: Engine,
+    cards: Cards,
+    live: Arc<LiveCards>,
+    plugged: Option<Plugged>,
+) -> Option<JoinHandle<()>> {
     let socket = match UeventSocket::open() {
         Ok(s) => s,
         Err(e) => {
@@ -104,7 +111,7 @@ pub fn spawn(engine: Engine, cards: Cards, live: Arc<LiveCards>) -> Option<JoinH
     };
     let spawned = std::thread::Builder::new()
         .name("quaver-hotplug".into())
-        .spawn(move || follow_cards(&socket, &engine, cards, &live));
+        .spawn(move || follow_cards(&socket, &engine, cards, &live, plugged.as_ref()));
     match spawned {
         Ok(h) => Some(h),
         Err(e) => {
@@ -115,7 +122,13 @@ pub fn spawn(engine: Engine, cards: Cards, live: Arc<LiveCards>) -> Option<JoinH
 }
 
 /// The thread's loop: ends when the socket fails.
-fn follow_cards(socket: &UeventSocket, engine: &Engine, cards: Cards, live: &LiveCards) {
+fn follow_cards(
+    socket: &UeventSocket,
+    engine: &Engine,
+    cards: Cards,
+    live: &LiveCards,
+    plugged: Option<&Plugged>,
+) {
     let mut cards = cards;
     loop {
         let event = match socket.next_card_event() {
@@ -134,7 +147,18 @@ fn follow_cards(socket: &UeventSocket, engine: &Engine, cards: Cards, live: &Liv
                 }
                 cards.remove(&card);
                 if let Some(probe) = probe_card(card) {
-                    live.card_added(probe);
+                    // Through the reservation thread when cards are reserved, so a
+                    // card plugged in is asked for like one found at start.
+                    match plugged {
+                        Some(p) => {
+                            if !p.send(probe) {
+                                tracing::warn!(
+                                    "hotplug: card {card}: the reservation thread is gone; not opened"
+                                );
+                            }
+                        }
+                        None => live.card_added(probe),
+                    }
                 }
             }
             CardEvent::Removed(card) => {

@@ -190,13 +190,14 @@ fn follow_cards(
     specs: &[(usize, String)],
     defaults: &DeviceDefaults,
     live: Arc<live::LiveCards>,
+    plugged: Option<reserve::Plugged>,
 ) {
     if let Err(why) = quaver_devices::alsa::available() {
         tracing::debug!("hotplug: off ({why})");
         return;
     }
     let cards = hotplug::configured_cards(engine, specs, defaults);
-    hotplug::spawn(engine.clone(), cards, live);
+    hotplug::spawn(engine.clone(), cards, live, plugged);
 }
 
 /// Starts quaverd with `cfg` and serves until a stop signal arrives.
@@ -250,16 +251,16 @@ pub fn run(cfg: Config) -> Result<()> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .set_switcher(live.clone());
-    if let Some(r) = reserver {
+    let plugged = reserver.and_then(|r| {
         let served = reserve::Served {
             engine: engine.clone(),
             live: live.clone(),
         };
-        reserve::spawn(r, served);
-    }
+        reserve::spawn(r, served)
+    });
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
-    follow_cards(&engine, &opened.mixer_specs, &defaults, live);
+    follow_cards(&engine, &opened.mixer_specs, &defaults, live, plugged);
     // ALSA sequencer ports as the `a2j` node's MIDI ports (a2jmidid's job under jackd2).
     let _alsa_midi = alsamidi::start(&engine);
     // One memory for both front-ends: a kind of stream keeps its volume whichever

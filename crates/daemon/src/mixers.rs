@@ -204,6 +204,15 @@ fn follow_ports(mixer: &Mixer, label: &str, index: u32, cards: &SharedCards) {
         log_jack(label, j);
     }
     refresh_ports(cards, label, index, &elements, &jacks);
+    // The ports are known now: a port chosen by hand for this card and profile (in an
+    // earlier run too: card-profiles.toml) comes back.
+    let settled = cards
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .settle(index);
+    for (node, port) in settled.iter().flat_map(|c| &c.switched) {
+        tracing::info!("card {label}: {node} on port {port} (chosen earlier)");
+    }
     let known = Mutex::new(jacks);
     let (label, cards) = (label.to_string(), cards.clone());
     mixer.watch_jacks(Box::new(move |j| {

@@ -7,14 +7,16 @@
 //! docs/alsa/reservation.md.
 
 use crate::live::{LiveCards, present};
+use quaver_devices::alsa::cards::CardProbe;
 use quaver_engine::Engine;
 use quaver_rt::dbus::{
     Arg, Connection, DbusError, Message, NAME_ALLOW_REPLACEMENT, NAME_DO_NOT_QUEUE,
     NAME_REPLACE_EXISTING, NameReply, Value,
 };
+use rustix::event::{EventfdFlags, eventfd};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// quaverd's priority: PulseAudio's, so jackd (10 and more) may take a card from it.
@@ -204,6 +206,11 @@ impl Reserver {
             self.conn.release_name(&service_name(card))?;
         }
         Ok(())
+    }
+
+    /// Waits until the bus has a message (true) or `bell` rings (false).
+    pub fn wait_or(&self, bell: BorrowedFd<'_>) -> Result<bool, DbusError> {
+        self.conn.wait_or(bell)
     }
 
     /// Waits for the next message and handles it: answers calls on the held objects
@@ -396,13 +403,42 @@ pub struct Served {
     pub live: Arc<LiveCards>,
 }
 
-/// Starts the thread that serves the reservations and hands cards over and back.
-pub fn spawn(reserver: Reserver, served: Served) -> Option<JoinHandle<()>> {
+/// Where cards plugged in while quaverd runs go: to the reservation thread, the one
+/// user of the bus connection, which takes each card's name as at start and opens the
+/// card only once it has it (a card another program keeps is opened when it is free).
+#[derive(Clone)]
+pub struct Plugged {
+    tx: mpsc::Sender<CardProbe>,
+    bell: Arc<OwnedFd>,
+}
+
+impl Plugged {
+    /// Hands card `probe` to the reservation thread; false if that thread is gone.
+    pub fn send(&self, probe: CardProbe) -> bool {
+        self.tx.send(probe).is_ok() && rustix::io::write(&*self.bell, &1u64.to_ne_bytes()).is_ok()
+    }
+}
+
+/// Starts the thread that serves the reservations and hands cards over and back; the
+/// [`Plugged`] handle is for the hotplug thread.
+pub fn spawn(reserver: Reserver, served: Served) -> Option<Plugged> {
+    let bell = match eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK) {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => {
+            tracing::warn!("device reservation: eventfd: {e}; reservations not served");
+            return None;
+        }
+    };
+    let (tx, rx) = mpsc::channel();
+    let plugged = Plugged {
+        tx,
+        bell: bell.clone(),
+    };
     let spawned = std::thread::Builder::new()
         .name("quaver-reserve".into())
-        .spawn(move || serve(reserver, served));
+        .spawn(move || serve(reserver, served, &bell, &rx));
     match spawned {
-        Ok(h) => Some(h),
+        Ok(_) => Some(plugged),
         Err(e) => {
             tracing::warn!("device reservation: cannot start its thread: {e}");
             None
@@ -410,8 +446,34 @@ pub fn spawn(reserver: Reserver, served: Served) -> Option<JoinHandle<()>> {
     }
 }
 
-fn serve(mut r: Reserver, s: Served) {
+/// A card plugged in: opened only if its reservation is taken (as [`may_open`] decides
+/// at start); a card kept by another program is watched and opened once free.
+fn plugged_in(r: &mut Reserver, s: &Served, probe: CardProbe) {
+    let card = probe.index as u32;
+    if may_open(Some(r), card, &probe.id) {
+        s.live.card_added(probe);
+    }
+}
+
+fn serve(mut r: Reserver, s: Served, bell: &OwnedFd, plugged: &mpsc::Receiver<CardProbe>) {
     loop {
+        match r.wait_or(bell.as_fd()) {
+            Ok(true) => {}
+            Ok(false) => {
+                let mut n = [0u8; 8];
+                let _ = rustix::io::read(bell, &mut n);
+                while let Ok(probe) = plugged.try_recv() {
+                    plugged_in(&mut r, &s, probe);
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(
+                    "device reservation: session bus: {e}; reservations no longer served"
+                );
+                return;
+            }
+        }
         let event = r.next_event(&mut |card, priority| {
             tracing::info!(
                 "device reservation: card {} requested with priority {priority}; closing it",

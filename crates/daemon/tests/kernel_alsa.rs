@@ -101,8 +101,11 @@ fn run() -> Option<Result<&'static Run, &'static str>> {
         if guest::available().is_err() {
             return None;
         }
+        // Six scenarios, each retried up to three times on an emulated-clock xrun: more
+        // than the default 240 s bound when the host is busy.
         let g = Guest::new()
             .modules("snd-aloop")
+            .timeout(std::time::Duration::from_secs(420))
             .env("QUAVERD", quaverd_bin());
         let input = noise_s16(RATE * SECONDS * 2, 32, 30000);
         // The same noise in the three formats the far end may have to open, followed by
@@ -272,6 +275,162 @@ fn a_missing_card_is_named_and_the_daemon_serves_on_the_null_sink() {
     );
 }
 
+/// Issue 32, a bug left: quaverd's card closes for idleness, then another program holds
+/// the cable's far end at S16_LE; snd-aloop forces that on quaverd's end, so the reopen
+/// negotiates S16_LE instead of the first open's FLOAT_LE. The stream plays on, converted
+/// by the device as at a first open, bit-exact. Then the far end at 44100 Hz, which a
+/// 48 kHz graph cannot take: the reopen fails loudly, naming the device, the PCM and
+/// why; the stream moves to the null sink and quaverd keeps serving.
+#[test]
+fn a_reopen_takes_the_format_the_far_end_forced_and_a_rate_it_cannot_take_is_named() {
+    let Some(r) =
+        ready("a_reopen_takes_the_format_the_far_end_forced_and_a_rate_it_cannot_take_is_named")
+    else {
+        return;
+    };
+    let s = "renegotiate";
+    let first = r.text(&format!("{s}/first.format"));
+    assert_eq!(first.trim(), "FLOAT_LE", "{}", r.context(s));
+    let hw = r.text(&format!("{s}/hw_params"));
+    assert!(
+        hw.contains("format: S16_LE"),
+        "the reopen did not take the far end's S16_LE:\n{hw}\n{}",
+        r.context(s)
+    );
+    assert_eq!(
+        r.text(&format!("{s}/paplay.rc")).trim(),
+        "0",
+        "{}",
+        r.context(s)
+    );
+    assert_carries_input(
+        r,
+        r.bytes(&format!("{s}/captured.raw")),
+        "S16_LE",
+        "paplay → quaverd reopened at S16_LE → arecord S16_LE at the far end",
+        s,
+        FADE,
+    );
+    let log = r.text(&format!("{s}/quaverd.log"));
+    assert!(
+        log.contains("reopening 'hw:Loopback,0,0' after the idle close: playback now negotiates S16_LE 44100 Hz 2 ch")
+            && log.contains("the graph was built for 48000 Hz 2 ch"),
+        "the failed reopen is not named with its reason\n{}",
+        r.context(s)
+    );
+    assert!(
+        log.contains("alsa-sink is gone: moved"),
+        "the stream was not moved off the device that could not reopen\n{}",
+        r.context(s)
+    );
+    assert_eq!(
+        r.text(&format!("{s}/paplay2.rc")).trim(),
+        "0",
+        "{}",
+        r.context(s)
+    );
+    let sinks = r.text(&format!("{s}/sinks-after"));
+    assert!(
+        sinks.contains("null-sink"),
+        "quaverd stopped serving: {sinks}\n{}",
+        r.context(s)
+    );
+    assert_eq!(
+        r.text(&format!("{s}/quaverd.rc")).trim(),
+        "0",
+        "{}",
+        r.context(s)
+    );
+}
+
+/// Issue 32, a bug left: after an underrun the card must play silence, not the ring's
+/// old audio again (playback's sw_params: silence_size = boundary). quaverd is stopped
+/// (SIGSTOP) for longer than its ring while paplay plays noise: every stretch of noise
+/// the far end captured must be a different part of the input — none heard twice.
+/// Also shows the default ring of a card quaverd opens: 2 s (timer-based scheduling).
+#[test]
+fn after_an_underrun_the_far_end_hears_silence_not_the_old_ring_again() {
+    let Some(r) = ready("after_an_underrun_the_far_end_hears_silence_not_the_old_ring_again")
+    else {
+        return;
+    };
+    let s = "xrun";
+    let hw = r.text(&format!("{s}/hw_params"));
+    assert!(
+        hw.contains("buffer_size: 96000"),
+        "the default ring is not 2 s:\n{hw}\n{}",
+        r.context(s)
+    );
+    let log = r.text(&format!("{s}/quaverd.log"));
+    assert!(
+        log.contains("xrun on device alsa"),
+        "no underrun happened, so nothing was shown\n{}",
+        r.context(s)
+    );
+    let got = s16_values(
+        r.bytes(&format!("{s}/captured.raw")),
+        r.text(&format!("{s}/captured.format")).trim(),
+    );
+    let (heard, repeated) = repeats(&got, &r.input);
+    assert!(
+        heard > RATE,
+        "only {heard} samples of the input were heard\n{}",
+        r.context(s)
+    );
+    assert!(
+        repeated.is_empty(),
+        "{} stretches of the input were heard twice (first at input sample {:?}): the ring's \
+         old audio played again after the underrun\n{}",
+        repeated.len(),
+        repeated.first(),
+        r.context(s)
+    );
+}
+
+/// Slides over `got` in 32-sample windows with no zero sample and looks each up in
+/// `input`: returns how many windows were found and the input positions found at two
+/// places of `got` more than one window apart (the same audio heard twice).
+fn repeats(got: &[f64], input: &[i16]) -> (usize, Vec<usize>) {
+    const W: usize = 32;
+    let mut at = std::collections::HashMap::new();
+    for (p, w) in input.windows(W).enumerate() {
+        if w.iter().all(|&x| x != 0) {
+            at.entry(w.to_vec()).or_insert(p);
+        }
+    }
+    let mut first_seen: std::collections::HashMap<usize, usize> = Default::default();
+    let (mut heard, mut twice) = (0, Vec::new());
+    for (i, w) in got.windows(W).enumerate() {
+        if w.iter().any(|&x| x == 0.0 || x.fract() != 0.0) {
+            continue;
+        }
+        let key: Vec<i16> = w.iter().map(|&x| x as i16).collect();
+        if let Some(&p) = at.get(&key) {
+            heard += 1;
+            let seen = *first_seen.entry(p).or_insert(i);
+            if i > seen + W {
+                twice.push(p);
+            }
+        }
+    }
+    (heard, twice)
+}
+
+#[test]
+fn repeats_finds_audio_heard_twice_and_only_that() {
+    let input = noise_s16(4000, 7, 30000);
+    let f = |s: &[i16]| s.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+    let mut once = f(&input[..2000]);
+    once.extend(vec![0.0; 500]);
+    once.extend(f(&input[2000..]));
+    let (heard, twice) = repeats(&once, &input);
+    assert!(heard > 3000 && twice.is_empty(), "{heard} {twice:?}");
+    let mut replay = f(&input[..2000]);
+    replay.extend(f(&input[1000..1600]));
+    replay.extend(f(&input[2000..]));
+    assert!(!repeats(&replay, &input).1.is_empty());
+}
+
 #[test]
 fn the_far_end_format_is_read_from_quaverds_log_line() {
     let log = "2026-11-27T11:14:23Z  INFO device alsa: ALSA 'hw:Loopback,0,0': playback \
@@ -348,12 +507,17 @@ play() {
     local d=$1; shift
     start_quaverd "$d" "$@"
     fmt=$(negotiated "$d" playback)
-    cat /proc/asound/Loopback/pcm0p/sub0/hw_params > "$d/hw_params"
     echo "${fmt:-S16_LE}" > "$d/captured.format"
     timeout 30 arecord -q -D hw:Loopback,1,0 -f "${fmt:-S16_LE}" -r 48000 -c 2 -t raw "$d/captured.raw" &
-    local rec=$!
+    local rec=$! p
     wait_for "arecord to run" running pcm1c/sub0
-    timeout 30 paplay "$OUT/in-S16_LE.wav"; echo $? > "$d/paplay.rc"
+    timeout 30 paplay "$OUT/in-S16_LE.wav" &
+    p=$!
+    # Read while the stream plays: before it, a slow guest may find the card closed
+    # for idleness already.
+    wait_for "quaverd's end to run" running pcm0p/sub0
+    cat /proc/asound/Loopback/pcm0p/sub0/hw_params > "$d/hw_params"
+    wait $p; echo $? > "$d/paplay.rc"
     # paplay returns once the server has played its stream out; a little more for the
     # card's buffer to reach the far end.
     sleep 0.5
@@ -383,6 +547,58 @@ capture() {
     stop_quaverd "$d"
 }
 scenario capture capture
+
+# renegotiate DIR: the card closes for idleness (FLOAT_LE at first); arecord then holds
+# the far end at S16_LE, and paplay wakes the card: the reopen negotiates S16_LE. Then,
+# closed again, the far end at 44100 Hz: the reopen fails, the stream goes to null-sink.
+renegotiate() {
+    local d=$1 rec p
+    start_quaverd "$d" --device alsa:hw:Loopback,0,0,buffer=48000 --device null \
+        --suspend-timeout-ms 300
+    negotiated "$d" playback > "$d/first.format"
+    wait_for "the idle close" grep -q "closed (idle)" "$d/quaverd.log"
+    timeout 30 arecord -q -D hw:Loopback,1,0 -f S16_LE -r 48000 -c 2 -t raw "$d/captured.raw" &
+    rec=$!
+    wait_for "arecord to run" running pcm1c/sub0
+    timeout 30 paplay -d alsa-sink "$OUT/in-S16_LE.wav" &
+    p=$!
+    wait_for "quaverd's end to run" running pcm0p/sub0
+    cat /proc/asound/Loopback/pcm0p/sub0/hw_params > "$d/hw_params"
+    wait $p; echo $? > "$d/paplay.rc"
+    sleep 0.5
+    kill -INT $rec; wait $rec
+    wait_for "the second idle close" bash -c "[ \$(grep -c 'closed (idle)' $d/quaverd.log) -ge 2 ]"
+    timeout 30 arecord -q -D hw:Loopback,1,0 -f S16_LE -r 44100 -c 2 -t raw /dev/null &
+    rec=$!
+    wait_for "arecord at 44100 Hz to run" running pcm1c/sub0
+    timeout 30 paplay -d alsa-sink "$OUT/short.wav"; echo $? > "$d/paplay2.rc"
+    timeout 20 pactl list short sinks > "$d/sinks-after"
+    kill -INT $rec; wait $rec
+    stop_quaverd "$d"
+}
+scenario renegotiate renegotiate
+
+# xrun DIR: paplay plays noise on the card's default (2 s) ring, quaverd is stopped for
+# 3 s: the ring runs dry; arecord at the far end records what the card played then.
+xrun() {
+    local d=$1 rec p
+    start_quaverd "$d" --device alsa:hw:Loopback,0,0 --suspend-timeout-ms 0
+    fmt=$(negotiated "$d" playback)
+    echo "${fmt:-S16_LE}" > "$d/captured.format"
+    timeout 40 arecord -q -D hw:Loopback,1,0 -f "${fmt:-S16_LE}" -r 48000 -c 2 -t raw "$d/captured.raw" &
+    rec=$!
+    wait_for "arecord to run" running pcm1c/sub0
+    timeout 40 paplay "$OUT/in-S16_LE.wav" &
+    p=$!
+    sleep 1
+    cat /proc/asound/Loopback/pcm0p/sub0/hw_params > "$d/hw_params"
+    kill -STOP $QPID; sleep 3; kill -CONT $QPID
+    wait $p; echo $? > "$d/paplay.rc"
+    sleep 0.5
+    kill -INT $rec; wait $rec
+    stop_quaverd "$d"
+}
+d=$OUT/xrun; mkdir -p "$d"; xrun "$d"; echo "xrun: done ($(date +%s) s)"
 
 # nocard: a card that does not exist.
 d=$OUT/nocard; mkdir -p "$d"

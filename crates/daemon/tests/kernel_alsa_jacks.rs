@@ -119,8 +119,22 @@ w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-outpu
 state plugged analog-output-headphones "[on]"
 w=$(jack 0); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-speaker
 state unplugged analog-output-speaker "[off]"
+# 3. A port chosen by hand is remembered on disk for the card and profile: headphones
+#    plugged, the speakers chosen by hand; started again (still plugged), the sink is on
+#    the speakers, not on the plugged headphones a fresh start picks.
+w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" analog-output-headphones
+pactl set-sink-port "$SINK" analog-output-speaker; echo "hand exit $?"
 stop_pid $QP; echo "quaverd exit $RC"
 grep -E "switched" "$OUT/quaverd2.log"
+"$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd3.log" & QP=$!
+wait_server
+echo "=== REMEMBERED"
+grep -A2 '^\[ports' "$XDG_STATE_HOME/quaver/card-profiles.toml"
+for _ in $(seq 100); do [ "$(active)" = analog-output-speaker ] && break; sleep 0.1; done
+echo "after restart: $(active) speaker $(sw Speaker) headphone $(sw Headphone)"
+grep -E "chosen earlier" "$OUT/quaverd3.log"
+stop_pid $QP; echo "quaverd exit $RC"
+jack 0 > /dev/null  # part 4 starts with the jack unplugged
 echo "=== LOG"; grep -E "jack|port|ERROR" "$OUT/quaverd.log"
 echo "=== DELAYS"  # from the jack write to quaverd's switch, by quaverd's log clock
 for x in "analog-output-headphones $t_plug" "analog-output $t_unplug"; do
@@ -128,13 +142,13 @@ for x in "analog-output-headphones $t_plug" "analog-output $t_unplug"; do
     ts=$(grep -m1 "$SINK switched to port $1\$" "$OUT/quaverd.log" | cut -d' ' -f1)
     [ -n "$ts" ] && echo "switch to $1: $(( $(date -d "$ts" +%s%N) / 1000000 - $2 )) ms"
 done
-# 3. UCM (docs/alsa/ucm.md): the test configuration $UCM/ucm2 gives the dummy card
+# 4. UCM (docs/alsa/ucm.md): the test configuration $UCM/ucm2 gives the dummy card
 #    verbs HiFi (Speaker, Headphones with the jack above, still unplugged, Mic) and
 #    Voice Call. Each UCM device's enable sequence turns one capture switch on (Speaker:
 #    Synth, Headphones: Line), so amixer shows which device UCM enabled. The loopback
 #    card's configuration there has a syntax error: logged, and the card probed.
 T_UCM=$(now_ms)
-ALSA_CONFIG_UCM2="$UCM/ucm2" "$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd3.log" & QP=$!
+ALSA_CONFIG_UCM2="$UCM/ucm2" "$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd4.log" & QP=$!
 wait_server
 SINK=$(pactl list short sinks | awk '$2 ~ /^Dummy\./ {print $2; exit}')
 SOURCE=$(pactl list short sources | awk '$2 ~ /^Dummy\./ && $2 !~ /monitor$/ {print $2; exit}')
@@ -165,8 +179,8 @@ pactl set-sink-volume "$SINK" 50%
 for _ in $(seq 50); do [ "$(db Master)" = "[-18.00dB]" ] && break; sleep 0.1; done
 echo "master $(db Master)"
 stop_pid $QP; echo "quaverd exit $RC"
-echo "=== UCM-LOG"; grep -E "UCM|port|ERROR.*Dummy" "$OUT/quaverd3.log"
-echo "=== UCM-TIME"; echo "part 3: $(( $(now_ms) - T_UCM )) ms"
+echo "=== UCM-LOG"; grep -E "UCM|port|ERROR.*Dummy" "$OUT/quaverd4.log"
+echo "=== UCM-TIME"; echo "part 4: $(( $(now_ms) - T_UCM )) ms"
 echo "=== END"
 "#;
 
@@ -409,7 +423,15 @@ fn headphones_plugged_and_unplugged_switch_the_dummy_sinks_port_while_it_plays()
         "{mixer}"
     );
     check_ucm(out);
-    assert_eq!(out.matches("quaverd exit 0").count(), 3, "{out}");
+    // The port chosen by hand came back after a restart, with the mixer following it.
+    let remembered = section(out, "REMEMBERED");
+    assert!(
+        remembered.contains(&format!("\"{sink}\" = \"analog-output-speaker\""))
+            && remembered
+                .contains("after restart: analog-output-speaker speaker [on] headphone [off]"),
+        "{remembered}\n{out}"
+    );
+    assert_eq!(out.matches("quaverd exit 0").count(), 4, "{out}");
     // Reported, not asserted: guest timings mean little (the emulated CPU is slow).
     eprintln!("measured delays:\n{}", section(out, "DELAYS"));
 }

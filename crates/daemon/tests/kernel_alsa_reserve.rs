@@ -134,6 +134,25 @@ if command -v jackd >/dev/null; then
 else
     echo "SKIPPED: no jackd in the guest"
 fi
+# A card plugged in while the other program holds its name is asked for like one found
+# at start: not opened until the name is free.
+echo "=== HOTPLUG_HELD"
+drv=/sys/bus/platform/drivers/snd_dummy
+timeout 20 sh -c "echo snd_dummy.0 > $drv/unbind"; echo "unbind exit $?"
+sinks_until Dummy 0
+hold "$out/holder3.log"; cat "$out/holder3.log"
+timeout 20 sh -c "echo snd_dummy.0 > $drv/bind"; echo "bind exit $?"
+echo "DUMMY again: $(awk '$2 == "[Dummy" {print $1}' /proc/asound/cards)"
+for _ in $(seq 75); do # until quaverd refused it (or, wrongly, opened it)
+    [ "$(grep -c 'card Dummy is reserved by jackd (priority 10); not opened' "$out/quaverd.log")" -ge 2 ] && break
+    pactl list short sinks | grep -q Dummy && break
+    sleep 0.2
+done
+pactl list short sinks
+echo "=== HOTPLUG_FREE"
+kill $H; wait $H
+sinks_until Dummy 1
+pactl list short sinks
 stop_pid $Q; echo "quaverd exit $RC"
 kill $BUSPID
 echo "=== LOG"; grep -iE "reserv|Dummy|card 1|handed" "$out/quaverd.log"
@@ -161,7 +180,7 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
     let quaverd = quaver_testkit::quaverd_bin();
     assert!(quaverd.exists(), "build the binaries first: {quaverd:?}");
     let guest = Guest::new()
-        .timeout(Duration::from_secs(300))
+        .timeout(Duration::from_secs(420))
         .env("QUAVERD", &quaverd);
     std::fs::write(guest.path("holder.py"), HOLDER).unwrap();
     let run = guest.run(SCRIPT);
@@ -231,6 +250,29 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
     assert!(cards.contains("Name: alsa_card.Dummy"), "{out}");
     assert!(cards.contains("Name: alsa_card.Loopback"), "{out}");
     assert!(out.contains("quaverd exit 0"), "{out}");
+
+    // A card plugged in while held: kept off like at start, opened once free.
+    let plugged = section(&out, "HOTPLUG_HELD");
+    assert!(
+        plugged.contains("unbind exit 0")
+            && plugged.contains("bind exit 0")
+            && plugged.contains("HELD"),
+        "{out}"
+    );
+    assert!(
+        !plugged.contains("Dummy.analog-stereo-sink"),
+        "a card plugged in was opened while another program held its reservation:\n{out}"
+    );
+    assert_eq!(
+        log.matches("card Dummy is reserved by jackd (priority 10); not opened")
+            .count(),
+        2,
+        "at start and when plugged in:\n{out}"
+    );
+    assert!(
+        section(&out, "HOTPLUG_FREE").contains("Dummy.analog-stereo-sink"),
+        "the card plugged in was not opened once free:\n{out}"
+    );
 
     // A real jackd (jackd2), where installed: it asks with its own priority.
     let jack = section(&out, "JACKD");

@@ -190,8 +190,6 @@ pub struct Cards {
     switcher: Option<Arc<dyn ProfileSwitch>>,
     /// Receivers of port changes (ports.rs).
     watchers: Vec<mpsc::Sender<PortChange>>,
-    /// The port chosen by hand per sink or source, for this run (ports.rs).
-    chosen: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Cards {
@@ -217,7 +215,6 @@ impl Cards {
             listeners: Vec::new(),
             switcher: None,
             watchers: Vec::new(),
-            chosen: BTreeMap::new(),
         }
     }
 
@@ -365,13 +362,21 @@ impl Cards {
 pub struct ProfileStore {
     path: Option<PathBuf>,
     entries: BTreeMap<String, String>,
+    ports: PortChoices,
 }
+
+/// Card name → profile name → sink or source → port.
+type PortChoices = BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProfileFile {
     #[serde(default)]
     profiles: BTreeMap<String, String>,
+    /// Ports chosen by hand (`pactl set-sink-port`), per card and profile: a profile
+    /// opens other sinks and sources, with other ports.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    ports: PortChoices,
 }
 
 impl ProfileStore {
@@ -383,9 +388,9 @@ impl ProfileStore {
     /// Choices loaded from `path` (none if it does not exist; a file that does not parse
     /// is logged and set aside as `*.toml.bad`) and saved back there.
     pub fn open(path: &Path) -> Self {
-        let entries = match std::fs::read_to_string(path) {
+        let file = match std::fs::read_to_string(path) {
             Ok(text) => match toml::from_str::<ProfileFile>(&text) {
-                Ok(f) => f.profiles,
+                Ok(f) => f,
                 Err(e) => {
                     let bad = path.with_extension("toml.bad");
                     tracing::warn!(
@@ -395,19 +400,40 @@ impl ProfileStore {
                         bad.display()
                     );
                     let _ = std::fs::rename(path, &bad);
-                    BTreeMap::new()
+                    ProfileFile::default()
                 }
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ProfileFile::default(),
             Err(e) => {
                 tracing::warn!("card profiles: cannot read {}: {e}", path.display());
-                BTreeMap::new()
+                ProfileFile::default()
             }
         };
         ProfileStore {
             path: Some(path.to_path_buf()),
-            entries,
+            entries: file.profiles,
+            ports: file.ports,
         }
+    }
+
+    /// The port chosen by hand for sink or source `node` of `card` under `profile`.
+    pub fn port(&self, card: &str, profile: &str, node: &str) -> Option<&str> {
+        let p = self.ports.get(card)?.get(profile)?.get(node)?;
+        Some(p.as_str())
+    }
+
+    /// Remembers `port` for `node` of `card` under `profile` and saves the file.
+    pub fn set_port(&mut self, card: &str, profile: &str, node: &str, port: &str) {
+        if self.port(card, profile, node) == Some(port) {
+            return;
+        }
+        self.ports
+            .entry(card.to_string())
+            .or_default()
+            .entry(profile.to_string())
+            .or_default()
+            .insert(node.to_string(), port.to_string());
+        self.save();
     }
 
     /// The profile remembered for `card`.
@@ -422,13 +448,21 @@ impl ProfileStore {
             return;
         }
         self.entries.insert(card.to_string(), profile.to_string());
+        self.save();
+    }
+
+    /// Writes the file (atomically); a failure is logged: the choices still hold for
+    /// this run.
+    fn save(&self) {
         let Some(path) = &self.path else { return };
         let body = toml::to_string(&ProfileFile {
             profiles: self.entries.clone(),
+            ports: self.ports.clone(),
         })
         .unwrap_or_default();
         let text = format!(
-            "# quaverd's chosen profile per sound card (pactl set-card-profile).\n\
+            "# quaverd's chosen profile per sound card (pactl set-card-profile) and port\n\
+             # per card, profile and sink or source (pactl set-sink-port, set-source-port).\n\
              # Rewritten by quaverd; applied when the card is opened.\n{body}"
         );
         let write = || -> std::io::Result<()> {

@@ -169,6 +169,39 @@ impl Connection {
         }
     }
 
+    /// Like [`Connection::wait`], also woken by `other` becoming readable (a bell
+    /// another thread rings). Returns whether the bus has a message to read; false
+    /// means only `other` is ready.
+    pub fn wait_or(&self, other: std::os::fd::BorrowedFd<'_>) -> Result<bool, DbusError> {
+        use std::os::fd::{AsFd, AsRawFd};
+        if !self.pending.is_empty() {
+            return Ok(true);
+        }
+        let mut pfds = [
+            libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: other.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            // SAFETY: two valid pollfds.
+            let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) };
+            if rc >= 0 {
+                return Ok(pfds[0].revents != 0);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e.into());
+            }
+        }
+    }
+
     /// Answers the method call `to` with `args`.
     pub fn reply(&mut self, to: &Message, args: &[Arg<'_>]) -> Result<(), DbusError> {
         self.answer(to, None, args)

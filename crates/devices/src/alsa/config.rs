@@ -5,9 +5,17 @@ use super::params::PcmFormat;
 use crate::margin::MarginConfig;
 use quaver_dsp::ChannelMap;
 
-/// Default ring size: a quarter second holds the largest quantum plus the largest margin
-/// with room, and timer scheduling does not need period interrupts to fill it.
+/// Default ring size of a PCM that does not run in real time (alsa-lib's `null` and
+/// `file` plugins, paced by our clock): a quarter second holds the largest quantum plus
+/// the largest margin with room.
 pub const DEFAULT_BUFFER_US: u64 = 250_000;
+
+/// Default ring size of a PCM the hardware paces: 2 s, or the card's largest ring if
+/// smaller, as PulseAudio's timer-based scheduling opens it (`tsched_buffer_size`). The
+/// ring is only the room there is: what is queued follows the streams (one quantum
+/// plus the margin, or, for a stream that asks for a long latency, a fill of up to
+/// that latency, so the card wakes once per refill; docs/alsa/big-buffers.md).
+pub const TSCHED_BUFFER_US: u64 = 2_000_000;
 
 /// What paces an ALSA device's cycles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,7 +53,8 @@ pub struct AlsaConfig {
     pub channels: ChannelMap,
     /// One sample format, or `None` for the fallback order F32 → S32 → S24 → S24_3 → S16.
     pub format: Option<PcmFormat>,
-    /// Ring size in frames (nearest); `None` = [`DEFAULT_BUFFER_US`].
+    /// Ring size in frames (nearest); `None` = [`TSCHED_BUFFER_US`] for a PCM the
+    /// hardware paces, [`DEFAULT_BUFFER_US`] for one paced by our clock.
     pub buffer_frames: Option<usize>,
     /// Period size in frames (nearest); `None` = half the buffer.
     pub period_frames: Option<usize>,

@@ -61,11 +61,14 @@ impl<P> Side<P> {
     }
 }
 
-/// The parts of a negotiation the driver and the engine depend on: access, format,
-/// channels, rate and ring size.
-fn same_stream(a: &HwSetup, b: &HwSetup) -> bool {
-    (a.access, a.format, a.channels, a.rate, a.buffer_frames)
-        == (b.access, b.format, b.channels, b.rate, b.buffer_frames)
+/// Whether a reopen that negotiated `got` can carry the stream the engine was built
+/// for (`first`): the same rate and channels. Format and access may differ — the PCM
+/// converts from the graph's f32 whatever it negotiated, as at the first open — and so
+/// may the ring, as long as the quantum still fits (checked by the caller). This is what
+/// a snd-aloop cable needs: its far end, opened by another program while quaverd was
+/// closed for idleness, forces its own format on quaverd's end.
+fn same_stream(got: &HwSetup, first: &HwSetup) -> bool {
+    (got.channels, got.rate) == (first.channels, first.rate)
 }
 
 fn describe_stream(s: &HwSetup) -> String {
@@ -384,6 +387,8 @@ impl<P: PcmIo> Driver<P> {
         self.check_quantum(quantum)?;
         if self.closed {
             self.reopen()?;
+            // The ring may have changed with the reopen.
+            self.check_quantum(quantum)?;
         }
         self.restart(quantum)?;
         if self.paced_by_clock {
@@ -415,9 +420,11 @@ impl<P: PcmIo> Driver<P> {
     }
 
     /// Opens the PCMs closed by [`Driver::close_idle`] again, negotiating through the
-    /// same path as the first open with the same request, and insists on the same
-    /// stream: the engine sized its graph, buffers and quantum for it. Any failure is an
-    /// error the engine answers by dropping the device; it is logged with this message.
+    /// same path as the first open with the same request. The rate and channels must be
+    /// the first open's (the engine built its graph for them); another format, access
+    /// or ring is taken as it comes (see `same_stream`). Any failure is an error the
+    /// engine answers by dropping the device (logged with this message, the streams
+    /// moved elsewhere).
     pub(super) fn reopen(&mut self) -> Result<(), DeviceError> {
         let name = &self.info.name;
         for (dir, side) in [
@@ -441,14 +448,19 @@ impl<P: PcmIo> Driver<P> {
                     source: io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!(
-                            "reopening after the idle close: {} now negotiates {} instead of {}",
+                            "reopening '{}' after the idle close: {} now negotiates {}; \
+                             the graph was built for {} Hz {} ch",
+                            side.pcm.name(),
                             dir.name(),
                             describe_stream(&got),
-                            describe_stream(&side.setup)
+                            side.setup.rate,
+                            side.setup.channels
                         ),
                     ),
                 });
             }
+            side.buffer = got.buffer_frames;
+            side.setup = got;
         }
         if self.linked
             && let (Some(p), Some(c)) = (self.play.as_mut(), self.cap.as_mut())

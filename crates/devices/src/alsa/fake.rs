@@ -59,6 +59,10 @@ pub(crate) struct FakeHw {
     pub reopen_error: Option<i32>,
     /// The next reopen negotiates this rate instead of the requested one.
     pub reopen_rate: Option<u32>,
+    /// The next reopen negotiates this format (as a snd-aloop end whose far end
+    /// another program opened with it) and this ring, instead of the requested ones.
+    pub reopen_format: Option<PcmFormat>,
+    pub reopen_buffer: Option<usize>,
     /// `rewind` calls that took frames back.
     pub rewinds: u64,
 }
@@ -81,6 +85,7 @@ pub(crate) fn fake_setup(req: &HwRequest) -> HwSetup {
         period_wakeup_disabled: req.no_period_wakeup,
         pcm_type: 0,
         formats_refused: Vec::new(),
+        silences_played: false,
     }
 }
 
@@ -196,6 +201,8 @@ impl FakePcm {
             reopened_with: Vec::new(),
             reopen_error: None,
             reopen_rate: None,
+            reopen_format: None,
+            reopen_buffer: None,
             rewinds: 0,
         }));
         (
@@ -220,6 +227,10 @@ impl FakePcm {
 }
 
 impl PcmIo for FakePcm {
+    fn name(&self) -> &str {
+        "fake"
+    }
+
     fn rewindable(&mut self) -> Result<usize, i32> {
         self.with(|hw, _| {
             hw.io_state()?;
@@ -386,6 +397,13 @@ impl PcmIo for FakePcm {
         let mut setup = fake_setup(req);
         if let Some(rate) = hw.reopen_rate.take() {
             setup.rate = rate;
+        }
+        if let Some(format) = hw.reopen_format.take() {
+            setup.format = format;
+        }
+        if let Some(buffer) = hw.reopen_buffer.take() {
+            setup.buffer_frames = buffer;
+            hw.buffer = buffer as u64;
         }
         hw.state = SETUP;
         self.closed = false;
@@ -928,9 +946,9 @@ mod tests {
         let e = rig.dev.wait(256, None).unwrap_err().to_string();
         assert_eq!(
             e,
-            "device fake: reopening after the idle close: playback now negotiates \
-             FLOAT_LE 44100 Hz 2 ch, buffer 8192, mmap instead of FLOAT_LE 48000 Hz 2 ch, \
-             buffer 8192, mmap"
+            "device fake: reopening 'fake' after the idle close: playback now negotiates \
+             FLOAT_LE 44100 Hz 2 ch, buffer 8192, mmap; the graph was built for 48000 Hz \
+             2 ch"
         );
         assert!(rig.dev.counters().closed);
         // A card unplugged while closed cannot be reopened either.
@@ -938,6 +956,37 @@ mod tests {
         rig.play.as_ref().unwrap().lock().unwrap().state = DISCONNECTED;
         let e = rig.dev.start(256).unwrap_err().to_string();
         assert!(e.contains("No such file or directory"), "{e}");
+    }
+
+    /// A reopen after the idle close that negotiates another format (a snd-aloop end
+    /// whose far end someone opened at S16 meanwhile) or another ring plays on: the PCM
+    /// converts, the driver takes the new ring. Only the rate and channels, which the
+    /// graph was built for, must stay.
+    #[test]
+    fn a_reopen_with_another_format_or_ring_plays_on() {
+        let mut rig = Rig::new(RigConfig::default());
+        rig.run(256, 0.2, BUSY);
+        rig.dev.suspend();
+        assert!(rig.dev.close_idle());
+        {
+            let mut hw = rig.play.as_ref().unwrap().lock().unwrap();
+            hw.reopen_format = Some(PcmFormat::S16);
+            hw.reopen_buffer = Some(4096);
+        }
+        rig.dev.start(256).unwrap();
+        let side = rig.dev.play.as_ref().unwrap();
+        assert_eq!((side.setup.format, side.buffer), (PcmFormat::S16, 4096));
+        let written_before = rig.written;
+        rig.run(256, 0.5, BUSY);
+        assert_eq!(xruns(&rig), 0, "{:?}", rig.dev.counters());
+        assert!(rig.written > written_before + 256 * 50);
+        assert_eq!(rig.dev.counters().reopens, 1);
+        // A ring too small for the quantum is refused, not overrun.
+        rig.dev.suspend();
+        assert!(rig.dev.close_idle());
+        rig.play.as_ref().unwrap().lock().unwrap().reopen_buffer = Some(256);
+        let e = rig.dev.start(256).unwrap_err().to_string();
+        assert!(e.contains("quantum must be at least 1 and at most"), "{e}");
     }
 
     #[test]

@@ -158,6 +158,9 @@ alsa_table! {
     sw_set_avail_min = "snd_pcm_sw_params_set_avail_min": fn(*mut Opaque, *mut Opaque, uframes) -> c_int;
     sw_set_start_threshold = "snd_pcm_sw_params_set_start_threshold": fn(*mut Opaque, *mut Opaque, uframes) -> c_int;
     sw_set_stop_threshold = "snd_pcm_sw_params_set_stop_threshold": fn(*mut Opaque, *mut Opaque, uframes) -> c_int;
+    sw_set_silence_threshold = "snd_pcm_sw_params_set_silence_threshold": fn(*mut Opaque, *mut Opaque, uframes) -> c_int;
+    sw_set_silence_size = "snd_pcm_sw_params_set_silence_size": fn(*mut Opaque, *mut Opaque, uframes) -> c_int;
+    sw_get_silence_size = "snd_pcm_sw_params_get_silence_size": fn(*const Opaque, *mut uframes) -> c_int;
     sw_set_tstamp_mode = "snd_pcm_sw_params_set_tstamp_mode": fn(*mut Opaque, *mut Opaque, c_int) -> c_int;
     sw_set_tstamp_type = "snd_pcm_sw_params_set_tstamp_type": fn(*mut Opaque, *mut Opaque, c_int) -> c_int;
     sw_commit = "snd_pcm_sw_params": fn(*mut Opaque, *mut Opaque) -> c_int;

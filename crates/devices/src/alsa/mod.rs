@@ -76,7 +76,7 @@ use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use rustix::fd::BorrowedFd;
 use std::ffi::c_int;
 
-pub use config::{AlsaConfig, DEFAULT_BUFFER_US, Pacing};
+pub use config::{AlsaConfig, DEFAULT_BUFFER_US, Pacing, TSCHED_BUFFER_US};
 pub use ffi::{LIBRARY, LIBRARY_ENV};
 
 /// Whether alsa-lib can be loaded here; `Err` says why not (the same text an `alsa:`
@@ -192,7 +192,6 @@ fn card_numbers(lib: &ffi::Lib) -> impl Iterator<Item = c_int> + '_ {
 /// scheduling; see the module docs.
 pub struct AlsaDevice {
     driver: Driver<Pcm>,
-    setups: Vec<(Direction, HwSetup)>,
 }
 
 impl AlsaDevice {
@@ -238,9 +237,13 @@ impl AlsaDevice {
             mmap: cfg.mmap,
             channels: cfg.channels.len() as u32,
             rate: cfg.rate,
-            buffer_frames: cfg
-                .buffer_frames
-                .unwrap_or_else(|| us_to_frames(DEFAULT_BUFFER_US, cfg.rate)),
+            buffer_frames: cfg.buffer_frames.unwrap_or_else(|| {
+                let us = match pacing {
+                    Pacing::Clock => DEFAULT_BUFFER_US,
+                    _ => TSCHED_BUFFER_US,
+                };
+                us_to_frames(us, cfg.rate)
+            }),
             period_frames: cfg.period_frames,
             no_period_wakeup: pacing == Pacing::Device,
         };
@@ -308,7 +311,7 @@ impl AlsaDevice {
         driver.closes_when_idle = setups
             .iter()
             .all(|(_, s)| s.pcm_type != ffi::SND_PCM_TYPE_FILE);
-        Ok(AlsaDevice { driver, setups })
+        Ok(AlsaDevice { driver })
     }
 
     /// This device with `description` for its sink and source (a card's name and
@@ -318,10 +321,16 @@ impl AlsaDevice {
         self
     }
 
-    /// What was negotiated, per direction (a reopen after an idle close must negotiate
-    /// the same, or the device fails).
-    pub fn setups(&self) -> &[(Direction, HwSetup)] {
-        &self.setups
+    /// What is negotiated now, per direction: the first open's, or the last reopen's
+    /// after an idle close (same rate and channels; the format or ring may differ).
+    pub fn setups(&self) -> Vec<(Direction, HwSetup)> {
+        [
+            (Direction::Playback, self.driver.play.as_ref()),
+            (Direction::Capture, self.driver.cap.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(dir, side)| Some((dir, side?.setup.clone())))
+        .collect()
     }
 
     /// Whether the PCM handles are open: false between an idle close
@@ -497,7 +506,7 @@ fn configure_all(
 /// One direction's negotiation, for the device's description.
 fn describe_side(dir: Direction, setup: &HwSetup) -> String {
     format!(
-        "{} {} {} Hz {} ch, {}, buffer {}, period {}{}",
+        "{} {} {} Hz {} ch, {}, buffer {}, period {}{}{}",
         dir.name(),
         setup.format.alsa_name(),
         setup.rate,
@@ -510,6 +519,11 @@ fn describe_side(dir: Direction, setup: &HwSetup) -> String {
         setup.period_frames,
         if setup.period_wakeup_disabled {
             ", no period interrupts"
+        } else {
+            ""
+        },
+        if setup.silences_played {
+            ", played audio silenced"
         } else {
             ""
         }

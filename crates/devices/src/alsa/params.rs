@@ -184,6 +184,9 @@ pub struct HwSetup {
     pub pcm_type: i32,
     /// Formats tried before the one accepted, in order, for the log.
     pub formats_refused: Vec<PcmFormat>,
+    /// Playback: the kernel overwrites what was played with silence (sw_params
+    /// silence_size = boundary), so an underrun plays silence, not old audio.
+    pub silences_played: bool,
 }
 
 impl HwSetup {
@@ -226,6 +229,8 @@ pub(crate) struct Status {
 /// negative errno values (`-EPIPE` xrun, `-ESTRPIPE` suspended, `-ENODEV` unplugged, …).
 /// Implementations must not allocate.
 pub(crate) trait PcmIo: Send {
+    /// The PCM's name as opened (`hw:CARD=Loopback,DEV=0`), for error messages.
+    fn name(&self) -> &str;
     /// One hardware-pointer query (`snd_pcm_status`): state, avail and timestamp.
     fn status(&mut self) -> Result<Status, i32>;
     /// `snd_pcm_prepare`.

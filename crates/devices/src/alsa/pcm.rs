@@ -5,6 +5,10 @@
 //! Real-time side ([`PcmIo`]): every method returns alsa-lib's negative errno as the
 //! error, never allocates (scratch buffers are sized at `configure`), and makes no
 //! syscalls but alsa-lib's own device I/O.
+//!
+//! Long file: one handle's hardware and software negotiation and its transfers in both
+//! access modes share the layout and scratch buffers that only this type may touch;
+//! split, they would need those private fields opened to a second file.
 
 use super::ffi::{self, ChannelArea, Lib, Opaque, sframes, uframes};
 use quaver_dsp::format::{decode_interleaved, encode_interleaved};
@@ -209,6 +213,7 @@ impl Pcm {
             period_wakeup_disabled,
             pcm_type: unsafe { (lib.pcm_type)(h) },
             formats_refused: refused,
+            silences_played: false,
         };
         if setup.channels == 0 || setup.rate == 0 || setup.buffer_frames < 2 {
             return Err(AlsaError::invalid(format!(
@@ -217,7 +222,8 @@ impl Pcm {
                 self.dir.name()
             )));
         }
-        self.software_params(&setup)?;
+        let mut setup = setup;
+        setup.silences_played = self.software_params(&setup)?;
         self.scratch = vec![0.0; setup.buffer_frames * setup.channels as usize];
         self.bytes = if access == Access::ReadWrite {
             vec![0; setup.buffer_frames * setup.frame_bytes()]
@@ -305,7 +311,8 @@ impl Pcm {
         Ok((format, refused))
     }
 
-    fn software_params(&mut self, setup: &HwSetup) -> Result<(), AlsaError> {
+    /// Returns whether played audio is silenced (playback, where the PCM allows it).
+    fn software_params(&mut self, setup: &HwSetup) -> Result<bool, AlsaError> {
         let lib = self.lib;
         let h = self.handle;
         let mut sw = std::ptr::null_mut();
@@ -352,6 +359,16 @@ impl Pcm {
                 return Err(self.err(&format!("snd_pcm_sw_params_set_{what}"), rc));
             }
         }
+        if self.dir == Direction::Playback {
+            // Threshold 0 with size = boundary: the kernel overwrites what the card has
+            // played with silence as the pointer moves (alsa-lib's pcm.c documents this
+            // pair). After an underrun the card then plays silence until the xrun is
+            // noticed, instead of the ring's old audio again (PulseAudio's sinks do the
+            // same). A plugin that refuses only loses that.
+            let _ = unsafe { (lib.sw_set_silence_threshold)(h, sw, 0) };
+            let _ = unsafe { (lib.sw_set_silence_size)(h, sw, boundary) };
+        }
+
         // Older kernels only have gettimeofday stamps: the driver then checks the stamp
         // against CLOCK_MONOTONIC and ignores it if it does not match.
         let _ = unsafe { (lib.sw_set_tstamp_type)(h, sw, ffi::SND_PCM_TSTAMP_TYPE_MONOTONIC) };
@@ -359,7 +376,12 @@ impl Pcm {
         if rc < 0 {
             return Err(self.err("snd_pcm_sw_params", rc));
         }
-        Ok(())
+        // What the PCM holds now, not what was asked.
+        let mut silence: uframes = 0;
+        if unsafe { (lib.sw_current)(h, sw) } == 0 {
+            unsafe { (lib.sw_get_silence_size)(sw, &mut silence) };
+        }
+        Ok(self.dir == Direction::Playback && silence >= boundary)
     }
 
     /// Number of poll descriptors (for a future period-interrupt mode and diagnostics).
@@ -627,6 +649,10 @@ fn timespec_ns(ts: &libc::timespec) -> u64 {
 }
 
 impl PcmIo for Pcm {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
     fn rewindable(&mut self) -> Result<usize, i32> {
         Pcm::rewindable(self)
     }
@@ -846,5 +872,27 @@ mod tests {
         p.drop_stream().unwrap();
         PcmIo::close(&mut p).unwrap();
         assert_eq!(p.status(), Err(-libc::EBADFD));
+    }
+
+    /// Playback asks the kernel to silence what was played (silence_size = boundary,
+    /// threshold 0), so an underrun replays silence, not the ring's old audio; capture
+    /// has nothing to silence.
+    #[test]
+    fn playback_silences_what_was_played() {
+        let Ok(lib) = ffi::lib() else { return };
+        let req = HwRequest {
+            format: None,
+            mmap: true,
+            channels: 2,
+            rate: 48_000,
+            buffer_frames: 4096,
+            period_frames: Some(1024),
+            no_period_wakeup: true,
+        };
+        for (dir, silenced) in [(Direction::Playback, true), (Direction::Capture, false)] {
+            let mut p = Pcm::open(lib, "null", dir).unwrap();
+            let s = p.configure(&req).unwrap();
+            assert_eq!(s.silences_played, silenced, "{dir:?}");
+        }
     }
 }

@@ -222,7 +222,10 @@ impl Cards {
             c.nodes[n].port = port.to_string();
             change.switched.push((node.to_string(), port.to_string()));
         }
-        self.chosen.insert(node.to_string(), port.to_string());
+        // Remembered for this card and profile, on disk: the next time the profile
+        // opens (this run or a later one), `settle` gives the node this port again.
+        let (card, profile) = (c.name.clone(), c.active.clone());
+        self.store.set_port(&card, &profile, node, port);
         self.announce(&change);
         Ok(change)
     }
@@ -249,8 +252,9 @@ impl Cards {
         Some((ports, active))
     }
 
-    /// Gives each sink and source of card `card` the port chosen for it by hand earlier
-    /// in this run (if usable), else, if the card no longer offers its port (a profile
+    /// Gives each sink and source of card `card` the port chosen for it by hand under
+    /// its active profile (this run or an earlier one: remembered on disk; if usable),
+    /// else, if the card no longer offers its port (a profile
     /// switch or a reopen made new nodes), the best port it can use; announces and
     /// returns the change, `None` when every node was fine.
     pub fn settle(&mut self, card: u32) -> Option<PortChange> {
@@ -260,13 +264,14 @@ impl Cards {
             nodes: Vec::new(),
             switched: Vec::new(),
         };
-        // A port chosen by hand earlier in this run comes back if the node can use it
-        // and it is not unplugged.
+        // A port chosen by hand comes back if the node can use it and it is not
+        // unplugged.
         for i in 0..c.nodes.len() {
             let n = &c.nodes[i];
-            let Some(want) = self.chosen.get(&n.node) else {
+            let Some(want) = self.store.port(&c.name, &c.active, &n.node) else {
                 continue;
             };
+            let want = want.to_string();
             let usable = node_ports(c, n.direction)
                 .any(|p| p.name == *want && p.available != Availability::No);
             if usable && n.port != *want {
@@ -485,6 +490,55 @@ mod tests {
             [("sink".to_string(), "analog-output-speaker".to_string())]
         );
         assert_eq!(cards.settle(1), None);
+    }
+
+    /// A port chosen by hand is kept on disk per card and profile: a registry opened
+    /// from the same file (a daemon restart) settles the node onto it again, and the
+    /// choice belongs to its profile only.
+    #[test]
+    fn a_port_chosen_by_hand_is_remembered_per_card_and_profile_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("card-profiles.toml");
+        let out = PortDirection::Output;
+        let ports = [
+            found("analog-output-headphones", 9900, Availability::Unknown),
+            found("analog-output-speaker", 9000, Availability::Unknown),
+        ];
+        {
+            let mut cards = Cards::new(ProfileStore::open(&path));
+            cards.add(card());
+            cards.set_analog_ports(1, out, &ports).unwrap();
+            assert_eq!(active(&cards, "sink"), "analog-output-headphones");
+            cards.set_port("sink", "analog-output-speaker").unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(
+                "[ports.\"alsa_card.Dummy\".\"output:analog-stereo+input:analog-stereo\"]"
+            ) && text.contains("sink = \"analog-output-speaker\""),
+            "{text}"
+        );
+        // Restarted: the card comes with its best port, and settles onto the chosen one.
+        let mut cards = Cards::new(ProfileStore::open(&path));
+        cards.add(card());
+        cards.set_analog_ports(1, out, &ports).unwrap();
+        assert_eq!(active(&cards, "sink"), "analog-output-headphones");
+        let c = cards.settle(1).unwrap();
+        assert_eq!(
+            c.switched,
+            [("sink".to_string(), "analog-output-speaker".to_string())]
+        );
+        // Under another profile the choice does not apply.
+        let mut other = card();
+        other.active = "output:analog-stereo".into();
+        for p in &mut other.ports {
+            p.profiles.push("output:analog-stereo".into());
+        }
+        let mut cards = Cards::new(ProfileStore::open(&path));
+        cards.add(other);
+        cards.set_analog_ports(1, out, &ports).unwrap();
+        assert_eq!(cards.settle(1), None);
+        assert_eq!(active(&cards, "sink"), "analog-output-headphones");
     }
 
     #[test]

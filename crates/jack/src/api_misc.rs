@@ -1,5 +1,6 @@
 //! Version, memory, error hooks, UUIDs, and the parts of the API quaver does not
-//! provide (sessions, internal clients), which fail cleanly. Metadata is `api_meta`.
+//! provide (reserved names, internal clients), which fail cleanly. Metadata is
+//! `api_meta`, sessions `api_session`.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,52 +157,6 @@ pub unsafe extern "C" fn jack_uuid_unparse(u: jack_uuid_t, buf: *mut c_char) {
         *buf.add(n) = 0;
     }
 }
-
-// ----- sessions (deprecated in JACK): not supported -----
-
-/// `jack_set_session_callback`: not supported.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_set_session_callback(
-    _client: *mut Client,
-    _cb: JackSessionCallback,
-    _arg: *mut c_void,
-) -> c_int {
-    -1
-}
-
-/// `jack_session_reply`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_session_reply(_client: *mut Client, _event: *mut c_void) -> c_int {
-    -1
-}
-
-/// `jack_session_event_free`: we never create session events.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_session_event_free(_event: *mut c_void) {}
-
-/// `jack_client_has_session_callback`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_client_has_session_callback(
-    _client: *mut Client,
-    _name: *const c_char,
-) -> c_int {
-    0
-}
-
-/// `jack_session_notify`: no session clients.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_session_notify(
-    _client: *mut Client,
-    _target: *const c_char,
-    _type: c_int,
-    _path: *const c_char,
-) -> *mut c_void {
-    std::ptr::null_mut()
-}
-
-/// `jack_session_commands_free`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn jack_session_commands_free(_cmds: *mut c_void) {}
 
 /// `jack_reserve_client_name`.
 #[unsafe(no_mangle)]

@@ -2,9 +2,10 @@
 //! POSIX extended regular expressions, as JACK), connections, latency (aliases are `api_meta`).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_ulong, c_void};
+use std::sync::atomic::Ordering;
 
 use crate::client::{Client, as_client, owner};
-use crate::latency::foreign_latency_now;
+use crate::latency::foreign_range_now;
 use crate::port::{Port, PortKind};
 use crate::types::*;
 use crate::{cstr, guard, malloc_string_array};
@@ -482,8 +483,7 @@ pub unsafe extern "C" fn jack_port_get_latency_range(
         let r = if p.mine {
             p.latency(mode)
         } else {
-            let l = foreign_latency_now(p, mode);
-            jack_latency_range_t { min: l, max: l }
+            foreign_range_now(p, mode)
         };
         // SAFETY: the caller's out-pointer (packed struct: unaligned write).
         unsafe { range.write_unaligned(r) };
@@ -506,6 +506,7 @@ pub unsafe extern "C" fn jack_port_set_latency_range(
             return;
         }
         p.set_latency(mode, unsafe { range.read_unaligned() });
+        published_later(p);
     })
 }
 
@@ -521,7 +522,7 @@ pub unsafe extern "C" fn jack_port_get_latency(port_p: *mut Port) -> jack_nframe
         if p.mine {
             p.latency(mode).max
         } else {
-            foreign_latency_now(p, mode)
+            foreign_range_now(p, mode).max
         }
     })
 }
@@ -551,8 +552,23 @@ pub unsafe extern "C" fn jack_port_set_latency(port_p: *mut Port, frames: jack_n
                     max: frames,
                 },
             );
+            published_later(p);
         }
     })
+}
+
+/// Has the notification thread publish a range the application set on `p` (other
+/// clients read it from the server, as they read jackd2's shared port table). Not from
+/// the process thread, which must not lock or allocate: what it sets is published
+/// with the next latency pass.
+fn published_later(p: &Port) {
+    let Some(c) = owner(p) else {
+        return;
+    };
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    if c.process_tid.load(Ordering::Relaxed) != tid {
+        c.notify(crate::notify::Note::PublishLatency);
+    }
 }
 
 /// `jack_recompute_total_latencies`: runs the latency callbacks again.

@@ -53,6 +53,7 @@ pub struct Callbacks {
     pub freewheel: (JackFreewheelCallback, Arg),
     pub port_rename: (JackPortRenameCallback, Arg),
     pub property_change: (JackPropertyChangeCallback, Arg),
+    pub session: (JackSessionCallback, Arg),
 }
 
 /// Timing of the latest cycle, published by the process thread.
@@ -288,6 +289,10 @@ impl Client {
         // A server without aliases refuses the request; the view then has none.
         if let Ok((Reply::Aliases { ports }, _)) = conn.request(Request::Aliases) {
             view.add_aliases(&ports);
+        }
+        // Likewise for published latencies: other clients' ports then report none.
+        if let Ok((Reply::PortLatencies { ports }, _)) = conn.request(Request::PortLatencies) {
+            view.latencies = ports.into_iter().map(|l| (l.port, l)).collect();
         }
         Some(view)
     }

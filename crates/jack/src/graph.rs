@@ -4,7 +4,7 @@
 
 use std::ffi::c_int;
 
-use quaver_protocol::message::{PortAliases, PortType};
+use quaver_protocol::message::{PortAliases, PortLatency, PortType};
 use quaver_protocol::{GraphInfo, PortDirection};
 
 use crate::types::*;
@@ -39,6 +39,8 @@ pub struct GraphView {
     pub links: Vec<(String, String)>,
     /// Node names (JACK client names), in graph order.
     pub nodes: Vec<String>,
+    /// Latency ranges the ports' owners published (`set_port_latency`), by port id.
+    pub latencies: std::collections::HashMap<u32, PortLatency>,
 }
 
 impl GraphView {
@@ -112,6 +114,7 @@ impl GraphView {
             ports,
             links,
             nodes,
+            latencies: Default::default(),
         }
     }
 

@@ -19,6 +19,7 @@ pub mod api_client;
 pub mod api_meta;
 pub mod api_misc;
 pub mod api_port;
+pub mod api_session;
 pub mod api_time;
 pub mod client;
 pub mod graph;

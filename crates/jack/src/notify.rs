@@ -19,6 +19,8 @@ pub enum Note {
     GraphOrder,
     /// Latencies should be recomputed (capture, then playback callback).
     Latency,
+    /// The application set a latency range outside a pass: publish what changed.
+    PublishLatency,
     /// The graph changed on the server (watch event): compare and report.
     GraphChanged,
 }
@@ -31,6 +33,8 @@ pub struct Notifier {
     pub(crate) gone: AtomicBool,
     /// Set by the process thread when the server counted new xruns; real-time safe.
     pub(crate) xrun: AtomicBool,
+    /// Set by the process thread when freewheel started or stopped; real-time safe.
+    pub(crate) freewheel: AtomicBool,
     pub(crate) stop: AtomicBool,
     pub(crate) shut_down: AtomicBool,
 }
@@ -42,6 +46,7 @@ impl Notifier {
             bell: EventBell::new()?,
             gone: AtomicBool::new(false),
             xrun: AtomicBool::new(false),
+            freewheel: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
         })
@@ -59,6 +64,13 @@ impl Notifier {
     /// Reports new xruns (process thread: an atomic store and an eventfd write).
     pub(crate) fn xrun(&self) {
         self.xrun.store(true, Ordering::Release);
+        self.bell.signal();
+    }
+
+    /// Reports that freewheel started or stopped (process thread: an atomic store and
+    /// an eventfd write).
+    pub(crate) fn freewheel_changed(&self) {
+        self.freewheel.store(true, Ordering::Release);
         self.bell.signal();
     }
 

@@ -27,6 +27,7 @@ pub(crate) fn run(
     mut seen: Option<GraphView>,
 ) {
     let n = &*client.notifier;
+    let mut budget = crate::latency::PassBudget::new();
     loop {
         let (hung_up, watch_ready) = {
             let mut fds = vec![
@@ -56,12 +57,20 @@ pub(crate) fn run(
             .drain(..)
             .collect();
         let mut properties = Vec::new();
+        let mut sessions = Vec::new();
         if watch_ready && let Some(w) = watcher.as_mut() {
             // Take every queued event; one graph comparison covers them all.
             let mut changed = false;
+            let mut latency = false;
             loop {
                 match w.next_event(Some(std::time::Duration::ZERO)) {
                     Ok(Some(e)) if e.property.is_some() => properties.extend(e.property),
+                    Ok(Some(e)) if e.event == "latency" => latency = true,
+                    Ok(Some(e)) if e.event == "session" => {
+                        if e.node == Some(client.node) {
+                            sessions.extend(e.session);
+                        }
+                    }
                     Ok(Some(e)) => changed |= e.event != "suspended" && e.event != "resumed",
                     Ok(None) => break,
                     Err(_) => {
@@ -72,6 +81,10 @@ pub(crate) fn run(
             }
             if changed {
                 notes.push(Note::GraphChanged);
+            }
+            // Another client published new ranges: ours may depend on them.
+            if latency && !notes.contains(&Note::Latency) && budget.take() {
+                notes.push(Note::Latency);
             }
         }
         let cbs = *client.callbacks();
@@ -93,6 +106,12 @@ pub(crate) fn run(
                 // SAFETY: the application's callback with its own argument.
                 unsafe { f(p.subject, kp, change_code(p.change), a.0) };
             }
+        }
+        for ev in sessions {
+            crate::api_session::deliver(client, &cbs, ev);
+        }
+        if n.freewheel.swap(false, Ordering::AcqRel) {
+            crate::process::follow_freewheel(client);
         }
         if n.xrun.swap(false, Ordering::AcqRel)
             && let (Some(f), a) = cbs.xrun
@@ -208,15 +227,8 @@ fn deliver(client: &Client, cbs: &Callbacks, note: Note) {
             }
         }
         Note::GraphChanged => {}
-        Note::Latency => {
-            crate::latency::default_latencies(client);
-            if let (Some(f), arg) = cbs.latency {
-                unsafe {
-                    f(JACK_CAPTURE_LATENCY, arg.0);
-                    f(JACK_PLAYBACK_LATENCY, arg.0);
-                }
-            }
-        }
+        Note::Latency => crate::latency::run_pass(client, cbs),
+        Note::PublishLatency => crate::latency::publish(client),
     }
 }
 

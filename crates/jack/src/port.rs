@@ -45,6 +45,8 @@ pub struct Port {
     wire: UnsafeCell<Box<[u32]>>,
     /// Capture and playback latency ranges, `min << 32 | max`.
     latency: [AtomicU64; 2],
+    /// Own ports: the ranges last published to the server (`latency::publish`).
+    pub(crate) published: std::sync::Mutex<Option<[u64; 2]>>,
     pub(crate) alive: AtomicBool,
 }
 
@@ -100,6 +102,7 @@ impl Port {
             midi: UnsafeCell::new(midi.into_boxed_slice()),
             wire: UnsafeCell::new(wire.into_boxed_slice()),
             latency: [AtomicU64::new(0), AtomicU64::new(0)],
+            published: std::sync::Mutex::new(None),
             alive: AtomicBool::new(true),
         }
     }
@@ -126,6 +129,7 @@ impl Port {
             midi: UnsafeCell::new(Box::new([])),
             wire: UnsafeCell::new(Box::new([])),
             latency: [AtomicU64::new(0), AtomicU64::new(0)],
+            published: std::sync::Mutex::new(None),
             alive: AtomicBool::new(true),
         }
     }
@@ -187,6 +191,14 @@ impl Port {
             min: (v >> 32) as u32,
             max: v as u32,
         }
+    }
+
+    /// Both ranges packed, capture first: what [`crate::latency::publish`] compares.
+    pub(crate) fn latency_bits(&self) -> [u64; 2] {
+        [
+            self.latency[0].load(Ordering::Relaxed),
+            self.latency[1].load(Ordering::Relaxed),
+        ]
     }
 
     /// Sets the latency range for `mode`.

@@ -47,11 +47,14 @@ pub(crate) fn cycle_wait(c: &Client, cbs: &Callbacks) -> u32 {
         // As jackd2 tells every client when freewheel starts and stops: before the first
         // cycle of the new kind.
         let freewheel = h.flags & CYCLE_FREEWHEEL != 0;
-        if freewheel != c.freewheeling.swap(freewheel, Ordering::AcqRel)
-            && let (Some(cb), a) = cbs.freewheel
-        {
-            // SAFETY: the application's callback with its own argument.
-            unsafe { cb(c_int::from(freewheel), a.0) };
+        if freewheel != c.freewheeling.swap(freewheel, Ordering::AcqRel) {
+            // The notification thread takes this thread's real-time priority away while
+            // the graph freewheels and gives it back after (`follow_freewheel`).
+            c.notifier.freewheel_changed();
+            if let (Some(cb), a) = cbs.freewheel {
+                // SAFETY: the application's callback with its own argument.
+                unsafe { cb(c_int::from(freewheel), a.0) };
+            }
         }
         crate::transport::before_process(&c.transport, c.cb.shm());
         let xruns = c.cb.xruns();
@@ -265,6 +268,34 @@ pub(crate) fn set_fifo(thread: libc::pthread_t, priority: c_int) -> c_int {
     match quaver_rt::sched::set_fifo_pthread(thread, priority) {
         Ok(()) => 0,
         Err(e) => e.raw_os_error().unwrap_or(libc::EPERM),
+    }
+}
+
+/// As jackd2's libjack on its freewheel notifications: the process thread runs
+/// SCHED_OTHER while the graph freewheels (a freewheeling graph runs as fast as its
+/// clients allow, and a real-time thread that never sleeps would starve the machine),
+/// and is promoted again, the way activation promoted it, when freewheel ends.
+/// Notification thread; nothing for a client whose thread was never promoted.
+pub(crate) fn follow_freewheel(c: &Client) {
+    let tid = c.process_tid.load(Ordering::Acquire);
+    if c.rt_priority.load(Ordering::Relaxed) <= 0 || tid == 0 {
+        return;
+    }
+    let tid = quaver_rt::Tid(tid);
+    if c.freewheeling.load(Ordering::Acquire) {
+        if let Err(e) = quaver_rt::sched::set_normal(tid) {
+            crate::error(&format!(
+                "cannot take the process thread off real-time scheduling for freewheel: {e}"
+            ));
+        }
+    } else {
+        let outcome = quaver_rt::promote(tid, &wanted()).outcome;
+        if !matches!(outcome, quaver_rt::RtOutcome::Fifo { .. }) {
+            crate::error(&format!(
+                "cannot give the process thread its real-time priority back after \
+                 freewheel: {outcome}"
+            ));
+        }
     }
 }
 

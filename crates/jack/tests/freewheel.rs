@@ -12,19 +12,26 @@ use std::process::Output;
 
 /// A python3-jack-client probe: prints its freewheel callbacks, and on each line of
 /// stdin how many process cycles it ran in the next half second.
+/// On a line `policy`, the scheduling policy its process thread last ran under.
 const PROBE: &str = r#"
-import sys, time, jack
+import os, sys, time, jack
 c = jack.Client("fwprobe")
 cycles = [0]
+policy = [-1]
 @c.set_freewheel_callback
 def freewheel(starting):
     print("freewheel", int(starting), flush=True)
 @c.set_process_callback
 def process(frames):
     cycles[0] += 1
+    policy[0] = os.sched_getscheduler(0)
 c.activate()
 print("active", c.blocksize, c.samplerate, flush=True)
 for line in sys.stdin:
+    if line.startswith("policy"):
+        p = policy[0] & ~0x40000000  # without SCHED_RESET_ON_FORK, which quaver sets
+        print("policy", {0: "other", 1: "fifo", 2: "rr"}.get(p, p), flush=True)
+        continue
     n = cycles[0]
     time.sleep(0.5)
     print("cycles", (cycles[0] - n) * 2, flush=True)
@@ -37,6 +44,14 @@ impl Probe {
         stdin.write_all(b"?\n").unwrap();
         stdin.flush().unwrap();
         self.expect("cycles ")[7..].parse().unwrap()
+    }
+
+    /// The scheduling policy of its process thread in its latest cycle.
+    fn policy(&mut self) -> String {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"policy\n").unwrap();
+        stdin.flush().unwrap();
+        self.expect("policy ")[7..].to_string()
     }
 
     fn stop(mut self) {
@@ -55,15 +70,27 @@ fn real_rate(active: &str) -> f64 {
     w[1] / w[0]
 }
 
+/// What one freewheel sequence measured.
+struct Sequence {
+    /// Real time at the probe's buffer size and rate, cycles per second.
+    real: f64,
+    /// Cycles per second while freewheeling.
+    fast: u64,
+    /// The probe's process thread's policy before, during and after freewheel.
+    policies: [String; 3],
+}
+
 /// Runs the freewheel sequence against a server: `run` runs a JACK program there.
-fn freewheel_sequence(probe: &mut Probe, run: &dyn Fn(&[&str]) -> Output) -> (f64, u64, u64) {
+fn freewheel_sequence(probe: &mut Probe, run: &dyn Fn(&[&str]) -> Output) -> Sequence {
     let real = real_rate(&probe.expect("active "));
     let paced = probe.rate();
+    let before = probe.policy();
     let out = run(&["jack_freewheel", "1"]);
     assert!(out.status.success(), "{out:?}");
     // jack_freewheel has exited; freewheel stays, and the client was told.
     assert_eq!(probe.expect("freewheel "), "freewheel 1");
     let fast = probe.rate();
+    let during = probe.policy();
     let out = run(&["jack_freewheel", "0"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(probe.expect("freewheel "), "freewheel 0");
@@ -71,7 +98,14 @@ fn freewheel_sequence(probe: &mut Probe, run: &dyn Fn(&[&str]) -> Output) -> (f6
         (paced as f64) < real * 1.5,
         "before: {paced} cycles/s, real time is {real}"
     );
-    (real, paced, fast)
+    // Its priority comes back from the notification thread: a half second is plenty.
+    probe.rate();
+    let after = probe.policy();
+    Sequence {
+        real,
+        fast,
+        policies: [before, during, after],
+    }
 }
 
 #[test]
@@ -140,8 +174,12 @@ fn jack_freewheel_behaves_as_on_jackd2() {
         return;
     };
     let mut probe = Probe::start(jackd.cmd(&[PYTHON, "-c", PROBE]));
-    let (real, _, fast) = freewheel_sequence(&mut probe, &|a| jackd.run(a));
-    eprintln!("jackd2: real time {real} cycles/s, freewheeling {fast}");
+    let j = freewheel_sequence(&mut probe, &|a| jackd.run(a));
+    let (real, fast) = (j.real, j.fast);
+    eprintln!(
+        "jackd2: real time {real} cycles/s, freewheeling {fast}, process thread {:?}",
+        j.policies
+    );
     assert!(fast as f64 > real * 5.0, "jackd2: {fast} cycles/s");
     probe.stop();
 
@@ -150,11 +188,32 @@ fn jack_freewheel_behaves_as_on_jackd2() {
         &d,
         &["quantum", "force", "256"],
     ));
-    let mut probe = Probe::start(d.jack(&[PYTHON, "-c", PROBE]));
-    let (real, _, fast) = freewheel_sequence(&mut probe, &|a| d.run(a));
-    eprintln!("quaverd: real time {real} cycles/s, freewheeling {fast}");
+    // With real-time scheduling asked for, as jackd2's clients have it.
+    let mut cmd = d.jack(&[PYTHON, "-c", PROBE]);
+    cmd.env("QUAVER_RT_PRIORITY", "19");
+    let mut probe = Probe::start(cmd);
+    let q = freewheel_sequence(&mut probe, &|a| d.run(a));
+    let (real, fast) = (q.real, q.fast);
+    eprintln!(
+        "quaverd: real time {real} cycles/s, freewheeling {fast}, process thread {:?}",
+        q.policies
+    );
     assert!(fast as f64 > real * 5.0, "quaverd: {fast} cycles/s");
     probe.stop();
+    // As jackd2, the client's process thread leaves real-time scheduling while the
+    // graph freewheels and gets it back after.
+    if j.policies[0] == "fifo" && q.policies[0] == "fifo" {
+        assert_eq!(
+            q.policies, j.policies,
+            "process thread's policy: quaverd vs jackd2"
+        );
+    } else {
+        eprintln!(
+            "SKIPPED: the policy comparison needs SCHED_FIFO for clients (jackd2's {:?}, \
+             quaverd's {:?})",
+            j.policies, q.policies
+        );
+    }
     d.stop();
 }
 

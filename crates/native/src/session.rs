@@ -184,6 +184,7 @@ impl NativeServer {
                 }
                 Err(_) => return,
             };
+            let mut session = None;
             let (event, node, property) = match e {
                 WatchItem::Graph(E::NodeAdded(n)) => ("node_added", Some(n), None),
                 WatchItem::Graph(E::NodeRemoved(n)) => ("node_removed", Some(n), None),
@@ -193,11 +194,17 @@ impl NativeServer {
                 WatchItem::Graph(E::Suspended(false)) => ("resumed", None, None),
                 WatchItem::Graph(E::DeviceGone(_)) => ("device_gone", None, None),
                 WatchItem::Property(p) => ("property", None, Some(p)),
+                WatchItem::Latency(n) => ("latency", Some(n), None),
+                WatchItem::Session(n, ev) => {
+                    session = Some(ev);
+                    ("session", Some(n), None)
+                }
             };
             let reply = Reply::Event(GraphEvent {
                 event: event.into(),
                 node,
                 property,
+                session,
             });
             if send_reply(sock, 0, reply, &[]).is_err() {
                 return;
@@ -305,6 +312,31 @@ impl NativeServer {
             Request::SetAlias { port, alias } => (self.alias(port, &alias, true), none),
             Request::UnsetAlias { port, alias } => (self.alias(port, &alias, false), none),
             Request::Aliases => (self.aliases(), none),
+            Request::SetPortLatency {
+                port,
+                capture,
+                playback,
+            } => {
+                let l = quaver_protocol::message::PortLatency {
+                    port,
+                    capture,
+                    playback,
+                };
+                (self.set_port_latency(client, l), none)
+            }
+            Request::PortLatencies => (self.port_latencies(), none),
+            Request::SetSessionCallback { node, on } => {
+                (self.set_session_callback(client, node, on), none)
+            }
+            Request::HasSessionCallback { name } => (self.has_session_callback(&name), none),
+            Request::SessionNotify { target, kind, path } => {
+                (self.session_notify(target.as_deref(), kind, &path), none)
+            }
+            Request::SessionReply {
+                node,
+                command,
+                flags,
+            } => (self.session_reply(client, node, command, flags), none),
             Request::SetVolume { node, volume, mute } => {
                 match self.engine.set_volume(&node, volume, mute) {
                     Ok(()) => {

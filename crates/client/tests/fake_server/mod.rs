@@ -190,7 +190,15 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                 | Request::RemoveAllProperties
                 | Request::SetAlias { .. }
                 | Request::UnsetAlias { .. }
-                | Request::Aliases => Reply::error(ErrorCode::BadRequest, "no metadata here"),
+                | Request::Aliases
+                | Request::SetPortLatency { .. }
+                | Request::PortLatencies
+                | Request::SetSessionCallback { .. }
+                | Request::HasSessionCallback { .. }
+                | Request::SessionNotify { .. }
+                | Request::SessionReply { .. } => {
+                    Reply::error(ErrorCode::BadRequest, "no metadata here")
+                }
                 Request::DestroyStream { node } => {
                     match streams.iter().position(|s| s.node == node) {
                         Some(i) => {

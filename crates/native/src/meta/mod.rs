@@ -9,6 +9,9 @@
 //! periodic wakeups. Each watcher has a bounded queue (`WATCH_BACKLOG`); one that falls
 //! that far behind is dropped rather than let the server's memory grow.
 
+mod latency;
+mod session;
+mod session_state;
 mod store;
 
 use crate::NativeServer;
@@ -27,6 +30,10 @@ pub(crate) enum WatchItem {
     Graph(GraphEvent),
     /// A property was created, changed or deleted.
     Property(PropertyEvent),
+    /// A port of this node has new published latency ranges.
+    Latency(u32),
+    /// A session manager's notify for this node.
+    Session(u32, quaver_protocol::message::SessionEvent),
 }
 
 /// The store and the watchers of its changes.
@@ -34,6 +41,7 @@ pub(crate) enum WatchItem {
 pub(crate) struct Meta {
     store: Mutex<MetaStore>,
     watchers: Mutex<Vec<SyncSender<WatchItem>>>,
+    sessions: session_state::Sessions,
 }
 
 /// Events a watcher may have waiting before it is dropped: bounds what a client that
@@ -116,6 +124,9 @@ impl Meta {
                 )
             })
         };
+        let nodes: std::collections::BTreeSet<u32> =
+            engine.inspect(|g| g.nodes.keys().copied().collect());
+        self.sessions.retain(|n| nodes.contains(&n));
         for subject in gone {
             tracing::debug!("properties of {subject} dropped: its node or port went away");
             self.announce(subject, None, PropertyChange::Deleted);

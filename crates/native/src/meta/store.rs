@@ -4,7 +4,7 @@
 
 use quaver_protocol::message::{
     MAX_ALIASES, MAX_PROPERTIES, MAX_PROPERTIES_PER_SUBJECT, MAX_PROPERTY_BYTES, PortAliases,
-    Property, PropertyChange, PropertyValue,
+    PortLatency, Property, PropertyChange, PropertyValue,
 };
 use std::collections::BTreeMap;
 use std::fmt;
@@ -59,6 +59,9 @@ pub(crate) struct MetaStore {
     count: usize,
     bytes: usize,
     aliases: BTreeMap<u32, Vec<String>>,
+    /// Latencies published by the ports' owners; one entry per existing port at most,
+    /// so bounded by the graph's own port limit.
+    latencies: BTreeMap<u32, PortLatency>,
 }
 
 impl MetaStore {
@@ -172,6 +175,7 @@ impl MetaStore {
             self.remove(s, None);
         }
         self.aliases.retain(|&p, _| port_exists(p));
+        self.latencies.retain(|&p, _| port_exists(p));
         gone
     }
 
@@ -203,6 +207,16 @@ impl MetaStore {
         } else {
             Err(MetaError::NoSuchAlias(port, alias.into()))
         }
+    }
+
+    /// Records what `l.port`'s owner published; false if it had published the same.
+    pub(crate) fn set_latency(&mut self, l: PortLatency) -> bool {
+        self.latencies.insert(l.port, l) != Some(l)
+    }
+
+    /// Every published port latency.
+    pub(crate) fn latencies(&self) -> Vec<PortLatency> {
+        self.latencies.values().copied().collect()
     }
 
     /// Every port's aliases.

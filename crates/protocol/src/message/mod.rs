@@ -12,11 +12,13 @@
 
 mod callback;
 mod graph;
+mod latency;
 mod limits;
 mod meta;
 mod quantum;
 mod reply;
 mod request;
+mod session;
 mod status;
 mod stream;
 mod transport;
@@ -25,6 +27,7 @@ pub use callback::{CallbackCreated, CallbackParams, CallbackPort, PortParams};
 pub use graph::{
     CallbackNodeInfo, GraphInfo, LinkInfo, NodeInfo, PortDirection, PortInfo, PortType,
 };
+pub use latency::{LatencyRange, PortLatency};
 pub use limits::{
     MAX_CALLBACK_PORTS, MAX_CHANNELS, MAX_LATENCY_MS, MAX_NAME_BYTES, MAX_PORT_NAME_BYTES,
     MAX_QUANTUM, MAX_RATE, MAX_VOLUME,
@@ -38,6 +41,10 @@ pub use meta::{
 pub use quantum::QuantumReport;
 pub use reply::{ErrorCode, GraphEvent, Reply};
 pub use request::Request;
+pub use session::{
+    MAX_SESSION_COMMAND_BYTES, MAX_SESSION_PATH_BYTES, SESSION_NEED_TERMINAL, SESSION_SAVE_ERROR,
+    SessionCommand, SessionEvent, SessionEventType,
+};
 pub use status::{ClientInfo, DeviceStatus, NodeTimingInfo, StatusInfo, TimingStats};
 pub use stream::{Direction, StreamCreated, StreamParams};
 pub use transport::TransportInfo;
@@ -164,6 +171,21 @@ mod tests {
             alias: String::new(),
         };
         assert!(bad.validate().is_err());
+        let range = |min, max| LatencyRange { min, max };
+        let lat = Request::SetPortLatency {
+            port: 4,
+            capture: range(0, 64),
+            playback: range(100, 100),
+        };
+        assert!(lat.validate().is_ok());
+        roundtrip_req(lat);
+        roundtrip_req(Request::PortLatencies);
+        let bad = Request::SetPortLatency {
+            port: 4,
+            capture: range(0, 64),
+            playback: range(101, 100),
+        };
+        assert!(bad.validate().unwrap_err().contains("playback"));
         let ev = Reply::Event(GraphEvent {
             event: "property".into(),
             node: None,
@@ -172,6 +194,7 @@ mod tests {
                 key: None,
                 change: PropertyChange::Deleted,
             }),
+            session: None,
         });
         let s = serde_json::to_string(&ev).unwrap();
         assert_eq!(
@@ -189,6 +212,13 @@ mod tests {
                 }],
             },
             Reply::Removed { count: 3 },
+            Reply::PortLatencies {
+                ports: vec![PortLatency {
+                    port: 2,
+                    capture: LatencyRange { min: 1, max: 2 },
+                    playback: LatencyRange::default(),
+                }],
+            },
             Reply::Aliases {
                 ports: vec![PortAliases {
                     port: 2,
@@ -430,6 +460,7 @@ mod tests {
             event: "links_changed".into(),
             node: None,
             property: None,
+            session: None,
         });
         let s = serde_json::to_string(&ev).unwrap();
         assert_eq!(s, r#"{"type":"event","event":"links_changed"}"#);

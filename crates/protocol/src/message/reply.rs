@@ -3,8 +3,10 @@
 
 use super::callback::{CallbackCreated, CallbackPort};
 use super::graph::GraphInfo;
+use super::latency::PortLatency;
 use super::meta::{PortAliases, Property, PropertyEvent};
 use super::quantum::QuantumReport;
+use super::session::{SessionCommand, SessionEvent};
 use super::status::{StatusInfo, TimingStats};
 use super::stream::StreamCreated;
 use super::transport::TransportInfo;
@@ -101,6 +103,21 @@ pub enum Reply {
         /// The ports that have aliases.
         ports: Vec<PortAliases>,
     },
+    /// Answer to `PortLatencies`.
+    PortLatencies {
+        /// The ports whose owner published their latency.
+        ports: Vec<PortLatency>,
+    },
+    /// Answer to `SessionNotify`: one entry per notified client.
+    SessionCommands {
+        /// What each client answered.
+        commands: Vec<SessionCommand>,
+    },
+    /// Answer to `HasSessionCallback`.
+    HasSessionCallback {
+        /// True if the client has a session callback.
+        has: bool,
+    },
     /// Answer to `RemoveProperty` and `RemoveAllProperties`.
     Removed {
         /// How many properties were removed.
@@ -142,6 +159,9 @@ impl Reply {
             Reply::Properties { .. } => "properties",
             Reply::Removed { .. } => "removed",
             Reply::Aliases { .. } => "aliases",
+            Reply::PortLatencies { .. } => "port_latencies",
+            Reply::SessionCommands { .. } => "session_commands",
+            Reply::HasSessionCallback { .. } => "has_session_callback",
             Reply::Ok => "ok",
             Reply::Error { .. } => "error",
         }
@@ -152,8 +172,10 @@ impl Reply {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GraphEvent {
     /// `node_added`, `node_removed`, `node_changed` (volume, mute, ports, latency
-    /// request), `links_changed`, `suspended`, `resumed` or `property` (with
-    /// `property`); clients ignore kinds they do not know.
+    /// request), `links_changed`, `suspended`, `resumed`, `property` (with
+    /// `property`) or `latency` (a port of `node` published new latency ranges) or `session` (with
+    /// `session`: a session manager's notify for `node`);
+    /// clients ignore kinds they do not know.
     pub event: String,
     /// The node concerned, for node events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,4 +183,7 @@ pub struct GraphEvent {
     /// For `property` events: what changed (added within v1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub property: Option<PropertyEvent>,
+    /// For `session` events: what `node` is asked to do (added within v1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionEvent>,
 }

@@ -2,8 +2,10 @@
 
 use super::callback::CallbackParams;
 use super::graph::{PortDirection, PortType};
+use super::latency::LatencyRange;
 use super::limits::{MAX_QUANTUM, check_name, check_port_name, check_volume};
 use super::meta::{PropertyValue, check_alias, check_key, check_property};
+use super::session::{SessionEventType, check_session_command, check_session_path};
 use super::stream::StreamParams;
 use quaver_dsp::ChannelPosition;
 use serde::{Deserialize, Serialize};
@@ -193,6 +195,54 @@ pub enum Request {
         /// The alias.
         alias: String,
     },
+    /// Publishes the latency ranges of a port of one of this connection's callback
+    /// nodes (JACK's `jack_port_set_latency_range`); answered by `Ok`, and a `latency`
+    /// event to every watcher when they changed.
+    SetPortLatency {
+        /// The port id.
+        port: u32,
+        /// Its capture latency.
+        capture: LatencyRange,
+        /// Its playback latency.
+        playback: LatencyRange,
+    },
+    /// Asks for every published port latency; answered by `PortLatencies`.
+    PortLatencies,
+    /// Says whether a callback node of this connection has a JACK session callback
+    /// (only those are notified); answered by `Ok`.
+    SetSessionCallback {
+        /// The node.
+        node: u32,
+        /// True when it has one.
+        on: bool,
+    },
+    /// Asks whether the client (node) `name` has a session callback; answered by
+    /// `HasSessionCallback`.
+    HasSessionCallback {
+        /// The client name.
+        name: String,
+    },
+    /// A session manager's notify: every client with a session callback (or only
+    /// `target`) gets a `session` event with its directory under `path`; answered by
+    /// `SessionCommands` once each replied (or went away, or timed out).
+    SessionNotify {
+        /// One client's name, or every client with a session callback.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+        /// What to do.
+        kind: SessionEventType,
+        /// The session directory, absolute, ending in `/`.
+        path: String,
+    },
+    /// A notified client's answer; answered by `Ok`.
+    SessionReply {
+        /// The client's callback node.
+        node: u32,
+        /// The command line that restores it.
+        command: String,
+        /// `SESSION_SAVE_ERROR`, `SESSION_NEED_TERMINAL`.
+        flags: u32,
+    },
 }
 
 impl Request {
@@ -252,8 +302,24 @@ impl Request {
                 value_type,
                 ..
             } => check_property(key, value, value_type.as_deref()),
-            Request::GetProperties { .. } | Request::RemoveAllProperties | Request::Aliases => {
-                Ok(())
+            Request::GetProperties { .. }
+            | Request::RemoveAllProperties
+            | Request::Aliases
+            | Request::PortLatencies => Ok(()),
+            Request::SetSessionCallback { .. } => Ok(()),
+            Request::HasSessionCallback { name } => check_name("name", name),
+            Request::SessionNotify { target, path, .. } => {
+                if let Some(t) = target {
+                    check_name("target", t)?;
+                }
+                check_session_path(path)
+            }
+            Request::SessionReply { command, .. } => check_session_command(command),
+            Request::SetPortLatency {
+                capture, playback, ..
+            } => {
+                capture.check("capture")?;
+                playback.check("playback")
             }
             Request::RemoveProperty { key, .. } => key.as_deref().map_or(Ok(()), check_key),
             Request::SetAlias { alias, .. } | Request::UnsetAlias { alias, .. } => {
@@ -306,6 +372,12 @@ impl Request {
             Request::SetAlias { .. } => "set_alias",
             Request::Aliases => "aliases",
             Request::UnsetAlias { .. } => "unset_alias",
+            Request::SetPortLatency { .. } => "set_port_latency",
+            Request::PortLatencies => "port_latencies",
+            Request::SetSessionCallback { .. } => "set_session_callback",
+            Request::HasSessionCallback { .. } => "has_session_callback",
+            Request::SessionNotify { .. } => "session_notify",
+            Request::SessionReply { .. } => "session_reply",
         }
     }
 }

@@ -108,10 +108,22 @@ fn the_libpulse_probe_sees_every_impulse_come_back() {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_quaver-bench"));
     server.client_env(&mut cmd);
     let out = cmd
-        .args(["pulse-probe", "--latency-ms", "20", "--seconds", "2", "--seed", "6"])
+        .args([
+            "pulse-probe",
+            "--latency-ms",
+            "20",
+            "--seconds",
+            "2",
+            "--seed",
+            "6",
+        ])
         .output()
         .expect("running the probe");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r: quaver_bench::modes::peers::capture::Round =
         serde_json::from_slice(&out.stdout).expect("the probe's JSON");
     assert!(r.impulses >= 5, "{r:?}");
@@ -123,6 +135,11 @@ fn the_libpulse_probe_sees_every_impulse_come_back() {
         assert!(*w > 0.0 && *w < 250.0, "impulse {i}: {w} ms; {r:?}");
     }
     assert!(r.capture_reported_ms.iter().all(|x| x.is_finite()), "{r:?}");
-    assert!(r.playback_reported_ms.iter().all(|x| x.is_finite() && *x > 0.0), "{r:?}");
+    assert!(
+        r.playback_reported_ms
+            .iter()
+            .all(|x| x.is_finite() && *x > 0.0),
+        "{r:?}"
+    );
     assert!(r.granted_fragsize > 0, "{r:?}");
 }

@@ -36,6 +36,9 @@ pub(crate) struct Record {
     /// The ring as a memory block for STAT, held as long as the stream.
     pub(crate) _ring_block: MemBlock,
     pub(crate) frag_frames: usize,
+    /// The client asked for its latency (ADJUST_LATENCY or EARLY_REQUESTS): its
+    /// fragment is a latency bound, not just a block size.
+    pub(crate) latency_bound: bool,
     pub(crate) sent: u64,
     pub(crate) scratch: Vec<u8>,
     /// Peak detection (PEAK_DETECT below the engine rate, e.g. pavucontrol's 25 Hz
@@ -95,12 +98,13 @@ impl Record {
         }
     }
 
-    /// Whether every cycle's data goes out in its cycle: a fragment of at most
-    /// [`EAGER_QUANTA`] cycles (the streams whose latency sets the quantum, e.g. a call
-    /// or a latency probe), as PulseAudio sends each block its source posts. Larger
-    /// fragments are gathered, one wakeup per fragment.
+    /// Whether every cycle's data goes out in its cycle: a client that asked for its
+    /// latency with a fragment of at most [`EAGER_QUANTA`] cycles (the streams whose
+    /// latency sets the quantum, e.g. a call or a latency probe), as PulseAudio sends
+    /// each block its source posts. Larger fragments, and plain recorders (`parec`
+    /// without `--latency-msec`), are gathered: one wakeup per fragment.
     fn eager(&self, cycle: usize) -> bool {
-        cycle > 0 && self.frag_frames <= EAGER_QUANTA * cycle
+        self.latency_bound && cycle > 0 && self.frag_frames <= EAGER_QUANTA * cycle
     }
 
     pub(crate) fn service(&mut self, out: &mut Out, mut pool: Option<&mut ExportPool>) {

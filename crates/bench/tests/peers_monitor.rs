@@ -92,3 +92,54 @@ fn a_dead_server_says_how_it_ended() {
         }
     }
 }
+
+/// The libpulse capture-path probe (`quaver-bench pulse-probe`, as `peers` runs it),
+/// against a private quaverd: every impulse comes back, after it was written and
+/// within the streams' buffers, and libpulse's latencies for both sides are there.
+#[test]
+fn the_libpulse_probe_sees_every_impulse_come_back() {
+    if quaver_bench::tools::libpulse::PulseLib::open().is_err() {
+        eprintln!("SKIPPED: libpulse.so.0 not installed (Debian: libpulse0)");
+        return;
+    }
+    let _g = common::serial();
+    let mut ctx = Ctx::new(common::quaverd_bin(), 6, true);
+    let server = Server::quaverd(&mut ctx).expect("quaverd");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_quaver-bench"));
+    server.client_env(&mut cmd);
+    let out = cmd
+        .args([
+            "pulse-probe",
+            "--latency-ms",
+            "20",
+            "--seconds",
+            "2",
+            "--seed",
+            "6",
+        ])
+        .output()
+        .expect("running the probe");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: quaver_bench::modes::peers::capture::Round =
+        serde_json::from_slice(&out.stdout).expect("the probe's JSON");
+    assert!(r.impulses >= 5, "{r:?}");
+    assert_eq!(r.lost, 0, "{r:?}");
+    assert_eq!(r.write_to_capture_ms.len(), r.impulses, "{r:?}");
+    for (i, w) in r.write_to_capture_ms.iter().enumerate() {
+        // After the write, and not later than the playback buffer (20 ms) plus the
+        // fragment (20 ms) plus a generous margin for a loaded machine.
+        assert!(*w > 0.0 && *w < 250.0, "impulse {i}: {w} ms; {r:?}");
+    }
+    assert!(r.capture_reported_ms.iter().all(|x| x.is_finite()), "{r:?}");
+    assert!(
+        r.playback_reported_ms
+            .iter()
+            .all(|x| x.is_finite() && *x > 0.0),
+        "{r:?}"
+    );
+    assert!(r.granted_fragsize > 0, "{r:?}");
+}

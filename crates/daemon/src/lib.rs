@@ -3,10 +3,12 @@
 //! The binary (`main.rs`) parses flags and calls [`run`]; everything with logic lives in
 //! the library crates, so this crate stays thin.
 
+pub mod activation;
 pub mod alsamidi;
 pub mod cards;
 pub mod config;
 pub mod hotplug;
+pub mod journal;
 pub mod live;
 mod mixers;
 pub mod reserve;
@@ -200,18 +202,55 @@ fn follow_cards(
     hotplug::spawn(engine.clone(), cards, live, plugged);
 }
 
+/// The native and PulseAudio listening sockets: passed by systemd (socket activation)
+/// or bound here. A live server on the PulseAudio socket is refused before any device
+/// opens.
+fn listeners(
+    cfg: &Config,
+    runtime_dir: &std::path::Path,
+) -> Result<(native::Listener, Option<quaver_pulse::PulseListener>)> {
+    let pulse_path = cfg.pulse.enabled.then(|| cfg.pulse_socket());
+    let native_path = runtime_dir.join(quaver_protocol::paths::SOCKET_NAME);
+    let passed = activation::take(
+        &activation::ListenEnv::from_process(),
+        &native_path,
+        pulse_path.as_deref(),
+    )?;
+    if let Some(p) = &passed {
+        tracing::info!(
+            "socket activation: native socket {}, PulseAudio socket {}",
+            if p.native.is_some() {
+                "passed"
+            } else {
+                "bound here"
+            },
+            match (&p.pulse, &pulse_path) {
+                (Some(_), _) => "passed",
+                (None, Some(_)) => "bound here",
+                (None, None) => "disabled",
+            }
+        );
+    }
+    let (passed_native, passed_pulse) = passed.map_or((None, None), |p| (p.native, p.pulse));
+    let listener = match passed_native {
+        Some(l) => native::Listener::adopt(runtime_dir, l)?,
+        None => native::Listener::bind(runtime_dir)?,
+    };
+    // Refuse a PulseAudio socket a live server answers on before any device opens.
+    let pulse_listener = match (pulse_path, passed_pulse) {
+        (Some(path), Some(l)) => Some(quaver_pulse::PulseListener::adopt(&path, l)),
+        (Some(path), None) => Some(quaver_pulse::PulseListener::bind(&path)?),
+        (None, _) => None,
+    };
+    Ok((listener, pulse_listener))
+}
+
 /// Starts quaverd with `cfg` and serves until a stop signal arrives.
 pub fn run(cfg: Config) -> Result<()> {
     let runtime_dir = cfg.runtime_dir();
     // Take the runtime directory before touching devices: a second daemon must not
     // truncate the first one's output file.
-    let listener = native::Listener::bind(&runtime_dir)?;
-    // Refuse a PulseAudio socket a live server answers on before any device opens.
-    let pulse_listener = if cfg.pulse.enabled {
-        Some(quaver_pulse::PulseListener::bind(&cfg.pulse_socket())?)
-    } else {
-        None
-    };
+    let (listener, pulse_listener) = listeners(&cfg, &runtime_dir)?;
     let channels: ChannelMap = cfg
         .engine
         .channels

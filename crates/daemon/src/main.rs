@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::Parser;
 use quaver_daemon::config::Config;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// The quaver sound server. With no arguments it opens every ALSA card it finds (each
 /// through its profile), or a null sink (with monitor) and null source at 48 kHz stereo
@@ -50,7 +51,25 @@ struct Args {
     log_level: Option<String>,
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
+    let journal = quaver_daemon::journal::stderr_is_journal();
+    match serve(journal) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if journal {
+                // Every line at priority err: the journal takes each line as an entry.
+                for line in format!("quaverd: {e:#}").lines() {
+                    eprintln!("<3>{line}");
+                }
+            } else {
+                eprintln!("Error: {e:?}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(journal: bool) -> Result<()> {
     quaver_daemon::block_stop_signals();
     let args = Args::parse();
     let (mut cfg, path) = Config::load(args.config.as_deref())?;
@@ -89,12 +108,17 @@ fn main() -> Result<()> {
     }
     cfg.validate()?;
     let level: tracing::Level = cfg.server.log_level.parse()?;
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    if journal {
+        log.event_format(quaver_daemon::journal::JournalFormat)
+            .init();
+    } else {
+        log.with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     if let Some(p) = path {
         tracing::info!("configuration from {}", p.display());
     }

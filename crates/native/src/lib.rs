@@ -90,12 +90,24 @@ pub struct Listener {
     listener: UnixListener,
     socket_path: PathBuf,
     _lock: File,
+    /// Whether the socket file is ours to remove (not when systemd bound it).
+    owns_file: bool,
 }
 
 impl Listener {
     /// Creates the runtime directory (0700), takes its lock and binds the socket. Fails
     /// with a clear message when another quaverd already serves this directory.
     pub fn bind(runtime_dir: &Path) -> Result<Listener> {
+        Listener::open(runtime_dir, None)
+    }
+
+    /// Like [`Listener::bind`] with a socket systemd already bound and listens on
+    /// (socket activation); the socket file stays systemd's.
+    pub fn adopt(runtime_dir: &Path, listener: UnixListener) -> Result<Listener> {
+        Listener::open(runtime_dir, Some(listener))
+    }
+
+    fn open(runtime_dir: &Path, passed: Option<UnixListener>) -> Result<Listener> {
         quaver_protocol::paths::ensure_private_dir(runtime_dir)
             .with_context(|| format!("preparing runtime directory {}", runtime_dir.display()))?;
         let lock_path = runtime_dir.join("quaverd.lock");
@@ -117,14 +129,21 @@ impl Listener {
         std::fs::write(&lock_path, format!("{}\n", std::process::id()))
             .with_context(|| format!("writing {}", lock_path.display()))?;
         let socket_path = runtime_dir.join(quaver_protocol::paths::SOCKET_NAME);
-        // We hold the lock, so a socket file left here belongs to a dead daemon.
-        let _ = std::fs::remove_file(&socket_path);
-        let listener = UnixListener::bind(&socket_path)
-            .with_context(|| format!("binding {}", socket_path.display()))?;
+        let owns_file = passed.is_none();
+        let listener = match passed {
+            Some(l) => l,
+            None => {
+                // We hold the lock, so a socket file left here belongs to a dead daemon.
+                let _ = std::fs::remove_file(&socket_path);
+                UnixListener::bind(&socket_path)
+                    .with_context(|| format!("binding {}", socket_path.display()))?
+            }
+        };
         Ok(Listener {
             listener,
             socket_path,
             _lock: lock,
+            owns_file,
         })
     }
 
@@ -136,7 +155,9 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.socket_path);
+        if self.owns_file {
+            let _ = std::fs::remove_file(&self.socket_path);
+        }
     }
 }
 

@@ -202,6 +202,20 @@ pub enum Mode {
         /// Skip the monitor-latency part.
         #[arg(long)]
         no_monitor_latency: bool,
+        /// Capture path (one libpulse client, a playback and a monitor record stream):
+        /// the requested latencies, ms (default 5,10,20,50; 5,10 with --quick).
+        #[arg(long, value_delimiter = ',')]
+        capture_latencies: Option<Vec<u32>>,
+        /// Skip the capture-path part.
+        #[arg(long)]
+        no_capture_path: bool,
+        /// Capture path: seconds of impulses per round (default 4; 1.5 with --quick).
+        #[arg(long)]
+        capture_seconds: Option<f64>,
+        /// Capture path: rounds per point, alternating between the servers (default 3;
+        /// 1 with --quick).
+        #[arg(long)]
+        capture_rounds: Option<usize>,
         /// Monitor latency: seconds of impulses per point (default 10; 1.5 with --quick).
         #[arg(long)]
         monitor_seconds: Option<f64>,
@@ -346,6 +360,19 @@ pub enum Mode {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// The libpulse capture-path probe (started by `peers`; not for direct use).
+    #[command(hide = true)]
+    PulseProbe {
+        /// Both streams' requested latency, ms.
+        #[arg(long)]
+        latency_ms: u32,
+        /// Seconds of impulses.
+        #[arg(long)]
+        seconds: f64,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// The built-in stressor (started by `stress`; not for direct use).
     #[command(hide = true)]
     Stressor {
@@ -378,6 +405,7 @@ impl Mode {
             Mode::Jack { .. } => "jack",
             Mode::Bigbuf { .. } => "bigbuf",
             Mode::JackClient { .. } => "jack-client",
+            Mode::PulseProbe { .. } => "pulse-probe",
             Mode::Stressor { .. } => "stressor",
         }
     }
@@ -391,7 +419,7 @@ impl Mode {
             | Mode::Peers { common, .. }
             | Mode::Jack { common, .. }
             | Mode::Bigbuf { common, .. } => Some(common),
-            Mode::Stressor { .. } | Mode::JackClient { .. } => None,
+            Mode::Stressor { .. } | Mode::JackClient { .. } | Mode::PulseProbe { .. } => None,
         }
     }
 }

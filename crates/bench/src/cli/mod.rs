@@ -59,6 +59,14 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         println!("{}", serde_json::to_string(&ops)?);
         return Ok(());
     }
+    if let Mode::PulseProbe {
+        latency_ms,
+        seconds,
+        seed,
+    } = &cli.mode
+    {
+        return crate::modes::peers::capture::probe_main(*latency_ms, *seconds, *seed);
+    }
     if let Mode::JackClient {
         clients,
         voices,
@@ -110,7 +118,9 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         Mode::Synth { .. } => options::synth(&mut ctx, &cli.mode, quick)?,
         Mode::Jack { .. } => options::jack(&mut ctx, &cli.mode, &common)?,
         Mode::Bigbuf { .. } => options::bigbuf(&mut ctx, &cli.mode, quick)?,
-        Mode::Stressor { .. } | Mode::JackClient { .. } => unreachable!("handled above"),
+        Mode::Stressor { .. } | Mode::JackClient { .. } | Mode::PulseProbe { .. } => {
+            unreachable!("handled above")
+        }
     };
     let finished = Utc::now();
     let invocation = invocation(argv);

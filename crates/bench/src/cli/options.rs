@@ -105,6 +105,10 @@ pub fn peers(ctx: &mut Ctx, mode: &Mode, quick: bool) -> Result<ModeOutput> {
         monitor_rounds,
         monitor_fragsize_ms,
         inject_delay_ms,
+        capture_latencies,
+        no_capture_path,
+        capture_seconds,
+        capture_rounds,
         under_load,
         under_load_streams,
         under_load_latency_ms,
@@ -150,10 +154,33 @@ pub fn peers(ctx: &mut Ctx, mode: &Mode, quick: bool) -> Result<ModeOutput> {
     o.latencies = latencies.clone();
     o.load = !*no_load;
     if *no_monitor_latency {
-        if *no_load && !*under_load {
-            bail!("--no-load and --no-monitor-latency together leave nothing to measure");
-        }
         o.monitor = None;
+    }
+    if *no_capture_path {
+        o.capture = None;
+    }
+    if !o.load && o.monitor.is_none() && o.capture.is_none() && !*under_load {
+        bail!(
+            "--no-load, --no-monitor-latency and --no-capture-path together leave nothing to \
+             measure"
+        );
+    }
+    if let Some(c) = o.capture.as_mut() {
+        if let Some(l) = capture_latencies {
+            if l.is_empty() || l.contains(&0) {
+                bail!("--capture-latencies takes latencies of at least 1 ms");
+            }
+            c.latencies_ms = l.clone();
+        }
+        if let Some(s) = capture_seconds {
+            if !(*s > 0.0 && s.is_finite()) {
+                bail!("--capture-seconds must be a positive number");
+            }
+            c.seconds = *s;
+        }
+        if let Some(r) = capture_rounds {
+            c.rounds = (*r).max(1);
+        }
     }
     if let Some(m) = o.monitor.as_mut() {
         m.latencies_ms = monitor_latencies.clone();

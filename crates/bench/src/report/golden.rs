@@ -98,7 +98,12 @@ fn synth_reports() {
 
 #[test]
 fn peers_reports() {
-    for name in ["peers", "peers_failures", "peers_monitor_only"] {
+    for name in [
+        "peers",
+        "peers_failures",
+        "peers_monitor_only",
+        "peers_capture_only",
+    ] {
         check(name, peers::render::render(&fixture(name)));
     }
 }

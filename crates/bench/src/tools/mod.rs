@@ -4,7 +4,9 @@
 pub mod clock;
 pub mod cyclictest;
 pub mod daemon;
+pub mod dl;
 pub mod exec;
+pub mod libpulse;
 pub mod machine;
 pub mod paclient;
 pub mod procfs;

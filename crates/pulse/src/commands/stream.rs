@@ -597,6 +597,7 @@ impl Conn {
                 ring: consumer,
                 _ring_block: ring_block,
                 frag_frames,
+                latency_bound: fixed.source_request_usec.is_some(),
                 sent: 0,
                 scratch: Vec::new(),
                 peak: (decim > 1).then(|| Peak {

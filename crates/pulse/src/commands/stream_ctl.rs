@@ -281,6 +281,7 @@ impl Conn {
         r.frag_frames = (record_wake_frames(&fixed, &r.spec, ring_frames) * decim)
             .clamp(1, (ring_frames / 2).max(1));
         r.configured_usec = fixed.configured_source_usec;
+        r.latency_bound = fixed.source_request_usec.is_some();
         let reply = SetRecordStreamBufferAttrReply {
             buffer_attr: fixed.attr,
             configured_source_latency: fixed.configured_source_usec,

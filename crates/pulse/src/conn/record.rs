@@ -10,10 +10,13 @@ use pulseaudio::protocol::stream::BufferAttr;
 use pulseaudio::protocol::{ChannelMap as PaMap, Props, SampleSpec};
 use quaver_engine::NodeId;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Release;
+use std::sync::atomic::Ordering::{Relaxed, Release};
 
 /// Record data is only queued while less than this is waiting for the socket.
 pub(crate) const RECORD_OUT_LIMIT: usize = 512 * 1024;
+
+/// Fragments of at most this many cycles are sent every cycle (see `Record::eager`).
+pub(crate) const EAGER_QUANTA: usize = 4;
 
 /// Without ADJUST_LATENCY a record stream gets data at least this often.
 pub(crate) const TRADITIONAL_RECORD_USEC: u64 = 100_000;
@@ -33,6 +36,9 @@ pub(crate) struct Record {
     /// The ring as a memory block for STAT, held as long as the stream.
     pub(crate) _ring_block: MemBlock,
     pub(crate) frag_frames: usize,
+    /// The client asked for its latency (ADJUST_LATENCY or EARLY_REQUESTS): its
+    /// fragment is a latency bound, not just a block size.
+    pub(crate) latency_bound: bool,
     pub(crate) sent: u64,
     pub(crate) scratch: Vec<u8>,
     /// Peak detection (PEAK_DETECT below the engine rate, e.g. pavucontrol's 25 Hz
@@ -92,6 +98,15 @@ impl Record {
         }
     }
 
+    /// Whether every cycle's data goes out in its cycle: a client that asked for its
+    /// latency with a fragment of at most [`EAGER_QUANTA`] cycles (the streams whose
+    /// latency sets the quantum, e.g. a call or a latency probe), as PulseAudio sends
+    /// each block its source posts. Larger fragments, and plain recorders (`parec`
+    /// without `--latency-msec`), are gathered: one wakeup per fragment.
+    fn eager(&self, cycle: usize) -> bool {
+        self.latency_bound && cycle > 0 && self.frag_frames <= EAGER_QUANTA * cycle
+    }
+
     pub(crate) fn service(&mut self, out: &mut Out, mut pool: Option<&mut ExportPool>) {
         if let Some(pk) = self.peak.as_mut() {
             let avail = self.ring.slots() / self.ch;
@@ -111,9 +126,19 @@ impl Record {
                 }
             }
         }
-        while self.peak.is_none() && out.buf.len() < RECORD_OUT_LIMIT {
+        // Ready as the RT side rings: a whole fragment, one more cycle would overshoot
+        // it, or (a small fragment) any cycle's data. Then everything queued goes, in
+        // fragment-sized packets, so nothing rendered waits for a later cycle; otherwise
+        // nothing, so other wakeups of this thread do not cut small packets.
+        let cycle = self.shared.cycle_frames.load(Relaxed) as usize;
+        let eager = self.eager(cycle);
+        let queued = self.ring.slots() / self.ch;
+        let ready = queued >= self.frag_frames
+            || queued + cycle > self.frag_frames
+            || (eager && queued > 0);
+        while ready && self.peak.is_none() && out.buf.len() < RECORD_OUT_LIMIT {
             let avail = self.ring.slots() / self.ch;
-            if avail == 0 || avail < self.frag_frames {
+            if avail == 0 {
                 break;
             }
             let n = avail.min(self.frag_frames);
@@ -135,6 +160,8 @@ impl Record {
         let queued = self.ring.slots() / self.ch;
         let target = if queued >= self.frag_frames {
             NEVER
+        } else if eager {
+            self.sent + 1
         } else {
             self.sent + self.frag_frames as u64
         };

@@ -85,6 +85,17 @@ impl PulseListener {
         })
     }
 
+    /// A socket systemd already bound at `path` and listens on (socket activation);
+    /// the socket file stays systemd's, so it is not removed when dropped.
+    pub fn adopt(path: &Path, listener: UnixListener) -> PulseListener {
+        PulseListener {
+            listener,
+            path: path.to_path_buf(),
+            // No inode matches: the drop never removes systemd's file.
+            ino: 0,
+        }
+    }
+
     /// The socket path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -94,7 +105,8 @@ impl PulseListener {
 impl Drop for PulseListener {
     fn drop(&mut self) {
         // Only remove the socket if it is still ours.
-        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
+        if self.ino != 0 && std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.ino)
+        {
             let _ = std::fs::remove_file(&self.path);
         }
     }

@@ -278,8 +278,11 @@ pub struct RecShared {
     pub overflows: AtomicU32,
     /// Capture delay in stream frames.
     pub delay: AtomicU32,
-    /// Wake the connection when `produced` reaches this.
+    /// Wake the connection when `produced` reaches this, or would pass it in the
+    /// next cycle.
     pub wake_at: AtomicU64,
+    /// Frames the last cycle brought (stream frames).
+    pub cycle_frames: AtomicU32,
     /// The client's rate after UPDATE_RECORD_STREAM_SAMPLE_RATE (0: as created).
     pub rate: AtomicU32,
     /// The I/O thread's doorbell.
@@ -297,6 +300,7 @@ impl RecShared {
             overflows: AtomicU32::new(0),
             delay: AtomicU32::new(0),
             wake_at: AtomicU64::new(NEVER),
+            cycle_frames: AtomicU32::new(0),
             rate: AtomicU32::new(0),
             bell,
         }

@@ -359,6 +359,8 @@ pub struct RecSink {
     ring: rtrb::Producer<f32>,
     channels: usize,
     produced: u64,
+    /// `produced` at the last report: what one cycle brings is the difference.
+    reported: u64,
     dropped: u64,
     full: bool,
     notify: bool,
@@ -372,6 +374,7 @@ impl RecSink {
             ring,
             channels: channels.max(1),
             produced: 0,
+            reported: 0,
             dropped: 0,
             full: false,
             notify: false,
@@ -418,8 +421,16 @@ impl FrameSink for RecSink {
         s.produced.store(self.produced, Release);
         s.dropped.store(self.dropped, Relaxed);
         s.delay.store(delay, Relaxed);
+        let cycle = self.produced - self.reported;
+        self.reported = self.produced;
+        s.cycle_frames
+            .store(cycle.min(u32::MAX as u64) as u32, Relaxed);
+        // Wake when the fragment is complete, or when waiting one more cycle would
+        // overshoot it: the frames rendered now go out in this cycle instead of waiting
+        // a whole extra quantum (a client whose fragment is under two quanta gets every
+        // cycle's data as it is rendered).
         let wake = s.wake_at.load(Acquire);
-        if self.produced >= wake
+        if (self.produced >= wake || self.produced + cycle > wake)
             && s.wake_at
                 .compare_exchange(wake, NEVER, AcqRel, Relaxed)
                 .is_ok()
@@ -586,5 +597,33 @@ mod tests {
         rx.read_chunk(8).unwrap().commit_all();
         assert_eq!(sink.write(&[3.0; 2]), 1);
         assert_eq!(shared.overflows.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn record_sink_rings_when_the_next_cycle_would_overshoot_the_fragment() {
+        let b = bell();
+        let shared = Arc::new(RecShared::new(b.clone(), false));
+        let (tx, _rx) = rtrb::RingBuffer::new(1024);
+        let mut sink = RecSink::new(shared.clone(), tx, 1);
+        // A fragment of 100 frames, cycles of 64: waiting for the fragment to fill would
+        // hold the first cycle's frames a whole extra cycle.
+        shared.wake_at.store(100, Release);
+        sink.write(&[0.0; 64]);
+        sink.report(0, 0);
+        assert!(rang(&b), "64 queued + 64 next > 100: deliver now");
+        assert_eq!(shared.cycle_frames.load(Relaxed), 64);
+        // A fragment of four cycles: three cycles wait, the fourth rings.
+        shared.wake_at.store(64 + 256, Release);
+        for _ in 0..3 {
+            sink.write(&[0.0; 64]);
+            sink.report(0, 0);
+            assert!(
+                !rang(&b),
+                "at most 192 queued, 256 after the next cycle: wait"
+            );
+        }
+        sink.write(&[0.0; 64]);
+        sink.report(0, 0);
+        assert!(rang(&b), "the fragment is full");
     }
 }

@@ -15,6 +15,9 @@
 //! - **monitor latency** ([`crate::modes::peers::monlat`]): for each N of
 //!   [`MonitorOptions::latencies_ms`], what a `paplay --latency-msec=N` stream measures
 //!   through the sink's monitor next to what the server reports, and its underruns.
+//! - **capture path** ([`crate::modes::peers::capture`]): one libpulse client playing
+//!   and recording the sink's monitor at N ms each: write→capture, and the playback-
+//!   and capture-side latencies libpulse reports, separately.
 //! - **under load** ([`crate::modes::peers::underload`], `--under-load`): the underruns N
 //!   `paplay --latency-msec=L` clients are told of while CPU hogs oversubscribe every core.
 //!
@@ -23,11 +26,13 @@
 //!
 //! Not yet: JACK2 is detected and its version recorded, but not started.
 
+pub mod capture;
 pub mod monlat;
 pub mod render;
 pub mod underload;
 
 use crate::Ctx;
+use crate::modes::peers::capture::{CaptureOptions, CapturePoint};
 use crate::modes::peers::monlat::{MonitorOptions, MonitorPoint};
 use crate::modes::peers::underload::{UnderLoadOptions, UnderLoadPoint};
 use crate::report::progress::run_with_progress;
@@ -99,6 +104,8 @@ pub struct PeersOptions {
     pub load: bool,
     /// The monitor-latency part (`None`: skipped).
     pub monitor: Option<MonitorOptions>,
+    /// The capture-path part (`None`: skipped).
+    pub capture: Option<CaptureOptions>,
     /// The under-load part (`None`: skipped, the default).
     pub under_load: Option<UnderLoadOptions>,
 }
@@ -117,6 +124,7 @@ impl PeersOptions {
             latencies: vec![PeerLatency::Default, PeerLatency::Ms(20)],
             load: true,
             monitor: Some(MonitorOptions::new(quick)),
+            capture: Some(CaptureOptions::new(quick)),
             under_load: None,
         }
     }
@@ -163,6 +171,12 @@ pub struct ServerResult {
     /// Why the monitor-latency part could not run, if it could not.
     #[serde(default)]
     pub monitor_error: Option<String>,
+    /// Capture-path points, one per requested latency.
+    #[serde(default)]
+    pub capture: Vec<CapturePoint>,
+    /// Why the capture-path part could not run, if it could not.
+    #[serde(default)]
+    pub capture_error: Option<String>,
     /// Why it could not be measured at all, if it could not.
     pub error: Option<String>,
     /// Repetitions that failed part-way (the points before the failure are kept; the
@@ -201,6 +215,15 @@ pub struct PeersResults {
     pub monitor_rounds: usize,
     /// Its injected delay, ms (instrument check; 0 in real runs).
     pub monitor_inject_delay_ms: u32,
+    /// The capture-path part's requested latencies, ms (empty: not run).
+    #[serde(default)]
+    pub capture_latencies_ms: Vec<u32>,
+    /// Its seconds of impulses per round.
+    #[serde(default)]
+    pub capture_seconds: f64,
+    /// Its rounds per point.
+    #[serde(default)]
+    pub capture_rounds: usize,
     /// The under-load part's clients' latency, ms (`None`: not run).
     #[serde(default)]
     pub under_load_latency_ms: Option<u32>,
@@ -271,7 +294,8 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
     } else {
         0
     };
-    let mon_steps = o.monitor.as_ref().map_or(0, |m| m.latencies_ms.len());
+    let mon_steps = o.monitor.as_ref().map_or(0, |m| m.latencies_ms.len())
+        + o.capture.as_ref().map_or(0, |c| c.latencies_ms.len());
     let under_steps = o
         .under_load
         .as_ref()
@@ -291,6 +315,8 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
             load: BTreeMap::new(),
             monitor: Vec::new(),
             monitor_error: None,
+            capture: Vec::new(),
+            capture_error: None,
             error: None,
             failures: Vec::new(),
             under_load: Vec::new(),
@@ -317,16 +343,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
             }
         }
     }
-    if let Some(m) = &o.monitor {
-        let rng = Rng::new(ctx.seed ^ 0x006d_6f6e_6974_6f72);
-        let measured = monitor_servers(ctx, &kinds, m, rng, &pb, &mut step);
-        for (r, got) in results.iter_mut().zip(measured) {
-            match got {
-                Ok(points) => r.monitor = points,
-                Err(e) => r.monitor_error = Some(format!("{e:#}")),
-            }
-        }
-    }
+    latency_parts(ctx, o, &kinds, &mut results, &pb, &mut step);
     let mut under_load_stressor = String::new();
     if let Some(u) = &o.under_load {
         let (points, stressor) = crate::modes::peers::underload::run(ctx, &kinds, u, |msg| {
@@ -355,6 +372,12 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
         monitor_seconds: m.as_ref().map_or(0.0, |m| m.seconds),
         monitor_rounds: m.as_ref().map_or(1, |m| m.rounds.max(1)),
         monitor_inject_delay_ms: m.as_ref().map_or(0, |m| m.inject_delay_ms),
+        capture_latencies_ms: o
+            .capture
+            .as_ref()
+            .map_or(Vec::new(), |c| c.latencies_ms.clone()),
+        capture_seconds: o.capture.as_ref().map_or(0.0, |c| c.seconds),
+        capture_rounds: o.capture.as_ref().map_or(0, |c| c.rounds),
         under_load_latency_ms: o.under_load.as_ref().map(|u| u.latency_ms),
         under_load_seconds: o.under_load.as_ref().map_or(0.0, |u| u.seconds),
         under_load_counts: o
@@ -367,61 +390,85 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
     })
 }
 
-/// The monitor-latency part: every server started fresh and left running (idle but for
+/// The monitor-latency and capture-path parts, each server's points into `results`.
+fn latency_parts(
+    ctx: &mut Ctx,
+    o: &PeersOptions,
+    kinds: &[ServerKind],
+    results: &mut [ServerResult],
+    pb: &indicatif::ProgressBar,
+    step: &mut u64,
+) {
+    if let Some(m) = &o.monitor {
+        let rng = Rng::new(ctx.seed ^ 0x006d_6f6e_6974_6f72);
+        let measured = monitor_servers(ctx, kinds, m, rng, pb, step);
+        for (r, got) in results.iter_mut().zip(measured) {
+            match got {
+                Ok(points) => r.monitor = points,
+                Err(e) => r.monitor_error = Some(format!("{e:#}")),
+            }
+        }
+    }
+    if let Some(c) = &o.capture {
+        let rng = Rng::new(ctx.seed ^ 0x0063_6170_7475_7265);
+        let measured = capture_servers(ctx, kinds, c, rng, pb, step);
+        for (r, got) in results.iter_mut().zip(measured) {
+            match got {
+                Ok(points) => r.capture = points,
+                Err(e) => r.capture_error = Some(format!("{e:#}")),
+            }
+        }
+    }
+}
+
+/// Per server kind: per requested latency, its rounds or why one failed.
+type Rounds<R> = Vec<Result<Vec<Result<Vec<R>, String>>>>;
+
+/// A latency part's schedule: every server started fresh and left running (idle but for
 /// the one measured), then for each N its rounds alternating between the servers, so
-/// the machine's noisy minutes fall on all of them alike. One result per kind.
-fn monitor_servers(
+/// the machine's noisy minutes fall on all of them alike. A failed round skips the rest
+/// of that N on that server; a server that died fails its whole part.
+#[allow(clippy::too_many_arguments)]
+fn alternate_rounds<R: Send>(
     ctx: &mut Ctx,
     kinds: &[ServerKind],
-    m: &MonitorOptions,
+    part: &str,
+    latencies_ms: &[u32],
+    rounds: usize,
     mut rng: Rng,
     pb: &indicatif::ProgressBar,
     step: &mut u64,
-) -> Vec<Result<Vec<MonitorPoint>>> {
+    describe: impl Fn(&Server, ServerKind) -> String,
+    mut measure: impl FnMut(&Server, u32, &mut Rng) -> Result<R> + Send,
+) -> Rounds<R> {
     let mut servers: Vec<Result<Server>> = Vec::new();
     let mut rngs = Vec::new();
     for &kind in kinds {
-        pb.set_message(format!(
-            "peers: starting {} for monitor latency",
-            kind.name()
-        ));
+        pb.set_message(format!("peers: starting {} for {part}", kind.name()));
         let server = run_with_progress(pb, *step, |_| Server::start(ctx, kind));
         if let Ok(server) = &server {
-            ctx.record_command(format!(
-                "# monitor latency against {}: built-in PulseAudio-protocol clients on {} \
-                 (playback float32le 48 kHz stereo, tlength = N ms, ADJUST_LATENCY, for N in \
-                 {:?}; record on the default sink's monitor, fragsize {} ms; {} rounds per \
-                 N, alternating between servers)",
-                kind.name(),
-                server.pulse_socket().display(),
-                m.latencies_ms,
-                m.fragsize_ms,
-                m.rounds.max(1)
-            ));
+            ctx.record_command(describe(server, kind));
         }
         servers.push(server);
         rngs.push(rng.fork());
     }
-    let rounds = m.rounds.max(1);
-    let n_points = m.latencies_ms.len();
-    // Per server and N: the rounds measured, or why one failed (the rest are skipped).
-    let mut got: Vec<Vec<Result<Vec<monlat::Round>, String>>> = kinds
+    let rounds = rounds.max(1);
+    let mut got: Vec<Vec<Result<Vec<R>, String>>> = kinds
         .iter()
-        .map(|_| (0..n_points).map(|_| Ok(Vec::new())).collect())
+        .map(|_| latencies_ms.iter().map(|_| Ok(Vec::new())).collect())
         .collect();
-    for (i, &n) in m.latencies_ms.iter().enumerate() {
+    for (i, &n) in latencies_ms.iter().enumerate() {
         for round in 0..rounds {
             for (k, server) in servers.iter().enumerate() {
                 let Ok(server) = server else { continue };
                 let Ok(done) = &mut got[k][i] else { continue };
                 pb.set_message(format!(
-                    "peers: monitor latency {n} ms, round {} of {rounds}, {}",
+                    "peers: {part} {n} ms, round {} of {rounds}, {}",
                     round + 1,
                     kinds[k].name()
                 ));
                 let mut r = rngs[k].fork();
-                match run_with_progress(pb, *step, |_| monlat::measure_round(server, n, m, &mut r))
-                {
+                match run_with_progress(pb, *step, |_| measure(server, n, &mut r)) {
                     Ok(x) => done.push(x),
                     Err(e) => got[k][i] = Err(format!("round {}: {e:#}", round + 1)),
                 }
@@ -438,15 +485,109 @@ fn monitor_servers(
             let alive = server.check_alive();
             server.stop();
             alive?;
+            Ok(points)
+        })
+        .collect()
+}
+
+/// The monitor-latency part ([`alternate_rounds`]). One result per kind.
+fn monitor_servers(
+    ctx: &mut Ctx,
+    kinds: &[ServerKind],
+    m: &MonitorOptions,
+    rng: Rng,
+    pb: &indicatif::ProgressBar,
+    step: &mut u64,
+) -> Vec<Result<Vec<MonitorPoint>>> {
+    let describe = |server: &Server, kind: ServerKind| {
+        format!(
+            "# monitor latency against {}: built-in PulseAudio-protocol clients on {} \
+             (playback float32le 48 kHz stereo, tlength = N ms, ADJUST_LATENCY, for N in \
+             {:?}; record on the default sink's monitor, fragsize {} ms; {} rounds per \
+             N, alternating between servers)",
+            kind.name(),
+            server.pulse_socket().display(),
+            m.latencies_ms,
+            m.fragsize_ms,
+            m.rounds.max(1)
+        )
+    };
+    let got = alternate_rounds(
+        ctx,
+        kinds,
+        "monitor latency",
+        &m.latencies_ms,
+        m.rounds,
+        rng,
+        pb,
+        step,
+        describe,
+        |server, n, r| monlat::measure_round(server, n, m, r),
+    );
+    got.into_iter()
+        .map(|points| {
             Ok(m.latencies_ms
                 .iter()
-                .zip(points)
+                .zip(points?)
                 .map(|(&n, p)| match p {
                     Ok(rounds) => monlat::point(n, rounds),
                     Err(e) => MonitorPoint {
                         latency_ms: n,
                         error: Some(e),
                         ..MonitorPoint::default()
+                    },
+                })
+                .collect())
+        })
+        .collect()
+}
+
+/// The capture-path part ([`alternate_rounds`]). One result per kind.
+fn capture_servers(
+    ctx: &mut Ctx,
+    kinds: &[ServerKind],
+    c: &CaptureOptions,
+    rng: Rng,
+    pb: &indicatif::ProgressBar,
+    step: &mut u64,
+) -> Vec<Result<Vec<CapturePoint>>> {
+    let describe = |server: &Server, kind: ServerKind| {
+        format!(
+            "# capture path against {}: `quaver-bench pulse-probe --latency-ms N --seconds \
+             {}` (one libpulse client: playback tlength = N ms and a record stream on \
+             @DEFAULT_MONITOR@ with fragsize = N ms, both ADJUST_LATENCY) with the \
+             server's environment ({}), for N in {:?}; {} rounds per N, alternating \
+             between servers",
+            kind.name(),
+            c.seconds,
+            server.runtime_dir().display(),
+            c.latencies_ms,
+            c.rounds.max(1)
+        )
+    };
+    let got = alternate_rounds(
+        ctx,
+        kinds,
+        "capture path",
+        &c.latencies_ms,
+        c.rounds,
+        rng,
+        pb,
+        step,
+        describe,
+        |server, n, r| capture::measure_round(server, n, c.seconds, r),
+    );
+    got.into_iter()
+        .map(|points| {
+            Ok(c.latencies_ms
+                .iter()
+                .zip(points?)
+                .map(|(&n, p)| match p {
+                    Ok(rounds) => capture::point(n, &rounds),
+                    Err(e) => CapturePoint {
+                        latency_ms: n,
+                        error: Some(e),
+                        ..CapturePoint::default()
                     },
                 })
                 .collect())

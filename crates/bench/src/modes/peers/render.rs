@@ -44,16 +44,31 @@ pub fn render(r: &PeersResults) -> ModeOutput {
             .para(monitor_text(r))
             .table(&m);
     }
+    let c = capture_table(r);
+    if !r.capture_latencies_ms.is_empty() {
+        doc.heading(2, "Peers: capture path (libpulse)")
+            .para(capture_text(r))
+            .table(&c);
+    }
     if let Some(lat) = r.under_load_latency_ms {
         render_under_load(r, lat, &mut doc);
     }
     doc.list(server_notes(r));
-    let (summary, extra) = match (r.latencies.is_empty(), r.monitor_latencies_ms.is_empty()) {
-        (false, false) => (t, vec![m]),
-        (false, true) => (t, Vec::new()),
-        (true, _) => (m, Vec::new()),
-    };
-    doc.finish(r, summary, extra)
+    let mut tables = Vec::new();
+    if !r.latencies.is_empty() {
+        tables.push(t);
+    }
+    if !r.monitor_latencies_ms.is_empty() {
+        tables.push(m);
+    }
+    if !r.capture_latencies_ms.is_empty() {
+        tables.push(c);
+    }
+    let mut tables = tables.into_iter();
+    let summary = tables
+        .next()
+        .unwrap_or_else(|| Table::new(&["nothing measured"]));
+    doc.finish(r, summary, tables.collect())
 }
 
 /// A row per (latency, streams, metric): each server's median, then quaverd's ratio to
@@ -310,6 +325,118 @@ fn monitor_text(r: &PeersResults) -> String {
 }
 
 /// Per server: its version and what went wrong; then the peers not measured.
+/// A row per (N, server): write→capture, then the playback and capture sides, each as
+/// libpulse reports it (and the playback side as measured).
+fn capture_table(r: &PeersResults) -> Table {
+    let mut c = Table::new(&[
+        "N ms",
+        "server",
+        "write→capture p50",
+        "p99",
+        "vs pulseaudio",
+        "playback measured p50",
+        "playback reported p50",
+        "capture reported p50",
+        "capture vs pulseaudio",
+        "underruns",
+        "impulses (lost)",
+        "tlength/minreq/frag ms",
+    ]);
+    let pa = |n: u32| {
+        r.servers
+            .iter()
+            .find(|s| s.server == ServerKind::Pulseaudio)
+            .and_then(|s| {
+                s.capture
+                    .iter()
+                    .find(|p| p.latency_ms == n && p.error.is_none())
+            })
+    };
+    let vs = |s: &ServerResult, a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if s.server != ServerKind::Pulseaudio => format!("{:+.2}", a - b),
+        _ => "–".into(),
+    };
+    let ms = |b: u32| {
+        if b == u32::MAX || b == 0 {
+            "–".to_string()
+        } else {
+            format!("{:.1}", b as f64 * 1000.0 / (monlat::RATE as f64 * 8.0))
+        }
+    };
+    for &n in &r.capture_latencies_ms {
+        for s in &r.servers {
+            let Some(p) = s.capture.iter().find(|p| p.latency_ms == n) else {
+                if let Some(e) = &s.capture_error {
+                    c.row_padded(vec![
+                        n.to_string(),
+                        s.server.name().into(),
+                        format!("failed: {}", e.lines().next().unwrap_or("")),
+                    ]);
+                }
+                continue;
+            };
+            if let Some(e) = &p.error {
+                c.row_padded(vec![
+                    n.to_string(),
+                    s.server.name().into(),
+                    format!("failed: {}", e.lines().next().unwrap_or("")),
+                ]);
+                continue;
+            }
+            let p50 = |x: Option<crate::report::stats::Summary>| x.map(|m| m.p50);
+            let peer = pa(n);
+            c.row(vec![
+                n.to_string(),
+                s.server.name().into(),
+                opt(p50(p.write_to_capture_ms), 2),
+                opt(p.write_to_capture_ms.map(|m| m.p99), 2),
+                vs(
+                    s,
+                    p50(p.write_to_capture_ms),
+                    peer.and_then(|q| p50(q.write_to_capture_ms)),
+                ),
+                opt(p50(p.playback_measured_ms), 2),
+                opt(p50(p.playback_reported_ms), 2),
+                opt(p50(p.capture_reported_ms), 2),
+                vs(
+                    s,
+                    p50(p.capture_reported_ms),
+                    peer.and_then(|q| p50(q.capture_reported_ms)),
+                ),
+                p.underruns.to_string(),
+                format!("{} ({})", p.impulses, p.lost),
+                format!(
+                    "{}/{}/{}",
+                    ms(p.granted[1]),
+                    ms(p.granted[3]),
+                    ms(p.granted[4])
+                ),
+            ]);
+        }
+    }
+    c
+}
+
+/// What the capture-path table's columns mean.
+fn capture_text(r: &PeersResults) -> String {
+    format!(
+        "One libpulse client per server (`quaver-bench pulse-probe`, libpulse loaded at run \
+         time) with two streams at N ms each, float32le 48 kHz stereo: playback to the \
+         default sink (`tlength` = N ms, ADJUST_LATENCY, as `paplay --latency-msec=N`) \
+         and record from `@DEFAULT_MONITOR@` (`fragsize` = N ms, ADJUST_LATENCY, as \
+         `parec --latency-msec=N`). A one-sample impulse every 250–350 ms; {} s of \
+         impulses per round, {} round(s) per point alternating between the servers. \
+         *write→capture*: from handing the chunk to libpulse to the impulse's place in \
+         the fragment the record stream delivered (CLOCK_MONOTONIC). *playback reported*: \
+         `pa_stream_get_latency` of the playback stream just before the write; *capture \
+         reported*: that of the record stream when the impulse arrived (how long ago the \
+         sink played it, by the server's account); *playback measured* = write→capture − \
+         capture reported. 'vs pulseaudio' columns: quaverd's (or PipeWire's) median \
+         minus PulseAudio's, ms.",
+        r.capture_seconds, r.capture_rounds
+    )
+}
+
 fn server_notes(r: &PeersResults) -> Vec<String> {
     let mut items = Vec::new();
     for s in &r.servers {
@@ -342,6 +469,9 @@ fn server_notes(r: &PeersResults) -> Vec<String> {
         }
         if let Some(e) = &s.monitor_error {
             sub(format!("monitor latency not measured: {e}"));
+        }
+        if let Some(e) = &s.capture_error {
+            sub(format!("capture path not measured: {e}"));
         }
         for p in &s.monitor {
             if let Some(e) = &p.error {

@@ -9,7 +9,7 @@ mod common;
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, violation_count};
 use common::Dc;
-use quaver_devices::{SimCard, SimConfig, VirtualClock};
+use quaver_devices::{DriftStep, SimCard, SimConfig, VirtualClock};
 use quaver_dsp::ChannelMap;
 use quaver_engine::{Engine, EngineConfig, NodeKind, NodeSpec};
 use std::sync::Arc;
@@ -47,6 +47,39 @@ struct Run {
     bad_late: usize,
     /// The smallest quantum the engine ran.
     min_quantum: usize,
+    /// Every half second of virtual time: the time (s) and the follower's clock against
+    /// the driver's as its loop has settled on it (`status`), ppm.
+    estimates: Vec<(f64, f64)>,
+    /// The follower's playback level minus its target, lowest and highest (`status`).
+    play_error: (i64, i64),
+}
+
+/// The two crystals: the driver's and the follower's drift, and a change of the
+/// follower's while it plays.
+#[derive(Clone, Copy)]
+struct Clocks {
+    driver_ppm: f64,
+    follower_ppm: f64,
+    step: Option<DriftStep>,
+}
+
+impl Clocks {
+    fn follower(ppm: f64) -> Clocks {
+        Clocks {
+            driver_ppm: 0.0,
+            follower_ppm: ppm,
+            step: None,
+        }
+    }
+
+    /// The follower's clock against the driver's, ppm, `t` s after the start.
+    fn truth(&self, t: f64) -> f64 {
+        let f = match self.step {
+            Some(s) if t >= s.after.as_secs_f64() => s.ppm,
+            _ => self.follower_ppm,
+        };
+        ((1.0 + f * 1e-6) / (1.0 + self.driver_ppm * 1e-6) - 1.0) * 1e6
+    }
 }
 
 /// What the stream asks for while it plays.
@@ -63,6 +96,11 @@ enum Latency {
 /// Plays a steady 0.25 into a follower `drift_ppm` off for `seconds` of virtual time at
 /// `quantum` frames, the stream's latency request changing as `latency` says.
 fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
+    run_clocks(Clocks::follower(drift_ppm), seconds, quantum, latency)
+}
+
+/// [`run`] with both cards' crystals as `clocks` says.
+fn run_clocks(clocks: Clocks, seconds: u64, quantum: usize, latency: Latency) -> Run {
     let clock = VirtualClock::new();
     let card = |drift_ppm: f64, loopback: bool| SimConfig {
         rate: RATE,
@@ -70,8 +108,13 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
         loopback,
         ..SimConfig::default()
     };
-    let driver = SimCard::with_clock(card(0.0, false), Box::new(clock.clone())).unwrap();
-    let follower = SimCard::with_clock(card(drift_ppm, true), Box::new(clock.clone()))
+    let driver =
+        SimCard::with_clock(card(clocks.driver_ppm, false), Box::new(clock.clone())).unwrap();
+    let follower_card = SimConfig {
+        drift_step: clocks.step,
+        ..card(clocks.follower_ppm, true)
+    };
+    let follower = SimCard::with_clock(follower_card, Box::new(clock.clone()))
         .unwrap()
         .with_name("sim2");
     let config = EngineConfig {
@@ -101,6 +144,8 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
     let mut range = (u64::MAX, 0);
     let mut bad_at_3s = 0;
     let mut min_quantum = usize::MAX;
+    let mut estimates = Vec::new();
+    let mut play_error = (0, 0);
     for _ in 0..1_000_000 {
         let t = clock.now();
         if t >= seconds * 1_000_000_000 {
@@ -118,6 +163,14 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
         }
         if t < 3_000_000_000 {
             bad_at_3s = bad.load(Relaxed);
+        }
+        if t >= estimates.len() as u64 * 500_000_000 {
+            let f = engine.status().devices[1].follow;
+            let f = f.expect("the second card is steered as a follower");
+            if let Some(ppm) = f.play_ppm {
+                estimates.push((t as f64 / 1e9, ppm));
+            }
+            play_error = f.play_error;
         }
         let retune = latency == Latency::DropAndBack;
         if retune && t >= 20_000_000_000 && engine.quantum() == quantum && t < 40_000_000_000 {
@@ -138,6 +191,8 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
         good: good.load(Relaxed),
         bad_late: bad.load(Relaxed) - bad_at_3s,
         min_quantum,
+        estimates,
+        play_error,
     };
     engine.shutdown_manual(runner).unwrap();
     run
@@ -226,4 +281,56 @@ fn a_follower_card_plays_on_when_the_quantum_grows_while_it_plays() {
         "the follower's ring was full after a write: {:?}",
         r.range
     );
+}
+
+#[test]
+fn the_loop_locks_to_crystals_200_ppm_off_and_follows_a_step() {
+    // The case: each card's crystal up to 200 ppm off, the two up to 400 ppm
+    // apart; and a follower whose crystal swings from +200 to -200 ppm while it plays.
+    let step = Some(DriftStep {
+        after: std::time::Duration::from_secs(15),
+        ppm: -200.0,
+    });
+    // 0 against +200 and then -200 ppm: the step.
+    let cases = [
+        (200.0, -200.0, None),
+        (-200.0, 200.0, None),
+        (0.0, 200.0, step),
+    ];
+    for (driver_ppm, follower_ppm, step) in cases {
+        let clocks = Clocks {
+            driver_ppm,
+            follower_ppm,
+            step,
+        };
+        let what = format!("driver {driver_ppm:+} ppm, follower {follower_ppm:+} ppm");
+        let r = run_clocks(clocks, 30, 1024, Latency::Steady);
+        assert_eq!((r.underruns, r.overruns), (0, 0), "{what}: xruns");
+        assert_eq!(r.bad_late, 0, "{what}: the follower's loopback broke up");
+        // Locked within 10 s of the start and of the step: the loop's estimate within
+        // 2 ppm of the truth from then on (it takes about 8 s for a 400 ppm error; its
+        // steps are 0.44 ppm, a frame of level error for a 1024-frame cycle).
+        for &(t, ppm) in &r.estimates {
+            let since = step.map_or(t, |s| {
+                let at = s.after.as_secs_f64();
+                if t >= at { t - at } else { t }
+            });
+            let truth = clocks.truth(t);
+            assert!(
+                since < 10.0 || (ppm - truth).abs() < 2.0,
+                "{what}: at {t} s the loop had {ppm:+.2} ppm, the clocks are {truth:+.2} ppm apart"
+            );
+        }
+        assert!(
+            r.estimates.len() >= 55,
+            "{what}: {} readings",
+            r.estimates.len()
+        );
+        // 400 ppm is 19 frames a second: the loop keeps the level within a few frames.
+        assert!(
+            r.play_error.0 >= -32 && r.play_error.1 <= 32,
+            "{what}: the follower's level strayed {:?} frames from its target",
+            r.play_error
+        );
+    }
 }

@@ -11,6 +11,7 @@
 //!
 //! [`Device::follow`]: quaver_devices::Device::follow
 
+use crate::rt::stats::{DeviceStats, NO_LEVEL, NO_RATIO};
 use quaver_devices::Device;
 use quaver_dsp::resample::{ResampleError, ResampleQuality, StreamResampler};
 use quaver_dsp::{Planar, PlanarMut};
@@ -52,6 +53,14 @@ impl RateLoop {
         let bound = MAX_CORRECTION / KI;
         self.integral = (self.integral + error * dt).clamp(-bound, bound);
         1.0 - (KP * error + KI * self.integral).clamp(-MAX_CORRECTION, MAX_CORRECTION)
+    }
+
+    /// The ratio the loop has settled on, without this cycle's proportional part: its
+    /// estimate of the clocks' ratio. The applied ratio jitters around it by 42 ppm per
+    /// frame of level error (a late wakeup reads as several); this moves by well under
+    /// a ppm per cycle.
+    pub(crate) fn settled_ratio(&self) -> f64 {
+        1.0 - (KI * self.integral).clamp(-MAX_CORRECTION, MAX_CORRECTION)
     }
 }
 
@@ -96,6 +105,12 @@ pub(crate) struct Follower {
     pub(crate) cap_hold: bool,
     /// The quantum of the last reading: a new one moves the levels to keep.
     quantum: usize,
+    /// The playback level at the last reading, frames.
+    play_level: Option<usize>,
+    /// Lowest and highest playback level minus its target since the last restart.
+    play_err: (i64, i64),
+    /// Restarts of the loop after the device restarted (an xrun, or a start).
+    restarts: u64,
 }
 
 impl Follower {
@@ -116,6 +131,9 @@ impl Follower {
             active: false,
             cap_hold: false,
             quantum: 0,
+            play_level: None,
+            play_err: (0, 0),
+            restarts: 0,
         })
     }
 
@@ -132,6 +150,9 @@ impl Follower {
             side.rate_loop.reset();
             side.resampler.reset();
         }
+        self.play_level = None;
+        self.play_err = (0, 0);
+        self.restarts += 1;
     }
 
     /// New levels to keep, keeping the audio in the converters (a quantum change). *RT*.
@@ -185,6 +206,11 @@ impl Follower {
             // Read just before the driver's wait: what the last write left queued (after a
             // start, the prefill), which is the level to keep.
             side.steer(level, 0, dt, rate);
+            if let Some(t) = side.rate_loop.target {
+                let err = level as i64 - t.round() as i64;
+                self.play_err = (self.play_err.0.min(err), self.play_err.1.max(err));
+            }
+            self.play_level = Some(level);
         }
         if let (Some(side), Some(level)) = (self.cap.as_mut(), levels.cap_avail) {
             // Far below its level — half a cycle, and more than the loop's own wander (the
@@ -207,6 +233,35 @@ impl Follower {
                 side.steer(level, q.min(CAPTURE_HEADROOM), dt, rate);
             }
         }
+    }
+}
+
+impl Follower {
+    /// Publishes where the loop stands, for `status` and the drift bench: the follower's
+    /// clock against the driver's as each side's settled ratio says it, the playback level and
+    /// its target, the level's widest excursions since the last restart. *RT*.
+    pub(crate) fn publish(&self, s: &DeviceStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Playback writes r follower frames per graph frame: the follower's clock is r
+        // times the driver's. Capture makes r graph frames per follower frame: 1/r.
+        let ppb = |clock: f64| ((clock - 1.0) * 1e9).round() as i64;
+        let play = self.play.as_ref();
+        let play_ppb = play.map_or(NO_RATIO, |p| ppb(p.rate_loop.settled_ratio()));
+        s.follow_play_ppb.store(play_ppb, Relaxed);
+        let target = play.and_then(|p| p.rate_loop.target);
+        s.follow_play_target
+            .store(target.map_or(NO_LEVEL, |t| t.round() as u64), Relaxed);
+        let cap_ppb = self
+            .cap
+            .as_ref()
+            .map_or(NO_RATIO, |c| ppb(1.0 / c.rate_loop.settled_ratio()));
+        s.follow_cap_ppb.store(cap_ppb, Relaxed);
+        let level = self.play_level.map_or(NO_LEVEL, |l| l as u64);
+        s.follow_play_level.store(level, Relaxed);
+        s.follow_play_err_min.store(self.play_err.0, Relaxed);
+        s.follow_play_err_max.store(self.play_err.1, Relaxed);
+        s.follow_restarts.store(self.restarts, Relaxed);
+        s.follow_active.store(self.active, Relaxed);
     }
 }
 

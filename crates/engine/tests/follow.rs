@@ -83,7 +83,7 @@ impl Clocks {
 }
 
 /// What the stream asks for while it plays.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Latency {
     /// Nothing: the quantum stays.
     Steady,
@@ -91,6 +91,9 @@ enum Latency {
     DropAndBack,
     /// 8192 frames from 5 s on: the quantum grows to 4096 frames while playing.
     Grow,
+    /// 384 frames from 5 s on: the quantum drops to 192 frames and stays (a desktop
+    /// stream joining an idle daemon).
+    Drop,
 }
 
 /// Plays a steady 0.25 into a follower `drift_ppm` off for `seconds` of virtual time at
@@ -181,6 +184,9 @@ fn run_clocks(clocks: Clocks, seconds: u64, quantum: usize, latency: Latency) ->
         }
         if latency == Latency::Grow && t >= 5_000_000_000 && engine.quantum() == quantum {
             engine.set_latency(dc, Some(8192)).unwrap();
+        }
+        if latency == Latency::Drop && t >= 5_000_000_000 && engine.quantum() == quantum {
+            engine.set_latency(dc, Some(384)).unwrap();
         }
     }
     let run = Run {
@@ -291,20 +297,24 @@ fn the_loop_locks_to_crystals_200_ppm_off_and_follows_a_step() {
         after: std::time::Duration::from_secs(15),
         ppm: -200.0,
     });
-    // 0 against +200 and then -200 ppm: the step.
+    // 0 against +200 and then -200 ppm: the step. The last drops the quantum from 1024
+    // to 192 frames at 5 s: the level to hold moves, the clocks' ratio does not (taking
+    // the reading before the driver's first short wait as the target left the level 830
+    // frames below it, and the loop at its bound for 9 s).
     let cases = [
-        (200.0, -200.0, None),
-        (-200.0, 200.0, None),
-        (0.0, 200.0, step),
+        (200.0, -200.0, None, Latency::Steady),
+        (-200.0, 200.0, None, Latency::Steady),
+        (0.0, 200.0, step, Latency::Steady),
+        (200.0, -200.0, None, Latency::Drop),
     ];
-    for (driver_ppm, follower_ppm, step) in cases {
+    for (driver_ppm, follower_ppm, step, latency) in cases {
         let clocks = Clocks {
             driver_ppm,
             follower_ppm,
             step,
         };
-        let what = format!("driver {driver_ppm:+} ppm, follower {follower_ppm:+} ppm");
-        let r = run_clocks(clocks, 30, 1024, Latency::Steady);
+        let what = format!("driver {driver_ppm:+} ppm, follower {follower_ppm:+} ppm, {latency:?}");
+        let r = run_clocks(clocks, 30, 1024, latency);
         assert_eq!((r.underruns, r.overruns), (0, 0), "{what}: xruns");
         assert_eq!(r.bad_late, 0, "{what}: the follower's loopback broke up");
         // Locked within 10 s of the start and of the step: the loop's estimate within

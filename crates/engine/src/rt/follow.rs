@@ -34,6 +34,8 @@ const CAPTURE_HEADROOM: usize = 512;
 pub(crate) struct RateLoop {
     target: Option<f64>,
     integral: f64,
+    /// Readings still to let pass before one sets the target (after a quantum change).
+    settling: u8,
 }
 
 impl RateLoop {
@@ -42,11 +44,27 @@ impl RateLoop {
         *self = RateLoop::default();
     }
 
+    /// New level to hold after a quantum change, keeping the estimate of the clocks'
+    /// ratio (the crystals did not change). The reading right after the change is not
+    /// the level to hold: it comes before the driver's first wait at the new quantum,
+    /// and that wait drains (or fills) the driver's lead from the old quantum to the new
+    /// one while the follower plays on. Taken as the target, a drop from 1024 to 192
+    /// frames left the level 830 frames below it, and the loop spent 9 s at its bound
+    /// refilling (`quaver-bench drift`). The next reading is the steady level.
+    pub(crate) fn retarget(&mut self) {
+        self.target = None;
+        self.settling = 1;
+    }
+
     /// Takes one reading of `level` frames, `dt` seconds after the previous one at
     /// `rate` Hz; returns the converter ratio (output/input) for this cycle: below 1
     /// when the level is above its target. The first reading sets the target, `raise`
     /// frames above the level read. *RT*.
     pub(crate) fn update(&mut self, level: usize, raise: usize, dt: f64, rate: f64) -> f64 {
+        if self.target.is_none() && self.settling > 0 {
+            self.settling -= 1;
+            return self.settled_ratio();
+        }
         let level = level as f64;
         let target = *self.target.get_or_insert(level + raise as f64);
         let error = (level - target) / rate;
@@ -158,7 +176,7 @@ impl Follower {
     /// New levels to keep, keeping the audio in the converters (a quantum change). *RT*.
     fn retarget(&mut self) {
         for side in self.sides() {
-            side.rate_loop.reset();
+            side.rate_loop.retarget();
         }
     }
 

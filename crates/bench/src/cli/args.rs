@@ -343,6 +343,10 @@ pub enum Mode {
         /// Run the cases one after another (default: at once, each its own quaverd).
         #[arg(long)]
         sequential: bool,
+        /// The sim cards' watermark, frames: room for the RT thread's wakeup lateness
+        /// on a busy machine (the glitch band is ± half of it).
+        #[arg(long, default_value_t = crate::modes::drift::PERIOD_FRAMES)]
+        period: usize,
         /// Options every mode takes.
         #[command(flatten)]
         common: Common,

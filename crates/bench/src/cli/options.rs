@@ -321,6 +321,7 @@ pub fn drift(ctx: &mut Ctx, mode: &Mode, quick: bool) -> Result<ModeOutput> {
         poll_ms,
         latency_ms,
         sequential,
+        period,
         ..
     } = mode
     else {
@@ -346,5 +347,6 @@ pub fn drift(ctx: &mut Ctx, mode: &Mode, quick: bool) -> Result<ModeOutput> {
     }
     o.latency_ms = *latency_ms;
     o.sequential = *sequential;
+    o.period_frames = *period;
     Ok(drift::render::render(&drift::run(ctx, &o)?))
 }

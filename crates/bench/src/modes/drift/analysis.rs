@@ -4,9 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The sim cards' watermark, frames: also the glitch band's width (a follower's playback
-/// level more than half of it from the level its loop holds is outside its band).
-pub const PERIOD_FRAMES: usize = 256;
+/// The sim cards' default watermark, frames (`--period`): also the glitch band's width
+/// (a follower's playback level more than half of it from the level its loop holds is
+/// outside its band).
+pub const PERIOD_FRAMES: usize = 1024;
 /// The loop counts as locked once its estimate stays this close to the true drift, ppm.
 pub const LOCK_PPM: f64 = 2.0;
 
@@ -95,15 +96,16 @@ pub struct FollowerFigures {
 }
 
 /// The figures of `samples` for a follower whose clock is `truth` ppm off the driver's,
-/// and `step.1` ppm from `step.0` s on; `rt` the real-time thread's level extremes.
+/// and `step.1` ppm from `step.0` s on; `rt` the real-time thread's level extremes;
+/// `band` the glitch band, ± frames.
 pub fn figures(
     samples: &[Sample],
     truth: f64,
     step: Option<(f64, f64)>,
     rt: Option<(i64, i64)>,
     rate: u32,
+    band: i64,
 ) -> FollowerFigures {
-    let band = PERIOD_FRAMES as i64 / 2;
     let end = samples.last().map_or(0.0, |s| s.t);
     let spans = match step {
         Some((at, after)) => vec![(0.0, at, truth), (at, end, after)],
@@ -224,7 +226,7 @@ mod tests {
             })
             .collect();
         s[50].ppm = Some(-400.0 - 3.0);
-        let f = figures(&s, -400.0, None, Some((-3, 4)), 48_000);
+        let f = figures(&s, -400.0, None, Some((-3, 4)), 48_000, 128);
         let p = &f.phases[0];
         assert!((p.lock_s.unwrap() - 5.1).abs() < 1e-9, "{:?}", p.lock_s);
         assert!((p.settled_error_ppm.unwrap() - 0.5).abs() < 1e-9);
@@ -250,7 +252,7 @@ mod tests {
                 }
             })
             .collect();
-        let f = figures(&s, 200.0, Some((10.0, -200.0)), None, 48_000);
+        let f = figures(&s, 200.0, Some((10.0, -200.0)), None, 48_000, 128);
         assert_eq!(f.phases.len(), 2);
         assert_eq!(f.phases[1].lock_s, Some(0.0));
         let d = f.phases[1].level_drift_ppm.unwrap();
@@ -261,20 +263,20 @@ mod tests {
     #[test]
     fn a_level_outside_the_band_or_a_restart_is_a_glitch() {
         let mut s: Vec<Sample> = (0..20).map(|i| sample(i as f64, 0.0, 0)).collect();
-        assert!(!figures(&s, 0.0, None, Some((-5, 5)), 48_000).glitch);
-        assert!(figures(&s, 0.0, None, Some((-200, 5)), 48_000).glitch);
+        assert!(!figures(&s, 0.0, None, Some((-5, 5)), 48_000, 128).glitch);
+        assert!(figures(&s, 0.0, None, Some((-200, 5)), 48_000, 128).glitch);
         s[7].level_error = Some(129);
-        let f = figures(&s, 0.0, None, None, 48_000);
+        let f = figures(&s, 0.0, None, None, 48_000, 128);
         assert!(f.glitch && f.phases[0].outside_band == 1);
         s[7].level_error = Some(0);
         s[19].restarts = 2;
-        assert!(figures(&s, 0.0, None, None, 48_000).glitch);
+        assert!(figures(&s, 0.0, None, None, 48_000, 128).glitch);
     }
 
     #[test]
     fn a_loop_that_never_settles_has_no_lock() {
         let s: Vec<Sample> = (0..20).map(|i| sample(i as f64, 0.0, 0)).collect();
-        let p = &figures(&s, 400.0, None, None, 48_000).phases[0];
+        let p = &figures(&s, 400.0, None, None, 48_000, 128).phases[0];
         assert_eq!((p.lock_s, p.settled_error_ppm), (None, None));
     }
 }

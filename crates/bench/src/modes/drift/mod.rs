@@ -87,6 +87,8 @@ pub struct DriftOptions {
     pub latency_ms: u32,
     /// Run the cases one after another instead of at once.
     pub sequential: bool,
+    /// The sim cards' watermark, frames (the glitch band is ± half of it).
+    pub period_frames: usize,
 }
 
 impl DriftOptions {
@@ -100,6 +102,7 @@ impl DriftOptions {
             poll_seconds: if quick { 0.05 } else { 0.1 },
             latency_ms: 40,
             sequential: false,
+            period_frames: PERIOD_FRAMES,
         }
     }
 }
@@ -159,6 +162,9 @@ pub struct DriftResults {
     pub sequential: bool,
     /// The lock band, ppm.
     pub lock_ppm: f64,
+    /// The sim cards' watermark, frames.
+    #[serde(default)]
+    pub period_frames: usize,
     /// The glitch band, frames.
     pub band_frames: i64,
     /// The cases.
@@ -201,7 +207,8 @@ pub fn run(ctx: &mut Ctx, o: &DriftOptions) -> Result<DriftResults> {
         latency_ms: o.latency_ms,
         sequential: o.sequential,
         lock_ppm: LOCK_PPM,
-        band_frames: PERIOD_FRAMES as i64 / 2,
+        period_frames: o.period_frames,
+        band_frames: o.period_frames as i64 / 2,
         cases,
     })
 }
@@ -240,8 +247,10 @@ impl Running {
         let (driver_ppm, followers) = case.clocks(o.ppm);
         let card = |i: usize, ppm: f64, step: Option<f64>| {
             let name = format!("card{i}");
-            let mut spec =
-                format!("sim:name={name},drift_ppm={ppm},loopback=off,period={PERIOD_FRAMES}");
+            let mut spec = format!(
+                "sim:name={name},drift_ppm={ppm},loopback=off,period={}",
+                o.period_frames
+            );
             if let Some(to) = step {
                 spec.push_str(&format!(",drift_step={}:{to}", o.seconds / 2.0));
             }
@@ -358,7 +367,8 @@ impl Running {
                     let rt_extremes = d
                         .and_then(|d| d.follow.as_ref())
                         .map(|f| (f.play_error_min, f.play_error_max));
-                    analysis::figures(&samples[i], truth, step, rt_extremes, RATE)
+                    let band = o.period_frames as i64 / 2;
+                    analysis::figures(&samples[i], truth, step, rt_extremes, RATE, band)
                 });
                 CardResult {
                     name: c.name.clone(),

@@ -172,8 +172,8 @@ pub fn render(r: &DriftResults) -> ModeOutput {
     doc.heading(2, "Followers on crystals ± ppm apart")
         .para(format!(
             "Each case is a quaverd with simulated cards whose crystals are off by ±{} ppm \
-             (the first card drives the graph, the others follow it through adaptive \
-             resampling), one pacat asking for {} ms playing a tone into every card, for \
+             ({}-frame watermark; the first card drives the graph, the others follow it \
+             through adaptive resampling), one pacat asking for {} ms playing a tone into every card, for \
              {:.0} s{}. quaverd's `status` every {:.0} ms gives each follower's loop: its \
              settled estimate of the clocks' ratio (locked once it stays within {} ppm of \
              the truth for the rest of the phase), and its playback level against the \
@@ -181,6 +181,7 @@ pub fn render(r: &DriftResults) -> ModeOutput {
              what the converter really applied on average after the lock: how far the \
              level moved between the first and last fifth of that span.",
             r.ppm,
+            r.period_frames,
             r.latency_ms,
             r.seconds,
             if r.sequential {

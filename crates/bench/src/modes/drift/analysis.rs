@@ -8,8 +8,13 @@ use serde::{Deserialize, Serialize};
 /// (a follower's playback level more than half of it from the level its loop holds is
 /// outside its band).
 pub const PERIOD_FRAMES: usize = 1024;
-/// The loop counts as locked once its estimate stays this close to the true drift, ppm.
-pub const LOCK_PPM: f64 = 2.0;
+/// The loop counts as locked once its estimate stays this close to the true drift for
+/// [`LOCK_HOLD_S`], ppm. Real time is not the engine test's virtual time: a wakeup a
+/// frame late for a second moves the estimate by about 20 ppm, so a busy machine's
+/// scheduling keeps it a few ppm off (the test holds 2 ppm in virtual time).
+pub const LOCK_PPM: f64 = 10.0;
+/// How long the estimate must stay within [`LOCK_PPM`] to count as locked, s.
+pub const LOCK_HOLD_S: f64 = 5.0;
 
 /// One `status` reading of a follower.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,11 +59,17 @@ pub struct Phase {
     pub to_s: f64,
     /// The follower's clock against the driver's, ppm.
     pub truth_ppm: f64,
-    /// From the phase's start until the loop's estimate stayed within the lock band
-    /// for the rest of the phase, s (None: it never did).
+    /// From the phase's start until the loop's estimate first stayed within the lock
+    /// band for [`LOCK_HOLD_S`], s (None: it never did).
     pub lock_s: Option<f64>,
     /// After the lock: mean of the estimate minus the truth, ppm.
     pub settled_error_ppm: Option<f64>,
+    /// After the lock: median |estimate − truth|, ppm.
+    #[serde(default)]
+    pub settled_error_p50_ppm: Option<f64>,
+    /// After the lock: readings whose estimate was outside the lock band.
+    #[serde(default)]
+    pub settled_outside_lock: usize,
     /// After the lock: largest |estimate − truth|, ppm.
     pub settled_error_max_ppm: Option<f64>,
     /// After the lock: playback level minus its target, lowest, frames.
@@ -146,12 +157,16 @@ pub fn figures(
 
 fn phase(s: &[Sample], from: f64, to: f64, truth: f64, band: i64, rate: u32) -> Phase {
     let err = |x: &Sample| x.ppm.map(|p| p - truth);
-    // The lock: just after the last reading outside the band (or without an estimate).
-    let last_out = s
-        .iter()
-        .rposition(|x| err(x).is_none_or(|e| e.abs() > LOCK_PPM));
-    let first_in = last_out.map_or(0, |i| i + 1);
-    let settled = &s[first_in.min(s.len())..];
+    // The lock: the first reading from which the estimate stays within the band for
+    // LOCK_HOLD_S (later excursions, from a stalled machine, show in the statistics).
+    let inside = |x: &Sample| err(x).is_some_and(|e| e.abs() <= LOCK_PPM);
+    let first_in = (0..s.len())
+        .find(|&i| {
+            let held = s[i..].iter().take_while(|x| inside(x)).last();
+            held.is_some_and(|h| h.t - s[i].t >= LOCK_HOLD_S)
+        })
+        .unwrap_or(s.len());
+    let settled = &s[first_in..];
     let lock_s = (!settled.is_empty()).then(|| settled[0].t - from);
     let errs: Vec<f64> = settled.iter().filter_map(err).collect();
     let levels: Vec<i64> = settled.iter().filter_map(|x| x.level_error).collect();
@@ -182,6 +197,12 @@ fn phase(s: &[Sample], from: f64, to: f64, truth: f64, band: i64, rate: u32) -> 
         truth_ppm: truth,
         lock_s,
         settled_error_ppm: mean(&errs),
+        settled_error_p50_ppm: {
+            let mut a: Vec<f64> = errs.iter().map(|e| e.abs()).collect();
+            a.sort_by(f64::total_cmp);
+            crate::report::stats::percentile(&a, 50.0)
+        },
+        settled_outside_lock: errs.iter().filter(|e| e.abs() > LOCK_PPM).count(),
         settled_error_max_ppm: errs.iter().map(|e| e.abs()).reduce(f64::max),
         level_min: levels.iter().copied().min(),
         level_max: levels.iter().copied().max(),
@@ -216,26 +237,30 @@ mod tests {
     }
 
     #[test]
-    fn lock_is_after_the_last_reading_outside_the_band() {
-        // Converging on -400 ppm: outside 2 ppm until 3 s, one stray at 5 s, then in.
-        let mut s: Vec<Sample> = (0..100)
+    fn lock_is_the_first_reading_that_holds_the_band() {
+        // Converging on -400 ppm: outside 10 ppm until 3 s, a stray at 5 s (before 5 s
+        // of holding), then in but for one stray at 15 s (after the lock).
+        let mut s: Vec<Sample> = (0..200)
             .map(|i| {
                 let t = i as f64 * 0.1;
                 let e = if t < 3.0 { 50.0 } else { 0.5 };
                 sample(t, -400.0 + e, 2)
             })
             .collect();
-        s[50].ppm = Some(-400.0 - 3.0);
+        s[50].ppm = Some(-400.0 - 13.0);
+        s[150].ppm = Some(-400.0 + 40.0);
         let f = figures(&s, -400.0, None, Some((-3, 4)), 48_000, 128);
         let p = &f.phases[0];
         assert!((p.lock_s.unwrap() - 5.1).abs() < 1e-9, "{:?}", p.lock_s);
-        assert!((p.settled_error_ppm.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(p.settled_outside_lock, 1);
+        assert_eq!(p.settled_error_p50_ppm, Some(0.5));
+        assert!(p.settled_error_max_ppm.unwrap() > 39.0);
         assert_eq!(
             (p.level_min, p.level_max, p.outside_band),
             (Some(2), Some(2), 0)
         );
         assert!(!f.glitch);
-        assert_eq!(f.trace.len(), 10);
+        assert_eq!(f.trace.len(), 20);
     }
 
     #[test]

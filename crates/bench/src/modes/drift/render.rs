@@ -176,7 +176,7 @@ pub fn render(r: &DriftResults) -> ModeOutput {
              through adaptive resampling), one pacat asking for {} ms playing a tone into every card, for \
              {:.0} s{}. quaverd's `status` every {:.0} ms gives each follower's loop: its \
              settled estimate of the clocks' ratio (locked once it stays within {} ppm of \
-             the truth for the rest of the phase), and its playback level against the \
+             the truth for {} s; readings off lock: outside that band after it), and its playback level against the \
              level it holds (band ±{} frames). The ratio error from the level drift is \
              what the converter really applied on average after the lock: how far the \
              level moved between the first and last fifth of that span.",
@@ -191,6 +191,7 @@ pub fn render(r: &DriftResults) -> ModeOutput {
             },
             r.poll_seconds * 1e3,
             r.lock_ppm,
+            crate::modes::drift::analysis::LOCK_HOLD_S,
             r.band_frames,
         ))
         .table(&main)

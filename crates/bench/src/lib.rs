@@ -18,7 +18,9 @@
 //! - [`modes::jack`] (`jack`): one JACK client (libjack loaded at run time) on quaverd, jackd2 and
 //!   PipeWire: xruns under load next to cyclictest, and per-client overhead;
 //! - [`modes::bigbuf`]: one stream asking for 2 s on the sim card with a 2 s ring: quaverd's
-//!   wakeups next to PulseAudio's, and how soon an event sound started meanwhile plays.
+//!   wakeups next to PulseAudio's, and how soon an event sound started meanwhile plays;
+//! - [`modes::drift`]: sim cards whose crystals are ± a few hundred ppm apart, a stream
+//!   into each: the followers' rate matching (lock time, ratio error, level, xruns).
 //!
 //! The modes live in [`modes`], the instruments they share in [`tools`], and the
 //! Markdown/JSON/SVG output in [`report`].

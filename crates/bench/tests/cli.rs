@@ -670,3 +670,75 @@ fn jack_quick_alternates_the_servers_windows() {
         "once per period"
     );
 }
+
+#[test]
+fn drift_quick_reads_every_followers_loop() {
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    // Two cases at once, 3 s: too short to lock (that takes about 8 s), long enough to
+    // check what is read and how it is reported.
+    let out = ok(&bench(
+        &[
+            "drift",
+            "--quick",
+            "--cases",
+            "opposite,against-exact",
+            "--duration",
+            "3",
+            "--seed",
+            "5",
+        ],
+        dir.path(),
+    ));
+    assert!(
+        out.contains("against-exact") && out.contains("card3"),
+        "{out}"
+    );
+    let v = record(dir.path(), "drift");
+    check_common(&v, "drift", 5);
+    let cmds: Vec<&str> = v["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    // One quaverd per case, one pacat per card.
+    assert_eq!(
+        cmds.iter().filter(|c| c.contains("quaverd")).count(),
+        2,
+        "{cmds:?}"
+    );
+    assert_eq!(
+        cmds.iter().filter(|c| c.contains("pacat")).count(),
+        6,
+        "{cmds:?}"
+    );
+    assert!(
+        cmds.iter().any(|c| c.contains("drift_step=1.5:-200")),
+        "{cmds:?}"
+    );
+    let cases = v["results"]["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    for case in cases {
+        assert!(case["failure"].is_null(), "{case}");
+        assert_eq!(case["players_ok"], true, "{case}");
+        let cards = case["cards"].as_array().unwrap();
+        assert_eq!(cards[0]["driver"], true);
+        for card in &cards[1..] {
+            // Every follower's loop was read through status, at the true drift's sign.
+            let f = &card["follow"];
+            let phases = f["phases"].as_array().unwrap();
+            assert!(phases[0]["readings"].as_u64().unwrap() >= 20, "{card}");
+            let truth = phases[0]["truth_ppm"].as_f64().unwrap();
+            let drift = card["drift_ppm"].as_f64().unwrap();
+            assert!(
+                (truth.signum(), truth.abs() > 150.0) == (drift.signum(), true),
+                "{card}"
+            );
+            assert!(!f["trace"].as_array().unwrap().is_empty(), "{card}");
+        }
+    }
+    let stepping = &cases[1]["cards"][3]["follow"]["phases"];
+    assert_eq!(stepping.as_array().unwrap().len(), 2);
+    assert!((stepping[1]["truth_ppm"].as_f64().unwrap() + 200.0).abs() < 1e-6);
+}

@@ -154,6 +154,26 @@ pub fn top_text(t: &TimingStats) -> String {
     s
 }
 
+/// A follower's rate matching in one line: the clock it found, and its playback level.
+fn follow_text(f: &quaver_protocol::message::FollowStatus) -> String {
+    let ppm = |p: Option<i64>| p.map(|p| format!("{:+.1} ppm", p as f64 / 1e3));
+    let clock = ppm(f.play_ppb)
+        .or_else(|| ppm(f.capture_ppb))
+        .unwrap_or_else(|| "not measured yet".into());
+    let mut s = format!("follows the driver's clock: {clock}");
+    if let (Some(level), Some(target)) = (f.play_level, f.play_target) {
+        let _ = write!(
+            s,
+            ", playback level {level} frames (holds {target}, {:+}..{:+} since start)",
+            f.play_error_min, f.play_error_max
+        );
+    }
+    if f.restarts > 1 {
+        let _ = write!(s, ", {} restarts", f.restarts - 1);
+    }
+    s
+}
+
 /// `quaver status` text; `graph`, when available, names the clients' streams, and
 /// `timing` adds the per-node table.
 pub fn status_text(
@@ -235,6 +255,11 @@ pub fn status_text(
             ]);
         }
         t.render(&mut s);
+        for d in &st.devices {
+            if let Some(f) = &d.follow {
+                let _ = writeln!(s, "  {} {}", d.name, follow_text(f));
+            }
+        }
     }
 
     if let Some(t) = timing.filter(|t| !t.nodes.is_empty()) {
@@ -607,6 +632,7 @@ links:
                 wakeups: 99,
                 margin_frames: 0,
                 margin_changes: 0,
+                follow: None,
             }],
             clients: vec![ClientInfo {
                 id: 3,
@@ -635,10 +661,33 @@ clients:
         let empty = StatusInfo {
             devices: vec![],
             clients: vec![],
-            ..st
+            ..st.clone()
         };
         let text = status_text(&empty, None, None);
         assert!(text.contains("devices:  none\n") && text.contains("clients:  none\n"));
+        let mut follower = st.devices[0].clone();
+        follower.name = "sim2".into();
+        follower.follow = Some(quaver_protocol::message::FollowStatus {
+            play_ppb: Some(-399_920),
+            capture_ppb: Some(-399_910),
+            play_level: Some(515),
+            play_target: Some(512),
+            play_error_min: -4,
+            play_error_max: 6,
+            restarts: 1,
+        });
+        let two = StatusInfo {
+            devices: vec![st.devices[0].clone(), follower],
+            ..st
+        };
+        let text = status_text(&two, None, None);
+        assert!(
+            text.contains(
+                "  sim2 follows the driver's clock: -399.9 ppm, playback level 515 frames \
+                 (holds 512, -4..+6 since start)\n"
+            ),
+            "{text}"
+        );
     }
 
     fn timing() -> TimingStats {

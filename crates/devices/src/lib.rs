@@ -32,7 +32,7 @@ pub use clock::{RealClock, SimClock, VirtualClock};
 pub use file::{FileConfig, FileSink, WavFormat};
 pub use margin::{Margin, MarginConfig};
 pub use null::{NullConfig, NullDevice};
-pub use sim::{DacProbe, Fault, SimCard, SimConfig};
+pub use sim::{DacProbe, DriftStep, Fault, SimCard, SimConfig};
 pub use spec::{DeviceDefaults, DeviceSpec, open_device, parse_spec};
 
 /// Why a device operation failed.

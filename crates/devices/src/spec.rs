@@ -17,7 +17,8 @@
 //!   contain one.
 //! * `sim`: `rate`, `channels`, `buffer` (frames, default 8192), `period` (frames, the
 //!   watermark, default 256), `margin_max` (frames: makes the watermark adaptive between
-//!   `period` and this), `drift_ppm` (default 0), `loopback=on|off` (default on),
+//!   `period` and this), `drift_ppm` (default 0), `drift_step=SECONDS:PPM` (the drift
+//!   becomes PPM that long after the card starts), `loopback=on|off` (default on),
 //!   `name`, and faults, each repeatable: `xrun=CYCLE`, `stall=CYCLE:MILLISECONDS`,
 //!   `unplug=CYCLE`.
 //!
@@ -39,7 +40,7 @@
 use crate::alsa::{AlsaConfig, AlsaDevice, Pacing};
 use crate::file::{FileConfig, FileSink, WavFormat};
 use crate::null::{NullConfig, NullDevice};
-use crate::sim::{Fault, SimCard, SimConfig};
+use crate::sim::{DriftStep, Fault, SimCard, SimConfig};
 use crate::{Device, DeviceError, MAX_CHANNELS, MAX_RATE};
 use quaver_dsp::ChannelMap;
 use std::path::PathBuf;
@@ -296,6 +297,24 @@ impl Parser<'_> {
         Ok(DeviceSpec::File { config, name })
     }
 
+    /// `SECONDS:PPM`: the sim card's drift becomes PPM that long after it starts.
+    fn drift_step(&self, key: &str, value: Option<&str>) -> Result<DriftStep, DeviceError> {
+        let v = self.value(key, value)?;
+        let max = crate::sim::MAX_DRIFT_PPM;
+        let parsed = v.split_once(':').and_then(|(secs, ppm)| {
+            let secs: f64 = secs.trim().parse().ok()?;
+            let ppm: f64 = ppm.trim().parse().ok()?;
+            (ppm.is_finite() && ppm.abs() <= max).then_some(())?;
+            let after = Duration::try_from_secs_f64(secs).ok()?;
+            Some(DriftStep { after, ppm })
+        });
+        parsed.ok_or_else(|| {
+            self.bad(format!(
+                "bad value '{v}' for drift_step (expected SECONDS:PPM, |PPM| ≤ {max})"
+            ))
+        })
+    }
+
     fn sim(&self, rest: &str, d: &DeviceDefaults) -> Result<DeviceSpec, DeviceError> {
         let mut config = SimConfig {
             rate: d.rate,
@@ -320,6 +339,7 @@ impl Parser<'_> {
                     }
                     config.drift_ppm = ppm;
                 }
+                "drift_step" => config.drift_step = Some(self.drift_step(key, value)?),
                 "loopback" => config.loopback = self.flag(key, value)?,
                 "name" => name = self.name(value)?,
                 "xrun" => config.faults.push(Fault::Xrun {
@@ -348,7 +368,7 @@ impl Parser<'_> {
                     return Err(self.unknown(
                         "sim",
                         key,
-                        "rate, channels, buffer, period, margin_max, drift_ppm, loopback, name, xrun, stall, unplug",
+                        "rate, channels, buffer, period, margin_max, drift_ppm, drift_step, loopback, name, xrun, stall, unplug",
                     ));
                 }
             }

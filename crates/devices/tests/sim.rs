@@ -88,6 +88,7 @@ fn cfg(buffer: usize, period: usize) -> SimConfig {
         margin_max_frames: None,
         loopback: true,
         drift_ppm: 0.0,
+        drift_step: None,
         faults: vec![],
     }
 }

@@ -1,8 +1,8 @@
 //! Device spec parsing and opening.
 
 use quaver_devices::{
-    DeviceDefaults, DeviceError, DeviceSpec, Fault, FileConfig, NullConfig, SimConfig, WavFormat,
-    open_device, parse_spec,
+    DeviceDefaults, DeviceError, DeviceSpec, DriftStep, Fault, FileConfig, NullConfig, SimConfig,
+    WavFormat, open_device, parse_spec,
 };
 use quaver_dsp::{ChannelMap, ChannelPosition};
 use std::path::PathBuf;
@@ -119,8 +119,8 @@ fn sim_specs() {
         }
     );
     let DeviceSpec::Sim { config, name } = parse_spec(
-        "sim:rate=48000,buffer=4096,period=128,drift_ppm=-12.5,loopback=off,channels=4,\
-         name=card,xrun=10,stall=20:150,stall=30:0.5,unplug=40",
+        "sim:rate=48000,buffer=4096,period=128,drift_ppm=-12.5,drift_step=300:+200,loopback=off,\
+         channels=4,name=card,xrun=10,stall=20:150,stall=30:0.5,unplug=40",
         &d(),
     )
     .unwrap() else {
@@ -137,6 +137,10 @@ fn sim_specs() {
             margin_max_frames: None,
             loopback: false,
             drift_ppm: -12.5,
+            drift_step: Some(DriftStep {
+                after: Duration::from_secs(300),
+                ppm: 200.0
+            }),
             faults: vec![
                 Fault::Xrun { at_cycle: 10 },
                 Fault::Stall {
@@ -188,6 +192,9 @@ fn errors_name_the_offending_part() {
     assert!(bad("sim:period=0").contains("period 0"));
     assert!(bad("sim:buffer=256,period=256").contains("period 256"));
     assert!(bad("sim:drift_ppm=1e9").contains("drift_ppm"));
+    assert!(bad("sim:drift_step=200").contains("'200' for drift_step"));
+    assert!(bad("sim:drift_step=10:1e9").contains("drift_step"));
+    assert!(bad("sim:drift_step=-1:100").contains("drift_step"));
     assert!(bad("sim:stall=5").contains("'5'"));
     assert!(bad("sim:stall=x:5").contains("'x:5'"));
     // Found by fuzz/device_spec: a stall too long for a Duration panicked.

@@ -32,8 +32,8 @@ pub use callback::{
     AsyncCause, CallbackConfig, CallbackMode, CallbackNode, CallbackStats, CallbackTransport,
 };
 pub use engine::{
-    DeviceStatus, Engine, EngineConfig, EngineStatus, GraphEvent, NodeTiming, QuantumInfo,
-    QuantumSource,
+    DeviceStatus, Engine, EngineConfig, EngineStatus, FollowStatus, GraphEvent, NodeTiming,
+    QuantumInfo, QuantumSource,
 };
 pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId, PortType};
 pub use quaver_devices::hwvol::{HardwareVolume, HwVolumeInfo};

@@ -9,7 +9,7 @@ mod common;
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, violation_count};
 use common::Dc;
-use quaver_devices::{SimCard, SimConfig, VirtualClock};
+use quaver_devices::{DriftStep, SimCard, SimConfig, VirtualClock};
 use quaver_dsp::ChannelMap;
 use quaver_engine::{Engine, EngineConfig, NodeKind, NodeSpec};
 use std::sync::Arc;
@@ -47,10 +47,43 @@ struct Run {
     bad_late: usize,
     /// The smallest quantum the engine ran.
     min_quantum: usize,
+    /// Every half second of virtual time: the time (s) and the follower's clock against
+    /// the driver's as its loop has settled on it (`status`), ppm.
+    estimates: Vec<(f64, f64)>,
+    /// The follower's playback level minus its target, lowest and highest (`status`).
+    play_error: (i64, i64),
+}
+
+/// The two crystals: the driver's and the follower's drift, and a change of the
+/// follower's while it plays.
+#[derive(Clone, Copy)]
+struct Clocks {
+    driver_ppm: f64,
+    follower_ppm: f64,
+    step: Option<DriftStep>,
+}
+
+impl Clocks {
+    fn follower(ppm: f64) -> Clocks {
+        Clocks {
+            driver_ppm: 0.0,
+            follower_ppm: ppm,
+            step: None,
+        }
+    }
+
+    /// The follower's clock against the driver's, ppm, `t` s after the start.
+    fn truth(&self, t: f64) -> f64 {
+        let f = match self.step {
+            Some(s) if t >= s.after.as_secs_f64() => s.ppm,
+            _ => self.follower_ppm,
+        };
+        ((1.0 + f * 1e-6) / (1.0 + self.driver_ppm * 1e-6) - 1.0) * 1e6
+    }
 }
 
 /// What the stream asks for while it plays.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Latency {
     /// Nothing: the quantum stays.
     Steady,
@@ -58,11 +91,19 @@ enum Latency {
     DropAndBack,
     /// 8192 frames from 5 s on: the quantum grows to 4096 frames while playing.
     Grow,
+    /// 384 frames from 5 s on: the quantum drops to 192 frames and stays (a desktop
+    /// stream joining an idle daemon).
+    Drop,
 }
 
 /// Plays a steady 0.25 into a follower `drift_ppm` off for `seconds` of virtual time at
 /// `quantum` frames, the stream's latency request changing as `latency` says.
 fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
+    run_clocks(Clocks::follower(drift_ppm), seconds, quantum, latency)
+}
+
+/// [`run`] with both cards' crystals as `clocks` says.
+fn run_clocks(clocks: Clocks, seconds: u64, quantum: usize, latency: Latency) -> Run {
     let clock = VirtualClock::new();
     let card = |drift_ppm: f64, loopback: bool| SimConfig {
         rate: RATE,
@@ -70,8 +111,13 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
         loopback,
         ..SimConfig::default()
     };
-    let driver = SimCard::with_clock(card(0.0, false), Box::new(clock.clone())).unwrap();
-    let follower = SimCard::with_clock(card(drift_ppm, true), Box::new(clock.clone()))
+    let driver =
+        SimCard::with_clock(card(clocks.driver_ppm, false), Box::new(clock.clone())).unwrap();
+    let follower_card = SimConfig {
+        drift_step: clocks.step,
+        ..card(clocks.follower_ppm, true)
+    };
+    let follower = SimCard::with_clock(follower_card, Box::new(clock.clone()))
         .unwrap()
         .with_name("sim2");
     let config = EngineConfig {
@@ -101,6 +147,8 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
     let mut range = (u64::MAX, 0);
     let mut bad_at_3s = 0;
     let mut min_quantum = usize::MAX;
+    let mut estimates = Vec::new();
+    let mut play_error = (0, 0);
     for _ in 0..1_000_000 {
         let t = clock.now();
         if t >= seconds * 1_000_000_000 {
@@ -119,6 +167,14 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
         if t < 3_000_000_000 {
             bad_at_3s = bad.load(Relaxed);
         }
+        if t >= estimates.len() as u64 * 500_000_000 {
+            let f = engine.status().devices[1].follow;
+            let f = f.expect("the second card is steered as a follower");
+            if let Some(ppm) = f.play_ppm {
+                estimates.push((t as f64 / 1e9, ppm));
+            }
+            play_error = f.play_error;
+        }
         let retune = latency == Latency::DropAndBack;
         if retune && t >= 20_000_000_000 && engine.quantum() == quantum && t < 40_000_000_000 {
             engine.set_latency(dc, Some(64)).unwrap();
@@ -129,6 +185,9 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
         if latency == Latency::Grow && t >= 5_000_000_000 && engine.quantum() == quantum {
             engine.set_latency(dc, Some(8192)).unwrap();
         }
+        if latency == Latency::Drop && t >= 5_000_000_000 && engine.quantum() == quantum {
+            engine.set_latency(dc, Some(384)).unwrap();
+        }
     }
     let run = Run {
         underruns: stats.devices[1].underruns.load(Relaxed),
@@ -138,6 +197,8 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
         good: good.load(Relaxed),
         bad_late: bad.load(Relaxed) - bad_at_3s,
         min_quantum,
+        estimates,
+        play_error,
     };
     engine.shutdown_manual(runner).unwrap();
     run
@@ -226,4 +287,60 @@ fn a_follower_card_plays_on_when_the_quantum_grows_while_it_plays() {
         "the follower's ring was full after a write: {:?}",
         r.range
     );
+}
+
+#[test]
+fn the_loop_locks_to_crystals_200_ppm_off_and_follows_a_step() {
+    // The case: each card's crystal up to 200 ppm off, the two up to 400 ppm
+    // apart; and a follower whose crystal swings from +200 to -200 ppm while it plays.
+    let step = Some(DriftStep {
+        after: std::time::Duration::from_secs(15),
+        ppm: -200.0,
+    });
+    // 0 against +200 and then -200 ppm: the step. The last drops the quantum from 1024
+    // to 192 frames at 5 s: the level to hold moves, the clocks' ratio does not (taking
+    // the reading before the driver's first short wait as the target left the level 830
+    // frames below it, and the loop at its bound for 9 s).
+    let cases = [
+        (200.0, -200.0, None, Latency::Steady),
+        (-200.0, 200.0, None, Latency::Steady),
+        (0.0, 200.0, step, Latency::Steady),
+        (200.0, -200.0, None, Latency::Drop),
+    ];
+    for (driver_ppm, follower_ppm, step, latency) in cases {
+        let clocks = Clocks {
+            driver_ppm,
+            follower_ppm,
+            step,
+        };
+        let what = format!("driver {driver_ppm:+} ppm, follower {follower_ppm:+} ppm, {latency:?}");
+        let r = run_clocks(clocks, 30, 1024, latency);
+        assert_eq!((r.underruns, r.overruns), (0, 0), "{what}: xruns");
+        assert_eq!(r.bad_late, 0, "{what}: the follower's loopback broke up");
+        // Locked within 10 s of the start and of the step: the loop's estimate within
+        // 2 ppm of the truth from then on (it takes about 8 s for a 400 ppm error; its
+        // steps are 0.44 ppm, a frame of level error for a 1024-frame cycle).
+        for &(t, ppm) in &r.estimates {
+            let since = step.map_or(t, |s| {
+                let at = s.after.as_secs_f64();
+                if t >= at { t - at } else { t }
+            });
+            let truth = clocks.truth(t);
+            assert!(
+                since < 10.0 || (ppm - truth).abs() < 2.0,
+                "{what}: at {t} s the loop had {ppm:+.2} ppm, the clocks are {truth:+.2} ppm apart"
+            );
+        }
+        assert!(
+            r.estimates.len() >= 55,
+            "{what}: {} readings",
+            r.estimates.len()
+        );
+        // 400 ppm is 19 frames a second: the loop keeps the level within a few frames.
+        assert!(
+            r.play_error.0 >= -32 && r.play_error.1 <= 32,
+            "{what}: the follower's level strayed {:?} frames from its target",
+            r.play_error
+        );
+    }
 }

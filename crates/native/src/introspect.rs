@@ -78,6 +78,15 @@ impl NativeServer {
                     wakeups: d.wakeups,
                     margin_frames: d.margin_frames,
                     margin_changes: d.margin_changes,
+                    follow: d.follow.map(|f| quaver_protocol::message::FollowStatus {
+                        play_ppb: f.play_ppm.map(|p| (p * 1e3).round() as i64),
+                        capture_ppb: f.capture_ppm.map(|p| (p * 1e3).round() as i64),
+                        play_level: f.play_level,
+                        play_target: f.play_target,
+                        play_error_min: f.play_error.0,
+                        play_error_max: f.play_error.1,
+                        restarts: f.restarts,
+                    }),
                 })
                 .collect(),
             clients: clients

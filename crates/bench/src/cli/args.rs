@@ -1,5 +1,6 @@
 //! The command line's grammar: the modes and their arguments (clap).
 
+use crate::modes::drift::DriftCase;
 use crate::modes::jack::JackServer;
 use crate::modes::latency::LatencyPath;
 use crate::modes::load::Variant;
@@ -334,6 +335,36 @@ pub enum Mode {
         #[command(flatten)]
         common: Common,
     },
+    /// Several cards at once, each on its own crystal: sim cards ± ppm apart, a pacat
+    /// into each, the followers' rate matching (lock, ratio error, level, xruns).
+    Drift {
+        /// Cases: opposite (+X/−X), reverse (−X/+X), against-exact (0 vs +X, −X and a
+        /// +X → −X step halfway).
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["opposite", "reverse", "against-exact"])]
+        cases: Vec<DriftCase>,
+        /// Every crystal's error, ppm.
+        #[arg(long, default_value_t = 200.0)]
+        ppm: f64,
+        /// Seconds each case plays (default 600; 5 with --quick).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Between two status readings, ms (default 100; 50 with --quick).
+        #[arg(long)]
+        poll_ms: Option<f64>,
+        /// The latency each pacat asks for, ms.
+        #[arg(long, default_value_t = 40)]
+        latency_ms: u32,
+        /// Run the cases one after another (default: at once, each its own quaverd).
+        #[arg(long)]
+        sequential: bool,
+        /// The sim cards' watermark, frames: room for the RT thread's wakeup lateness
+        /// on a busy machine (the glitch band is ± half of it).
+        #[arg(long, default_value_t = crate::modes::drift::PERIOD_FRAMES)]
+        period: usize,
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
     /// The JACK client of `jack` (started by it through a libjack wrapper; not for
     /// direct use).
     #[command(hide = true)]
@@ -404,6 +435,7 @@ impl Mode {
             Mode::Peers { .. } => "peers",
             Mode::Jack { .. } => "jack",
             Mode::Bigbuf { .. } => "bigbuf",
+            Mode::Drift { .. } => "drift",
             Mode::JackClient { .. } => "jack-client",
             Mode::PulseProbe { .. } => "pulse-probe",
             Mode::Stressor { .. } => "stressor",
@@ -418,7 +450,8 @@ impl Mode {
             | Mode::Synth { common, .. }
             | Mode::Peers { common, .. }
             | Mode::Jack { common, .. }
-            | Mode::Bigbuf { common, .. } => Some(common),
+            | Mode::Bigbuf { common, .. }
+            | Mode::Drift { common, .. } => Some(common),
             Mode::Stressor { .. } | Mode::JackClient { .. } | Mode::PulseProbe { .. } => None,
         }
     }

@@ -118,6 +118,7 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         Mode::Synth { .. } => options::synth(&mut ctx, &cli.mode, quick)?,
         Mode::Jack { .. } => options::jack(&mut ctx, &cli.mode, &common)?,
         Mode::Bigbuf { .. } => options::bigbuf(&mut ctx, &cli.mode, quick)?,
+        Mode::Drift { .. } => options::drift(&mut ctx, &cli.mode, quick)?,
         Mode::Stressor { .. } | Mode::JackClient { .. } | Mode::PulseProbe { .. } => {
             unreachable!("handled above")
         }

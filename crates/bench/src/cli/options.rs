@@ -9,7 +9,7 @@ use crate::modes::load::LoadOptions;
 use crate::modes::peers::PeersOptions;
 use crate::modes::stress::StressOptions;
 use crate::modes::synth::SynthOptions;
-use crate::modes::{bigbuf, jack, latency, load, peers, stress, synth};
+use crate::modes::{bigbuf, drift, jack, latency, load, peers, stress, synth};
 use crate::report::ModeOutput;
 use anyhow::{Result, bail};
 
@@ -337,4 +337,43 @@ pub fn bigbuf(ctx: &mut Ctx, mode: &Mode, quick: bool) -> Result<ModeOutput> {
     o.wakeups = !*no_wakeups;
     o.event_part = !*no_events;
     Ok(bigbuf::render::render(&bigbuf::run(ctx, &o)?))
+}
+
+/// `quaver-bench drift`: its options from the command line, run and reported.
+pub fn drift(ctx: &mut Ctx, mode: &Mode, quick: bool) -> Result<ModeOutput> {
+    let Mode::Drift {
+        cases,
+        ppm,
+        duration,
+        poll_ms,
+        latency_ms,
+        sequential,
+        period,
+        ..
+    } = mode
+    else {
+        unreachable!("called for its own mode")
+    };
+    let mut o = drift::DriftOptions::new(quick);
+    o.cases = cases.clone();
+    if !ppm.is_finite() || ppm.abs() > 100_000.0 {
+        anyhow::bail!("--ppm {ppm} is outside ±100000 (the sim card's limit)");
+    }
+    o.ppm = *ppm;
+    if let Some(d) = duration {
+        if !(d.is_finite() && *d > 0.0) {
+            anyhow::bail!("--duration must be a positive number of seconds, not {d}");
+        }
+        o.seconds = *d;
+    }
+    if let Some(p) = poll_ms {
+        if !(p.is_finite() && *p >= 10.0) {
+            anyhow::bail!("--poll-ms must be at least 10, not {p}");
+        }
+        o.poll_seconds = p / 1e3;
+    }
+    o.latency_ms = *latency_ms;
+    o.sequential = *sequential;
+    o.period_frames = *period;
+    Ok(drift::render::render(&drift::run(ctx, &o)?))
 }

@@ -1,6 +1,7 @@
 //! The measurements, one module per `quaver-bench` subcommand.
 
 pub mod bigbuf;
+pub mod drift;
 pub mod jack;
 pub mod latency;
 pub mod load;

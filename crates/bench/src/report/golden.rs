@@ -4,7 +4,7 @@
 //! change to a report's content shows up here. `QUAVER_BENCH_BLESS=1 cargo test -p
 //! quaver-bench golden` rewrites the expected files after an intended change.
 
-use crate::modes::{bigbuf, jack, latency, load, peers, stress, synth};
+use crate::modes::{bigbuf, drift, jack, latency, load, peers, stress, synth};
 use crate::report::ModeOutput;
 use serde::de::DeserializeOwned;
 use std::path::PathBuf;
@@ -120,4 +120,9 @@ fn bigbuf_reports() {
     for name in ["bigbuf", "bigbuf_failures", "bigbuf_events_only"] {
         check(name, bigbuf::render::render(&fixture(name)));
     }
+}
+
+#[test]
+fn drift_report() {
+    check("drift", drift::render::render(&fixture("drift")));
 }

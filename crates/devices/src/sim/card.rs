@@ -29,6 +29,11 @@ pub struct SimCard {
     // Hardware model.
     /// Hardware clock in units of 1e-9 frames per second (exact integer rate with drift).
     hw_rate_nano: u128,
+    /// When (clock ns) the configured drift step takes effect: set at the first start,
+    /// cleared once applied.
+    step_at: Option<u64>,
+    /// The step's time was set (at the first start).
+    step_armed: bool,
     running: bool,
     t_base: u64,
     hw_base: u64,
@@ -61,6 +66,11 @@ pub struct SimCard {
     /// The largest quantum [`Device::follow`] saw since the last (re)start (0: none).
     follow_quantum: usize,
     probe: Option<DacProbe>,
+}
+
+/// A clock of `rate · (1 + ppm/1e6)` frames per second in units of 1e-9 frames.
+fn rate_nano(rate: u32, ppm: f64) -> u128 {
+    (rate as f64 * (1e9 + ppm * 1e3)).round() as u128
 }
 
 /// The driver wakes this much later than its estimate says the watermark is reached, so
@@ -99,11 +109,11 @@ impl SimCard {
         if cfg.buffer_frames > 1 << 24 {
             return Err(bad(format!("buffer {} is too large", cfg.buffer_frames)));
         }
-        if !cfg.drift_ppm.is_finite() || cfg.drift_ppm.abs() > MAX_DRIFT_PPM {
-            return Err(bad(format!(
-                "drift {} ppm is outside ±{MAX_DRIFT_PPM}",
-                cfg.drift_ppm
-            )));
+        let step_ppm = cfg.drift_step.map(|s| s.ppm);
+        for ppm in std::iter::once(cfg.drift_ppm).chain(step_ppm) {
+            if !ppm.is_finite() || ppm.abs() > MAX_DRIFT_PPM {
+                return Err(bad(format!("drift {ppm} ppm is outside ±{MAX_DRIFT_PPM}")));
+            }
         }
         let channels = cfg.channels.len();
         let size = cfg.buffer_frames;
@@ -127,7 +137,7 @@ impl SimCard {
             freewheel: false,
             name,
         };
-        let hw_rate_nano = (cfg.rate as f64 * (1e9 + cfg.drift_ppm * 1e3)).round() as u128;
+        let hw_rate_nano = rate_nano(cfg.rate, cfg.drift_ppm);
         let margin = Margin::new(MarginConfig {
             rate: cfg.rate,
             min_frames: cfg.period_frames,
@@ -143,6 +153,8 @@ impl SimCard {
             play: vec![0.0; channels * size],
             cap: vec![0.0; channels * size],
             hw_rate_nano,
+            step_at: None,
+            step_armed: false,
             running: false,
             t_base: 0,
             hw_base: 0,
@@ -246,6 +258,7 @@ impl SimCard {
     /// xruns. Not a driver pointer query.
     fn sync(&mut self) {
         let t = self.clock.now_ns();
+        self.step_drift(t);
         let new = self.hw_at(t);
         self.t_hw = t;
         if new <= self.hw {
@@ -276,6 +289,23 @@ impl SimCard {
             }
         }
         self.hw = new;
+    }
+
+    /// Applies the drift step once its time has come: the position at that moment at the
+    /// old rate becomes the base of the new one, so the pointer never jumps.
+    fn step_drift(&mut self, t: u64) {
+        let (Some(at), Some(step)) = (self.step_at, self.cfg.drift_step) else {
+            return;
+        };
+        if t < at {
+            return;
+        }
+        if self.running && at >= self.t_base {
+            self.hw_base = self.hw_at(at);
+            self.t_base = at;
+        }
+        self.hw_rate_nano = rate_nano(self.cfg.rate, step.ppm);
+        self.step_at = None;
     }
 
     /// Fires the DAC probe at the first loud sample the hardware played in `from..to`.
@@ -510,6 +540,13 @@ impl Device for SimCard {
             self.sync();
         }
         let t = self.clock.now_ns();
+        if let Some(step) = self.cfg.drift_step
+            && !self.step_armed
+        {
+            self.step_armed = true;
+            self.step_at = Some(t + step.after.as_nanos() as u64);
+        }
+        self.step_drift(t);
         self.running = true;
         self.t_base = t;
         self.hw_base = self.hw;
@@ -752,6 +789,31 @@ mod tests {
         clock.advance(Duration::from_nanos(1));
         c.sync();
         assert_eq!(c.hw_position(), 3 * 44_100 + 1);
+    }
+
+    #[test]
+    fn a_drift_step_changes_the_clock_rate_without_a_jump() {
+        let (mut c, clock) = card(SimConfig {
+            rate: 48_000,
+            drift_ppm: 200.0,
+            drift_step: Some(crate::sim::DriftStep {
+                after: Duration::from_secs(5),
+                ppm: -200.0,
+            }),
+            ..SimConfig::default()
+        });
+        clock.advance(Duration::from_secs(1)); // the step counts from the start
+        c.start(256).unwrap();
+        clock.advance(Duration::from_secs(4));
+        c.sync();
+        assert_eq!(c.hw_position(), 192_038); // 4 s at 48 009.6 Hz
+        // Read 2 s after the step: the second before it still ran fast.
+        clock.advance(Duration::from_secs(3));
+        c.sync();
+        assert_eq!(c.hw_position(), 240_048 + 95_980); // then 47 990.4 Hz
+        clock.advance(Duration::from_secs(5));
+        c.sync();
+        assert_eq!(c.hw_position(), 240_048 + 335_932);
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub struct SimConfig {
     pub loopback: bool,
     /// The hardware clock runs at `rate · (1 + drift_ppm / 1e6)` frames per second.
     pub drift_ppm: f64,
+    /// The drift changes once while running, as a crystal warming up does.
+    pub drift_step: Option<DriftStep>,
     /// Faults to inject.
     pub faults: Vec<Fault>,
 }
@@ -72,9 +74,19 @@ impl Default for SimConfig {
             margin_max_frames: None,
             loopback: true,
             drift_ppm: 0.0,
+            drift_step: None,
             faults: Vec::new(),
         }
     }
+}
+
+/// A change of a [`SimConfig`]'s drift while the card runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DriftStep {
+    /// How long after the card first starts, on its clock.
+    pub after: Duration,
+    /// The drift from then on, ppm (|drift| ≤ [`MAX_DRIFT_PPM`]).
+    pub ppm: f64,
 }
 
 /// Largest accepted |drift_ppm|: 10 %, far beyond any real crystal.

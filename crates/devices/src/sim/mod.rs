@@ -36,4 +36,6 @@ pub mod config;
 
 pub use crate::clock::VirtualClock;
 pub use card::SimCard;
-pub use config::{DacProbe, Fault, MAX_DRIFT_PPM, SimConfig, theoretical_round_trip_frames};
+pub use config::{
+    DacProbe, DriftStep, Fault, MAX_DRIFT_PPM, SimConfig, theoretical_round_trip_frames,
+};

@@ -27,4 +27,4 @@ pub use config::EngineConfig;
 pub use edit::MAX_PORTS_PER_NODE;
 pub use handle::Engine;
 pub use quantum::{QuantumInfo, QuantumSource};
-pub use report::{DeviceStatus, EngineStatus, GraphEvent, NodeTiming};
+pub use report::{DeviceStatus, EngineStatus, FollowStatus, GraphEvent, NodeTiming};

@@ -35,6 +35,27 @@ pub struct DeviceStatus {
     pub margin_frames: u64,
     /// How often an adaptive margin changed.
     pub margin_changes: u64,
+    /// Its rate matching, while it is steered as a follower (`rt/follow.rs`).
+    pub follow: Option<FollowStatus>,
+}
+
+/// Where a follower's rate-matching loop stands (docs/engine/followers.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FollowStatus {
+    /// The follower's clock against the driver's, minus 1, in ppm, as the playback
+    /// loop's ratio has it (if it plays).
+    pub play_ppm: Option<f64>,
+    /// The same as the capture loop's ratio has it (if it captures).
+    pub capture_ppm: Option<f64>,
+    /// Playback frames queued at the last reading.
+    pub play_level: Option<u64>,
+    /// The playback level the loop holds.
+    pub play_target: Option<u64>,
+    /// Lowest and highest playback level minus its target since the loop last
+    /// restarted, frames.
+    pub play_error: (i64, i64),
+    /// Times the loop restarted (the device started, or recovered from an xrun).
+    pub restarts: u64,
 }
 
 /// A snapshot of the engine's state for `quaver status`.

@@ -3,7 +3,9 @@
 use crate::compile::stopped_nodes;
 use crate::engine::config::EngineConfig;
 use crate::engine::handle::Engine;
-use crate::engine::report::{DeviceStatus, EngineStatus, GraphEvent, NodeTiming, SlotMark};
+use crate::engine::report::{
+    DeviceStatus, EngineStatus, FollowStatus, GraphEvent, NodeTiming, SlotMark,
+};
 use crate::graph::{Graph, NodeId, NodeKind};
 use crate::rt::stats::RtStats;
 use quaver_rt::monotonic_ns;
@@ -96,6 +98,7 @@ impl Engine {
                         frames_written: d.frames_written.load(Relaxed),
                         margin_frames: d.margin_frames.load(Relaxed),
                         margin_changes: d.margin_changes.load(Relaxed),
+                        follow: follow_status(d),
                     }
                 })
                 .collect(),
@@ -199,4 +202,32 @@ impl Engine {
     pub fn stats(&self) -> &RtStats {
         &self.shared.stats
     }
+}
+
+/// A follower's loop as its device's counters publish it (`None` unless steered).
+fn follow_status(d: &crate::rt::stats::DeviceStats) -> Option<FollowStatus> {
+    use crate::rt::stats::{NO_LEVEL, NO_RATIO};
+    if !d.follow_active.load(Relaxed) {
+        return None;
+    }
+    let level = |a: &std::sync::atomic::AtomicU64| Some(a.load(Relaxed)).filter(|&l| l != NO_LEVEL);
+    let ppm = |a: &std::sync::atomic::AtomicI64| {
+        Some(a.load(Relaxed))
+            .filter(|&p| p != NO_RATIO)
+            .map(|p| p as f64 / 1e3)
+    };
+    let target = level(&d.follow_play_target);
+    Some(FollowStatus {
+        // The playback side has a level to hold once it has a target; before the first
+        // reading (or on a capture-only device) its ratio means nothing.
+        play_ppm: target.and_then(|_| ppm(&d.follow_play_ppb)),
+        capture_ppm: ppm(&d.follow_cap_ppb),
+        play_level: level(&d.follow_play_level),
+        play_target: target,
+        play_error: (
+            d.follow_play_err_min.load(Relaxed),
+            d.follow_play_err_max.load(Relaxed),
+        ),
+        restarts: d.follow_restarts.load(Relaxed),
+    })
 }

@@ -53,6 +53,7 @@ impl RtRunner {
         s.gone.store(false, Relaxed);
         s.closed.store(false, Relaxed);
         s.margin_changes.store(0, Relaxed);
+        s.follow_active.store(false, Relaxed);
         if self.driver.is_none() {
             self.driver = Some(index);
             self.fallback_deadline = quaver_rt::monotonic_ns();
@@ -110,6 +111,7 @@ impl RtRunner {
         let steered = self.followers[d]
             .as_mut()
             .is_some_and(|f| std::mem::replace(&mut f.active, false));
+        self.stats.devices[d].follow_active.store(false, Relaxed);
         if self.running && !steered {
             let q = self.plan.quantum.max(1);
             self.start_device(d, q);

@@ -11,6 +11,7 @@
 //!
 //! [`Device::follow`]: quaver_devices::Device::follow
 
+use crate::rt::stats::{DeviceStats, NO_LEVEL, NO_RATIO};
 use quaver_devices::Device;
 use quaver_dsp::resample::{ResampleError, ResampleQuality, StreamResampler};
 use quaver_dsp::{Planar, PlanarMut};
@@ -33,12 +34,31 @@ const CAPTURE_HEADROOM: usize = 512;
 pub(crate) struct RateLoop {
     target: Option<f64>,
     integral: f64,
+    /// Readings still to let pass before one sets the target (after a quantum change).
+    settling: u8,
 }
 
 impl RateLoop {
-    /// Forgets the target: the next reading (after a start or restart) sets it.
-    pub(crate) fn reset(&mut self) {
-        *self = RateLoop::default();
+    /// After the device restarted (an xrun, a resume): the next reading sets the level
+    /// to hold, but the estimate of the clocks' ratio stays — the crystals did not
+    /// change. Forgetting it, as at first, made every xrun cost the loop 8 s of
+    /// relocking from 0 at ±400 ppm (`quaver-bench drift` on a loaded machine: 55
+    /// scheduling xruns in 10 minutes, no lock that lasted).
+    pub(crate) fn restart(&mut self) {
+        self.target = None;
+        self.settling = 0;
+    }
+
+    /// New level to hold after a quantum change, keeping the estimate of the clocks'
+    /// ratio (the crystals did not change). The reading right after the change is not
+    /// the level to hold: it comes before the driver's first wait at the new quantum,
+    /// and that wait drains (or fills) the driver's lead from the old quantum to the new
+    /// one while the follower plays on. Taken as the target, a drop from 1024 to 192
+    /// frames left the level 830 frames below it, and the loop spent 9 s at its bound
+    /// refilling (`quaver-bench drift`). The next reading is the steady level.
+    pub(crate) fn retarget(&mut self) {
+        self.target = None;
+        self.settling = 1;
     }
 
     /// Takes one reading of `level` frames, `dt` seconds after the previous one at
@@ -46,12 +66,24 @@ impl RateLoop {
     /// when the level is above its target. The first reading sets the target, `raise`
     /// frames above the level read. *RT*.
     pub(crate) fn update(&mut self, level: usize, raise: usize, dt: f64, rate: f64) -> f64 {
+        if self.target.is_none() && self.settling > 0 {
+            self.settling -= 1;
+            return self.settled_ratio();
+        }
         let level = level as f64;
         let target = *self.target.get_or_insert(level + raise as f64);
         let error = (level - target) / rate;
         let bound = MAX_CORRECTION / KI;
         self.integral = (self.integral + error * dt).clamp(-bound, bound);
         1.0 - (KP * error + KI * self.integral).clamp(-MAX_CORRECTION, MAX_CORRECTION)
+    }
+
+    /// The ratio the loop has settled on, without this cycle's proportional part: its
+    /// estimate of the clocks' ratio. The applied ratio jitters around it by 42 ppm per
+    /// frame of level error (a late wakeup reads as several); this moves by well under
+    /// a ppm per cycle.
+    pub(crate) fn settled_ratio(&self) -> f64 {
+        1.0 - (KI * self.integral).clamp(-MAX_CORRECTION, MAX_CORRECTION)
     }
 }
 
@@ -96,6 +128,12 @@ pub(crate) struct Follower {
     pub(crate) cap_hold: bool,
     /// The quantum of the last reading: a new one moves the levels to keep.
     quantum: usize,
+    /// The playback level at the last reading, frames.
+    play_level: Option<usize>,
+    /// Lowest and highest playback level minus its target since the last restart.
+    play_err: (i64, i64),
+    /// Restarts of the loop after the device restarted (an xrun, or a start).
+    restarts: u64,
 }
 
 impl Follower {
@@ -116,6 +154,9 @@ impl Follower {
             active: false,
             cap_hold: false,
             quantum: 0,
+            play_level: None,
+            play_err: (0, 0),
+            restarts: 0,
         })
     }
 
@@ -126,18 +167,22 @@ impl Follower {
             .flatten()
     }
 
-    /// Starts over: after the device (re)started, its levels are new. *RT*.
+    /// Starts over: after the device (re)started, its levels are new (its clock is
+    /// not). *RT*.
     pub(crate) fn reset(&mut self) {
         for side in self.sides() {
-            side.rate_loop.reset();
+            side.rate_loop.restart();
             side.resampler.reset();
         }
+        self.play_level = None;
+        self.play_err = (0, 0);
+        self.restarts += 1;
     }
 
     /// New levels to keep, keeping the audio in the converters (a quantum change). *RT*.
     fn retarget(&mut self) {
         for side in self.sides() {
-            side.rate_loop.reset();
+            side.rate_loop.retarget();
         }
     }
 
@@ -185,6 +230,11 @@ impl Follower {
             // Read just before the driver's wait: what the last write left queued (after a
             // start, the prefill), which is the level to keep.
             side.steer(level, 0, dt, rate);
+            if let Some(t) = side.rate_loop.target {
+                let err = level as i64 - t.round() as i64;
+                self.play_err = (self.play_err.0.min(err), self.play_err.1.max(err));
+            }
+            self.play_level = Some(level);
         }
         if let (Some(side), Some(level)) = (self.cap.as_mut(), levels.cap_avail) {
             // Far below its level — half a cycle, and more than the loop's own wander (the
@@ -207,6 +257,35 @@ impl Follower {
                 side.steer(level, q.min(CAPTURE_HEADROOM), dt, rate);
             }
         }
+    }
+}
+
+impl Follower {
+    /// Publishes where the loop stands, for `status` and the drift bench: the follower's
+    /// clock against the driver's as each side's settled ratio says it, the playback level and
+    /// its target, the level's widest excursions since the last restart. *RT*.
+    pub(crate) fn publish(&self, s: &DeviceStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Playback writes r follower frames per graph frame: the follower's clock is r
+        // times the driver's. Capture makes r graph frames per follower frame: 1/r.
+        let ppb = |clock: f64| ((clock - 1.0) * 1e9).round() as i64;
+        let play = self.play.as_ref();
+        let play_ppb = play.map_or(NO_RATIO, |p| ppb(p.rate_loop.settled_ratio()));
+        s.follow_play_ppb.store(play_ppb, Relaxed);
+        let target = play.and_then(|p| p.rate_loop.target);
+        s.follow_play_target
+            .store(target.map_or(NO_LEVEL, |t| t.round() as u64), Relaxed);
+        let cap_ppb = self
+            .cap
+            .as_ref()
+            .map_or(NO_RATIO, |c| ppb(1.0 / c.rate_loop.settled_ratio()));
+        s.follow_cap_ppb.store(cap_ppb, Relaxed);
+        let level = self.play_level.map_or(NO_LEVEL, |l| l as u64);
+        s.follow_play_level.store(level, Relaxed);
+        s.follow_play_err_min.store(self.play_err.0, Relaxed);
+        s.follow_play_err_max.store(self.play_err.1, Relaxed);
+        s.follow_restarts.store(self.restarts, Relaxed);
+        s.follow_active.store(self.active, Relaxed);
     }
 }
 
@@ -233,6 +312,24 @@ mod tests {
         }
         assert!((r - 1.0003).abs() < 20e-6, "settled ratio {r}");
         assert!(worst < 4.0, "level strayed {worst} frames after settling");
+    }
+
+    #[test]
+    fn a_restart_keeps_the_clocks_ratio_and_takes_a_new_level() {
+        let (rate, q) = (48_000.0, 256usize);
+        let dt = q as f64 / rate;
+        let mut l = RateLoop::default();
+        let mut level = 512.0f64;
+        for _ in 0..(30.0 / dt) as usize {
+            let r = l.update(level.round() as usize, 0, dt, rate);
+            level += q as f64 * r - q as f64 * 1.0003;
+        }
+        // The device restarted with another prefill: that level is the one to hold, at
+        // the ratio already found.
+        l.restart();
+        let r = l.update(900, 0, dt, rate);
+        assert!((r - 1.0003).abs() < 5e-6, "{r}");
+        assert!((l.settled_ratio() - 1.0003).abs() < 5e-6);
     }
 
     #[test]

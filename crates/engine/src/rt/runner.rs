@@ -368,10 +368,15 @@ impl RtRunner {
                 Ok(Some(levels)) => {
                     f.active = true;
                     f.update(levels, q, self.rate);
+                    f.publish(&self.stats.devices[i]);
                 }
-                Ok(None) => f.active = false,
+                Ok(None) => {
+                    f.active = false;
+                    self.stats.devices[i].follow_active.store(false, Relaxed);
+                }
                 Err(error) => {
                     f.active = false;
+                    self.stats.devices[i].follow_active.store(false, Relaxed);
                     self.retire(Garbage::DeviceError { device: i, error });
                     self.mark_gone(i);
                 }

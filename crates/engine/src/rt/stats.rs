@@ -1,7 +1,7 @@
 //! Counters the RT thread publishes in preallocated atomics; the control side reads them
 //! and turns them into statistics.
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 
 /// Most devices one engine drives (one clock domain).
 pub const MAX_DEVICES: usize = 8;
@@ -39,7 +39,30 @@ pub struct DeviceStats {
     pub margin_frames: AtomicU64,
     /// How often an adaptive margin changed.
     pub margin_changes: AtomicU64,
+    /// Steered as a follower in the last cycle (`rt/follow.rs`); the `follow_*` fields
+    /// below are its loop's state.
+    pub follow_active: AtomicBool,
+    /// The follower's clock against the driver's as the playback loop has it, minus 1,
+    /// parts per billion ([`NO_RATIO`]: it does not play).
+    pub follow_play_ppb: AtomicI64,
+    /// The same as the capture loop has it ([`NO_RATIO`]: it does not capture).
+    pub follow_cap_ppb: AtomicI64,
+    /// Playback frames queued at the last reading ([`NO_LEVEL`]: none yet).
+    pub follow_play_level: AtomicU64,
+    /// The playback level the loop holds ([`NO_LEVEL`]: none yet).
+    pub follow_play_target: AtomicU64,
+    /// Lowest playback level minus its target since the loop last restarted, frames.
+    pub follow_play_err_min: AtomicI64,
+    /// Highest playback level minus its target since the loop last restarted, frames.
+    pub follow_play_err_max: AtomicI64,
+    /// Times the loop restarted (the device (re)started, or recovered from an xrun).
+    pub follow_restarts: AtomicU64,
 }
+
+/// A `follow_*` level not read yet.
+pub const NO_LEVEL: u64 = u64::MAX;
+/// A `follow_*_ppb` of a side the device does not have.
+pub const NO_RATIO: i64 = i64::MIN;
 
 /// Counters the RT thread increments and the control side turns into statistics.
 #[derive(Debug, Default)]

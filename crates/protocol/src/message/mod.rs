@@ -45,7 +45,7 @@ pub use session::{
     MAX_SESSION_COMMAND_BYTES, MAX_SESSION_PATH_BYTES, SESSION_NEED_TERMINAL, SESSION_SAVE_ERROR,
     SessionCommand, SessionEvent, SessionEventType,
 };
-pub use status::{ClientInfo, DeviceStatus, NodeTimingInfo, StatusInfo, TimingStats};
+pub use status::{ClientInfo, DeviceStatus, FollowStatus, NodeTimingInfo, StatusInfo, TimingStats};
 pub use stream::{Direction, StreamCreated, StreamParams};
 pub use transport::TransportInfo;
 
@@ -305,6 +305,15 @@ mod tests {
                 wakeups: 5,
                 margin_frames: 256,
                 margin_changes: 0,
+                follow: Some(FollowStatus {
+                    play_ppb: Some(-399_920),
+                    capture_ppb: None,
+                    play_level: Some(512),
+                    play_target: Some(510),
+                    play_error_min: -3,
+                    play_error_max: 4,
+                    restarts: 1,
+                }),
             }],
             clients: vec![ClientInfo {
                 id: 1,

@@ -144,6 +144,30 @@ pub struct DeviceStatus {
     /// How often the device's adaptive margin changed (added within v1).
     #[serde(default)]
     pub margin_changes: u64,
+    /// Rate matching of a device on its own clock that does not drive the graph (added
+    /// within v1; absent for the driver and for devices without a clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow: Option<FollowStatus>,
+}
+
+/// A follower's rate matching in [`DeviceStatus`] (docs/engine/followers.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowStatus {
+    /// The follower's clock against the driver's, minus 1, in parts per billion, as the
+    /// playback loop's ratio has it (if it plays).
+    pub play_ppb: Option<i64>,
+    /// The same as the capture loop's ratio has it (if it captures).
+    pub capture_ppb: Option<i64>,
+    /// Playback frames queued at the last reading.
+    pub play_level: Option<u64>,
+    /// The playback level the loop holds.
+    pub play_target: Option<u64>,
+    /// Lowest playback level minus its target since the loop last restarted, frames.
+    pub play_error_min: i64,
+    /// Highest playback level minus its target since the loop last restarted, frames.
+    pub play_error_max: i64,
+    /// Times the loop restarted (the device started, or recovered from an xrun).
+    pub restarts: u64,
 }
 
 impl DeviceStatus {

@@ -38,7 +38,9 @@ pub use meta::{
 pub use quantum::QuantumReport;
 pub use reply::{ErrorCode, GraphEvent, Reply};
 pub use request::Request;
-pub use status::{ClientInfo, DeviceStatus, NodeTimingInfo, StatusInfo, TimingStats};
+pub use status::{
+    ClientInfo, DeviceStatus, NodeTimingInfo, StageClass, StageStats, StatusInfo, TimingStats,
+};
 pub use stream::{Direction, StreamCreated, StreamParams};
 pub use transport::TransportInfo;
 
@@ -378,6 +380,16 @@ mod tests {
             suspended: false,
             overdue_cycles: 0,
             overdue_runs: 0,
+            stages: Some(StageStats {
+                stages: vec!["timer".into(), "resume".into()],
+                classes: vec![StageClass {
+                    name: "late".into(),
+                    cycles: 2,
+                    hist: vec![vec![0, 2], vec![1, 0, 1]],
+                    dominant: vec![2, 0],
+                    sum_ns: vec![2, 2],
+                }],
+            }),
         }));
         let s = serde_json::to_string(&t).unwrap();
         assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), t);
@@ -388,7 +400,9 @@ mod tests {
         let old = r#"{"type":"timing","rate":48000,"quantum":256,"cycles":5,"xruns":0,
                       "lateness_ns_log2":[],"busy_ns_log2":[],"lateness_max_ns":0,"busy_max_ns":0}"#;
         match serde_json::from_str::<Reply>(old).unwrap() {
-            Reply::Timing(t) => assert!(t.nodes.is_empty() && t.interval_ns == 0 && !t.suspended),
+            Reply::Timing(t) => assert!(
+                t.nodes.is_empty() && t.interval_ns == 0 && !t.suspended && t.stages.is_none()
+            ),
             other => panic!("{other:?}"),
         }
     }

@@ -586,10 +586,18 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
                 let seen = quaver_rt::monotonic_ns();
                 self.record_wait(seen.saturating_sub(t0));
                 if done {
-                    self.spin.learn(self.signal_ns, seen);
                     self.transport
                         .read_outputs_midi(outputs, &self.midi.outputs);
                     self.remote = self.collected_times();
+                    // When the client answered, by its own stamp where it fits the
+                    // server's readings: `seen` would also count the wakeup the spin
+                    // is there to avoid, and it would then always start too late.
+                    let answered = self
+                        .remote
+                        .map(|r| r.finish_ns)
+                        .filter(|&f| f >= self.signal_ns && f <= seen)
+                        .unwrap_or(seen);
+                    self.spin.learn(self.signal_ns, answered);
                     self.answered();
                 } else if !self.transport.active() {
                     // Deactivated while we waited: not the client's miss.

@@ -23,7 +23,7 @@ pub trait Completion {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CompletionSpin {
     spin_ns: u64,
-    /// Moving average of signal → completion seen, ns (0: nothing learnt yet).
+    /// Moving average of signal → the client's answer, ns (0: nothing learnt yet).
     expect_ns: u64,
 }
 
@@ -69,9 +69,10 @@ impl CompletionSpin {
         c.block_until(deadline_ns)
     }
 
-    /// Learns from an answer seen at `seen_ns` to a signal at `signal_ns`. *RT*.
-    pub fn learn(&mut self, signal_ns: u64, seen_ns: u64) {
-        let took = seen_ns.saturating_sub(signal_ns);
+    /// Learns from an answer at `answered_ns` (the client's own completion stamp where
+    /// trusted, else when the thread saw it) to a signal at `signal_ns`. *RT*.
+    pub fn learn(&mut self, signal_ns: u64, answered_ns: u64) {
+        let took = answered_ns.saturating_sub(signal_ns);
         self.expect_ns = if self.expect_ns == 0 {
             took
         } else {

@@ -22,7 +22,8 @@ pub enum Stage {
     /// The previous cycle's end past this cycle's nominal start (0 when it ended in
     /// time): the thread was still busy, e.g. blocked on a client, when the cycle fell due.
     Overhang = 0,
-    /// Driver wakeup lateness: the thread's timer/device wakeup after the deadline.
+    /// Driver wakeup lateness beyond the overhang: the thread's timer/device wakeup
+    /// after the deadline, less what the previous cycle's late end explains.
     Timer,
     /// From the thread running to its signal to the client (messages, transport, the
     /// nodes before the client).
@@ -257,9 +258,12 @@ impl StageClock {
         }
         let mut ns = [None; STAGES];
         let nominal = lateness.map(|l| t0.saturating_sub(l));
-        ns[Stage::Timer as usize] = lateness;
-        if let Some(n) = nominal {
-            ns[Stage::Overhang as usize] = Some(prev_end.saturating_sub(n));
+        if let (Some(n), Some(l)) = (nominal, lateness) {
+            // The part of the lateness the previous cycle's overrun explains is the
+            // overhang's, not the timer's: each cycle's delay is counted in one stage.
+            let over = prev_end.saturating_sub(n).min(l);
+            ns[Stage::Overhang as usize] = Some(over);
+            ns[Stage::Timer as usize] = Some(l - over);
         }
         if let Some((r, seen)) = client {
             ns[Stage::Pre as usize] = Some(r.signal_ns.saturating_sub(t0));
@@ -316,6 +320,42 @@ mod tests {
         }
         assert_eq!(stage_bucket(u64::MAX), STAGE_BUCKETS - 1);
         assert!(stage_bucket_low(STAGE_BUCKETS - 1) > 8_000_000_000);
+    }
+
+    #[test]
+    fn a_cycle_is_split_into_its_stages() {
+        use crate::rt::timing::RemoteTimes;
+        let s = CycleStages::default();
+        let period = 1_333_333;
+        let mut c = StageClock::default();
+        // A cycle due at 10 ms whose previous cycle ended at 10.5 ms; the thread ran
+        // at 13 ms (3 ms late), signalled at 13.005, the client woke at 13.040,
+        // finished at 13.740, the thread saw it at 13.790 and ended at 13.792.
+        c.end_cycle(&s, 0, None, false, 10_500_000, period);
+        c.collected(
+            Some(RemoteTimes {
+                signal_ns: 13_005_000,
+                awake_ns: 13_040_000,
+                finish_ns: 13_740_000,
+            }),
+            13_790_000,
+            false,
+        );
+        c.end_cycle(&s, 13_000_000, Some(3_000_000), false, 13_792_000, period);
+        let late = s.read(Class::Late);
+        assert_eq!(late.cycles, 1);
+        let sum = |st: Stage| late.sum_ns[st as usize];
+        assert_eq!(sum(Stage::Overhang), 500_000);
+        assert_eq!(sum(Stage::Timer), 2_500_000, "less the overhang");
+        assert_eq!(sum(Stage::Pre), 5_000);
+        assert_eq!(sum(Stage::Wake), 35_000);
+        assert_eq!(sum(Stage::Callback), 700_000);
+        assert_eq!(sum(Stage::Resume), 50_000);
+        assert_eq!(sum(Stage::Post), 2_000);
+        assert_eq!(sum(Stage::CallbackLate), 3_040_000);
+        assert_eq!(late.dominant[Stage::Timer as usize], 1);
+        // The first call had no client: nothing recorded for it.
+        assert_eq!(s.read(Class::All).cycles, 1);
     }
 
     #[test]

@@ -664,6 +664,36 @@ fn jack_quick_alternates_the_servers_windows() {
     if !measured.is_empty() {
         assert!(out.contains("total: "), "{out}");
     }
+    // quaverd's windows carry the per-cycle stage breakdown, and the report its table;
+    // every client window its count of callbacks later than two periods.
+    let quaverd_ok: Vec<&serde_json::Value> = r["xruns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["server"] == "quaverd" && !p["client"].is_null())
+        .collect();
+    for p in &quaverd_ok {
+        let st = &p["quaver"]["stages"];
+        assert_eq!(st["stages"].as_array().unwrap().len(), 8, "{st}");
+        let all = st["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "all")
+            .unwrap();
+        assert!(all["cycles"].as_u64().unwrap() > 0, "{st}");
+        assert!(p["client"]["clients"][0]["window"]["late2"].is_u64(), "{p}");
+    }
+    if !quaverd_ok.is_empty() {
+        let md = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| e.path().extension().is_some_and(|x| x == "md"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .unwrap();
+        assert!(md.contains("where the cycles' time went"), "{md}");
+        assert!(md.contains("| resume |"), "{md}");
+    }
     assert_eq!(
         r["cyclictest"].as_array().unwrap().len(),
         1,

@@ -700,6 +700,7 @@ clients:
             busy_ns_log2: vec![],
             lateness_max_ns: 0,
             busy_max_ns: 250_000,
+            stages: None,
             nodes: vec![
                 NodeTimingInfo {
                     id: 1,

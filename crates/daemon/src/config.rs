@@ -45,6 +45,9 @@ pub struct CallbackSection {
     pub recover_ms: u32,
     /// Most ports of one direction a callback client may register (1..=4096).
     pub max_ports: u32,
+    /// Microseconds the RT thread may poll a synchronous client's completion around its
+    /// expected answer before blocking on it (0..=500; 0: block at once).
+    pub spin_us: u32,
 }
 
 impl Default for CallbackSection {
@@ -56,6 +59,7 @@ impl Default for CallbackSection {
             hung_ms: c.hung_ms,
             recover_ms: c.recover_ms,
             max_ports: c.max_ports,
+            spin_us: c.spin_us,
         }
     }
 }
@@ -315,6 +319,13 @@ impl Config {
         if !(1..=4096).contains(&c.max_ports) {
             bail!("callback.max_ports {} is outside 1..=4096", c.max_ports);
         }
+        if c.spin_us > 500 {
+            bail!(
+                "callback.spin_us {} is above 500 (a spin longer than that costs more \
+                 CPU than the wakeup it saves)",
+                c.spin_us
+            );
+        }
         let p = &self.pulse;
         if p.max_clients == 0 || p.max_streams_per_client == 0 {
             bail!("pulse.max_clients and pulse.max_streams_per_client must be at least 1");
@@ -411,7 +422,7 @@ mod tests {
     #[test]
     fn callback_section_is_read_and_checked() {
         let cfg = Config::parse(
-            "[callback]\ndeadline = 0.9\nasync_after = 0\nhung_ms = 1000\nrecover_ms = 0\nmax_ports = 16\n",
+            "[callback]\ndeadline = 0.9\nasync_after = 0\nhung_ms = 1000\nrecover_ms = 0\nmax_ports = 16\nspin_us = 40\n",
             Path::new("q.toml"),
         )
         .unwrap();
@@ -422,7 +433,8 @@ mod tests {
                 async_after: 0,
                 hung_ms: 1000,
                 recover_ms: 0,
-                max_ports: 16
+                max_ports: 16,
+                spin_us: 40,
             }
         );
         let err = format!(
@@ -435,6 +447,11 @@ mod tests {
             Config::parse("[callback]\nmax_ports = 0\n", Path::new("q.toml")).unwrap_err()
         );
         assert!(err.contains("callback.max_ports"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::parse("[callback]\nspin_us = 501\n", Path::new("q.toml")).unwrap_err()
+        );
+        assert!(err.contains("callback.spin_us"), "{err}");
     }
 
     #[test]

@@ -324,6 +324,7 @@ pub fn run(cfg: Config) -> Result<()> {
             hung_ms: cfg.callback.hung_ms,
             recover_ms: cfg.callback.recover_ms,
             max_ports: cfg.callback.max_ports,
+            spin_us: cfg.callback.spin_us,
         },
     );
     server.spawn_accept(&listener)?;

@@ -46,6 +46,7 @@
 
 use crate::rt::midi::{MidiPorts, PortSet};
 use crate::rt::node::{CycleInfo, Processor};
+use crate::rt::spin::{Completion, CompletionSpin};
 use crate::rt::stats::{HIST_BUCKETS, hist_bucket};
 use crate::rt::timing::RemoteTimes;
 use quaver_dsp::{Planar, PlanarMut};
@@ -165,6 +166,9 @@ pub struct CallbackConfig {
     /// Milliseconds of asynchronous answers all within the synchronous budget after which
     /// the client goes back to synchronous mode (0: never).
     pub recover_ms: u32,
+    /// Microseconds the RT thread may poll a synchronous client's completion around its
+    /// expected answer before blocking ([`crate::rt::spin`]; 0: block at once).
+    pub spin_us: u32,
 }
 
 impl Default for CallbackConfig {
@@ -185,6 +189,8 @@ impl Default for CallbackConfig {
             // against a session: a client is not stuck with the extra quantum for good
             // after a few bad seconds.
             recover_ms: 5_000,
+            // Off until measured to help (docs/engine/stages.md).
+            spin_us: 0,
         }
     }
 }
@@ -335,6 +341,20 @@ pub struct CallbackNode<T: CallbackTransport> {
     remote: Option<RemoteTimes>,
     /// Which port buffers carry MIDI ([`Processor::midi_ports`]).
     midi: Box<MidiPorts>,
+    /// The completion wait's optional spin.
+    spin: CompletionSpin,
+}
+
+/// The spin's view of a transport.
+struct Waiting<'a, T: CallbackTransport>(&'a mut T);
+
+impl<T: CallbackTransport> Completion for Waiting<'_, T> {
+    fn is_complete(&self) -> bool {
+        self.0.completed()
+    }
+    fn block_until(&mut self, deadline_ns: u64) -> bool {
+        self.0.wait_completed(deadline_ns)
+    }
 }
 
 impl<T: CallbackTransport> CallbackNode<T> {
@@ -364,6 +384,7 @@ impl<T: CallbackTransport> CallbackNode<T> {
             signal_ns: 0,
             remote: None,
             midi: Box::new(MidiPorts::NONE),
+            spin: CompletionSpin::new(config.spin_us),
         };
         (node, stats)
     }
@@ -559,12 +580,24 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             }
             Phase::Started(deadline) => {
                 let t0 = quaver_rt::monotonic_ns();
-                let done = self.transport.wait_completed(deadline);
-                self.record_wait(quaver_rt::monotonic_ns().saturating_sub(t0));
+                let done =
+                    self.spin
+                        .wait(&mut Waiting(&mut self.transport), self.signal_ns, deadline);
+                let seen = quaver_rt::monotonic_ns();
+                self.record_wait(seen.saturating_sub(t0));
                 if done {
                     self.transport
                         .read_outputs_midi(outputs, &self.midi.outputs);
                     self.remote = self.collected_times();
+                    // When the client answered, by its own stamp where it fits the
+                    // server's readings: `seen` would also count the wakeup the spin
+                    // is there to avoid, and it would then always start too late.
+                    let answered = self
+                        .remote
+                        .map(|r| r.finish_ns)
+                        .filter(|&f| f >= self.signal_ns && f <= seen)
+                        .unwrap_or(seen);
+                    self.spin.learn(self.signal_ns, answered);
                     self.answered();
                 } else if !self.transport.active() {
                     // Deactivated while we waited: not the client's miss.

@@ -274,6 +274,12 @@ fn callback_clients_allocate_nothing_in_the_cycle() {
     assert_eq!(clients[0].xruns(), 0);
     assert!(clients[1].xruns() > 1000);
     assert_eq!(clients[1].mode(), 1, "the hung client went asynchronous");
+    // The per-cycle stage breakdown ran inside the guard: every cycle with a client
+    // counted, and the hung client's misses as xrun cycles.
+    use quaver_engine::rt::stages::Class;
+    let stages = &engine.stats().stages;
+    assert!(stages.read(Class::All).cycles >= 2000);
+    assert!(stages.read(Class::Xrun).cycles > 1000);
     engine.shutdown_manual(runner).unwrap();
 }
 

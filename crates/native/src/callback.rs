@@ -110,6 +110,7 @@ impl NativeServer {
                 async_after: opts.async_after,
                 hung_ms: opts.hung_ms,
                 recover_ms: opts.recover_ms,
+                spin_us: opts.spin_us,
             },
         );
         let id = self

@@ -156,6 +156,11 @@ impl NativeServer {
             suspended: st.suspended.load(Relaxed),
             overdue_cycles: st.overdue_cycles.load(Relaxed),
             overdue_runs: st.overdue_runs.load(Relaxed),
+            stages: self
+                .engine
+                .config()
+                .node_timing
+                .then(|| stage_stats(&st.stages)),
         }
     }
 
@@ -228,5 +233,26 @@ impl NativeServer {
                 })
                 .collect(),
         }
+    }
+}
+
+/// The stage histograms as the `timing` reply carries them.
+fn stage_stats(st: &quaver_engine::rt::stages::CycleStages) -> quaver_protocol::StageStats {
+    use quaver_engine::rt::stages::{CLASS_NAMES, Class, STAGE_NAMES};
+    quaver_protocol::StageStats {
+        stages: STAGE_NAMES.iter().map(|s| s.to_string()).collect(),
+        classes: [Class::All, Class::Late, Class::Xrun]
+            .into_iter()
+            .map(|c| {
+                let r = st.read(c);
+                quaver_protocol::StageClass {
+                    name: CLASS_NAMES[c as usize].into(),
+                    cycles: r.cycles,
+                    hist: r.hist,
+                    dominant: r.dominant,
+                    sum_ns: r.sum_ns,
+                }
+            })
+            .collect(),
     }
 }

@@ -70,6 +70,8 @@ pub struct CallbackOptions {
     pub recover_ms: u32,
     /// Most ports of one direction a callback node may reserve.
     pub max_ports: u32,
+    /// Microseconds the RT thread may poll a client's completion before blocking.
+    pub spin_us: u32,
 }
 
 impl Default for CallbackOptions {
@@ -81,6 +83,7 @@ impl Default for CallbackOptions {
             hung_ms: c.hung_ms,
             recover_ms: c.recover_ms,
             max_ports: 256,
+            spin_us: c.spin_us,
         }
     }
 }

@@ -25,7 +25,8 @@ pub use message::{
     CallbackCreated, CallbackNodeInfo, CallbackParams, CallbackPort, ClientInfo, DeviceStatus,
     Direction, ErrorCode, GraphEvent, GraphInfo, LinkInfo, NodeInfo, NodeTimingInfo,
     PROTOCOL_VERSION, PortDirection, PortInfo, PortParams, QuantumReport, Reply, ReplyEnvelope,
-    Request, RequestEnvelope, StatusInfo, StreamCreated, StreamParams, TimingStats,
+    Request, RequestEnvelope, StageClass, StageStats, StatusInfo, StreamCreated, StreamParams,
+    TimingStats,
 };
 pub use quaver_dsp::{ChannelMap, ChannelPosition};
 pub use shm::{Doorbell, ShmError, ShmRing};

@@ -303,6 +303,10 @@ pub enum Mode {
         /// jackd's -P (default: quaverd's real-time priority).
         #[arg(long)]
         jackd_priority: Option<i32>,
+        /// quaverd's `callback.spin_us` (0..=500): how long its RT thread may poll the
+        /// client's completion before blocking (default: quaverd's own, 0).
+        #[arg(long)]
+        callback_spin_us: Option<u32>,
         /// Options every mode takes.
         #[command(flatten)]
         common: Common,

@@ -269,6 +269,7 @@ pub fn jack(ctx: &mut Ctx, mode: &Mode, common: &Common) -> Result<ModeOutput> {
         no_xruns,
         no_overhead,
         jackd_priority,
+        callback_spin_us,
         ..
     } = mode
     else {
@@ -296,6 +297,7 @@ pub fn jack(ctx: &mut Ctx, mode: &Mode, common: &Common) -> Result<ModeOutput> {
     o.overhead_voices = *overhead_voices;
     o.xruns = !*no_xruns;
     o.overhead = !*no_overhead;
+    o.callback_spin_us = *callback_spin_us;
     o.jackd_priority = jackd_priority.unwrap_or(
         common
             .realtime_priority

@@ -81,7 +81,9 @@
 //!   `freewheel.rs`: JACK's freewheel, the graph detached from the devices;
 //! - [`plan`]: the compiled plan and the node slots it runs;
 //! - [`node`]: the [`Processor`] trait every non-device node implements;
-//! - [`msg`]: the queues' messages; [`stats`] and [`timing`]: what the thread counts;
+//! - [`msg`]: the queues' messages; [`stats`], [`timing`] and [`stages`]: what the
+//!   thread counts;
+//! - [`spin`]: the optional bounded spin of a callback client's completion wait;
 //! - [`follow`]: rate matching of follower devices; [`retune`]: a stream's new rate
 //!   converter; [`sched`]: the thread's scheduling, set from the control side.
 
@@ -96,6 +98,8 @@ mod process;
 pub mod retune;
 pub mod runner;
 pub mod sched;
+pub mod spin;
+pub mod stages;
 pub mod stats;
 pub mod timing;
 pub mod transport;

@@ -265,12 +265,13 @@ impl RtRunner {
 
     /// Records a split-phase node's timing right after its `finish`; returns the clock
     /// reading, the next node boundary. *RT*.
-    fn time_finish(&self, slot: usize, mark: u64) -> u64 {
+    fn time_finish(&mut self, slot: usize, mark: u64) -> u64 {
         let now = quaver_rt::monotonic_ns();
         if let (Some(n), Some(t)) = (self.slots[slot].as_deref(), self.node_times.get(slot))
             && let Some(p) = n.processor.as_ref()
         {
-            t.xruns.store(p.xruns(), Relaxed);
+            let missed = t.xruns.swap(p.xruns(), Relaxed) < p.xruns();
+            self.stage_clock.collected(p.remote_times(), now, missed);
             if let Some(r) = p.remote_times() {
                 let (wait, busy) = r.wait_busy(now);
                 t.record(wait, busy, n.begin_ns + now.saturating_sub(mark));

@@ -104,6 +104,8 @@ pub struct RtRunner {
     pub(crate) rewind_requested: bool,
     /// The driver's previous cycle was overdue (to count runs of them).
     pub(crate) was_overdue: bool,
+    /// This cycle's notes for the per-stage breakdown ([`crate::rt::stages`]).
+    pub(crate) stage_clock: crate::rt::stages::StageClock,
     /// Per slot: the next rewind drops this node's taken-back output (one entry per
     /// slot, allocated up front).
     pub(crate) discard: Vec<bool>,
@@ -197,6 +199,7 @@ impl RtRunner {
             fallback_deadline: 0,
             rewind_requested: false,
             was_overdue: false,
+            stage_clock: Default::default(),
             discard: vec![false; s.slots],
             transport: crate::rt::transport::TransportEngine::new(links.transport),
             midi_scratch: vec![0; s.max_quantum],
@@ -527,14 +530,19 @@ impl RtRunner {
             }),
             freewheel: detached,
         };
-        let end = self.process_graph(&cx);
+        let timed_end = self.process_graph(&cx);
         self.end_freewheel_fade();
         self.first_cycle_of_plan = false;
         self.cycle += 1;
         self.position += q as u64;
         self.queued_until += q as u64;
         // With per-node timing the last node boundary is the end of the cycle's work.
-        let end = end.unwrap_or_else(quaver_rt::monotonic_ns);
+        let end = timed_end.unwrap_or_else(quaver_rt::monotonic_ns);
+        if timed_end.is_some() && !detached {
+            let period = q as u64 * 1_000_000_000 / self.rate.max(1) as u64;
+            self.stage_clock
+                .end_cycle(&self.stats.stages, t0, lateness, overdue, end, period);
+        }
         let busy = end.saturating_sub(t0);
         self.stats.cycles.store(self.cycle, Relaxed);
         self.stats.busy_ns_last.store(busy, Relaxed);

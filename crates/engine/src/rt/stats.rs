@@ -105,6 +105,8 @@ pub struct RtStats {
     /// Brief sleeps forced on the thread after cycles ran back to back for a quarter of
     /// RLIMIT_RTTIME (`quaver_rt::rttime`).
     pub forced_sleeps: AtomicU64,
+    /// Per-cycle stage times of the cycle's callback client ([`crate::rt::stages`]).
+    pub stages: crate::rt::stages::CycleStages,
 }
 
 /// Buckets of the log2 timing histograms (the last, from 2^31 ns ≈ 2.1 s, takes all longer).

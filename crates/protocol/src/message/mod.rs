@@ -45,7 +45,10 @@ pub use session::{
     MAX_SESSION_COMMAND_BYTES, MAX_SESSION_PATH_BYTES, SESSION_NEED_TERMINAL, SESSION_SAVE_ERROR,
     SessionCommand, SessionEvent, SessionEventType,
 };
-pub use status::{ClientInfo, DeviceStatus, FollowStatus, NodeTimingInfo, StatusInfo, TimingStats};
+pub use status::{
+    ClientInfo, DeviceStatus, FollowStatus, NodeTimingInfo, StageClass, StageStats, StatusInfo,
+    TimingStats,
+};
 pub use stream::{Direction, StreamCreated, StreamParams};
 pub use transport::TransportInfo;
 
@@ -417,6 +420,16 @@ mod tests {
             suspended: false,
             overdue_cycles: 0,
             overdue_runs: 0,
+            stages: Some(StageStats {
+                stages: vec!["timer".into(), "resume".into()],
+                classes: vec![StageClass {
+                    name: "late".into(),
+                    cycles: 2,
+                    hist: vec![vec![0, 2], vec![1, 0, 1]],
+                    dominant: vec![2, 0],
+                    sum_ns: vec![2, 2],
+                }],
+            }),
         }));
         let s = serde_json::to_string(&t).unwrap();
         assert_eq!(serde_json::from_str::<Reply>(&s).unwrap(), t);
@@ -427,7 +440,9 @@ mod tests {
         let old = r#"{"type":"timing","rate":48000,"quantum":256,"cycles":5,"xruns":0,
                       "lateness_ns_log2":[],"busy_ns_log2":[],"lateness_max_ns":0,"busy_max_ns":0}"#;
         match serde_json::from_str::<Reply>(old).unwrap() {
-            Reply::Timing(t) => assert!(t.nodes.is_empty() && t.interval_ns == 0 && !t.suspended),
+            Reply::Timing(t) => assert!(
+                t.nodes.is_empty() && t.interval_ns == 0 && !t.suspended && t.stages.is_none()
+            ),
             other => panic!("{other:?}"),
         }
     }

@@ -42,6 +42,41 @@ pub struct TimingStats {
     /// (added within v1).
     #[serde(default)]
     pub overdue_runs: u64,
+    /// Per-cycle stage times of the cycle's callback client since the daemon started
+    /// (added within v1; absent from older servers and with node timing off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<StageStats>,
+}
+
+/// Where cycles with a callback client spent their time, stage by stage
+/// (docs/engine/stages.md): cumulative histograms per class of cycles.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StageStats {
+    /// Stage names, in the order of every per-stage vector below.
+    pub stages: Vec<String>,
+    /// Per class of cycles: `all`, `late` (the callback started more than two periods
+    /// after the cycle's nominal start), `xrun` (the client missed the cycle, or the
+    /// server woke more than a period late).
+    pub classes: Vec<StageClass>,
+}
+
+/// One class of cycles in [`StageStats`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StageClass {
+    /// `all`, `late` or `xrun`.
+    pub name: String,
+    /// Cycles in the class.
+    pub cycles: u64,
+    /// Per stage: a histogram of ns, exact below 8 ns, then eight linear buckets per
+    /// power of two (bucket `i ≥ 8` starts at `(8 + i % 8) << (i / 8 - 1)`); trailing
+    /// empty buckets cut.
+    pub hist: Vec<Vec<u64>>,
+    /// Per stage: cycles in which it was the longest stage.
+    pub dominant: Vec<u64>,
+    /// Per stage: sum over the class's cycles, ns.
+    pub sum_ns: Vec<u64>,
 }
 
 /// One node's timing per cycle in [`TimingStats`], in the terms of PipeWire's `pw-top`

@@ -17,6 +17,12 @@
 //!   `jack_get_time`'s clock) — its output was not ready in time for any server. The
 //!   nominal period, not `next_usecs`: jackd2's `next_usecs` is a filtered estimate that
 //!   runs early of the real next cycle, which counted nearly every callback as late;
+//! - **callbacks later than two periods** (`late2`): the callback started more than two
+//!   periods after the previous one's start plus the frames between them
+//!   (`jack_last_frame_time`), on CLOCK_MONOTONIC — the same on every server, since
+//!   `jack_get_cycle_times` is off by more than a period on jackd2 at these periods. A
+//!   stall and the cycles run back to back after it count once; so does a server that
+//!   restarts its time line after a late wakeup (jackd2's timed driver does);
 //! - wake (callback start − cycle start, µs, from the library's own clock) and busy
 //!   (callback duration, ns) as log2 histograms and sums.
 //!
@@ -94,6 +100,37 @@ impl FrameTracker {
     }
 }
 
+/// Times successive callback starts against the frames between them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GapTracker {
+    prev: Option<(u64, u32)>,
+}
+
+impl GapTracker {
+    /// Records a callback that started at `start_ns` (CLOCK_MONOTONIC) for the cycle at
+    /// `frame_time`; returns how much later it started than the previous callback's
+    /// start plus the frames in between at `rate` (0 on the first callback, or when it
+    /// came early). A frame clock that did not advance, stepped back or jumped by more
+    /// than a second (a reset) counts as one cycle of `nframes`.
+    pub fn observe(&mut self, start_ns: u64, frame_time: u32, nframes: u32, rate: u32) -> u64 {
+        let late = match self.prev {
+            Some((p_ns, p_frame)) => {
+                let d = frame_time.wrapping_sub(p_frame);
+                let frames = if d == 0 || d > rate.max(1) {
+                    nframes
+                } else {
+                    d
+                };
+                let expected = p_ns + frames as u64 * 1_000_000_000 / rate.max(1) as u64;
+                start_ns.saturating_sub(expected)
+            }
+            None => 0,
+        };
+        self.prev = Some((start_ns, frame_time));
+        late
+    }
+}
+
 /// What a process callback publishes (lock-free, cumulative).
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -104,6 +141,9 @@ pub struct Counters {
     frames_skipped: AtomicU64,
     overruns: AtomicU64,
     late: AtomicU64,
+    late2: AtomicU64,
+    gap_max: AtomicU64,
+    gap_hist: [AtomicU64; LOG2_BUCKETS],
     busy_ns: AtomicU64,
     wake_ns: AtomicU64,
     busy_max: AtomicU64,
@@ -133,6 +173,13 @@ pub struct CounterSnapshot {
     pub overruns: u64,
     /// Callbacks that jumped or overran (each counted once).
     pub late: u64,
+    /// Callbacks that started more than two periods later than the previous callback's
+    /// start plus the frames between them ([`GapTracker`]).
+    #[serde(default)]
+    pub late2: u64,
+    /// How much later than that each callback started, ns (0 for most).
+    #[serde(default)]
+    pub gap: Log2Hist,
     /// Sum of callback durations, ns.
     pub busy_ns: u64,
     /// Sum of wake delays (callback start − cycle start), ns.
@@ -168,6 +215,8 @@ impl Counters {
             frames_skipped: l(&self.frames_skipped),
             overruns: l(&self.overruns),
             late: l(&self.late),
+            late2: l(&self.late2),
+            gap: h(&self.gap_hist),
             busy_ns: l(&self.busy_ns),
             wake_ns: l(&self.wake_ns),
             busy: h(&self.busy_hist),
@@ -199,6 +248,17 @@ impl Counters {
         self.busy_hist[Log2Hist::bucket(busy_ns)].fetch_add(1, r);
         self.wake_hist[Log2Hist::bucket(wake_ns)].fetch_add(1, r);
     }
+
+    /// Records how much later than expected a callback started ([`GapTracker`]), and
+    /// whether that is more than two periods of `nframes` at `rate`. Real-time safe.
+    pub fn record_gap(&self, late_ns: u64, nframes: u32, rate: u32) {
+        let r = Ordering::Relaxed;
+        self.gap_hist[Log2Hist::bucket(late_ns)].fetch_add(1, r);
+        self.gap_max.fetch_max(late_ns, r);
+        if late_ns > 2 * nframes as u64 * 1_000_000_000 / rate.max(1) as u64 {
+            self.late2.fetch_add(1, r);
+        }
+    }
 }
 
 since_by_field!(CounterSnapshot {
@@ -209,10 +269,12 @@ since_by_field!(CounterSnapshot {
     frames_skipped,
     overruns,
     late,
+    late2,
     busy_ns,
     wake_ns,
     busy,
-    wake
+    wake,
+    gap
 });
 
 impl CounterSnapshot {
@@ -227,9 +289,14 @@ impl CounterSnapshot {
             t.frames_skipped += s.frames_skipped;
             t.overruns += s.overruns;
             t.late += s.late;
+            t.late2 += s.late2;
             t.busy_ns += s.busy_ns;
             t.wake_ns += s.wake_ns;
-            for (h, o) in [(&mut t.busy, &s.busy), (&mut t.wake, &s.wake)] {
+            for (h, o) in [
+                (&mut t.busy, &s.busy),
+                (&mut t.wake, &s.wake),
+                (&mut t.gap, &s.gap),
+            ] {
                 if h.counts.len() < o.counts.len() {
                     h.counts.resize(o.counts.len(), 0);
                 }
@@ -261,6 +328,7 @@ struct State {
     /// Touched by the process thread only.
     synth: UnsafeCell<Synth>,
     frames: UnsafeCell<FrameTracker>,
+    gaps: UnsafeCell<GapTracker>,
     counters: Counters,
     /// The server's sample rate (for the nominal period), read once at setup.
     rate: u32,
@@ -281,6 +349,9 @@ unsafe extern "C" fn process(nframes: u32, arg: *mut c_void) -> c_int {
     let lft = unsafe { (s.lib.last_frame_time)(s.client) };
     // SAFETY: the process thread is the only user of these cells.
     let skipped = unsafe { &mut *s.frames.get() }.observe(lft, nframes);
+    // SAFETY: as above.
+    let gap = unsafe { &mut *s.gaps.get() }.observe(t0, lft, nframes, s.rate);
+    s.counters.record_gap(gap, nframes, s.rate);
     // SAFETY: live port; JACK hands out a buffer of `nframes` floats for this cycle.
     let buf = unsafe { (s.lib.port_get_buffer)(s.port, nframes) } as *mut f32;
     if !buf.is_null() {
@@ -504,6 +575,7 @@ pub fn main(o: &ClientOptions) -> Result<()> {
                 shared.clone(),
             )),
             frames: UnsafeCell::new(FrameTracker::default()),
+            gaps: UnsafeCell::new(GapTracker::default()),
             rate: rate.max(1),
             counters: Counters::new(),
         });
@@ -702,6 +774,31 @@ mod tests {
         // is not a skip.
         assert_eq!(t.observe(32 + 64 * 4, 64), 0);
         assert_eq!(t.observe(10, 64), 0);
+    }
+
+    #[test]
+    fn gaps_are_measured_against_the_frames_between_callbacks() {
+        let mut g = GapTracker::default();
+        let p = 1_333_333; // 64 frames at 48 kHz
+        assert_eq!(g.observe(1_000_000, 0, 64, 48_000), 0, "first");
+        assert_eq!(g.observe(1_000_000 + p + 500, 64, 64, 48_000), 500);
+        // A skipped cycle: the frames say two periods, so on time.
+        let t = 1_000_000 + 3 * p + 500;
+        assert_eq!(g.observe(t, 192, 64, 48_000), 0);
+        // Three periods late.
+        let c = Counters::new();
+        let late = g.observe(t + 4 * p, 256, 64, 48_000);
+        assert!((3 * p - 2..=3 * p + 2).contains(&late), "{late}");
+        c.record_gap(late, 64, 48_000);
+        // Back to back after the stall (catching up): early, not late.
+        assert_eq!(g.observe(t + 4 * p + 20_000, 320, 64, 48_000), 0);
+        c.record_gap(0, 64, 48_000);
+        // A frame clock reset (jump back) counts as one period.
+        assert_eq!(g.observe(t + 5 * p + 20_000, 7, 64, 48_000), 0);
+        c.record_gap(2 * p, 64, 48_000);
+        let s = c.snapshot();
+        assert_eq!(s.late2, 1, "only the stall is more than two periods late");
+        assert_eq!(s.gap.total(), 3);
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub struct JackOptions {
     pub overhead_voices: usize,
     /// jackd's `-P` (real-time priority); quaverd's is the common option.
     pub jackd_priority: i32,
+    /// quaverd's `callback.spin_us` (None: its default).
+    pub callback_spin_us: Option<u32>,
     /// The quaver-bench binary (runs the client and the built-in stressor).
     pub self_exe: PathBuf,
 }
@@ -94,6 +96,7 @@ impl JackOptions {
             overhead_period: 64,
             overhead_voices: 4,
             jackd_priority: crate::tools::rt::QUAVERD_DEFAULT_PRIORITY,
+            callback_spin_us: None,
             self_exe,
         }
     }

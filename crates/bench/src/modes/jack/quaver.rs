@@ -80,6 +80,10 @@ pub struct QuaverSide {
     /// Clients the per-node figures cover.
     #[serde(default)]
     pub timed_clients: usize,
+    /// Where the window's cycles spent their time, stage by stage (None: a server
+    /// without the breakdown, or node timing off).
+    #[serde(default)]
+    pub stages: Option<super::stages::StageWindow>,
 }
 
 pub(super) fn quaver_side(a: &QuaverSnap, b: &QuaverSnap, prefix: &str) -> QuaverSide {
@@ -98,6 +102,9 @@ pub(super) fn quaver_side(a: &QuaverSnap, b: &QuaverSnap, prefix: &str) -> Quave
         q.lateness = (l.total() > 0).then_some(l);
         q.overdue_runs = t1.overdue_runs.saturating_sub(t0.overdue_runs);
         q.overdue_cycles = t1.overdue_cycles.saturating_sub(t0.overdue_cycles);
+        if let (Some(s0), Some(s1)) = (&t0.stages, &t1.stages) {
+            q.stages = Some(super::stages::window(s0, s1));
+        }
         // The window-start snapshot's `timing` request opened the interval the end
         // snapshot's node figures cover: exactly the window.
         let ours: Vec<_> = t1

@@ -49,10 +49,18 @@ pub(crate) fn verdict(q: &XrunTotals, j: &XrunTotals) -> Option<String> {
     let (qs, js) = (q.server_per_min?, j.server_per_min?);
     let (ql, jl) = (q.late_per_min?, j.late_per_min?);
     let med = |t: &XrunTotals| midpoint_median(&t.server_rates).unwrap_or(0.0);
+    let half = |a: f64, b: f64| {
+        if a <= 0.5 * b {
+            "≤ 0.5×: met"
+        } else {
+            "> 0.5×: NOT met"
+        }
+    };
     Some(format!(
         "period {}: quaverd {qs:.2}/min ({} xruns in {:.2} min, {} windows) vs jackd2 \
-         {js:.2}/min ({} in {:.2} min, {} windows) server-counted ({}; per-window median \
-         {:.2} vs {:.2}), {ql:.2}/min vs {jl:.2}/min client-observed ({})",
+         {js:.2}/min ({} in {:.2} min, {} windows) server-counted ({}; {}; per-window \
+         median {:.2} vs {:.2}); callbacks more than two periods late {ql:.2}/min vs \
+         {jl:.2}/min ({} late, issue 33: {})",
         q.period,
         q.server_xruns.unwrap_or(0),
         q.server_minutes,
@@ -65,9 +73,11 @@ pub(crate) fn verdict(q: &XrunTotals, j: &XrunTotals) -> Option<String> {
         } else {
             "quaverd > jackd2: NOT met"
         },
+        format_args!("issue 33: {}", half(qs, js)),
         med(q),
         med(j),
-        if ql <= jl { "met" } else { "NOT met" },
+        q.late,
+        half(ql, jl),
     ))
 }
 
@@ -111,7 +121,7 @@ pub fn render(r: &JackResults) -> ModeOutput {
         "sched",
         "server xruns",
         "xrun cb",
-        "client late",
+        "cb > 2 periods late",
         "per min (srv / late)",
         "vs jackd2 (srv / late)",
         "window rates: median (min–max), srv / late",
@@ -149,6 +159,22 @@ pub fn render(r: &JackResults) -> ModeOutput {
         .list(&verdicts);
     }
     doc.heading(3, "Details").list(details(r, rounds));
+    for &period in &periods {
+        let windows = r
+            .xruns
+            .iter()
+            .filter(|p| p.period == period && p.server == JackServer::Quaverd)
+            .filter_map(|p| p.quaver.as_ref()?.stages.as_ref());
+        if let Some(w) = crate::modes::jack::stages::StageWindow::sum(windows) {
+            let (text, table) = stage_table(period, &w);
+            doc.heading(
+                3,
+                format!("quaverd, {period} frames: where the cycles' time went"),
+            )
+            .para(text)
+            .table(&table);
+        }
+    }
     let oh = overhead_table(r);
     if !r.overhead.is_empty() {
         doc.heading(2, "Per-client overhead")
@@ -193,14 +219,19 @@ fn intro(r: &JackResults, rounds: usize) -> String {
          client missed in brackets; PipeWire: not available without a profiler — see the \
          xrun callbacks. \
          *xrun cb*: calls of the client's `jack_set_xrun_callback` (quaver's libjack \
-         coalesces misses that arrive together into one call). *client late*: \
-         callbacks whose frame time jumped by more than one period or that ended after \
-         the next cycle's start. cyclictest: wakeups later than one period, under the \
+         coalesces misses that arrive together into one call). *cb > 2 periods \
+         late*: callbacks that started more than two periods after the previous one's \
+         start plus the frames between them (CLOCK_MONOTONIC in the client, the same on \
+         every server; a stall and the cycles run back to back after it count once), \
+         with the callbacks whose frame time jumped by more than a period (*jumps*) and \
+         that ended more than a period after `jack_get_cycle_times`' cycle start \
+         (*overruns*; meaningless on jackd2, whose cycle times are off by more than a \
+         period at these sizes). cyclictest: wakeups later than one period, under the \
          same load for the same time, once per period after the windows.\n\n{}\
          Every window has its row (*window*: its round; *vs jackd2*: against jackd2's \
          window of the same round); the *total* row per server sums its windows: xruns / \
          minutes, server-counted and client-observed, with the median and range of the \
-         per-window rates. The acceptance verdict is on the totals.",
+         per-window rates. The acceptance verdict is on the totals.{}",
         r.load * 100.0,
         match r.stressor.as_str() {
             "stress-ng" => "stress-ng --cpu 2",
@@ -217,7 +248,10 @@ fn intro(r: &JackResults, rounds: usize) -> String {
             "One window per server and period (`--repeats 1`): xruns here come in \
              bursts, so one window is a noisy basis for a verdict. "
                 .to_string()
-        }
+        },
+        r.callback_spin_us.map_or(String::new(), |us| format!(
+            " quaverd ran with `callback.spin_us = {us}`."
+        ))
     )
 }
 
@@ -248,13 +282,13 @@ fn window_row(r: &JackResults, p: &XrunPoint, rounds: usize) -> Vec<String> {
             let t = j.totals().unwrap_or_default();
             (
                 rate(j.server_xruns.unwrap_or(0), j.minutes()),
-                rate(t.late, j.minutes()),
+                rate(t.late2, j.minutes()),
             )
         });
     let period_ns = c.nframes.max(1) as f64 * 1e9 / r.rate as f64;
     let load = t.mean_busy_ns() / period_ns;
     let srv_rate = p.server_xruns.map(|x| rate(x, p.minutes()));
-    let late_rate = rate(t.late, p.minutes());
+    let late_rate = rate(t.late2, p.minutes());
     let vs = match (p.server, jrates) {
         (JackServer::Jackd2, _) => "1".into(),
         (_, Some((js, jl))) => format!(
@@ -272,7 +306,7 @@ fn window_row(r: &JackResults, p: &XrunPoint, rounds: usize) -> Vec<String> {
         c.clients.first().map_or(String::new(), |x| x.sched.clone()),
         server_cell(p.server_xruns, p.missed_cycles, p.driver_xruns),
         t.xrun_callbacks.to_string(),
-        format!("{} ({} jumps, {} overruns)", t.late, t.jumps, t.overruns),
+        format!("{} ({} jumps, {} overruns)", t.late2, t.jumps, t.overruns),
         format!(
             "{} / {:.2}",
             srv_rate.map_or("n/a".into(), |s| format!("{s:.2}")),
@@ -524,4 +558,33 @@ fn overhead_text(r: &JackResults) -> String {
          client's whole wake-up and callback whenever it was not done when needed.",
         r.overhead_voices, r.overhead_period
     )
+}
+
+/// quaverd's stage breakdown at one period, summed over its windows.
+fn stage_table(period: usize, w: &crate::modes::jack::stages::StageWindow) -> (String, Table) {
+    let n = |c: &str| w.class(c).map_or(0, |c| c.cycles);
+    let mut t = Table::new(&[
+        "stage",
+        &format!("all {} cycles: p50 / p99 / max (longest in)", n("all")),
+        &format!("callback > 2 periods late, {} cycles", n("late")),
+        &format!("xrun, {} cycles", n("xrun")),
+    ]);
+    for row in crate::modes::jack::stages::rows(w, &["all", "late", "xrun"]) {
+        t.row_padded(row);
+    }
+    let text = format!(
+        "Every cycle with the client, as quaverd's RT thread timed it (`timing` reply, \
+         `stages`; docs/engine/stages.md), over all quaverd windows at {period} frames. \
+         *overhang*: the previous cycle ended after this one was due; *timer*: the driver \
+         woke the RT thread after the deadline; *pre*: RT thread running → client \
+         signalled; *wake*: signalled → the client's process thread awake; *callback*: \
+         its callback; *resume*: the client done → the RT thread saw it (its second \
+         wakeup when it blocked on the client); *post*: then the mixing and the device \
+         write; *callback_late*: the nominal cycle start → the client awake (what makes a \
+         cycle *late*: more than two periods). *xrun*: the client missed the cycle or the \
+         RT thread woke more than a period late (a missed cycle has no client stages). \
+         Percentiles are bucket upper ends (12.5 % resolution); *longest in*: cycles in \
+         which the stage was the longest."
+    );
+    (text, t)
 }

@@ -191,13 +191,19 @@ pub(super) fn start_server(
     period: usize,
 ) -> Result<Running> {
     Ok(match s {
-        JackServer::Quaverd => Running::Quaverd(Box::new(ctx.start_daemon(DaemonSpec {
-            devices: vec![format!("null:rate={}", o.rate)],
-            rate: Some(o.rate),
-            quantum: Some(period),
-            quantum_min: Some(period.min(32)),
-            ..DaemonSpec::default()
-        })?)),
+        JackServer::Quaverd => Running::Quaverd(Box::new(
+            ctx.start_daemon(DaemonSpec {
+                devices: vec![format!("null:rate={}", o.rate)],
+                rate: Some(o.rate),
+                quantum: Some(period),
+                quantum_min: Some(period.min(32)),
+                config: o
+                    .callback_spin_us
+                    .map(|us| format!("[callback]\nspin_us = {us}\n"))
+                    .unwrap_or_default(),
+                ..DaemonSpec::default()
+            })?,
+        )),
         JackServer::Jackd2 => {
             let j = Jackd::start(o.jackd_priority, o.rate, period)?;
             ctx.record_command(format!("{} &", j.command));

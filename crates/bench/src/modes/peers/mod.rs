@@ -344,7 +344,7 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
             }
         }
     }
-    rounds::latency_parts(ctx, o, &kinds, &mut results, &pb, &mut step);
+    latency_parts(ctx, o, &kinds, &mut results, &pb, &mut step);
     let mut under_load_stressor = String::new();
     if let Some(u) = &o.under_load {
         let (points, stressor) = crate::modes::peers::underload::run(ctx, &kinds, u, |msg| {
@@ -389,6 +389,37 @@ pub fn run(ctx: &mut Ctx, o: &PeersOptions) -> Result<PeersResults> {
         servers: results,
         skipped,
     })
+}
+
+/// The monitor-latency and capture-path parts, each server's points into `results`.
+fn latency_parts(
+    ctx: &mut Ctx,
+    o: &PeersOptions,
+    kinds: &[ServerKind],
+    results: &mut [ServerResult],
+    pb: &indicatif::ProgressBar,
+    step: &mut u64,
+) {
+    if let Some(m) = &o.monitor {
+        let rng = Rng::new(ctx.seed ^ 0x006d_6f6e_6974_6f72);
+        let measured = rounds::monitor_servers(ctx, kinds, m, rng, pb, step);
+        for (r, got) in results.iter_mut().zip(measured) {
+            match got {
+                Ok(points) => r.monitor = points,
+                Err(e) => r.monitor_error = Some(format!("{e:#}")),
+            }
+        }
+    }
+    if let Some(c) = &o.capture {
+        let rng = Rng::new(ctx.seed ^ 0x0063_6170_7475_7265);
+        let measured = rounds::capture_servers(ctx, kinds, c, rng, pb, step);
+        for (r, got) in results.iter_mut().zip(measured) {
+            match got {
+                Ok(points) => r.capture = points,
+                Err(e) => r.capture_error = Some(format!("{e:#}")),
+            }
+        }
+    }
 }
 
 fn measure_server(

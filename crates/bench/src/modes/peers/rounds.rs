@@ -4,42 +4,10 @@
 use crate::Ctx;
 use crate::modes::peers::capture::{self, CaptureOptions, CapturePoint};
 use crate::modes::peers::monlat::{self, MonitorOptions, MonitorPoint};
-use crate::modes::peers::{PeersOptions, ServerResult};
 use crate::report::progress::run_with_progress;
 use crate::tools::rng::Rng;
 use crate::tools::servers::{Server, ServerKind};
 use anyhow::Result;
-
-/// The monitor-latency and capture-path parts, each server's points into `results`.
-pub(super) fn latency_parts(
-    ctx: &mut Ctx,
-    o: &PeersOptions,
-    kinds: &[ServerKind],
-    results: &mut [ServerResult],
-    pb: &indicatif::ProgressBar,
-    step: &mut u64,
-) {
-    if let Some(m) = &o.monitor {
-        let rng = Rng::new(ctx.seed ^ 0x006d_6f6e_6974_6f72);
-        let measured = monitor_servers(ctx, kinds, m, rng, pb, step);
-        for (r, got) in results.iter_mut().zip(measured) {
-            match got {
-                Ok(points) => r.monitor = points,
-                Err(e) => r.monitor_error = Some(format!("{e:#}")),
-            }
-        }
-    }
-    if let Some(c) = &o.capture {
-        let rng = Rng::new(ctx.seed ^ 0x0063_6170_7475_7265);
-        let measured = capture_servers(ctx, kinds, c, rng, pb, step);
-        for (r, got) in results.iter_mut().zip(measured) {
-            match got {
-                Ok(points) => r.capture = points,
-                Err(e) => r.capture_error = Some(format!("{e:#}")),
-            }
-        }
-    }
-}
 
 /// Per server kind: per requested latency, its rounds or why one failed.
 type Rounds<R> = Vec<Result<Vec<Result<Vec<R>, String>>>>;
@@ -111,7 +79,7 @@ fn alternate_rounds<R: Send>(
 }
 
 /// The monitor-latency part ([`alternate_rounds`]). One result per kind.
-fn monitor_servers(
+pub(super) fn monitor_servers(
     ctx: &mut Ctx,
     kinds: &[ServerKind],
     m: &MonitorOptions,
@@ -163,7 +131,7 @@ fn monitor_servers(
 }
 
 /// The capture-path part ([`alternate_rounds`]). One result per kind.
-fn capture_servers(
+pub(super) fn capture_servers(
     ctx: &mut Ctx,
     kinds: &[ServerKind],
     c: &CaptureOptions,

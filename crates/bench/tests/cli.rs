@@ -385,7 +385,15 @@ fn a_bad_quaverd_fails_with_a_reason() {
 #[test]
 fn peers_with_nothing_to_measure_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let o = bench(&["peers", "--no-load", "--no-monitor-latency"], dir.path());
+    let o = bench(
+        &[
+            "peers",
+            "--no-load",
+            "--no-monitor-latency",
+            "--no-capture-path",
+        ],
+        dir.path(),
+    );
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("nothing to measure"),

@@ -196,15 +196,22 @@ fn graph_changed(client: &Client, cbs: &Callbacks, seen: &mut Option<GraphView>)
             unsafe { f(c.as_ptr(), *on as i32, arg.0) };
         }
     }
+    let relinked = !ch.links.is_empty() || !ch.clients.is_empty();
+    // Latencies first: when the application's port-connect callback runs, its ports'
+    // ranges already follow the new graph, and a range it sets from then on is not
+    // overwritten by this change's recomputation (jackd2 recomputes synchronously
+    // before jack_connect/jack_disconnect return).
+    if relinked {
+        deliver(client, cbs, Note::Latency);
+    }
     for &(id, on) in &ch.ports {
         deliver(client, cbs, Note::PortRegistration(id, on));
     }
     for &(a, b, on) in &ch.links {
         deliver(client, cbs, Note::PortConnect(a, b, on));
     }
-    if !ch.links.is_empty() || !ch.clients.is_empty() {
+    if relinked {
         deliver(client, cbs, Note::GraphOrder);
-        deliver(client, cbs, Note::Latency);
     }
 }
 

@@ -500,7 +500,15 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
     let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();
     let Some(v) = peers_record(
-        &["--quick", "--streams", "2", "--monitor-latencies", "20"],
+        &[
+            "--quick",
+            "--streams",
+            "2",
+            "--monitor-latencies",
+            "20",
+            "--capture-latencies",
+            "20",
+        ],
         8,
         dir.path(),
     ) else {
@@ -568,6 +576,7 @@ fn peers_under_load_counts_every_servers_underruns_under_cpu_hogs() {
             "--quick",
             "--no-load",
             "--no-monitor-latency",
+            "--no-capture-path",
             "--under-load",
             "--under-load-streams",
             "2",

@@ -112,14 +112,9 @@ fn is_input(p: &Port) -> bool {
     p.flags & JACK_PORT_IS_INPUT != 0
 }
 
-/// One latency pass over this client's ports, as jackd2's `HandleLatencyCallback`: for
-/// each mode (capture, then playback), the ports on the side that mode flows into
-/// (inputs for capture, outputs for playback) get the span of what they are connected
-/// to, then the application's callback runs, or without one the span of those ports
-/// is set on the other side's. Then what changed is published to the server.
-pub(crate) fn run_pass(c: &Client, cbs: &Callbacks) {
-    let Some(g) = c.graph() else { return };
-    let q = c.buffer_size.load(Ordering::Relaxed);
+/// This client's live ports, taken out of the lock: it is not held over the
+/// application's latency callback, which may register ports.
+fn live_ports(c: &Client) -> Vec<&Port> {
     let ptrs: Vec<*const Port> = c
         .own_ports
         .lock()
@@ -128,9 +123,19 @@ pub(crate) fn run_pass(c: &Client, cbs: &Callbacks) {
         .filter(|p| p.alive.load(Ordering::Relaxed))
         .map(|p| &**p as *const Port)
         .collect();
-    // SAFETY: port objects are never freed before their client closes. The lock is
-    // not held over the application's callback, which may register ports.
-    let live: Vec<&Port> = ptrs.iter().map(|&p| unsafe { &*p }).collect();
+    // SAFETY: port objects are never freed before their client closes.
+    ptrs.iter().map(|&p| unsafe { &*p }).collect()
+}
+
+/// One latency pass over this client's ports, as jackd2's `HandleLatencyCallback`: for
+/// each mode (capture, then playback), the ports on the side that mode flows into
+/// (inputs for capture, outputs for playback) get the span of what they are connected
+/// to, then the application's callback runs, or without one the span of those ports
+/// is set on the other side's. Then what changed is published to the server.
+pub(crate) fn run_pass(c: &Client, cbs: &Callbacks) {
+    let Some(g) = c.graph() else { return };
+    let q = c.buffer_size.load(Ordering::Relaxed);
+    let live = live_ports(c);
     for mode in [JACK_CAPTURE_LATENCY, JACK_PLAYBACK_LATENCY] {
         let into = |p: &Port| is_input(p) == (mode == JACK_CAPTURE_LATENCY);
         for p in live.iter().filter(|p| into(p)) {
@@ -158,17 +163,7 @@ pub(crate) fn run_pass(c: &Client, cbs: &Callbacks) {
 
 /// Publishes this client's ports' ranges that changed since they were last published.
 pub(crate) fn publish(c: &Client) {
-    let ptrs: Vec<*const Port> = c
-        .own_ports
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .filter(|p| p.alive.load(Ordering::Relaxed))
-        .map(|p| &**p as *const Port)
-        .collect();
-    // SAFETY: as in `run_pass`.
-    let live: Vec<&Port> = ptrs.iter().map(|&p| unsafe { &*p }).collect();
-    publish_ports(c, &live);
+    publish_ports(c, &live_ports(c));
 }
 
 fn publish_ports(c: &Client, live: &[&Port]) {

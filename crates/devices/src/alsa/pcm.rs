@@ -829,13 +829,9 @@ mod tests {
     use super::*;
     use quaver_dsp::PlanarBuf;
 
-    /// What the device's design relies on about alsa-lib's null PCM (docs/alsa.md):
-    /// it accepts any format, its pointer follows the application at once once
-    /// started, and mmap access needs an explicit start.
-    #[test]
-    fn null_pcm_behaves_as_the_design_assumes() {
-        let Ok(lib) = ffi::lib() else { return };
-        let req = HwRequest {
+    /// Stereo float at 48 kHz, mmap, a 4096-frame ring of 1024-frame periods.
+    fn null_request() -> HwRequest {
+        HwRequest {
             format: None,
             mmap: true,
             channels: 2,
@@ -843,7 +839,16 @@ mod tests {
             buffer_frames: 4096,
             period_frames: Some(1024),
             no_period_wakeup: true,
-        };
+        }
+    }
+
+    /// What the device's design relies on about alsa-lib's null PCM (docs/alsa.md):
+    /// it accepts any format, its pointer follows the application at once once
+    /// started, and mmap access needs an explicit start.
+    #[test]
+    fn null_pcm_behaves_as_the_design_assumes() {
+        let Ok(lib) = ffi::lib() else { return };
+        let req = null_request();
         let mut p = Pcm::open(lib, "null", Direction::Playback).unwrap();
         assert_eq!(p.pcm_type(), ffi::SND_PCM_TYPE_NULL);
         let s = p.configure(&req).unwrap();
@@ -880,15 +885,7 @@ mod tests {
     #[test]
     fn playback_silences_what_was_played() {
         let Ok(lib) = ffi::lib() else { return };
-        let req = HwRequest {
-            format: None,
-            mmap: true,
-            channels: 2,
-            rate: 48_000,
-            buffer_frames: 4096,
-            period_frames: Some(1024),
-            no_period_wakeup: true,
-        };
+        let req = null_request();
         for (dir, silenced) in [(Direction::Playback, true), (Direction::Capture, false)] {
             let mut p = Pcm::open(lib, "null", dir).unwrap();
             let s = p.configure(&req).unwrap();

@@ -152,12 +152,14 @@ fn jack_midiseq_plays_jack_midisine_into_jack_rec() {
     assert!(runs.len() >= 4, "{runs:?}");
     let inner = &runs[1..runs.len() - 1];
     // A cycle jack_rec or jack_midisine misses on a loaded machine takes frames out of
-    // the recording; the notes between such misses are exact.
+    // the recording (with stress-ng on both cores, 3 of 8 gaps came out short by 1 to 5
+    // cycles); the notes between such misses are exact, and three gaps exact to two
+    // frames cannot happen by chance if events were a cycle off.
     let exact_len = inner.iter().filter(|r| r.1.abs_diff(8000) <= 2).count();
     let gaps: Vec<usize> = inner.windows(2).map(|w| w[1].0 - w[0].0).collect();
     let exact_gap = gaps.iter().filter(|g| g.abs_diff(12000) <= 2).count();
     assert!(
-        exact_len * 4 >= inner.len() * 3 && exact_gap * 4 >= gaps.len() * 3 && exact_gap >= 3,
+        exact_len * 2 >= inner.len() && exact_gap >= 3,
         "notes not 8000 frames long and 12000 apart: {runs:?}"
     );
     // Alternating C4 and D#4, which jack_midisine plays an octave up (523, 622 Hz).
@@ -166,13 +168,33 @@ fn jack_midiseq_plays_jack_midisine_into_jack_rec() {
         .map(|&(st, n)| frequency(&s[st..st + n], 48000.0))
         .collect();
     let near = |x: f64, want: f64| (x - want).abs() < 8.0;
+    // A run is one whole note when it has a note's length and one pitch throughout: a
+    // missed cycle can cut the silence between two notes short enough to join the rest
+    // of one to the start of the next (CI once measured such a run at 564 Hz, between the
+    // two pitches).
+    let whole = |i: usize| {
+        let (st, n) = inner[i];
+        let half = |a: usize, b: usize| frequency(&s[a..b], 48000.0);
+        n.abs_diff(8000) <= 2 && (half(st, st + n / 2) - half(st + n / 2, st + n)).abs() < 8.0
+    };
+    let mut wholes = 0;
     for (i, &x) in f.iter().enumerate() {
-        assert!(near(x, 523.25) || near(x, 622.25), "note {i}: {f:?}");
+        if whole(i) {
+            wholes += 1;
+            assert!(
+                near(x, 523.25) || near(x, 622.25),
+                "note {i}: {f:?} (runs {runs:?})"
+            );
+        }
     }
-    // Two notes 12000 frames apart are consecutive in the sequence, so they alternate;
-    // across a gap a missed cycle shortened they may not (a note can be lost whole).
+    assert!(
+        wholes >= 3,
+        "fewer than 3 whole notes: {f:?} (runs {runs:?})"
+    );
+    // Two whole notes 12000 frames apart are consecutive in the sequence, so they
+    // alternate; across a gap a missed cycle shortened they may not (a note can be lost).
     for (i, g) in gaps.iter().enumerate() {
-        if g.abs_diff(12000) <= 2 {
+        if g.abs_diff(12000) <= 2 && whole(i) && whole(i + 1) {
             let (a, b) = (f[i], f[i + 1]);
             assert!(
                 near(a.min(b), 523.25) && near(a.max(b), 622.25),

@@ -9,7 +9,7 @@ mod common;
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, violation_count};
 use common::Dc;
-use quaver_devices::{DriftStep, SimCard, SimConfig, VirtualClock};
+use quaver_devices::{DriftStep, Fault, SimCard, SimConfig, VirtualClock};
 use quaver_dsp::ChannelMap;
 use quaver_engine::{Engine, EngineConfig, NodeKind, NodeSpec};
 use std::sync::Arc;
@@ -102,20 +102,45 @@ fn run(drift_ppm: f64, seconds: u64, quantum: usize, latency: Latency) -> Run {
     run_clocks(Clocks::follower(drift_ppm), seconds, quantum, latency)
 }
 
+/// Faults injected into the two cards, and their period (the driver's headroom).
+#[derive(Default)]
+struct Faults {
+    driver: Vec<Fault>,
+    follower: Vec<Fault>,
+    period: Option<usize>,
+}
+
 /// [`run`] with both cards' crystals as `clocks` says.
 fn run_clocks(clocks: Clocks, seconds: u64, quantum: usize, latency: Latency) -> Run {
+    run_faults(clocks, seconds, quantum, latency, Faults::default())
+}
+
+/// [`run_clocks`] with `faults` injected.
+fn run_faults(
+    clocks: Clocks,
+    seconds: u64,
+    quantum: usize,
+    latency: Latency,
+    faults: Faults,
+) -> Run {
     let clock = VirtualClock::new();
-    let card = |drift_ppm: f64, loopback: bool| SimConfig {
+    let period = faults.period.unwrap_or(SimConfig::default().period_frames);
+    let card = |drift_ppm: f64, loopback: bool, faults: Vec<Fault>| SimConfig {
         rate: RATE,
         drift_ppm,
         loopback,
+        faults,
+        period_frames: period,
         ..SimConfig::default()
     };
-    let driver =
-        SimCard::with_clock(card(clocks.driver_ppm, false), Box::new(clock.clone())).unwrap();
+    let driver = SimCard::with_clock(
+        card(clocks.driver_ppm, false, faults.driver),
+        Box::new(clock.clone()),
+    )
+    .unwrap();
     let follower_card = SimConfig {
         drift_step: clocks.step,
-        ..card(clocks.follower_ppm, true)
+        ..card(clocks.follower_ppm, true, faults.follower)
     };
     let follower = SimCard::with_clock(follower_card, Box::new(clock.clone()))
         .unwrap()
@@ -341,6 +366,46 @@ fn the_loop_locks_to_crystals_200_ppm_off_and_follows_a_step() {
             r.play_error.0 >= -32 && r.play_error.1 <= 32,
             "{what}: the follower's level strayed {:?} frames from its target",
             r.play_error
+        );
+    }
+}
+
+#[test]
+fn a_follower_that_xruns_alone_while_the_driver_catches_up_holds_the_level_it_settles_at() {
+    // The whole daemon stalls for 15 ms in the cycle the follower underruns on its own:
+    // the follower restarts with its prefill, then the driver (1024 frames of headroom,
+    // so no xrun of its own) catches up on the stall in back-to-back cycles, each queuing
+    // a quantum more on the follower. `quaver-bench drift` saw it: the loop took the
+    // prefill as the level to hold, sat 1016 frames above it at its bound for 30 s, and
+    // its estimate of the clocks went 1600 ppm wrong.
+    let at_cycle = 2000; // 10.7 s at 256 frames
+    let faults = Faults {
+        driver: vec![Fault::Stall {
+            at_cycle,
+            duration: std::time::Duration::from_millis(15),
+        }],
+        follower: vec![Fault::Xrun { at_cycle }],
+        period: Some(1024),
+    };
+    let clocks = Clocks {
+        driver_ppm: 200.0,
+        follower_ppm: -200.0,
+        step: None,
+    };
+    let r = run_faults(clocks, 30, 256, Latency::Steady, faults);
+    assert_eq!((r.underruns, r.overruns), (1, 0), "only the injected xrun");
+    // Since the restart (the extremes start over there), the level stays near its target.
+    assert!(
+        r.play_error.0 >= -64 && r.play_error.1 <= 64,
+        "after the restart the follower's level strayed {:?} frames from its target",
+        r.play_error
+    );
+    // The estimate is kept through the restart and stays locked.
+    let truth = clocks.truth(0.0);
+    for &(t, ppm) in &r.estimates {
+        assert!(
+            t < 10.0 || (ppm - truth).abs() < 5.0,
+            "at {t} s the loop had {ppm:+.2} ppm, the clocks are {truth:+.2} ppm apart"
         );
     }
 }

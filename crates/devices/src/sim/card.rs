@@ -415,20 +415,9 @@ impl SimCard {
             && self.play_appl.saturating_sub(self.hw) + quantum as u64 <= self.fill as u64
     }
 
-    /// The driver's wait; with `wake`, a long sleep while filling ahead ends early when
-    /// it becomes readable.
-    fn wait_inner(
-        &mut self,
-        quantum: usize,
-        wake_fd: Option<BorrowedFd<'_>>,
-    ) -> Result<WaitStatus, DeviceError> {
-        if self.unplugged {
-            return Err(self.gone());
-        }
-        self.check_quantum(quantum)?;
-        if !self.running {
-            self.start(quantum)?;
-        }
+    /// Fires the faults due in this cycle (the driver's `wait`, or a follower's
+    /// `follow`, counts cycles): whether one was an xrun, which restarted the streams.
+    fn fire_faults(&mut self, quantum: usize) -> Result<bool, DeviceError> {
         let cycle = self.cycle;
         self.cycle += 1;
         let mut xrun = false;
@@ -461,6 +450,24 @@ impl SimCard {
                 }
             }
         }
+        Ok(xrun)
+    }
+
+    /// The driver's wait; with `wake`, a long sleep while filling ahead ends early when
+    /// it becomes readable.
+    fn wait_inner(
+        &mut self,
+        quantum: usize,
+        wake_fd: Option<BorrowedFd<'_>>,
+    ) -> Result<WaitStatus, DeviceError> {
+        if self.unplugged {
+            return Err(self.gone());
+        }
+        self.check_quantum(quantum)?;
+        if !self.running {
+            self.start(quantum)?;
+        }
+        let mut xrun = self.fire_faults(quantum)?;
         if self.xrun_pending {
             // Detected by write/read since the last wakeup; restart around the hardware's
             // current position, not the stale one.
@@ -584,10 +591,11 @@ impl Device for SimCard {
         // A clock read (the model catching up), then one pointer read, as `wait` does.
         self.sync();
         self.counters.pointer_queries += 1;
-        let restarted = self.xrun_pending;
-        if restarted {
+        let faulted = self.fire_faults(quantum)?;
+        let restarted = faulted || self.xrun_pending;
+        if self.xrun_pending {
             self.restart(self.hw, quantum);
-        } else if quantum > self.follow_quantum {
+        } else if !faulted && quantum > self.follow_quantum {
             // The wait plays a quantum of it before this cycle writes the next one.
             let room = self.size - self.play_appl.saturating_sub(self.hw).min(self.size);
             self.queue_silence(((quantum - self.follow_quantum) as u64).min(room));

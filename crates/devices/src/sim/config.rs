@@ -4,8 +4,9 @@
 use quaver_dsp::ChannelMap;
 use std::time::Duration;
 
-/// A fault injected into a [`super::SimCard`] at a given cycle (the n-th call of `wait` since the
-/// card was opened, counting from 0).
+/// A fault injected into a [`super::SimCard`] at a given cycle (the n-th call of `wait`
+/// since the card was opened, counting from 0; of `follow` for a card that follows
+/// another's clock).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
     /// The card reports an xrun: queued audio is dropped and the streams restart.

@@ -29,24 +29,37 @@ pub const MAX_CORRECTION: f64 = 0.002;
 /// at 48 kHz, for the driver waking late.
 const CAPTURE_HEADROOM: usize = 512;
 
+/// Readings a loop lets pass at most, waiting for a steady level, before it takes one as
+/// its target anyway: a few seconds at the smallest quanta, never for good on a machine
+/// too loaded for two readings to agree.
+const MAX_SETTLE: u16 = 400;
+
 /// Steers one direction of a follower: the level it should hold, and the integral.
 #[derive(Debug, Default)]
 pub(crate) struct RateLoop {
     target: Option<f64>,
     integral: f64,
-    /// Readings still to let pass before one sets the target (after a quantum change).
-    settling: u8,
+    /// While there is no target: the last reading, and how many more may pass before
+    /// one is taken however unsteady (0: the next one is taken).
+    previous: Option<usize>,
+    settle_left: u16,
 }
 
 impl RateLoop {
-    /// After the device restarted (an xrun, a resume): the next reading sets the level
-    /// to hold, but the estimate of the clocks' ratio stays — the crystals did not
-    /// change. Forgetting it, as at first, made every xrun cost the loop 8 s of
-    /// relocking from 0 at ±400 ppm (`quaver-bench drift` on a loaded machine: 55
-    /// scheduling xruns in 10 minutes, no lock that lasted).
+    /// After the device restarted (an xrun, a resume): a new level to hold, but the
+    /// estimate of the clocks' ratio stays — the crystals did not change. Forgetting it,
+    /// as at first, made every xrun cost the loop 8 s of relocking from 0 at ±400 ppm
+    /// (`quaver-bench drift` on a loaded machine: 55 scheduling xruns in 10 minutes, no
+    /// lock that lasted). The level to hold is the first steady one (see [`Self::update`]):
+    /// a follower that xran on its own while the whole daemon stalled restarts with its
+    /// prefill before the driver's wait, and the driver then catches up on the stall in
+    /// back-to-back cycles that each queue a quantum more on the follower. Taken at the
+    /// prefill, the target sat 1016 frames below the level in `quaver-bench drift`, and
+    /// the loop spent 30 s at its bound (its estimate 1600 ppm off) draining it.
     pub(crate) fn restart(&mut self) {
         self.target = None;
-        self.settling = 0;
+        self.previous = None;
+        self.settle_left = MAX_SETTLE;
     }
 
     /// New level to hold after a quantum change, keeping the estimate of the clocks'
@@ -55,20 +68,27 @@ impl RateLoop {
     /// and that wait drains (or fills) the driver's lead from the old quantum to the new
     /// one while the follower plays on. Taken as the target, a drop from 1024 to 192
     /// frames left the level 830 frames below it, and the loop spent 9 s at its bound
-    /// refilling (`quaver-bench drift`). The next reading is the steady level.
+    /// refilling (`quaver-bench drift`). The first steady reading after it is the level.
     pub(crate) fn retarget(&mut self) {
-        self.target = None;
-        self.settling = 1;
+        self.restart();
     }
 
-    /// Takes one reading of `level` frames, `dt` seconds after the previous one at
-    /// `rate` Hz; returns the converter ratio (output/input) for this cycle: below 1
-    /// when the level is above its target. The first reading sets the target, `raise`
-    /// frames above the level read. *RT*.
+    /// Takes one reading of `level` frames, a cycle of `dt` seconds after the previous
+    /// one at `rate` Hz; returns the converter ratio (output/input) for this cycle: below
+    /// 1 when the level is above its target. Without a target (a start, a restart, a new
+    /// quantum) the first steady reading sets it, `raise` frames above the level read:
+    /// one within half a cycle of the reading before. A level still moving by about a
+    /// cycle per reading is the driver catching up, or draining its old lead. *RT*.
     pub(crate) fn update(&mut self, level: usize, raise: usize, dt: f64, rate: f64) -> f64 {
-        if self.target.is_none() && self.settling > 0 {
-            self.settling -= 1;
-            return self.settled_ratio();
+        if self.target.is_none() && self.settle_left > 0 {
+            let steady = self
+                .previous
+                .is_some_and(|p| p.abs_diff(level) as f64 <= dt * rate / 2.0);
+            if !steady {
+                self.settle_left -= 1;
+                self.previous = Some(level);
+                return self.settled_ratio();
+            }
         }
         let level = level as f64;
         let target = *self.target.get_or_insert(level + raise as f64);
@@ -324,12 +344,27 @@ mod tests {
             let r = l.update(level.round() as usize, 0, dt, rate);
             level += q as f64 * r - q as f64 * 1.0003;
         }
-        // The device restarted with another prefill: that level is the one to hold, at
-        // the ratio already found.
+        // The device restarted with another prefill, and the driver catches up on a stall
+        // in cycles that each add a quantum: the level where it stops moving is the one
+        // to hold, at the ratio already found.
         l.restart();
-        let r = l.update(900, 0, dt, rate);
-        assert!((r - 1.0003).abs() < 5e-6, "{r}");
+        for level in [900, 900 + q, 900 + 2 * q, 900 + 2 * q] {
+            let r = l.update(level, 0, dt, rate);
+            assert!((r - 1.0003).abs() < 5e-6, "{r}");
+        }
+        assert_eq!(l.target, Some((900 + 2 * q) as f64));
         assert!((l.settled_ratio() - 1.0003).abs() < 5e-6);
+    }
+
+    #[test]
+    fn a_level_that_never_settles_is_taken_after_a_bound() {
+        let mut l = RateLoop::default();
+        l.restart();
+        for i in 0..=MAX_SETTLE as usize {
+            assert!(l.target.is_none(), "target after {i} unsteady readings");
+            l.update(1000 + (i % 2) * 500, 0, 0.005, 48_000.0);
+        }
+        assert!(l.target.is_some());
     }
 
     #[test]

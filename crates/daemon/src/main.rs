@@ -52,6 +52,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // We are the PulseAudio server: alsa-lib's PulseAudio hook (libasound2-plugins) checks
+    // this, as PulseAudio sets it for itself, instead of connecting to the pulse socket —
+    // ours, or a rival's — from inside the daemon whenever alsa-lib loads its config.
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { std::env::set_var("PULSE_INTERNAL", "1") };
     let journal = quaver_daemon::journal::stderr_is_journal();
     match serve(journal) {
         Ok(()) => ExitCode::SUCCESS,

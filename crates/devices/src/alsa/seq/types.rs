@@ -78,7 +78,7 @@ pub enum SeqError {
     Unavailable(String),
     /// alsa-lib is there but the kernel offers no sequencer (no /dev/snd/seq: the snd-seq
     /// module not loaded, or no ALSA at all).
-    #[error("no ALSA sequencer: snd_seq_open(\"default\") failed: {0}")]
+    #[error("no ALSA sequencer: {0}")]
     NoSequencer(String),
     /// A sequencer call failed while setting up.
     #[error("ALSA sequencer: {what} failed: {why}")]

@@ -50,9 +50,9 @@ enum Task {
     Man {
         /// Directory for the pages (created).
         dir: PathBuf,
-        /// The install prefix the pages name in FILES.
-        #[arg(long, env = "PREFIX", default_value = "/usr/local")]
-        prefix: PathBuf,
+        /// The install prefix the pages name in FILES [default: $PREFIX, else /usr/local].
+        #[arg(long)]
+        prefix: Option<PathBuf>,
     },
     /// Write bash, zsh and fish completions of every program into DIR/{bash,zsh,fish}.
     Completions {
@@ -61,12 +61,12 @@ enum Task {
     },
     /// Build (unless --no-build) and install the whole layout (docs/install.md).
     Install {
-        /// Where the programs will live.
-        #[arg(long, env = "PREFIX", default_value = "/usr/local")]
-        prefix: PathBuf,
+        /// Where the programs will live [default: $PREFIX, else /usr/local].
+        #[arg(long)]
+        prefix: Option<PathBuf>,
         /// Staging root the layout is written under (packaging); the files still
-        /// name PREFIX.
-        #[arg(long, env = "DESTDIR", value_name = "DIR")]
+        /// name PREFIX [default: $DESTDIR, else none].
+        #[arg(long, value_name = "DIR")]
         destdir: Option<PathBuf>,
         #[command(flatten)]
         build: BuildOpts,
@@ -92,12 +92,25 @@ enum Task {
     },
 }
 
+/// The option, else the environment variable `name` when set and not empty (make's
+/// way: `DESTDIR= make install` means none), else `default`.
+fn or_env(opt: Option<PathBuf>, name: &str, default: &str) -> PathBuf {
+    opt.or_else(|| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+    .unwrap_or_else(|| PathBuf::from(default))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let done = match cli.task {
-        Task::Man { dir, prefix } => pages::write_man(&dir, &prefix).map(|n| {
-            println!("{n} man pages in {}", dir.display());
-        }),
+        Task::Man { dir, prefix } => {
+            pages::write_man(&dir, &or_env(prefix, "PREFIX", "/usr/local")).map(|n| {
+                println!("{n} man pages in {}", dir.display());
+            })
+        }
         Task::Completions { dir } => pages::write_completions(&dir).map(|n| {
             println!("{n} completion scripts in {}", dir.display());
         }),
@@ -106,8 +119,9 @@ fn main() -> ExitCode {
             destdir,
             build,
         } => {
-            // An empty DESTDIR (make's default, exported) means none.
-            let destdir = destdir.filter(|d| !d.as_os_str().is_empty());
+            let prefix = or_env(prefix, "PREFIX", "/usr/local");
+            let destdir = or_env(destdir, "DESTDIR", "");
+            let destdir = (!destdir.as_os_str().is_empty()).then_some(destdir);
             install::run(&prefix, destdir.as_deref(), &build).map(|files| {
                 println!("installed {} files", files.len());
             })

@@ -207,3 +207,63 @@ pub fn write_completions(dir: &Path) -> Result<usize> {
     }
     Ok(n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every visible (sub)command of `cmd`, by display name, as the pages are named.
+    fn names(cmd: &Command, out: &mut Vec<String>) {
+        out.push(cmd.get_display_name().unwrap_or(cmd.get_name()).to_string());
+        for sub in cmd.get_subcommands() {
+            if !sub.is_hide_set() && sub.get_name() != "help" {
+                names(sub, out);
+            }
+        }
+    }
+
+    #[test]
+    fn every_program_and_subcommand_gets_a_page_naming_the_prefix() {
+        let pages = man_pages(Path::new("/opt/q")).unwrap();
+        let mut want = Vec::new();
+        for mut cmd in programs() {
+            cmd.build();
+            names(&cmd, &mut want);
+        }
+        let got: Vec<&str> = pages.iter().map(|(n, _)| n.as_str()).collect();
+        let want: Vec<String> = want.iter().map(|n| format!("{n}.1")).collect();
+        assert_eq!(got, want);
+        for name in ["quaverd.1", "quaver.1", "quaver-play.1", "quaver-jack.1"] {
+            assert!(got.contains(&name), "{name} missing: {got:?}");
+        }
+        for (name, text) in &pages {
+            let text = String::from_utf8_lossy(text);
+            assert!(
+                text.starts_with(".ie") || text.contains(".TH "),
+                "{name}: {text}"
+            );
+            assert!(text.contains(".SH NAME"), "{name}");
+        }
+        let quaverd = String::from_utf8_lossy(&pages[0].1).into_owned();
+        assert!(quaverd.contains("/opt/q/share/doc/quaver/examples/quaver.toml"));
+        assert!(!quaverd.contains("@PREFIX@"));
+    }
+
+    #[test]
+    fn every_shell_gets_a_script_for_every_program() {
+        for (shell, _) in SHELLS {
+            let scripts = completions(shell);
+            assert_eq!(scripts.len(), programs().len());
+            for (name, text) in scripts {
+                let text = String::from_utf8(text).unwrap();
+                assert!(text.contains("quaver"), "{shell} {name}");
+            }
+        }
+        let bash = completions(Shell::Bash);
+        let (name, text) = &bash[1];
+        assert_eq!(name, "quaver");
+        assert!(String::from_utf8_lossy(text).contains("-F _quaver"));
+        assert_eq!(completion_file(Shell::Zsh, "quaverd"), "_quaverd");
+        assert_eq!(completion_file(Shell::Fish, "quaverd"), "quaverd.fish");
+    }
+}

@@ -41,13 +41,14 @@ fn layout() -> Vec<String> {
     files
 }
 
-fn have(program: &str, package: &str) -> bool {
+/// Whether `program` is on PATH; if not, says loudly that `skipped` is not tested.
+fn have(program: &str, package: &str, skipped: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        eprintln!("SKIPPED: {program} not installed (Debian: {package}); the package is not built");
+        eprintln!("SKIPPED: {program} not installed (Debian: {package}); {skipped} not tested");
     }
     found
 }
@@ -198,16 +199,21 @@ impl Drop for Gate {
 
 #[test]
 fn the_debian_package_lints_clean_and_installs_the_whole_layout_in_the_guest() {
-    if !have("dpkg-deb", "dpkg")
-        || !have("dpkg-shlibdeps", "dpkg-dev")
-        || !have("lintian", "lintian")
+    let whole = "the Debian package";
+    if !have("dpkg-deb", "dpkg", whole)
+        || !have("dpkg-shlibdeps", "dpkg-dev", whole)
+        || !have("lintian", "lintian", whole)
     {
         return;
     }
     let t0 = Instant::now();
     // The guest boots (~30 s of emulation) while the package is built and linted; its
     // script waits for the package to appear in $OUT.
-    let gate = guest::skip_unless_available(module_path!()).then(|| {
+    let in_guest = "the package in the guest";
+    let ready = have("man", "man-db", in_guest)
+        && have("systemd-analyze", "systemd", in_guest)
+        && guest::skip_unless_available(module_path!());
+    let gate = ready.then(|| {
         let g = Guest::new().modules("").timeout(Duration::from_secs(300));
         std::fs::write(g.path("layout"), layout().join("\n") + "\n").unwrap();
         let out = g.out().to_path_buf();

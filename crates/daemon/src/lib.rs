@@ -5,6 +5,7 @@
 
 pub mod activation;
 pub mod alsamidi;
+pub mod args;
 pub mod cards;
 pub mod config;
 pub mod hotplug;

@@ -2,54 +2,9 @@
 
 use anyhow::Result;
 use clap::Parser;
+use quaver_daemon::args::Args;
 use quaver_daemon::config::Config;
-use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// The quaver sound server. With no arguments it opens every ALSA card it finds (each
-/// through its profile), or a null sink (with monitor) and null source at 48 kHz stereo
-/// when there is none.
-#[derive(Parser, Debug)]
-#[command(name = "quaverd", version, about)]
-struct Args {
-    /// Configuration file (default: $XDG_CONFIG_HOME/quaver/quaver.toml if present).
-    #[arg(long, short = 'c')]
-    config: Option<PathBuf>,
-    /// Runtime directory for the socket (default: $XDG_RUNTIME_DIR/quaver).
-    #[arg(long)]
-    runtime_dir: Option<PathBuf>,
-    /// Device to open, repeatable; the first drives the clock (auto, null, alsa:PCM,
-    /// file:PATH.wav, sim…).
-    #[arg(long = "device", short = 'd')]
-    devices: Vec<String>,
-    /// Default sample rate in Hz.
-    #[arg(long)]
-    rate: Option<u32>,
-    /// Default channel layout (mono, stereo, 5.1, …).
-    #[arg(long)]
-    channels: Option<String>,
-    /// Smallest quantum in frames.
-    #[arg(long)]
-    quantum_min: Option<usize>,
-    /// Largest quantum in frames.
-    #[arg(long)]
-    quantum_max: Option<usize>,
-    /// Quantum when no stream asks for a latency.
-    #[arg(long)]
-    quantum: Option<usize>,
-    /// SCHED_FIFO priority of the audio thread; 0 disables real-time scheduling.
-    #[arg(long)]
-    realtime_priority: Option<i32>,
-    /// Real-time class of the audio thread: fifo or deadline.
-    #[arg(long)]
-    scheduler: Option<String>,
-    /// Idle time before devices suspend, in ms; 0 never suspends.
-    #[arg(long)]
-    suspend_timeout_ms: Option<u64>,
-    /// Log level: error, warn, info, debug, trace.
-    #[arg(long, short = 'l')]
-    log_level: Option<String>,
-}
 
 fn main() -> ExitCode {
     // We are the PulseAudio server: alsa-lib's PulseAudio hook (libasound2-plugins) checks

@@ -32,6 +32,7 @@ pub mod process;
 pub mod ringbuffer;
 pub mod transport;
 pub mod types;
+pub mod wrapper;
 
 use std::ffi::{CStr, CString, c_char};
 

@@ -297,6 +297,7 @@ impl Config {
         e.resample_quality
             .parse::<ResampleQuality>()
             .map_err(|err| anyhow::anyhow!("engine.resample_quality: {err}"))?;
+        self.policy.roles.validate()?;
         let c = &self.callback;
         if !(0.05..=1.0).contains(&c.deadline) {
             bail!(
@@ -417,6 +418,7 @@ mod tests {
         assert_eq!(cfg.server, ServerConfig::default());
         assert_eq!(cfg.pulse, PulseSection::default());
         assert_eq!(cfg.callback, CallbackSection::default());
+        assert_eq!(cfg.policy, PolicyConfig::default());
     }
 
     #[test]

@@ -306,6 +306,8 @@ pub fn run(cfg: Config) -> Result<()> {
     // One memory for both front-ends: a kind of stream keeps its volume whichever
     // protocol its next stream comes through.
     let restore = restore_mode(&cfg).open();
+    // One ducking for both front-ends' streams (native streams carry no role yet).
+    let ducking = quaver_policy::roles::Ducking::new(cfg.policy.roles.clone(), engine.clone());
     let server = native::NativeServer::with_callback_options(
         engine.clone(),
         policy.clone(),
@@ -351,6 +353,7 @@ pub fn run(cfg: Config) -> Result<()> {
                         .allow_exit
                         .then_some(quaver_rt::signals::request_stop as fn()),
                     cards: Some(registry.clone()),
+                    ducking: Some(ducking.clone()),
                     resample_quality: cfg
                         .engine
                         .resample_quality

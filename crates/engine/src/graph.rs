@@ -200,6 +200,8 @@ pub struct Node {
     pub volume: f32,
     /// Mute flag.
     pub mute: bool,
+    /// Policy's attenuation on top of the volume (role ducking; 1 = none), linear.
+    pub duck: f32,
     /// Device index for device nodes.
     pub device: Option<usize>,
     /// Owning client.
@@ -278,6 +280,7 @@ impl Graph {
             latency_frames: spec.latency_frames,
             volume: spec.volume,
             mute: false,
+            duck: 1.0,
             device: spec.device,
             owner: spec.owner,
             max_inputs: spec.input_capacity(),

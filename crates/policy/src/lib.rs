@@ -10,10 +10,12 @@
 //!   the policy's answers to the engine.
 //! - [`restore`]: stream restore's memory (volume, mute and device per kind of stream),
 //!   one store for every front-end.
+//! - [`roles`]: streams of lower roles ducked while a higher one plays.
 
 pub mod cards;
 pub mod rehome;
 pub mod restore;
+pub mod roles;
 
 use serde::{Deserialize, Serialize};
 
@@ -27,13 +29,16 @@ pub struct NodeView {
 }
 
 /// Policy settings (the `[policy]` table of quaver.toml).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
     /// Preferred sink for new playback streams; the first sink when unset or absent.
     pub default_sink: Option<String>,
     /// Preferred source for new record streams; the first source when unset or absent.
     pub default_source: Option<String>,
+    /// Roles and ducking (`[policy.roles]`).
+    #[serde(default)]
+    pub roles: roles::RolesConfig,
 }
 
 /// The routing policy.
@@ -117,7 +122,7 @@ mod tests {
         assert_eq!(p.default_sink(&nodes()).as_deref(), Some("a-sink"));
         let p = Policy::new(PolicyConfig {
             default_sink: Some("b-sink".into()),
-            default_source: None,
+            ..PolicyConfig::default()
         });
         assert_eq!(p.default_sink(&nodes()).as_deref(), Some("b-sink"));
     }
@@ -127,6 +132,7 @@ mod tests {
         let p = Policy::new(PolicyConfig {
             default_sink: Some("gone".into()),
             default_source: Some("gone".into()),
+            ..PolicyConfig::default()
         });
         assert_eq!(p.default_sink(&nodes()).as_deref(), Some("a-sink"));
         assert_eq!(p.default_source(&nodes()).as_deref(), Some("a-source"));

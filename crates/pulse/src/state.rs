@@ -61,6 +61,8 @@ pub struct PulseOptions {
     /// The sound cards the daemon opened (`pactl list cards`, `set-card-profile`, the
     /// card fields of sinks and sources); `None`: no cards.
     pub cards: Option<quaver_policy::cards::SharedCards>,
+    /// Role ducking shared with the daemon's other front-ends; `None`: no ducking.
+    pub ducking: Option<quaver_policy::roles::SharedDucking>,
 }
 
 /// SCHED_FIFO priority of the I/O thread while a low-latency stream plays: above every
@@ -85,6 +87,7 @@ impl Default for PulseOptions {
             // A library must not let its clients stop the program it runs in unasked.
             on_exit: None,
             cards: None,
+            ducking: None,
         }
     }
 }

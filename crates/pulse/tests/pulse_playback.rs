@@ -656,3 +656,73 @@ fn low_latency_streams_make_the_io_thread_realtime_until_none_plays() {
     assert!(kept, "SCHED_FIFO while two 20 ms streams play\n{log}");
     assert!(back, "normal again with only the media stream\n{log}");
 }
+
+#[test]
+fn a_phone_call_ducks_the_music_by_20_db_and_restores_it() {
+    require_tools!("paplay", "pactl");
+    let mut d = pulse_util::start(&["--device", "file:out.wav,format=f32"]);
+    let sine = quaver_dsp::analysis::sine(48000, 1000.0, 0.5, 48000 * 4);
+    let stereo: Vec<f32> = sine.iter().flat_map(|&s| [s, s]).collect();
+    write_wav_f32(&d.path("music.wav"), 48000, 2, &stereo);
+    // The call itself is silent, so the sink's output is the music alone.
+    write_wav_f32(&d.path("call.wav"), 48000, 2, &vec![0.0; 48000 * 2]);
+    let music = spawn_pa(&d, "paplay", &["music.wav"]);
+    let input = wait_sink_input(&d);
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    pa_ok(
+        &d,
+        &run_pa(&d, "paplay", &["--property=media.role=phone", "call.wav"]),
+    );
+    // The music's volume, as clients see it, is untouched by the ducking.
+    let inputs = pa_ok(&d, &run_pa(&d, "pactl", &["list", "sink-inputs"]));
+    assert!(inputs.contains("100%"), "{inputs}");
+    let out = wait_output(music, WAIT);
+    pa_ok(&d, &out);
+    let log = d.log_text();
+    let out_path = d.path("out.wav");
+    d.stop();
+    assert!(log.contains("ducked (-20 dB)"), "{log}");
+    assert!(log.contains("restored"), "{log}");
+    let (_, got) = read_wav_f32(&out_path);
+    // Peaks per 10 ms block of the left channel (ten periods of the sine).
+    let left = channel(&got, 0, 2);
+    let peaks: Vec<f32> = left
+        .chunks(480)
+        .map(|b| b.iter().fold(0f32, |m, &x| m.max(x.abs())))
+        .collect();
+    let loud = |p: f32| (p - 0.5).abs() < 0.01;
+    let ducked = |p: f32| (p - 0.05).abs() < 0.005;
+    let first_loud = peaks
+        .iter()
+        .position(|&p| loud(p))
+        .expect("the music played");
+    let down_from = first_loud + peaks[first_loud..].iter().position(|&p| !loud(p)).unwrap();
+    let down_at = down_from
+        + peaks[down_from..]
+            .iter()
+            .position(|&p| ducked(p))
+            .unwrap_or_else(|| panic!("never ducked to -20 dB: {input} {peaks:?}"));
+    // The ramp (50 ms by default) reaches -20 dB within 100 ms.
+    assert!(
+        down_at - down_from <= 10,
+        "ramp down took {} blocks",
+        down_at - down_from
+    );
+    let held = peaks[down_at..].iter().take_while(|&&p| ducked(p)).count();
+    // Ducked for the whole 1 s call (less what the call's own queue drained first).
+    assert!(
+        (80..=130).contains(&held),
+        "ducked for {held} blocks: {peaks:?}"
+    );
+    let up_from = down_at + held;
+    let up_at = up_from
+        + peaks[up_from..]
+            .iter()
+            .position(|&p| loud(p))
+            .unwrap_or_else(|| panic!("never restored: {peaks:?}"));
+    assert!(
+        up_at - up_from <= 10,
+        "ramp up took {} blocks",
+        up_at - up_from
+    );
+}

@@ -439,13 +439,51 @@ impl Engine {
         if let Some(m) = mute {
             n.mute = m;
         }
-        let (slot, v, m) = (n.slot, n.volume, n.mute);
+        let (slot, v, m, duck) = (n.slot, n.volume, n.mute, n.duck);
         // A device node with a hardware volume drives its element; the gain is the rest.
         let gain = super::hwvol::node_gain(&mut ctl, id, v, m, volume.is_some(), mute.is_some());
         let ramp = self.shared.config.ramp_frames;
+        let gain = gain * duck;
         self.send(&mut ctl, ToRt::Volume { slot, gain, ramp })?;
         self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::NodeChanged(id));
+        Ok(())
+    }
+
+    /// Attenuates a stream by `factor` (linear, 0..=1) on top of its volume, ramped over
+    /// `ramp_frames` — the policy's ducking, which leaves the volume clients see alone.
+    /// Device nodes are refused: their volume may be the card's.
+    pub fn set_duck(&self, id: NodeId, factor: f32, ramp_frames: usize) -> Result<(), EngineError> {
+        if !(factor.is_finite() && (0.0..=1.0).contains(&factor)) {
+            return Err(EngineError::Invalid(format!(
+                "duck factor {factor} is outside 0..=1"
+            )));
+        }
+        let mut ctl = self.lock();
+        let n = (ctl.graph.nodes.get_mut(&id))
+            .ok_or_else(|| EngineError::NoSuchNode(id.to_string()))?;
+        if n.device.is_some() {
+            return Err(EngineError::Invalid(format!(
+                "{} is a device node; only streams are ducked",
+                n.name
+            )));
+        }
+        if n.duck == factor {
+            return Ok(());
+        }
+        n.duck = factor;
+        let slot = n.slot;
+        let gain = if n.mute { 0.0 } else { n.volume * factor };
+        self.send(
+            &mut ctl,
+            ToRt::Volume {
+                slot,
+                gain,
+                ramp: ramp_frames,
+            },
+        )?;
+        // No rewind: a ramp over what is already queued ahead is not worth a glitch risk;
+        // the duck starts with the next cycle rendered.
         Ok(())
     }
 }

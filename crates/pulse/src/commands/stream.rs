@@ -378,6 +378,10 @@ impl Conn {
             io: StreamIo::Play(shared.clone()),
         };
         let (node, channel) = self.add_stream(&mut o, &p.props, stream, adapter)?;
+        if let Some(d) = &srv.opts.ducking {
+            let role = prop_str(&p.props, pulseaudio::protocol::Prop::MediaRole);
+            d.add(node, role.as_deref(), corked);
+        }
         tracing::info!(
             "pulse client {}: playback {node} {:?} {} ch {:?} {} Hz → {} (tlength {} ms, minreq {} ms, prebuf {} ms, device {} ms)",
             self.client,

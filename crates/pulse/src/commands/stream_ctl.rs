@@ -420,6 +420,9 @@ impl Conn {
                 None => return,
             }
         };
+        if playback && let Some(d) = &self.srv.opts.ducking {
+            d.set_playing(node, !corked);
+        }
         self.stream_changed(node, playback);
         // The device's state may have changed with it (RUNNING ↔ IDLE), which
         // PulseAudio announces as a change of the sink or source.

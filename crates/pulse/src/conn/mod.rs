@@ -706,6 +706,9 @@ impl Conn {
     }
 
     pub(crate) fn drop_stream(&self, node: NodeId) {
+        if let Some(d) = &self.srv.opts.ducking {
+            d.remove(node);
+        }
         if let Err(e) = self.srv.engine.remove_node(node) {
             tracing::warn!("pulse: removing stream node {node}: {e}");
         }

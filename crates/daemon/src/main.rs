@@ -49,6 +49,10 @@ struct Args {
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, short = 'l')]
     log_level: Option<String>,
+    /// Read and check the configuration (with the flags above), print the file used and
+    /// any warnings about its settings, and exit (status 1 when it is invalid).
+    #[arg(long)]
+    check_config: bool,
 }
 
 fn main() -> ExitCode {
@@ -107,6 +111,13 @@ fn serve(journal: bool) -> Result<()> {
         cfg.server.log_level = v;
     }
     cfg.validate()?;
+    if args.check_config {
+        print!(
+            "{}",
+            quaver_daemon::advice::check_report(&cfg, path.as_deref())
+        );
+        return Ok(());
+    }
     let level: tracing::Level = cfg.server.log_level.parse()?;
     let log = tracing_subscriber::fmt()
         .with_max_level(level)
@@ -119,8 +130,8 @@ fn serve(journal: bool) -> Result<()> {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
     }
-    if let Some(p) = path {
+    if let Some(p) = &path {
         tracing::info!("configuration from {}", p.display());
     }
-    quaver_daemon::run(cfg)
+    quaver_daemon::run_with_path(cfg, path.as_deref())
 }

@@ -6,6 +6,11 @@
 //! setup and after undo — and says so. Also: `--dry-run` changes nothing, a second setup
 //! is refused, a pulseaudio started by hand on the PulseAudio socket makes setup refuse
 //! with its pid, and missing quaver units are named with how to install them.
+//!
+//! Stopping and starting running units through a user manager is not tested: a manager
+//! needs a machine booted with systemd, and one started here anyway (`systemd --user`
+//! in a private mount namespace with a fake `/run/systemd/system`) moves every process
+//! of the machine into its own cgroups.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt;

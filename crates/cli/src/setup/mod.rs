@@ -158,6 +158,7 @@ fn apply(
         st.enabled.push(SOCKET.into());
         save(st)?;
     }
+    sc.reload()?;
     if sc.manager && !states[SOCKET].is_active() {
         sc.change(&["start", SOCKET])?;
         st.started.push(SOCKET.into());
@@ -188,6 +189,7 @@ fn reverse(sc: &Systemctl, st: &SetupState) -> Result<()> {
         let units: Vec<&str> = st.masked.iter().map(String::as_str).collect();
         sc.change(&[&["unmask"][..], &units].concat())?;
     }
+    sc.reload()?;
     if !st.stopped.is_empty() {
         if !sc.manager {
             bail!(

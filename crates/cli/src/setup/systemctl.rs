@@ -127,6 +127,16 @@ impl Systemctl {
             .collect())
     }
 
+    /// Has a running manager read the unit files again. Through the manager systemctl
+    /// reloads after each change itself, but where systemd is not PID 1 it writes the
+    /// links itself and the manager would not see them.
+    pub fn reload(&self) -> Result<()> {
+        if self.manager {
+            self.change(&["daemon-reload"])?;
+        }
+        Ok(())
+    }
+
     /// Runs `systemctl --user ARGS` (or prints it with `--dry-run`).
     pub fn change(&self, args: &[&str]) -> Result<()> {
         let line = format!("systemctl --user {}", args.join(" "));

@@ -72,7 +72,10 @@ pub fn setup(dry_run: bool) -> Result<()> {
             _ => {}
         }
     }
-    if let Some(sock) = pulse_socket() {
+    // The sockets quaverd.socket will hold: PulseAudio's, and quaver's own (where a
+    // quaverd started by hand may sit).
+    let native = quaver_protocol::paths::runtime_dir().join(quaver_protocol::paths::SOCKET_NAME);
+    for sock in pulse_socket().into_iter().chain([native]) {
         check_holders(&sock, &host::listeners(&sock), sc.manager)?;
     }
     let before: Vec<Before> = units.iter().map(|u| Before::of(u, &states[*u])).collect();
@@ -257,14 +260,27 @@ pub fn undo(dry_run: bool) -> Result<()> {
 /// setup stops only the other servers' units, and only through a running manager.
 pub fn check_holders(sock: &Path, holders: &[host::Proc], manager: bool) -> Result<()> {
     for p in holders {
-        let ours = p.comm == "quaverd";
         let unit = p.unit.as_deref().unwrap_or("");
+        let quaverd = p.comm == "quaverd";
+        // Without a manager only enablement changes (for the next login), so a quaverd
+        // running now is in nobody's way; with one, quaverd.socket is started now and a
+        // quaverd outside quaverd.service holds what it must bind.
+        if quaverd && (unit == SERVICE || !manager) {
+            continue;
+        }
+        if quaverd {
+            bail!(
+                "{p} holds {} outside quaverd.service, and quaverd.socket must take it: \
+                 stop it (`kill {}`), then run `quaver setup` again",
+                sock.display(),
+                p.pid
+            );
+        }
         let stoppable = manager
             && (OTHERS.contains(&unit)
-                || unit == SERVICE
                 // The manager itself holds a socket unit's socket.
                 || (unit == "init.scope" && p.comm == "systemd"));
-        if ours || stoppable {
+        if stoppable {
             continue;
         }
         let why = if OTHERS.contains(&unit) {
@@ -319,7 +335,15 @@ mod tests {
         let manager = p(11, "systemd", Some("init.scope"));
         let quaverd = p(12, "quaverd", Some("session-2.scope"));
         let by_hand = p(13, "pulseaudio", Some("session-2.scope"));
-        assert!(check_holders(s, &[unit.clone(), manager.clone(), quaverd.clone()], true).is_ok());
+        let service = p(15, "quaverd", Some("quaverd.service"));
+        assert!(check_holders(s, &[unit.clone(), manager.clone(), service], true).is_ok());
+        // A quaverd started by hand is in the way only of a start now.
+        assert!(check_holders(s, std::slice::from_ref(&quaverd), false).is_ok());
+        let e = check_holders(s, &[quaverd], true).unwrap_err().to_string();
+        assert!(
+            e.contains("pid 12 (quaverd)") && e.contains("`kill 12`"),
+            "{e}"
+        );
         let e = check_holders(s, &[unit], false).unwrap_err().to_string();
         assert!(e.contains("no systemd user manager answers"), "{e}");
         let e = check_holders(s, &[by_hand], true).unwrap_err().to_string();

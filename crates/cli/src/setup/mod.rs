@@ -94,12 +94,17 @@ pub fn setup(dry_run: bool) -> Result<()> {
         if dry_run {
             return Err(e);
         }
-        let rollback = reverse(&sc, &st);
-        let _ = std::fs::remove_file(&path);
-        return Err(match rollback {
-            Ok(()) => e.context("setup failed and was rolled back"),
+        // The state file goes only with a complete rollback: otherwise `--undo` can
+        // finish the job from it.
+        return Err(match reverse(&sc, &st) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&path);
+                e.context("setup failed and was rolled back")
+            }
             Err(r) => e.context(format!(
-                "setup failed, and rolling it back failed too ({r:#})"
+                "setup failed, and rolling it back failed too ({r:#}); `quaver setup \
+                 --undo` retries from {}",
+                path.display()
             )),
         });
     }

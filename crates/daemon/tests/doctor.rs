@@ -1,8 +1,9 @@
-//! `quaver doctor` names what it finds (issue 35, acceptance 4): no daemon; a daemon
-//! without real-time scheduling (testkit's, `--realtime-priority 0`) whose config
-//! disables its PulseAudio front-end; and a second server, Debian's `pulseaudio`
-//! (headless, in the test's runtime directory), on the PulseAudio socket. One daemon
-//! start; the socket-activated daemon of `systemd.rs` checks "started by systemd".
+//! `quaver doctor` names what it finds (issue 35, acceptance 4): no daemon (and an
+//! invalid config file); a daemon without real-time scheduling (testkit's,
+//! `--realtime-priority 0`) whose config disables its PulseAudio front-end; and a second
+//! server, Debian's `pulseaudio` (headless, in the test's runtime directory), on the
+//! PulseAudio socket. One daemon start; the socket-activated daemon of `systemd.rs`
+//! checks "started by systemd".
 
 use quaver_testkit::*;
 use std::os::unix::fs::DirBuilderExt;
@@ -108,7 +109,11 @@ fn doctor_names_a_missing_daemon_one_without_real_time_and_a_rival_on_the_pulse_
         .unwrap();
     let config_home = dir.path().join("config");
 
-    // No daemon: said first, with what starts one; exit status 1.
+    // No daemon: said first, with what starts one; exit status 1. The config file it
+    // would read has an unknown key: quaverd's own check names it.
+    let default_config = config_home.join("quaver/quaver.toml");
+    std::fs::create_dir_all(default_config.parent().unwrap()).unwrap();
+    std::fs::write(&default_config, "[engine]\nquantum_mni = 64\n").unwrap();
     let mut cmd = Command::new(quaver_bin());
     cmd.env_remove("QUAVER_SERVER");
     let (code, text) = doctor(cmd, &xdg, &config_home);
@@ -126,9 +131,14 @@ fn doctor_names_a_missing_daemon_one_without_real_time_and_a_rival_on_the_pulse_
         "{text}"
     );
     assert!(
-        text.contains("ok       config: none (built-in defaults), valid\n"),
+        text.contains(&format!(
+            "problem  config: invalid, quaverd refuses to start with it: {}: TOML parse error \
+             at line 2, column 1: unknown field `quantum_mni`",
+            default_config.display()
+        )),
         "{text}"
     );
+    std::fs::remove_file(&default_config).unwrap();
 
     // A second server on the PulseAudio socket, and a daemon without real-time whose
     // config leaves PulseAudio clients to it.

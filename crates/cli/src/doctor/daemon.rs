@@ -193,6 +193,30 @@ fn memory(pid: u32, out: &mut Vec<Finding>) {
     }
 }
 
+/// quaverd's error report on one line: its first line (the file and what kind of error)
+/// and its last (the innermost cause), without TOML's source excerpt (`2 | key = 1`,
+/// `| ^^^`) and anyhow's headings.
+fn error_summary(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with('|')
+                && *l != "Caused by:"
+                // "2 | quantum_mni = 64": a source line quoted by the TOML parser.
+                && l.split_once(" |").is_none_or(|(n, _)| n.parse::<u32>().is_err())
+        })
+        .collect();
+    let first = lines
+        .first()
+        .map_or("", |l| l.trim_start_matches("Error: "));
+    match lines.last() {
+        Some(last) if lines.len() > 1 => format!("{first}: {last}"),
+        _ => first.to_string(),
+    }
+}
+
 /// `quaverd` beside this executable, else from PATH.
 fn quaverd() -> PathBuf {
     std::env::current_exe()
@@ -207,7 +231,10 @@ fn quaverd() -> PathBuf {
 /// runs, else the file's).
 fn config(p: Option<&ServerProcess>, daemon_warnings: Option<&[String]>, out: &mut Vec<Finding>) {
     let mut cmd = Command::new(quaverd());
-    cmd.arg("--check-config");
+    // The error's text without a backtrace, which anyhow adds when these ask for it.
+    cmd.arg("--check-config")
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0");
     if let Some(path) = p.and_then(|p| p.config.as_deref()) {
         cmd.args(["--config", path]);
     }
@@ -224,13 +251,11 @@ fn config(p: Option<&ServerProcess>, daemon_warnings: Option<&[String]>, out: &m
         }
     };
     if !output.status.success() {
-        let err = String::from_utf8_lossy(&output.stderr);
-        let err = err.trim().trim_start_matches("Error: ");
         out.push(Finding::problem(
             "config",
             format!(
                 "invalid, quaverd refuses to start with it: {}",
-                err.replace('\n', " ")
+                error_summary(&String::from_utf8_lossy(&output.stderr))
             ),
             "correct what it names, then `quaverd --check-config` checks it again",
         ));
@@ -258,5 +283,29 @@ fn config(p: Option<&ServerProcess>, daemon_warnings: Option<&[String]>, out: &m
             "change that setting in the config file (or quaverd's command line), then \
              restart quaverd",
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quaverd_errors_are_summed_up_on_one_line() {
+        let toml = "Error: /c/q.toml: TOML parse error at line 2, column 1\n  |\n2 | quantum_mni = 64\n  | ^^^^^^^^^^^\nunknown field `quantum_mni`, expected one of `devices`\n";
+        assert_eq!(
+            error_summary(toml),
+            "/c/q.toml: TOML parse error at line 2, column 1: unknown field `quantum_mni`, expected one of `devices`"
+        );
+        let value =
+            "Error: q.toml: invalid value\n\nCaused by:\n    engine.rate 0 is outside 1..=384000\n";
+        assert_eq!(
+            error_summary(value),
+            "q.toml: invalid value: engine.rate 0 is outside 1..=384000"
+        );
+        assert_eq!(
+            error_summary("Error: reading config x\n"),
+            "reading config x"
+        );
     }
 }

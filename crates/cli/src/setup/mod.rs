@@ -30,10 +30,10 @@ pub const SOCKET: &str = "quaverd.socket";
 pub const SERVICE: &str = "quaverd.service";
 
 /// How to install quaver's units when they are missing.
-pub const INSTALL_HINT: &str = "install quaver's systemd user units: the quaver Debian package \
-     does, or from a source tree `install -Dm644 dist/systemd/user/quaverd.socket \
-     dist/systemd/user/quaverd.service -t ~/.config/systemd/user/` (their ExecStart runs \
-     /usr/bin/quaverd)";
+pub const INSTALL_HINT: &str = "install quaver's systemd user units: with the Debian \
+     package (`cargo xtask deb`), with `sudo make install` (into /usr/local/lib/systemd/user), \
+     or for another prefix by linking PREFIX/lib/systemd/user/quaverd.socket and \
+     quaverd.service into ~/.config/systemd/user/ (docs/install.md)";
 
 /// The PulseAudio socket path clients use: `$XDG_RUNTIME_DIR/pulse/native`.
 pub fn pulse_socket() -> Option<PathBuf> {

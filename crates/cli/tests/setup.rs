@@ -193,6 +193,16 @@ fn setup_then_undo_leaves_every_unit_as_it_was() {
         "{links0:?}"
     );
 
+    // Not switched yet: `quaver doctor` names the units that take the socket at login.
+    let said = text(&home.quaver(&["doctor"]));
+    assert!(
+        said.lines().any(|l| l.starts_with("problem  session: ")
+            && l.contains("pipewire-pulse.socket")
+            && l.ends_with("enabled: at login they take the PulseAudio socket, not quaver")),
+        "{said}"
+    );
+    assert!(said.contains("         fix: `quaver setup`\n"), "{said}");
+
     // A dry run prints the commands and changes nothing.
     let out = home.quaver(&["setup", "--dry-run"]);
     assert!(out.status.success());
@@ -227,6 +237,12 @@ fn setup_then_undo_leaves_every_unit_as_it_was() {
     assert!(links1.contains_key("sockets.target.wants/pipewire-pulse.socket"));
     let state = std::fs::read_to_string(home.state_file()).unwrap();
     assert!(state.contains("\"pulseaudio.service\""), "{state}");
+
+    let said = text(&home.quaver(&["doctor"]));
+    assert!(
+        said.contains("ok       session: switched to quaver by `quaver setup`"),
+        "{said}"
+    );
 
     // A second setup would record the masks as the prior state: refused.
     let out = home.quaver(&["setup"]);

@@ -5,12 +5,14 @@
 //! What it looks at: the daemon (running, pid, how it was started), the real-time
 //! scheduling of its threads and its locked memory (`daemon.rs`), the configuration
 //! file and the warnings about its settings (`quaverd --check-config` when no daemon
-//! answers), and who else competes for the PulseAudio socket, the JACK sockets and the
-//! sound cards (`compete.rs`).
+//! answers), who else competes for the PulseAudio socket, the JACK sockets and the
+//! sound cards (`compete.rs`), and which server the session's systemd units start at
+//! login (`session.rs`).
 
 mod compete;
 mod daemon;
 mod finding;
+mod session;
 
 pub use finding::Finding;
 
@@ -44,6 +46,7 @@ pub fn doctor(server: Option<&Path>) -> Result<()> {
     let mut findings = Vec::new();
     let running = daemon::check(&socket, &mut findings);
     compete::check(running.as_ref(), &mut findings);
+    session::check(&mut findings);
     crate::commands::print_out(&render(&findings))?;
     let problems = findings.iter().filter(|f| f.is_problem()).count();
     if problems > 0 {

@@ -33,6 +33,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(env) = decode_json::<ReplyEnvelope>(data) {
         let _ = env.reply.kind();
+        // What a client checks before using a process reply (quaver doctor).
+        if let Reply::Process(p) = &env.reply {
+            let _ = p.check();
+        }
         let bytes = encode_json(&env).expect("a parsed reply encodes");
         let back: ReplyEnvelope = decode_json(&bytes).expect("an encoded reply parses");
         assert_eq!(back, env, "reply round trip through {bytes:?}");

@@ -74,6 +74,14 @@ pub enum Command {
     },
     /// Show the JACK transport, or start, stop or locate it.
     Transport(TransportArgs),
+    /// Switch this user's session to quaver: stop and mask PulseAudio's or
+    /// pipewire-pulse's systemd user units and enable quaverd.socket; `--undo` restores
+    /// exactly what was there.
+    Setup(SetupArgs),
+    /// Check the sound setup: the daemon, real-time scheduling, memory locking, cards,
+    /// competing servers, the config file; each problem with the command that fixes it
+    /// (exit status 1 when there is one).
+    Doctor,
     /// Run a benchmark mode of `quaver-bench` (latency, load, stress, …); arguments
     /// are passed through, e.g. `quaver bench latency --quick`.
     #[command(disable_help_flag = true)]
@@ -82,6 +90,17 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// Arguments of `quaver setup`.
+#[derive(Args, Debug)]
+pub struct SetupArgs {
+    /// Restore the units as they were before `quaver setup` (from its state file).
+    #[arg(long)]
+    pub undo: bool,
+    /// Print the systemctl commands instead of running them.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Arguments of `quaver transport`.

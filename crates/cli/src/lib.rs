@@ -4,9 +4,12 @@
 
 pub mod args;
 pub mod decode;
+pub mod doctor;
 pub mod dot;
+pub mod host;
 pub mod present;
 pub mod raw;
+pub mod setup;
 pub mod values;
 
 mod commands;
@@ -36,6 +39,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Quantum(a) => quantum::quantum(server, a),
         Command::Graph { json, .. } => commands::graph(server, *json),
         Command::Transport(a) => transport::transport(server, a),
+        Command::Setup(a) if a.undo => setup::undo(a.dry_run),
+        Command::Setup(a) => setup::setup(a.dry_run),
+        Command::Doctor => doctor::doctor(server),
         Command::Bench { args } => bench(args),
     }
 }

@@ -49,4 +49,8 @@ pub struct Args {
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, short = 'l')]
     pub log_level: Option<String>,
+    /// Read and check the configuration (with the flags above), print the file used and
+    /// any warnings about its settings, and exit (status 1 when it is invalid).
+    #[arg(long)]
+    pub check_config: bool,
 }

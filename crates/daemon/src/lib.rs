@@ -4,6 +4,7 @@
 //! the library crates, so this crate stays thin.
 
 pub mod activation;
+pub mod advice;
 pub mod alsamidi;
 pub mod args;
 pub mod cards;
@@ -209,7 +210,7 @@ fn follow_cards(
 fn listeners(
     cfg: &Config,
     runtime_dir: &std::path::Path,
-) -> Result<(native::Listener, Option<quaver_pulse::PulseListener>)> {
+) -> Result<(native::Listener, Option<quaver_pulse::PulseListener>, bool)> {
     let pulse_path = cfg.pulse.enabled.then(|| cfg.pulse_socket());
     let native_path = runtime_dir.join(quaver_protocol::paths::SOCKET_NAME);
     let passed = activation::take(
@@ -232,6 +233,7 @@ fn listeners(
             }
         );
     }
+    let activated = passed.is_some();
     let (passed_native, passed_pulse) = passed.map_or((None, None), |p| (p.native, p.pulse));
     let listener = match passed_native {
         Some(l) => native::Listener::adopt(runtime_dir, l)?,
@@ -243,15 +245,23 @@ fn listeners(
         (Some(path), None) => Some(quaver_pulse::PulseListener::bind(&path)?),
         (None, _) => None,
     };
-    Ok((listener, pulse_listener))
+    Ok((listener, pulse_listener, activated))
 }
 
 /// Starts quaverd with `cfg` and serves until a stop signal arrives.
 pub fn run(cfg: Config) -> Result<()> {
+    run_with_path(cfg, None)
+}
+
+/// [`run`], with the configuration file `cfg` was read from (for the status reply).
+pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()> {
     let runtime_dir = cfg.runtime_dir();
     // Take the runtime directory before touching devices: a second daemon must not
     // truncate the first one's output file.
-    let (listener, pulse_listener) = listeners(&cfg, &runtime_dir)?;
+    let (listener, pulse_listener, activated) = listeners(&cfg, &runtime_dir)?;
+    for w in advice::warnings(&cfg) {
+        tracing::warn!("{w}");
+    }
     let channels: ChannelMap = cfg
         .engine
         .channels
@@ -330,6 +340,7 @@ pub fn run(cfg: Config) -> Result<()> {
             spin_us: cfg.callback.spin_us,
         },
     );
+    server.set_process(advice::process(&cfg, config, activated));
     server.spawn_accept(&listener)?;
     let pulse = match pulse_listener {
         Some(l) => {

@@ -67,6 +67,13 @@ fn serve(journal: bool) -> Result<()> {
         cfg.server.log_level = v;
     }
     cfg.validate()?;
+    if args.check_config {
+        print!(
+            "{}",
+            quaver_daemon::advice::check_report(&cfg, path.as_deref())
+        );
+        return Ok(());
+    }
     let level: tracing::Level = cfg.server.log_level.parse()?;
     let log = tracing_subscriber::fmt()
         .with_max_level(level)
@@ -79,8 +86,8 @@ fn serve(journal: bool) -> Result<()> {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
     }
-    if let Some(p) = path {
+    if let Some(p) = &path {
         tracing::info!("configuration from {}", p.display());
     }
-    quaver_daemon::run(cfg)
+    quaver_daemon::run_with_path(cfg, path.as_deref())
 }

@@ -95,6 +95,7 @@ echo "=== HOLDER1"; cat "$out/holder1.log"
 "$QUAVERD" --realtime-priority 0 2> "$out/quaverd.log" & Q=$!
 wait_server
 echo "=== KEPT_OFF"; pactl list short sinks
+echo "=== DOCTOR_RESERVED"; echo "HOLDERPID=$H"; "$QUAVER" doctor; echo "doctor exit $?"
 echo "=== FREE_FOR_APLAY"
 fuser /dev/snd/pcmC${DUMMY}D0p; echo "fuser exit $?"
 timeout 20 aplay -q -D hw:Dummy,0 -f S16_LE -r 48000 -c 2 -t raw -d 1 /dev/zero; echo "aplay exit $?"
@@ -126,6 +127,7 @@ if command -v jackd >/dev/null; then
     echo "JACKPID=$J"
     for _ in $(seq 300); do fuser /dev/snd/pcmC${DUMMY}D0p 2>/dev/null | grep -qw "${J}m\|$J" && break; sleep 0.2; done
     echo "holding hw:Dummy: $(fuser /dev/snd/pcmC${DUMMY}D0p 2>/dev/null)"
+    "$QUAVER" doctor 2>&1 | sed 's/^/doctor: /'
     pactl list short sinks
     kill $J; wait $J; echo "jackd exit $?"
     sinks_until Dummy 1
@@ -181,7 +183,8 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
     assert!(quaverd.exists(), "build the binaries first: {quaverd:?}");
     let guest = Guest::new()
         .timeout(Duration::from_secs(420))
-        .env("QUAVERD", &quaverd);
+        .env("QUAVERD", &quaverd)
+        .env("QUAVER", quaver_testkit::quaver_bin());
     std::fs::write(guest.path("holder.py"), HOLDER).unwrap();
     let run = guest.run(SCRIPT);
     let out = run.output.clone();
@@ -207,6 +210,27 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
         !kept.contains("Dummy"),
         "quaverd opened the reserved card:\n{out}"
     );
+    // `quaver doctor` names the holder of the card's reservation (its application
+    // name and pid, from the session bus) and the card quaverd serves.
+    let doctor = section(&out, "DOCTOR_RESERVED");
+    let holder = doctor
+        .lines()
+        .find_map(|l| l.strip_prefix("HOLDERPID="))
+        .expect("the holder's pid");
+    assert!(
+        doctor
+            .lines()
+            .any(|l| l.starts_with("problem  cards: card ")
+                && l.contains(&format!(
+                    "(Dummy) is reserved by jackd (pid {holder} (python3)"
+                ))),
+        "{out}"
+    );
+    assert!(
+        doctor.contains("ok       devices: quaverd serves ") && doctor.contains("Loopback"),
+        "{out}"
+    );
+    assert!(doctor.contains("doctor exit 1"), "{out}");
     let free = section(&out, "FREE_FOR_APLAY");
     assert!(free.contains("aplay exit 0"), "{out}");
     let log = section(&out, "LOG");
@@ -306,6 +330,13 @@ fn a_higher_priority_reservation_keeps_quaverd_off_the_card_and_gets_it_on_reque
         "quaverd did not take the card back:\n{out}"
     );
     assert!(jack.contains("Acquire audio card Audio"), "{out}");
+    // `quaver doctor` names jackd holding the card open.
+    assert!(
+        jack.lines()
+            .any(|l| l.starts_with("doctor: problem  cards: card ")
+                && l.contains(&format!("(Dummy) held open by pid {pid} (jackd)"))),
+        "{out}"
+    );
     assert!(
         log.contains("requested with priority 2147483647; closing it"),
         "{out}"

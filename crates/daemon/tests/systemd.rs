@@ -1,7 +1,7 @@
 //! quaverd under systemd: socket activation through Debian's `systemd-socket-activate`
-//! (real sockets, real clients), the user units accepted by `systemd-analyze verify`,
-//! and what a broken unit or config gets: one line at priority err in the journal's
-//! format and a non-zero exit, never a half-started daemon.
+//! (real sockets, real clients, `quaver doctor` naming it), the user units accepted by
+//! `systemd-analyze verify`, and what a broken unit or config gets: one line at priority
+//! err in the journal's format and a non-zero exit, never a half-started daemon.
 
 use quaver_testkit::*;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -88,6 +88,26 @@ fn the_first_client_starts_quaverd_on_the_sockets_systemd_holds() {
         .spawn()
         .unwrap();
     ok(&wait_output(child, WAIT));
+    // `quaver doctor` says how it was started, and that it serves the PulseAudio socket
+    // systemd passed (its exit status counts other findings: real-time is off here).
+    let out = d
+        .quaver()
+        .arg("doctor")
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "ok       daemon: quaverd {} running, pid {}, started by systemd socket activation",
+            env!("CARGO_PKG_VERSION"),
+            d.pid()
+        )) && said.contains(&format!(
+            "ok       pulse socket: {} is served by quaverd\n",
+            pulse.display()
+        )),
+        "{said}"
+    );
     let log = d.stop();
     assert!(!log.contains("ERROR"), "{log}");
     // The sockets are systemd's: quaverd leaves their files in place.

@@ -206,6 +206,8 @@ pub struct NativeServer {
     callbacks: CallbackOptions,
     /// Metadata properties, aliases, and the watchers' event hub.
     meta: Arc<meta::Meta>,
+    /// The daemon's process facts for the `process` reply, set once at start.
+    process: std::sync::OnceLock<quaver_protocol::message::ServerProcess>,
 }
 
 /// The protocol's error reply for an engine error.
@@ -243,7 +245,26 @@ impl NativeServer {
             next_client: AtomicU32::new(1),
             opts,
             callbacks,
+            process: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets what the `process` reply says about the daemon's process (once; later
+    /// calls are ignored).
+    pub fn set_process(&self, process: quaver_protocol::message::ServerProcess) {
+        let _ = self.process.set(process);
+    }
+
+    /// The `process` reply: the facts set at start, or an error where the embedding
+    /// program set none (tests' in-process servers).
+    fn process_reply(&self) -> Reply {
+        match self.process.get() {
+            Some(p) => Reply::Process(p.clone()),
+            None => Reply::error(
+                ErrorCode::BadRequest,
+                "this server does not report its process",
+            ),
+        }
     }
 
     /// Accepts clients forever on a thread of its own.

@@ -228,6 +228,7 @@ impl NativeServer {
             | Request::ReleaseTimebase { .. }
             | Request::SetSyncTimeout { .. }) => (self.transport_request(client, &r), none),
             Request::Status => (Reply::Status(self.status()), none),
+            Request::Process => (self.process_reply(), none),
             Request::Timing => (Reply::Timing(Box::new(self.timing())), none),
             Request::Graph => (Reply::Graph(self.graph_info()), none),
             Request::Quantum => (Reply::Quantum(self.quantum_report()), none),

@@ -157,6 +157,7 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                     clients: vec![],
                 }),
                 Request::Timing => Reply::error(ErrorCode::BadRequest, "no timing here"),
+                Request::Process => Reply::error(ErrorCode::BadRequest, "no process here"),
                 Request::Graph => Reply::Graph(GraphInfo {
                     nodes: vec![],
                     links: vec![],

@@ -15,6 +15,7 @@ mod graph;
 mod latency;
 mod limits;
 mod meta;
+mod process;
 mod quantum;
 mod reply;
 mod request;
@@ -37,6 +38,9 @@ pub use meta::{
     MAX_PROPERTY_KEY_BYTES, MAX_PROPERTY_TYPE_BYTES, MAX_PROPERTY_VALUE_BYTES, PortAliases,
     Property, PropertyChange, PropertyEvent, PropertyValue, UUID_TYPE_CLIENT, UUID_TYPE_PORT,
     UuidSubject, node_uuid, parse_uuid, port_uuid,
+};
+pub use process::{
+    MAX_CONFIG_PATH_BYTES, MAX_PID, MAX_WARNING_BYTES, MAX_WARNINGS, ServerProcess, started,
 };
 pub use quantum::QuantumReport;
 pub use reply::{ErrorCode, GraphEvent, Reply};
@@ -114,6 +118,7 @@ mod tests {
             client_name: "cli".into(),
         });
         roundtrip_req(Request::Status);
+        roundtrip_req(Request::Process);
         roundtrip_req(Request::Graph);
         let mut p = StreamParams::playback("music", 48000, ChannelMap::stereo());
         p.latency_ms = Some(20.0);

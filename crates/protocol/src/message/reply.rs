@@ -77,6 +77,8 @@ pub enum Reply {
     },
     /// Answer to `Status`.
     Status(StatusInfo),
+    /// Answer to `Process`.
+    Process(super::process::ServerProcess),
     /// Answer to `Timing` (boxed: with its node table it is the largest reply).
     Timing(Box<TimingStats>),
     /// Answer to `Graph`.
@@ -148,6 +150,7 @@ impl Reply {
         match self {
             Reply::Welcome { .. } => "welcome",
             Reply::Status(_) => "status",
+            Reply::Process(_) => "process",
             Reply::Timing(_) => "timing",
             Reply::Graph(_) => "graph",
             Reply::StreamCreated(_) => "stream_created",

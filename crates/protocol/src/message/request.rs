@@ -26,6 +26,9 @@ pub enum Request {
     },
     /// Asks for [`StatusInfo`](super::StatusInfo).
     Status,
+    /// Asks for [`ServerProcess`](super::ServerProcess): the daemon's pid, how it was
+    /// started, its configuration file and settings warnings (`quaver doctor`).
+    Process,
     /// Asks for [`TimingStats`](super::TimingStats): the real-time thread's wakeup lateness and busy time.
     Timing,
     /// Asks for [`GraphInfo`](super::GraphInfo).
@@ -252,6 +255,7 @@ impl Request {
         match self {
             Request::Hello { client_name, .. } => check_name("client_name", client_name),
             Request::Status
+            | Request::Process
             | Request::Timing
             | Request::Graph
             | Request::Quantum
@@ -343,6 +347,7 @@ impl Request {
         match self {
             Request::Hello { .. } => "hello",
             Request::Status => "status",
+            Request::Process => "process",
             Request::Timing => "timing",
             Request::Graph => "graph",
             Request::CreateStream(_) => "create_stream",

@@ -82,6 +82,8 @@ pub enum Command {
     /// competing servers, the config file; each problem with the command that fixes it
     /// (exit status 1 when there is one).
     Doctor,
+    /// The rule file (docs/policy/rules.md).
+    Rules(RulesArgs),
     /// Run a benchmark mode of `quaver-bench` (latency, load, stress, …); arguments
     /// are passed through, e.g. `quaver bench latency --quick`.
     #[command(disable_help_flag = true)]
@@ -89,6 +91,25 @@ pub enum Command {
         /// Mode and its arguments (see `quaver bench --help`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+}
+
+/// Arguments of `quaver rules`.
+#[derive(Args, Debug)]
+pub struct RulesArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: RulesAction,
+}
+
+/// What `quaver rules` does.
+#[derive(Subcommand, Debug)]
+pub enum RulesAction {
+    /// Check a rule file: how many rules it has, or what is wrong and on which line
+    /// (exit status 1). quaverd reads it again on SIGHUP.
+    Check {
+        /// The rule file.
+        file: std::path::PathBuf,
     },
 }
 

@@ -19,7 +19,7 @@ mod record;
 mod signals;
 mod transport;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use args::{Cli, Command};
 use clap::Parser;
 use std::process::ExitCode;
@@ -42,8 +42,33 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Setup(a) if a.undo => setup::undo(a.dry_run),
         Command::Setup(a) => setup::setup(a.dry_run),
         Command::Doctor => doctor::doctor(server),
+        Command::Rules(a) => match &a.action {
+            args::RulesAction::Check { file } => rules_check(file),
+        },
         Command::Bench { args } => bench(args),
     }
+}
+
+/// `quaver rules check FILE`: the daemon's own parser, through `quaverd --check-rules`
+/// (the command line does not link the policy crate), so both say the same.
+fn rules_check(file: &std::path::Path) -> Result<()> {
+    let beside = std::env::current_exe()
+        .ok()
+        .map(|p| p.with_file_name("quaverd"))
+        .filter(|p| p.exists());
+    let program = beside.unwrap_or_else(|| "quaverd".into());
+    let out = std::process::Command::new(&program)
+        .arg("--check-rules")
+        .arg(file)
+        .output()
+        .with_context(|| format!("cannot run {} (is quaverd installed?)", program.display()))?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let err = err.trim().trim_start_matches("Error: ");
+        anyhow::bail!("{err}");
+    }
+    Ok(())
 }
 
 /// `quaver top` after checking its arguments.

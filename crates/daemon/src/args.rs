@@ -53,4 +53,8 @@ pub struct Args {
     /// any warnings about its settings, and exit (status 1 when it is invalid).
     #[arg(long)]
     pub check_config: bool,
+    /// Check a rule file (docs/policy/rules.md): print how many rules it has, or what is
+    /// wrong with it and on which line, and exit (status 1 when it is invalid).
+    #[arg(long, value_name = "FILE")]
+    pub check_rules: Option<PathBuf>,
 }

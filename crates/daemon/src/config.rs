@@ -397,6 +397,26 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The rule file: `[policy] rules`, else `rules.toml` beside the default config file
+    /// when it exists (docs/policy/rules.md).
+    pub fn rules_path(&self) -> Option<PathBuf> {
+        self.policy.rules.clone().or_else(|| {
+            default_config_path()
+                .map(|p| p.with_file_name("rules.toml"))
+                .filter(|p| p.exists())
+        })
+    }
+
+    /// Reads and checks the rule file, if there is one.
+    pub fn load_rules(&self) -> Result<quaver_policy::rules::Rules> {
+        match self.rules_path() {
+            Some(p) => Ok(quaver_policy::rules::Rules::load(&p)?),
+            None => Ok(quaver_policy::rules::Rules::none()),
+        }
+    }
+}
+
 /// `$XDG_CONFIG_HOME/quaver/quaver.toml`, else `~/.config/quaver/quaver.toml`.
 pub fn default_config_path() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")

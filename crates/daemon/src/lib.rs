@@ -286,7 +286,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
     let registry = registry.shared();
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
     let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults, &registry, None);
-    let policy = Arc::new(Mutex::new(Policy::new(cfg.policy.clone())));
+    let policy = start_policy(&cfg)?;
     // The discovered cards: their mixers, cards plugged in later, profile switches.
     let live = live::LiveCards::new(
         engine.clone(),
@@ -389,7 +389,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
         cfg.engine.quantum_min,
         cfg.engine.quantum_max
     );
-    let sig = wait_for_stop_signal();
+    let sig = serve_until_stop(&cfg, &policy);
     tracing::info!("signal {sig} received; shutting down");
     if let Some(p) = &pulse {
         p.unload_modules();
@@ -400,4 +400,51 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
     closed.context("closing devices")?;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// The routing policy with the rule file read.
+fn start_policy(cfg: &Config) -> Result<Arc<Mutex<Policy>>> {
+    let mut policy = Policy::new(cfg.policy.clone());
+    let rules = cfg.load_rules()?;
+    if !rules.is_empty() {
+        let from = show_path(cfg.rules_path());
+        tracing::info!("rules: {} from {from}", rules.len());
+    }
+    policy.set_rules(rules);
+    Ok(Arc::new(Mutex::new(policy)))
+}
+
+/// Waits for a stop signal, reading the rule file again on each SIGHUP; returns the
+/// signal that stops quaverd.
+fn serve_until_stop(cfg: &Config, policy: &Mutex<Policy>) -> i32 {
+    loop {
+        match wait_for_stop_signal() {
+            libc::SIGHUP => reload_rules(cfg, policy),
+            sig => return sig,
+        }
+    }
+}
+
+/// SIGHUP: reads the rule file again. New streams follow the new rules; streams already
+/// playing keep their place (nothing is moved or interrupted). A file that no longer
+/// parses is logged and the rules in force stay.
+fn reload_rules(cfg: &Config, policy: &Mutex<Policy>) {
+    match cfg.load_rules() {
+        Ok(rules) => {
+            tracing::info!(
+                "SIGHUP: {} rule(s) from {}",
+                rules.len(),
+                show_path(cfg.rules_path())
+            );
+            policy
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_rules(rules);
+        }
+        Err(e) => tracing::error!("SIGHUP: {e:#}; the rules in force stay"),
+    }
+}
+
+fn show_path(p: Option<std::path::PathBuf>) -> String {
+    p.map_or_else(|| "no rule file".into(), |p| p.display().to_string())
 }

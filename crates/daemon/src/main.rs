@@ -32,6 +32,11 @@ fn main() -> ExitCode {
 fn serve(journal: bool) -> Result<()> {
     quaver_daemon::block_stop_signals();
     let args = Args::parse();
+    if let Some(file) = &args.check_rules {
+        let rules = quaver_policy::rules::Rules::load(file)?;
+        println!("{}: {} rule(s), valid", file.display(), rules.len());
+        return Ok(());
+    }
     let (mut cfg, path) = Config::load(args.config.as_deref())?;
     if let Some(v) = args.runtime_dir {
         cfg.server.runtime_dir = Some(v);
@@ -67,6 +72,9 @@ fn serve(journal: bool) -> Result<()> {
         cfg.server.log_level = v;
     }
     cfg.validate()?;
+    // A broken rule file stops quaverd at start, like a broken config line; read again on
+    // SIGHUP, it is logged and the rules in force stay.
+    cfg.load_rules()?;
     if args.check_config {
         print!(
             "{}",

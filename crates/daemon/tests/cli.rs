@@ -159,3 +159,42 @@ fn clear_errors_without_a_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is quaverd running"), "{err}");
 }
+
+#[test]
+fn rules_check_names_a_typo_with_its_line_and_counts_valid_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.toml");
+    let check = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        std::process::Command::new(quaver_bin())
+            .args(["rules", "check"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let good = "[[rule]]\nmatch = { \"application.name\" = \"mpv\" }\ntarget = \"hdmi\"\n\n\
+                [[rule]]\nmatch = { \"media.role\" = \"voip\" }\nrole = \"phone\"\n";
+    let out = check(good);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("2 rule(s), valid"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = check(&good.replace("role = \"phone\"", "rol = \"phone\""));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 7") && err.contains("unknown field `rol`"),
+        "{err}"
+    );
+    assert!(err.contains("rules.toml"), "{err}");
+    let out = check("[[rule]]\nmatch = { \"application.name\" = \"mpv\" }\n");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rule 1 (line 1): no action"), "{err}");
+}

@@ -11,11 +11,13 @@
 //! - [`restore`]: stream restore's memory (volume, mute and device per kind of stream),
 //!   one store for every front-end.
 //! - [`roles`]: streams of lower roles ducked while a higher one plays.
+//! - [`rules`]: the rule file: where streams go and their roles, by their properties.
 
 pub mod cards;
 pub mod rehome;
 pub mod restore;
 pub mod roles;
+pub mod rules;
 
 use serde::{Deserialize, Serialize};
 
@@ -39,18 +41,34 @@ pub struct PolicyConfig {
     /// Roles and ducking (`[policy.roles]`).
     #[serde(default)]
     pub roles: roles::RolesConfig,
+    /// The rule file; `$XDG_CONFIG_HOME/quaver/rules.toml` when unset and it exists.
+    pub rules: Option<std::path::PathBuf>,
 }
 
 /// The routing policy.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     config: PolicyConfig,
+    rules: rules::Rules,
 }
 
 impl Policy {
     /// A policy with the given settings.
     pub fn new(config: PolicyConfig) -> Self {
-        Policy { config }
+        Policy {
+            config,
+            rules: rules::Rules::none(),
+        }
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> &rules::Rules {
+        &self.rules
+    }
+
+    /// Replaces the rules (at start, and when the file is read again).
+    pub fn set_rules(&mut self, rules: rules::Rules) {
+        self.rules = rules;
     }
 
     fn pick(preferred: Option<&str>, kind: &str, nodes: &[NodeView]) -> Option<String> {

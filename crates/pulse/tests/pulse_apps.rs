@@ -665,3 +665,61 @@ fn python_pulsectl_passes_its_own_test_suite() {
     );
     assert!(stdout.contains("RAN 13"), "{stdout}\n{stderr}");
 }
+
+/// The rule file (docs/policy/rules.md), read again on SIGHUP: a rule sending
+/// `application.name = "mpv"` to the second sink moves mpv there as it connects, while
+/// paplay, which no rule names, goes to the default sink; a broken file sent with
+/// SIGHUP is logged and the rules in force stay.
+#[test]
+fn a_rule_sends_mpv_to_the_second_sink_and_sighup_reloads_it() {
+    require_app!("mpv", "mpv");
+    require_tools!("paplay", "pactl");
+    let mut d = pulse_util::start(&["--device", "file:a.wav", "--device", "file:b.wav"]);
+    let sinks = pa_ok(&d, &run_pa(&d, "pactl", &["list", "short", "sinks"]));
+    let names: Vec<&str> = sinks.lines().filter_map(|l| l.split('\t').nth(1)).collect();
+    assert_eq!(names.len(), 2, "{sinks}");
+    let rules = d.path("config/quaver/rules.toml");
+    std::fs::create_dir_all(rules.parent().unwrap()).unwrap();
+    let rule = format!(
+        "# mpv plays on the second sink\n[[rule]]\nmatch = {{ \"application.name\" = \"mpv\" }}\ntarget = \"{}\"\n",
+        names[1]
+    );
+    std::fs::write(&rules, &rule).unwrap();
+    let reloaded = |what: &str| {
+        let n = d.log_text().matches(what).count();
+        signal(d.pid(), libc::SIGHUP);
+        assert!(
+            wait_until(WAIT, || d.log_text().matches(what).count() > n),
+            "no {what:?} after SIGHUP\n{}",
+            d.log_text()
+        );
+    };
+    reloaded("SIGHUP: 1 rule(s)");
+    // A typo: logged with its line, and the rule in force stays.
+    std::fs::write(&rules, rule.replace("target", "targte")).unwrap();
+    reloaded("the rules in force stay");
+    assert!(d.log_text().contains("line 4"), "{}", d.log_text());
+    let music = noise_s16(48000, 73, 20000);
+    write_wav_s16(&d.path("mpv.wav"), 48000, 2, &music);
+    let other = noise_s16(48000, 74, 20000);
+    write_wav_s16(&d.path("paplay.wav"), 48000, 2, &other);
+    run_app(
+        &d,
+        "mpv",
+        &[
+            "--ao=pulse",
+            "--no-video",
+            "--no-config",
+            "--really-quiet",
+            "--audio-format=s16",
+            "mpv.wav",
+        ],
+    );
+    pa_ok(&d, &run_pa(&d, "paplay", &["paplay.wav"]));
+    let (a_path, b_path) = (d.path("a.wav"), d.path("b.wav"));
+    d.stop();
+    let (_, a) = read_wav_s16(&a_path);
+    let (_, b) = read_wav_s16(&b_path);
+    assert_contains_exactly(&b, &music, "mpv on the second sink");
+    assert_contains_exactly(&a, &other, "paplay on the default sink");
+}

@@ -294,18 +294,53 @@ impl Conn {
         restored: Option<&crate::ext::restore::Entry>,
     ) -> Result<(Device, bool), PulseError> {
         let srv = &self.srv;
+        // The rule file first, then stream restore's memory, for a stream naming no sink.
+        let ruled_sink = match (p.sink_index, p.sink_name.as_ref()) {
+            (None, None) => self.rule_target(&p.props, graph),
+            _ => None,
+        };
         let restored_sink = match (p.sink_index, p.sink_name.as_ref(), restored) {
             (None, None, Some(e)) => e.device.as_ref().and_then(|d| srv.sink_by_name(graph, d)),
             _ => None,
         };
-        let from_restore = restored_sink.is_some();
+        let from_restore = restored_sink.is_some() || ruled_sink.is_some();
         let sink = match (p.sink_index, p.sink_name.as_ref()) {
+            _ if ruled_sink.is_some() => ruled_sink,
             _ if restored_sink.is_some() => restored_sink,
             (None, None) => srv.default_sink(graph),
             (i, n) => srv.find_sink(graph, i, n.and_then(|n| n.to_str().ok())),
         }
         .ok_or(PulseError::NoEntity)?;
         Ok((sink, from_restore))
+    }
+
+    /// A stream's property by name, as rules see it: [`Self::stream_props`], its own
+    /// merged with its client's.
+    pub(crate) fn rule_props(&self, stream: &Props) -> impl Fn(&str) -> Option<String> + use<> {
+        let props = self.stream_props(stream);
+        move |key: &str| {
+            let v = props.get_bytes(std::ffi::CString::new(key).ok()?)?;
+            let v = v.strip_suffix(&[0]).unwrap_or(v);
+            std::str::from_utf8(v).ok().map(str::to_string)
+        }
+    }
+
+    /// The sink the rule file sends a stream with these properties to, if it exists.
+    fn rule_target(&self, props: &Props, graph: &Graph) -> Option<Device> {
+        let lookup = self.rule_props(props);
+        let name = self
+            .srv
+            .policy
+            .lock()
+            .ok()?
+            .rules()
+            .target(&lookup)?
+            .to_string();
+        let sink = self.srv.sink_by_name(graph, &name);
+        if sink.is_none() {
+            tracing::info!("rules: sink {name:?} is not here; the stream goes to the default");
+        }
+        sink
     }
 
     /// CREATE_PLAYBACK_STREAM.
@@ -379,7 +414,11 @@ impl Conn {
         };
         let (node, channel) = self.add_stream(&mut o, &p.props, stream, adapter)?;
         if let Some(d) = &srv.opts.ducking {
-            let role = prop_str(&p.props, pulseaudio::protocol::Prop::MediaRole);
+            let role = prop_str(&p.props, pulseaudio::protocol::Prop::MediaRole).or_else(|| {
+                let lookup = self.rule_props(&p.props);
+                let policy = srv.policy.lock().ok()?;
+                policy.rules().role(&lookup).map(str::to_string)
+            });
             d.add(node, role.as_deref(), corked);
         }
         tracing::info!(

@@ -180,6 +180,10 @@ pub struct PlayArgs {
     /// Stream volume: `0.5`, `50%` or `-6dB`.
     #[arg(long, value_name = "LEVEL", allow_hyphen_values = true)]
     pub volume: Option<String>,
+    /// The stream's role (`music`, `phone`, `event`, …): while a `phone` stream plays,
+    /// lower roles are ducked (docs/policy/roles.md).
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
     /// The input is headerless PCM (needs --rate, --channels and --format).
     #[arg(long)]
     pub raw: bool,

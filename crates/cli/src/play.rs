@@ -215,6 +215,7 @@ pub fn play(server: Option<&Path>, verbose: bool, args: &PlayArgs) -> Result<()>
     params.target = args.to.clone();
     params.latency_ms = args.latency_ms;
     params.volume = volume;
+    params.role = args.role.clone();
     let mut stream = conn.create_playback(params)?;
     stream.set_timeout(WRITE_POLL);
     let node = stream.node();

@@ -316,7 +316,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
     // One memory for both front-ends: a kind of stream keeps its volume whichever
     // protocol its next stream comes through.
     let restore = restore_mode(&cfg).open();
-    // One ducking for both front-ends' streams (native streams carry no role yet).
+    // One ducking for both front-ends.
     let ducking = quaver_policy::roles::Ducking::new(cfg.policy.roles.clone(), engine.clone());
     let server = native::NativeServer::with_callback_options(
         engine.clone(),
@@ -330,6 +330,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
                 .parse()
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
             restore: restore.clone(),
+            ducking: Some(ducking.clone()),
         },
         native::CallbackOptions {
             deadline: cfg.callback.deadline,

@@ -198,3 +198,49 @@ fn rules_check_names_a_typo_with_its_line_and_counts_valid_rules() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rule 1 (line 1): no action"), "{err}");
 }
+
+/// Roles for native clients too (docs/policy/roles.md): `quaver play --role phone`
+/// ducks music another `quaver play` sends, by 20 dB, and it comes back after.
+#[test]
+fn a_native_phone_stream_ducks_native_music() {
+    let mut d = Daemon::start(&["--device", "file:out.wav,format=f32"]);
+    let sine = quaver_dsp::analysis::sine(48000, 1000.0, 0.5, 48000 * 3);
+    let stereo: Vec<f32> = sine.iter().flat_map(|&s| [s, s]).collect();
+    write_wav_f32(&d.path("music.wav"), 48000, 2, &stereo);
+    write_wav_f32(&d.path("call.wav"), 48000, 2, &vec![0.0; 48000 * 2]);
+    let music = d
+        .quaver()
+        .args(["play", "music.wav"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || d.log_text().contains("stream music")),
+        "{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    ok(&d.run(&["play", "--role", "phone", "call.wav"]));
+    ok(&wait_output(music, WAIT));
+    let log = d.log_text();
+    let out_path = d.path("out.wav");
+    d.stop();
+    assert!(
+        log.contains("ducked (-20 dB)") && log.contains("restored"),
+        "{log}"
+    );
+    let (_, got) = read_wav_f32(&out_path);
+    let peaks: Vec<f32> = got
+        .chunks(960)
+        .map(|b| b.iter().step_by(2).fold(0f32, |m, &x| m.max(x.abs())))
+        .collect();
+    let ducked = peaks.iter().filter(|&&p| (p - 0.05).abs() < 0.005).count();
+    let loud = peaks.iter().filter(|&&p| (p - 0.5).abs() < 0.01).count();
+    // The one-second call (about 100 blocks of 10 ms) ducked, the rest of the music loud.
+    assert!(
+        (80..=115).contains(&ducked),
+        "{ducked} ducked blocks: {peaks:?}"
+    );
+    assert!(loud >= 50, "{loud} loud blocks: {peaks:?}");
+}

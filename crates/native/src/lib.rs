@@ -51,6 +51,8 @@ pub struct NativeOptions {
     pub resample_quality: ResampleQuality,
     /// Stream restore's entries, shared with the daemon's other front-ends; `None`: off.
     pub restore: Option<quaver_policy::restore::SharedStore>,
+    /// Role ducking shared with the daemon's other front-ends; `None`: none.
+    pub ducking: Option<quaver_policy::roles::SharedDucking>,
 }
 
 /// Settings of callback (JACK-style) clients.

@@ -66,6 +66,9 @@ impl NativeServer {
                 cb.retire();
             }
             for node in &c.streams {
+                if let Some(d) = &self.opts.ducking {
+                    d.remove(*node);
+                }
                 if let Err(e) = self.engine.remove_node(*node) {
                     tracing::warn!("removing stream {node} of client {id}: {e}");
                 }
@@ -253,6 +256,9 @@ impl NativeServer {
                 if !owned {
                     let msg = format!("node {node} is not a stream of this client");
                     return (Reply::error(ErrorCode::NoSuchNode, msg), none);
+                }
+                if let Some(d) = &self.opts.ducking {
+                    d.remove(node);
                 }
                 match self.engine.remove_node(node) {
                     Ok(()) => (Reply::Ok, none),

@@ -28,7 +28,7 @@ impl NativeServer {
         self.check_stream_limit(client)?;
         let restored = self.restored(client, p);
         let remembered = restored.device(p, &self.engine.graph());
-        let (target, node_map) = self.stream_target(p, remembered.as_deref())?;
+        let (target, node_map) = self.stream_target(client, p, remembered.as_deref())?;
         let cfg = self.engine.config();
         let rate = self.engine.rate();
         let latency_engine = p
@@ -63,6 +63,14 @@ impl NativeServer {
             tracing::debug!("stream restore: mute of stream {id}: {e}");
         }
         let node_name = self.engine.node_name(id).unwrap_or_default();
+        if let (Some(d), Direction::Playback) = (&self.opts.ducking, p.direction) {
+            let role = p.role.clone().or_else(|| {
+                let props = self.rule_props(client, p);
+                let policy = self.policy.lock().ok()?;
+                policy.rules().role(&props).map(str::to_string)
+            });
+            d.add(id, role.as_deref(), false);
+        }
         {
             let mut clients = self.clients.lock().expect("poisoned");
             let c = clients.get_mut(&client).expect("registered at hello");
@@ -92,6 +100,25 @@ impl NativeServer {
         ))
     }
 
+    /// A native stream's properties as rules see them, named as PulseAudio names them:
+    /// `application.name` (the client's name), `media.name` (the stream's) and
+    /// `media.role`.
+    fn rule_props(&self, client: u32, p: &StreamParams) -> impl Fn(&str) -> Option<String> + use<> {
+        let app = self
+            .clients
+            .lock()
+            .expect("poisoned")
+            .get(&client)
+            .map(|c| c.name.clone());
+        let (name, role) = (p.name.clone(), p.role.clone());
+        move |key: &str| match key {
+            "application.name" => app.clone(),
+            "media.name" => Some(name.clone()),
+            "media.role" => role.clone(),
+            _ => None,
+        }
+    }
+
     /// Refuses a new stream or callback node once `client` has reached its limit.
     pub(crate) fn check_stream_limit(&self, client: u32) -> Result<(), Reply> {
         let clients = self.clients.lock().expect("poisoned");
@@ -110,6 +137,7 @@ impl NativeServer {
     /// link to) and the channel layout of its node's ports.
     fn stream_target(
         &self,
+        client: u32,
         p: &StreamParams,
         remembered: Option<&str>,
     ) -> Result<(Option<String>, ChannelMap), Reply> {
@@ -122,10 +150,24 @@ impl NativeServer {
                 kind: n.kind.as_str().to_string(),
             })
             .collect();
+        // The rule file comes before stream restore's memory (docs/policy/rules.md).
+        let ruled = match p.direction {
+            Direction::Playback if p.target.is_none() => {
+                let props = self.rule_props(client, p);
+                let policy = self.policy.lock().expect("poisoned");
+                policy
+                    .rules()
+                    .target(&props)
+                    .filter(|t| graph.node_by_name(t).is_some())
+                    .map(str::to_string)
+            }
+            _ => None,
+        };
         let requested = p
             .target
             .as_deref()
             .or(p.monitor_of.as_deref())
+            .or(ruled.as_deref())
             .or(remembered);
         let target = {
             let policy = self.policy.lock().expect("poisoned");

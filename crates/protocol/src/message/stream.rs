@@ -39,6 +39,10 @@ pub struct StreamParams {
     /// Record streams only: record what this sink plays instead of a source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub monitor_of: Option<String>,
+    /// Playback streams: the stream's role ("music", "phone", "event", …), PulseAudio's
+    /// `media.role`: streams of lower roles are ducked while it plays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
 }
 
 impl StreamParams {
@@ -62,6 +66,7 @@ impl StreamParams {
             target: None,
             volume: None,
             monitor_of: None,
+            role: None,
         }
     }
 
@@ -92,6 +97,9 @@ impl StreamParams {
         }
         if let Some(t) = &self.target {
             check_name("target", t)?;
+        }
+        if let Some(r) = &self.role {
+            check_name("role", r)?;
         }
         if let Some(m) = &self.monitor_of {
             check_name("monitor_of", m)?;

@@ -54,6 +54,8 @@ pub struct PlaySource {
     /// was last timed.
     asked_ns: u64,
     answered_ns: u64,
+    /// The start of the cycle being reported (the moment its delay holds).
+    cycle_ns: u64,
 }
 
 impl PlaySource {
@@ -76,6 +78,7 @@ impl PlaySource {
             channel: 0,
             asked_ns: 0,
             answered_ns: 0,
+            cycle_ns: 0,
         }
     }
 
@@ -298,13 +301,16 @@ impl FrameSource for PlaySource {
         Some(self.shared.rate.load(Relaxed)).filter(|&r| r != 0)
     }
 
+    fn cycle_at(&mut self, time_ns: u64) {
+        self.cycle_ns = time_ns;
+    }
+
     fn report(&mut self, played: u64, delay: u32, _xruns: u32, _started: bool) {
         let s = &*self.shared;
         self.played = self.played.max(played.min(self.consumed));
-        s.consumed.store(self.consumed, Release);
+        s.publish_position(self.consumed, delay, self.cycle_ns);
         s.removed.store(self.removed, Release);
         s.played.store(self.played, Release);
-        s.delay.store(delay, Relaxed);
         s.prebuffering.store(self.in_prebuf, Relaxed);
         if let Some(wire) = &self.wire
             && let Some(packet) = s.request.due(self.consumed)

@@ -96,6 +96,11 @@ fn a_dead_server_says_how_it_ended() {
 /// The libpulse capture-path probe (`quaver-bench pulse-probe`, as `peers` runs it),
 /// against a private quaverd: every impulse comes back, after it was written and
 /// within the streams' buffers, and libpulse's latencies for both sides are there.
+/// At 50 ms (a 512-frame quantum, the stream's intake lent to the RT thread, which
+/// answers its latency queries at a cycle's start) libpulse's interpolated playback
+/// latency agrees with the measured one (write→capture − capture reported): it used
+/// to under-report by 16 ms there (10.6 against 26.8), the figures being those of the
+/// last cycle's start while libpulse took them for the moment it asked.
 #[test]
 fn the_libpulse_probe_sees_every_impulse_come_back() {
     if quaver_bench::tools::libpulse::PulseLib::open().is_err() {
@@ -111,7 +116,7 @@ fn the_libpulse_probe_sees_every_impulse_come_back() {
         .args([
             "pulse-probe",
             "--latency-ms",
-            "20",
+            "50",
             "--seconds",
             "2",
             "--seed",
@@ -130,8 +135,8 @@ fn the_libpulse_probe_sees_every_impulse_come_back() {
     assert_eq!(r.lost, 0, "{r:?}");
     assert_eq!(r.write_to_capture_ms.len(), r.impulses, "{r:?}");
     for (i, w) in r.write_to_capture_ms.iter().enumerate() {
-        // After the write, and not later than the playback buffer (20 ms) plus the
-        // fragment (20 ms) plus a generous margin for a loaded machine.
+        // After the write, and not later than the playback buffer (50 ms) plus the
+        // fragment (50 ms) plus a generous margin for a loaded machine.
         assert!(*w > 0.0 && *w < 250.0, "impulse {i}: {w} ms; {r:?}");
     }
     assert!(r.capture_reported_ms.iter().all(|x| x.is_finite()), "{r:?}");
@@ -142,4 +147,22 @@ fn the_libpulse_probe_sees_every_impulse_come_back() {
         "{r:?}"
     );
     assert!(r.granted_fragsize > 0, "{r:?}");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let measured = median(
+        r.write_to_capture_ms
+            .iter()
+            .zip(&r.capture_reported_ms)
+            .map(|(w, c)| w - c)
+            .collect(),
+    );
+    let reported = median(r.playback_reported_ms.clone());
+    // PulseAudio agrees within 0.1 ms; 4 ms leaves room for a loaded machine and is
+    // well inside the old error.
+    assert!(
+        (reported - measured).abs() <= 4.0,
+        "libpulse reported {reported:.2} ms of playback latency, {measured:.2} measured; {r:?}"
+    );
 }

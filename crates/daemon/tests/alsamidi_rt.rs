@@ -32,6 +32,7 @@ fn cycle(n: u64) -> CycleInfo {
         capture_delay: 0,
         margin_frames: 0,
         freewheel: false,
+        fill_frames: 0,
     }
 }
 

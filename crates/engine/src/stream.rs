@@ -25,7 +25,13 @@ pub trait FrameSource: Send {
     fn draining(&self) -> bool;
     /// Publishes progress: stream frames that have reached the listener, the delay in
     /// stream frames still ahead of them, the xrun count, and whether playback started.
+    /// The delay holds at the cycle's start (the time given to [`FrameSource::cycle_at`]
+    /// just before), when the device's delay was read.
     fn report(&mut self, played: u64, delay: u32, xruns: u32, started: bool);
+    /// The cycle the next [`FrameSource::report`] describes: its start (the moment the
+    /// delay holds, for sources that tell their clients the delay at another moment)
+    /// and whether another cycle follows at once (filling ahead).
+    fn cycle_at(&mut self, _cx: &CycleInfo) {}
     /// The stream's rate now, for streams whose client may change it while playing
     /// (see [`PlaybackAdapter::variable_rate`]); `None` keeps the creation rate.
     fn rate(&self) -> Option<u32> {
@@ -546,6 +552,7 @@ impl<S: FrameSource> Processor for PlaybackAdapter<S> {
             + self.history.as_ref().map_or(0, |h| h.pending);
         let delay = self.to_stream_frames(in_flight.saturating_sub(self.tail));
         let played = self.consumed.saturating_sub(delay);
+        self.source.cycle_at(cx);
         self.source.report(
             played,
             delay.min(u32::MAX as u64) as u32,

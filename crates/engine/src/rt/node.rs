@@ -28,9 +28,20 @@ pub struct CycleInfo {
     /// The graph freewheels (JACK's freewheel): no device waits for this cycle, so
     /// nodes may take as long as they need.
     pub freewheel: bool,
+    /// The queue the driver fills ahead to at this wakeup (frames; 0: one quantum per
+    /// wakeup). See [`CycleInfo::another_cycle_follows`].
+    pub fill_frames: usize,
 }
 
 impl CycleInfo {
+    /// Whether, filling ahead, the driver has room for another quantum after this one,
+    /// so the next cycle follows at once rather than after a long sleep (unless some
+    /// stream then cannot deliver a quantum: the driver checks that too). A stream can
+    /// hold back what would wake another thread until the burst's last cycle.
+    pub fn another_cycle_follows(&self) -> bool {
+        self.fill_frames > 0 && self.playback_delay + 2 * self.frames <= self.fill_frames
+    }
+
     /// Nominal duration of this cycle in nanoseconds (`frames / rate`).
     pub fn period_ns(&self) -> u64 {
         self.frames as u64 * 1_000_000_000 / self.rate.max(1) as u64

@@ -27,6 +27,7 @@ impl RtRunner {
         if let Some(dev) = self.devices[d].as_mut() {
             dev.set_fill(fill);
         }
+        self.driver_fill = fill;
     }
 
     /// Takes back what the driver has queued beyond a normal cycle and lets every node

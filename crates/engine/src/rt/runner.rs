@@ -88,6 +88,8 @@ pub struct RtRunner {
     /// Frames rendered for the driver, less those rewound: the end of what is queued,
     /// on the scale of each slot's `rendered_until`.
     pub(crate) queued_until: u64,
+    /// The fill passed to the driver before its last wait (0: not filling ahead).
+    pub(crate) driver_fill: usize,
     /// Slots of split-phase nodes begun this cycle and not finished yet; its capacity
     /// (one per slot) is reserved up front so pushing never allocates.
     pub(crate) pending: Vec<usize>,
@@ -188,6 +190,7 @@ impl RtRunner {
             cycle: 0,
             position: 0,
             queued_until: 0,
+            driver_fill: 0,
             pending: Vec::with_capacity(s.slots),
             idle_frames: 0,
             running: false,
@@ -529,6 +532,7 @@ impl RtRunner {
                 self.stats.devices[d].margin_frames.load(Relaxed) as usize
             }),
             freewheel: detached,
+            fill_frames: if detached { 0 } else { self.driver_fill },
         };
         let timed_end = self.process_graph(&cx);
         self.end_freewheel_fade();

@@ -4,7 +4,7 @@
 use super::{Reply, engine_err, engine_frames, remove_props, update_props};
 use crate::conn::Conn;
 use crate::conn::record::record_wake_frames;
-use crate::rt::shared::{F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, R_CORKED};
+use crate::rt::shared::{F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, R_CORKED, query_time_ns};
 use crate::state::{Server, StreamIo, record_source_index};
 use crate::wire::bufattr::{self, LatencyMode};
 use crate::wire::convert::frames_to_usec;
@@ -17,7 +17,7 @@ use pulseaudio::protocol::{
 use quaver_engine::stream::Retune;
 use quaver_engine::{NodeId, NodeKind};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 impl Conn {
     /// REMOVE_PLAYBACK_STREAM_PROPLIST / REMOVE_RECORD_STREAM_PROPLIST.
@@ -146,13 +146,21 @@ impl Conn {
     pub(crate) fn get_playback_latency(&mut self, seq: u32, q: pa::LatencyParams) -> Reply {
         let p = self.playback.get(&q.channel).ok_or(PulseError::NoEntity)?;
         let t = p.shared.timing();
-        let (sink_usec, read_offset, playing_for) = t.figures(p.fs as u64, p.spec.sample_rate);
+        let remote = SystemTime::now();
+        let since_epoch = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let query_ns = query_time_ns(
+            since_epoch(q.now).as_micros() as u64,
+            since_epoch(remote).as_nanos() as u64,
+            quaver_rt::monotonic_ns(),
+        );
+        let (sink_usec, read_offset, playing_for) =
+            t.figures(p.fs as u64, p.spec.sample_rate, query_ns);
         let reply = PlaybackLatency {
             sink_usec,
             source_usec: 0,
             playing: t.playing,
             local_time: q.now,
-            remote_time: SystemTime::now(),
+            remote_time: remote,
             write_offset: p.write_index,
             read_offset,
             underrun_for: 0,

@@ -27,7 +27,7 @@
 use crate::io::srb::SrbOut;
 use crate::rt::rtwire::{RtWire, Sent};
 use crate::rt::shared::PlayShared;
-use crate::rt::shared::PlayTiming;
+use crate::rt::shared::{PlayTiming, query_time_ns};
 use crate::wire::convert::Codec;
 use crate::wire::{
     CONTROL_CHANNEL, DESCRIPTOR_SIZE, FLAG_SEEK_MASK, FLAG_SHMDATA, FLAG_SHMDATA_MEMFD_BLOCK,
@@ -262,15 +262,22 @@ impl Lease {
     }
 
     /// The reply to a latency query with `tag` and the client's time `local`, as the
-    /// connection would answer it (`remote_ns`: our wall clock, ns since the epoch).
+    /// connection would answer it (`remote_ns`: our wall clock, ns since the epoch,
+    /// `mono_ns`: CLOCK_MONOTONIC read with it).
     pub fn latency_reply(
         &self,
         tag: u32,
         local: [u8; 8],
         t: &PlayTiming,
         remote_ns: u64,
+        mono_ns: u64,
     ) -> [u8; LATENCY_REPLY_LEN] {
-        let (sink_usec, read_index, playing_for) = t.figures(self.frame_bytes as u64, self.rate);
+        let local_us = u32::from_be_bytes([local[0], local[1], local[2], local[3]]) as u64
+            * 1_000_000
+            + u32::from_be_bytes([local[4], local[5], local[6], local[7]]) as u64;
+        let query_ns = query_time_ns(local_us, remote_ns, mono_ns);
+        let (sink_usec, read_index, playing_for) =
+            t.figures(self.frame_bytes as u64, self.rate, query_ns);
         let write_index = self.write_index.saturating_add(self.taken.written as i64);
         let mut p = [0u8; LATENCY_REPLY_LEN];
         p[0..4].copy_from_slice(&((LATENCY_REPLY_LEN - DESCRIPTOR_SIZE) as u32).to_be_bytes());
@@ -311,7 +318,8 @@ impl Lease {
         let remote_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let reply = self.latency_reply(tag, local, &shared.timing(), remote_ns);
+        let mono_ns = quaver_rt::monotonic_ns();
+        let reply = self.latency_reply(tag, local, &shared.timing(), remote_ns, mono_ns);
         if wire.try_send(&reply) != Sent::Whole {
             return false;
         }
@@ -652,6 +660,7 @@ mod tests {
             delay: 480,
             playing: true,
             start_at: 100,
+            at_ns: 0,
         }
     }
 
@@ -712,7 +721,7 @@ mod tests {
                 },
             );
             assert_eq!(
-                l.latency_reply(0xABCD, local, &t, remote_ns)[..],
+                l.latency_reply(0xABCD, local, &t, remote_ns, 1)[..],
                 want[..],
                 "playing: {playing}"
             );

@@ -141,6 +141,10 @@ pub struct PlayShared {
     pub played: AtomicU64,
     /// Frames still between the read position and the listener.
     pub delay: AtomicU32,
+    /// CLOCK_MONOTONIC ns at which `delay` held (the cycle's start; 0: not yet), and
+    /// the version guard of the three figures a latency reply reads together (see
+    /// [`PlayShared::timing`]).
+    pub delay_at_ns: AtomicU64,
     /// Times playback (re)started after prebuffering or an underrun.
     pub starts: AtomicU32,
     /// Times the queue ran dry while playing (not draining).
@@ -176,13 +180,36 @@ pub struct PlayShared {
 impl PlayShared {
     /// The stream's state as a latency reply reports it (both the connection's replies
     /// and the RT thread's read it here).
+    ///
+    /// The read index, the delay and the moment the delay held must come from the same
+    /// cycle (a read index one cycle newer than its delay is a quantum off), so the
+    /// writer ([`PlayShared::publish_position`]) zeroes `delay_at_ns` first and stores it
+    /// last, and a reader that sees it change or zero reads again.
     pub fn timing(&self) -> PlayTiming {
-        PlayTiming {
-            consumed: self.consumed.load(Acquire),
-            delay: self.delay.load(Relaxed),
-            playing: self.playing.load(Acquire) && self.flags.load(Acquire) & F_CORKED == 0,
-            start_at: self.start_at.load(Relaxed),
+        let mut t = PlayTiming::default();
+        for _ in 0..4 {
+            let at = self.delay_at_ns.load(Acquire);
+            t.consumed = self.consumed.load(Acquire);
+            t.delay = self.delay.load(Acquire);
+            std::sync::atomic::fence(Acquire);
+            t.at_ns = at;
+            if at != 0 && self.delay_at_ns.load(Relaxed) == at {
+                break;
+            }
         }
+        t.playing = self.playing.load(Acquire) && self.flags.load(Acquire) & F_CORKED == 0;
+        t.start_at = self.start_at.load(Relaxed);
+        t
+    }
+
+    /// Publishes a cycle's read index and the delay that held at `at_ns` (its start),
+    /// as one for [`PlayShared::timing`]. *RT*.
+    pub fn publish_position(&self, consumed: u64, delay: u32, at_ns: u64) {
+        self.delay_at_ns.store(0, Relaxed);
+        std::sync::atomic::fence(Release);
+        self.delay.store(delay, Relaxed);
+        self.consumed.store(consumed, Release);
+        self.delay_at_ns.store(at_ns.max(1), Release);
     }
 
     /// Fresh state; `corked` for streams created with START_CORKED.
@@ -196,6 +223,7 @@ impl PlayShared {
             flush_to: AtomicU64::new(0),
             played: AtomicU64::new(0),
             delay: AtomicU32::new(0),
+            delay_at_ns: AtomicU64::new(0),
             starts: AtomicU32::new(0),
             underruns: AtomicU32::new(0),
             underrun_at: AtomicU64::new(0),
@@ -241,22 +269,56 @@ pub struct PlayTiming {
     pub playing: bool,
     /// The read index at which it last started.
     pub start_at: u64,
+    /// CLOCK_MONOTONIC ns at which `delay` held (0: unknown).
+    pub at_ns: u64,
 }
 
 impl PlayTiming {
-    /// A latency reply's figures for a stream of `frame_bytes` frames at `rate`: the
-    /// device latency (µs), the read index and how long it has played (bytes).
-    pub fn figures(&self, frame_bytes: u64, rate: u32) -> (u64, i64, u64) {
+    /// A latency reply's figures for a stream of `frame_bytes` frames at `rate`, as
+    /// they stood at `query_ns` (CLOCK_MONOTONIC, see [`query_time_ns`]): the device
+    /// latency (µs), the read index and how long it has played (bytes).
+    ///
+    /// Why at the query's moment: libpulse takes the reply's figures to hold when the
+    /// query was sent, give or take the way back (it subtracts remote − local time, the
+    /// "transport", from its receipt time), then interpolates from there. The published
+    /// figures held at the start of the last cycle; while playing, the device delay
+    /// shrinks in real time from then on (and was larger before), so it is moved to the
+    /// query's moment. Unmoved it was off by up to a quantum either way: a reply just
+    /// after a cycle over-reported the latency by the time since the cycle, and one
+    /// answered by the RT thread at the next cycle's start, after the query had waited
+    /// up to a quantum in the ring, under-reported it by that wait (libpulse counts the
+    /// wait as transport and moves its clock ahead by it).
+    pub fn figures(&self, frame_bytes: u64, rate: u32, query_ns: u64) -> (u64, i64, u64) {
         let playing_for = if self.playing {
             (self.consumed - self.start_at.min(self.consumed)) * frame_bytes
         } else {
             0
         };
+        let mut delay_usec = frames_to_usec(self.delay as u64, rate) as i64;
+        if self.playing && self.at_ns != 0 {
+            delay_usec += (self.at_ns as i64 - query_ns as i64) / 1_000;
+        }
         (
-            frames_to_usec(self.delay as u64, rate),
+            delay_usec.max(0) as u64,
             (self.consumed * frame_bytes) as i64,
             playing_for,
         )
+    }
+}
+
+/// Clients' query timestamps further back than this are not believed (a clock step, a
+/// client on another host): the reply then holds at its own moment.
+const QUERY_AGE_MAX_NS: u64 = 1_000_000_000;
+
+/// The CLOCK_MONOTONIC moment of a latency query the client stamped `local_us` (µs of
+/// its wall clock since the epoch), taking our wall clock `now_wall_ns` and monotonic
+/// clock `now_mono_ns` read together; `now_mono_ns` when the stamp is in the future or
+/// older than a second (the clocks are not the same clock).
+pub fn query_time_ns(local_us: u64, now_wall_ns: u64, now_mono_ns: u64) -> u64 {
+    let local_ns = local_us.saturating_mul(1_000);
+    match now_wall_ns.checked_sub(local_ns) {
+        Some(age) if age <= QUERY_AGE_MAX_NS => now_mono_ns.saturating_sub(age),
+        _ => now_mono_ns,
     }
 }
 
@@ -310,6 +372,47 @@ impl RecShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_latency_reply_holds_at_the_moment_the_client_asked() {
+        let s = PlayShared::new(bell(), 0, false);
+        s.playing.store(true, Relaxed);
+        // At the cycle that began at t = 10 s, 4800 frames read and 480 (10 ms at
+        // 48 kHz) still ahead of the listener.
+        let t0 = 10_000_000_000;
+        s.publish_position(4_800, 480, t0);
+        let t = s.timing();
+        assert_eq!((t.consumed, t.delay, t.at_ns), (4_800, 480, t0));
+        let sink_usec = |query_ns| t.figures(4, 48_000, query_ns).0;
+        assert_eq!(sink_usec(t0), 10_000);
+        // 3 ms later 3 ms of it have played; asked 4 ms before the cycle, the read
+        // index was the same distance from the listener plus what played since.
+        assert_eq!(sink_usec(t0 + 3_000_000), 7_000);
+        assert_eq!(sink_usec(t0 - 4_000_000), 14_000);
+        // Past the queue (the next cycle is late): nothing more is ahead.
+        assert_eq!(sink_usec(t0 + 30_000_000), 0);
+        // A paused stream's queue does not move.
+        let paused = PlayTiming {
+            playing: false,
+            ..t
+        };
+        assert_eq!(paused.figures(4, 48_000, t0 + 3_000_000).0, 10_000);
+        assert_eq!(t.figures(4, 48_000, t0).1, 4_800 * 4);
+    }
+
+    #[test]
+    fn a_query_stamped_by_the_client_is_placed_on_the_monotonic_clock() {
+        let wall = 1_700_000_000_000_000_000u64;
+        let mono = 5_000_000_000u64;
+        // Sent 2.5 ms ago by the wall clock: 2.5 ms ago by the monotonic one.
+        assert_eq!(
+            query_time_ns(wall / 1_000 - 2_500, wall, mono),
+            mono - 2_500_000
+        );
+        // A stamp in the future or over a second old is not the same clock: now.
+        assert_eq!(query_time_ns(wall / 1_000 + 10, wall, mono), mono);
+        assert_eq!(query_time_ns(wall / 1_000 - 2_000_000, wall, mono), mono);
+    }
 
     fn bell() -> Arc<Bell> {
         Arc::new(Bell::new().unwrap())

@@ -25,6 +25,7 @@ pub use crate::rt::shared::{
     Bell, F_CORKED, F_DRAIN, F_PREBUF, F_TRIGGER, LATE_HOLD_NS, NEVER, PlayShared, R_CORKED,
     RecShared,
 };
+use quaver_engine::CycleInfo;
 use quaver_engine::stream::{FrameSink, FrameSource};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -54,6 +55,12 @@ pub struct PlaySource {
     /// was last timed.
     asked_ns: u64,
     answered_ns: u64,
+    /// The start of the cycle being reported (the moment its delay holds).
+    cycle_ns: u64,
+    /// Filling ahead, another cycle follows this one at once (`CycleInfo`).
+    burst_goes_on: bool,
+    /// `consumed` at the last report (what a cycle read is the difference).
+    reported_consumed: u64,
 }
 
 impl PlaySource {
@@ -76,6 +83,9 @@ impl PlaySource {
             channel: 0,
             asked_ns: 0,
             answered_ns: 0,
+            cycle_ns: 0,
+            burst_goes_on: false,
+            reported_consumed: 0,
         }
     }
 
@@ -298,15 +308,29 @@ impl FrameSource for PlaySource {
         Some(self.shared.rate.load(Relaxed)).filter(|&r| r != 0)
     }
 
+    fn cycle_at(&mut self, cx: &CycleInfo) {
+        self.cycle_ns = cx.time_ns;
+        self.burst_goes_on = cx.another_cycle_follows();
+    }
+
     fn report(&mut self, played: u64, delay: u32, _xruns: u32, _started: bool) {
         let s = &*self.shared;
         self.played = self.played.max(played.min(self.consumed));
-        s.consumed.store(self.consumed, Release);
+        s.publish_position(self.consumed, delay, self.cycle_ns);
         s.removed.store(self.removed, Release);
         s.played.store(self.played, Release);
-        s.delay.store(delay, Relaxed);
         s.prebuffering.store(self.in_prebuf, Relaxed);
+        // Filling ahead, the request waits for the burst's last cycle, so it asks for
+        // everything the refill takes and the client answers once per refill (its
+        // answer wakes the I/O thread once) rather than mid-burst and again at the next
+        // refill. Only while the ring still holds another cycle's worth: then the
+        // burst goes on (if the other streams can deliver too; if not, the next cycle
+        // is at the watermark and the request goes out then, with the ring not yet dry).
+        let read = self.consumed - std::mem::replace(&mut self.reported_consumed, self.consumed);
+        let hold =
+            self.burst_goes_on && read > 0 && (self.ring.slots() / self.channels) as u64 >= read;
         if let Some(wire) = &self.wire
+            && !hold
             && let Some(packet) = s.request.due(self.consumed)
         {
             let sent = self.send_lent(wire, &packet).unwrap_or_else(|| {
@@ -575,6 +599,65 @@ mod tests {
         src.report(4, 0, 0, true);
         assert!(rang(&b));
         assert_eq!(shared.underruns.load(Relaxed), 0);
+    }
+
+    /// Filling ahead, the armed request waits for the burst's last cycle and then asks
+    /// for everything the burst read: one request, one answer per refill.
+    #[test]
+    fn filling_ahead_the_request_goes_out_at_the_bursts_last_cycle() {
+        use crate::rt::rtwire::{Periods, RtWire, request_packet};
+        use std::io::Read;
+        let (ours, mut client) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        client.set_nonblocking(true).unwrap();
+        let wire = Arc::new(RtWire::new(&ours).unwrap());
+        let (b, shared, mut tx, src) = play_source(0, false, 1);
+        let mut src = src.with_wire(Some(wire));
+        for x in 0..60 {
+            tx.push(x as f32).unwrap();
+        }
+        // Due once 8 frames are read, for 8 bytes plus what was read past that (one
+        // byte a frame).
+        shared.request.arm(1, 8, 0, 0, 1, Periods::NONE);
+        // A 100-frame fill with 10-frame cycles: the device holds 60, 70, 80, 90 before
+        // the cycles; after the one at 90 no other quantum fits.
+        let mut out = [0f32; 10];
+        let mut got = Vec::new();
+        for queued in [60, 70, 80, 90] {
+            let cx = CycleInfo {
+                frames: 10,
+                rate: 48_000,
+                playback_delay: queued,
+                fill_frames: 100,
+                ..CycleInfo::default()
+            };
+            src.prepare();
+            assert_eq!(src.read(&mut out), 10);
+            src.cycle_at(&cx);
+            // The I/O thread took any bell (a pending one would keep the RT side from
+            // sending).
+            b.take();
+            src.report(0, queued as u32, 0, true);
+            let mut buf = [0u8; 64];
+            got.push(client.read(&mut buf).map_or(0, |n| n));
+            if got.last() != Some(&0) {
+                assert_eq!(buf[..REQUEST_LEN], request_packet(1, 40)[..]);
+            }
+        }
+        assert_eq!(got, [0, 0, 0, REQUEST_LEN], "sent at the last cycle only");
+        // Not filling ahead, a due request goes out in its cycle.
+        shared.request.sent(false);
+        shared.request.disarm();
+        shared.request.arm(1, 45, 40, 0, 1, Periods::NONE);
+        src.cycle_at(&CycleInfo {
+            frames: 10,
+            ..CycleInfo::default()
+        });
+        assert_eq!(src.read(&mut out), 10);
+        b.take();
+        src.report(0, 10, 0, true);
+        let mut buf = [0u8; 64];
+        assert_eq!(client.read(&mut buf).unwrap(), REQUEST_LEN);
     }
 
     #[test]

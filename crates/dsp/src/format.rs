@@ -205,6 +205,23 @@ fn dec_s32(v: i32) -> f32 {
     v as f32 * (1.0 / S32_SCALE as f32)
 }
 
+/// Largest float sample taken from outside: 60 dB over full scale. Beyond it no audio
+/// is meant, and a few such samples summed in a mix could reach infinity.
+pub const MAX_FLOAT_SAMPLE: f32 = 1000.0;
+
+/// A float sample from outside (a client, a file) made safe for the graph: NaN and
+/// infinities become silence, absurd magnitudes are clipped to [`MAX_FLOAT_SAMPLE`].
+/// One NaN in a mix, a resampler's history or a filter's state would otherwise silence
+/// or poison everything after it, up to the device. *RT*.
+#[inline]
+pub fn finite_sample(x: f32) -> f32 {
+    if x.is_finite() {
+        x.clamp(-MAX_FLOAT_SAMPLE, MAX_FLOAT_SAMPLE)
+    } else {
+        0.0
+    }
+}
+
 #[inline(always)]
 fn decode_with<const N: usize>(src: &[u8], dst: &mut [f32], f: impl Fn([u8; N]) -> f32) {
     for (d, s) in dst.iter_mut().zip(src.chunks_exact(N)) {
@@ -262,8 +279,8 @@ macro_rules! with_decoder {
             S24_32Be => $driver::<4>($($arg,)* |b| dec_s24_bits(u32::from_be_bytes(b))),
             S32Le => $driver::<4>($($arg,)* |b| dec_s32(i32::from_le_bytes(b))),
             S32Be => $driver::<4>($($arg,)* |b| dec_s32(i32::from_be_bytes(b))),
-            F32Le => $driver::<4>($($arg,)* f32::from_le_bytes),
-            F32Be => $driver::<4>($($arg,)* f32::from_be_bytes),
+            F32Le => $driver::<4>($($arg,)* |b| finite_sample(f32::from_le_bytes(b))),
+            F32Be => $driver::<4>($($arg,)* |b| finite_sample(f32::from_be_bytes(b))),
         }
     }};
 }
@@ -666,6 +683,36 @@ mod tests {
             let mut flat2 = vec![0.0f32; src.len()];
             interleave(planar2.view(frames), &mut flat2);
             assert_eq!(flat, flat2, "{fmt}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod finite_tests {
+    use super::*;
+
+    #[test]
+    fn float_input_never_carries_nan_or_infinity_into_the_graph() {
+        let vals = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e30,
+            -1e30,
+            0.25,
+            -1.5,
+        ];
+        for fmt in [SampleFormat::F32Le, SampleFormat::F32Be] {
+            let mut raw = Vec::new();
+            for v in vals {
+                raw.extend_from_slice(&match fmt {
+                    SampleFormat::F32Le => v.to_le_bytes(),
+                    _ => v.to_be_bytes(),
+                });
+            }
+            let mut out = [9.0f32; 7];
+            decode_interleaved(fmt, &raw, &mut out);
+            assert_eq!(out, [0.0, 0.0, 0.0, 1000.0, -1000.0, 0.25, -1.5], "{fmt}");
         }
     }
 }

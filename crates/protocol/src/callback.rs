@@ -361,8 +361,7 @@ impl CallbackShm {
         };
         let n = out.len().min(buf.len());
         for (d, s) in out[..n].iter_mut().zip(buf) {
-            let v = f32::from_bits(s.load(Ordering::Relaxed));
-            *d = if v.is_finite() { v } else { 0.0 };
+            *d = quaver_dsp::format::finite_sample(f32::from_bits(s.load(Ordering::Relaxed)));
         }
         out[n..].fill(0.0);
     }

@@ -19,6 +19,7 @@
 //! concurrently is then merely garbage-in rather than a data race, and on x86-64
 //! and aarch64 relaxed atomic loads and stores are plain moves.
 
+use quaver_dsp::format::finite_sample;
 use std::io;
 use std::mem::offset_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -493,11 +494,11 @@ impl ShmRing {
             .iter_mut()
             .zip(&data[start * ch..(start + first) * ch])
         {
-            *d = f32::from_bits(s.load(Ordering::Relaxed));
+            *d = finite_sample(f32::from_bits(s.load(Ordering::Relaxed)));
         }
         let tail = dst_b.len();
         for (d, s) in dst_b.iter_mut().zip(&data[..tail]) {
-            *d = f32::from_bits(s.load(Ordering::Relaxed));
+            *d = finite_sample(f32::from_bits(s.load(Ordering::Relaxed)));
         }
         // Release: our loads of the slots complete before the producer may reuse them.
         h.read_pos

@@ -726,3 +726,48 @@ fn a_phone_call_ducks_the_music_by_20_db_and_restores_it() {
         up_at - up_from
     );
 }
+
+/// A float client sending NaN, infinities and absurd values: they arrive as silence (or
+/// clipped), never as NaN in the device's output, and the clean audio after them is
+/// exact — nothing downstream (mix, resampler history) was poisoned.
+#[test]
+fn nan_and_infinity_from_a_float_client_never_reach_the_device() {
+    require_tools!("pacat");
+    let mut d = pulse_util::start(&["--device", "file:out.wav,format=f32"]);
+    let mut sig: Vec<f32> = vec![f32::NAN; 4800 * 2];
+    sig.extend(std::iter::repeat_n([f32::INFINITY, f32::NEG_INFINITY], 4800).flatten());
+    sig.extend(std::iter::repeat_n(1e30f32, 4800 * 2));
+    let clean = signal(9600);
+    sig.extend_from_slice(&clean);
+    let raw: Vec<u8> = sig.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(d.path("in.raw"), &raw).unwrap();
+    let out = run_pa(
+        &d,
+        "pacat",
+        &[
+            "--playback",
+            "--raw",
+            "--format=float32le",
+            "--rate=48000",
+            "--channels=2",
+            "in.raw",
+        ],
+    );
+    pa_ok(&d, &out);
+    let out_path = d.path("out.wav");
+    d.stop();
+    let (_, got) = read_wav_f32(&out_path);
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "non-finite samples reached the sink"
+    );
+    // NaN and the infinities came out as silence; the first sound is the 1e30 stretch,
+    // clipped to 1000 (60 dB over full scale), then the clean signal exactly.
+    let start = onset(&got);
+    assert!(got[start..start + 9600].iter().all(|&v| v == 1000.0));
+    assert_contains_exactly(
+        &got[start + 9600..],
+        &clean,
+        "the audio after the bad samples",
+    );
+}

@@ -112,7 +112,14 @@ impl FrameSource for ShmSource {
         self.ring.readable()
     }
     fn read(&mut self, out: &mut [f32]) -> usize {
-        self.ring.read(out)
+        let n = self.ring.read(out);
+        // The ring already turned NaN and infinities into silence; a client's absurd
+        // magnitudes are clipped here, on the server's side only.
+        let ch = self.ring.channels() as usize;
+        for v in &mut out[..n * ch] {
+            *v = quaver_dsp::format::finite_sample(*v);
+        }
+        n
     }
     fn draining(&self) -> bool {
         self.ring.flags() & FLAG_CLIENT_DRAIN != 0

@@ -19,7 +19,6 @@
 //! concurrently is then merely garbage-in rather than a data race, and on x86-64
 //! and aarch64 relaxed atomic loads and stores are plain moves.
 
-use quaver_dsp::format::finite_sample;
 use std::io;
 use std::mem::offset_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -494,11 +493,11 @@ impl ShmRing {
             .iter_mut()
             .zip(&data[start * ch..(start + first) * ch])
         {
-            *d = finite_sample(f32::from_bits(s.load(Ordering::Relaxed)));
+            *d = finite(f32::from_bits(s.load(Ordering::Relaxed)));
         }
         let tail = dst_b.len();
         for (d, s) in dst_b.iter_mut().zip(&data[..tail]) {
-            *d = finite_sample(f32::from_bits(s.load(Ordering::Relaxed)));
+            *d = finite(f32::from_bits(s.load(Ordering::Relaxed)));
         }
         // Release: our loads of the slots complete before the producer may reuse them.
         h.read_pos
@@ -928,4 +927,11 @@ mod tests {
         let bell = Doorbell::from_fd(fd).unwrap();
         assert!(!bell.wait(Some(Duration::from_millis(1))).unwrap());
     }
+}
+
+/// NaN and infinities read from a ring become silence: whichever side wrote them, they
+/// would poison every mix, resampler and filter after them. *RT*.
+#[inline]
+fn finite(v: f32) -> f32 {
+    if v.is_finite() { v } else { 0.0 }
 }

@@ -391,7 +391,7 @@ fn controls_are_checked_by_name_and_value() {
     let e = |r: Result<(), FilterError>| r.err().unwrap().to_string();
     assert_eq!(
         e(chain.set_control(0, "volume", 1.0)),
-        "no control \"volume\": this filter has gain_db"
+        "no such control: this filter has gain_db"
     );
     assert_eq!(
         e(chain.set_control(2, "q", 1.0)),

@@ -3,7 +3,7 @@
 use crate::buffer::PlanarMut;
 
 /// Why a filter could not be built or a parameter was refused.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
 pub enum FilterError {
     /// A corner or centre frequency outside (0, rate/2).
     #[error("frequency {freq} Hz is outside (0, {nyquist}) Hz, the range at sample rate {rate} Hz")]
@@ -51,11 +51,10 @@ pub enum FilterError {
         /// Channels of the convolver.
         channels: usize,
     },
-    /// A control name the filter does not have.
-    #[error("no control {name:?}: this filter has {known}")]
+    /// A control name the filter does not have. The name is not kept, so the error
+    /// never allocates (it may be made and dropped on the RT thread); callers add it.
+    #[error("no such control: this filter has {known}")]
     UnknownControl {
-        /// The name asked for.
-        name: String,
         /// The filter's controls, for the message.
         known: &'static str,
     },
@@ -105,16 +104,13 @@ pub trait Filter: Send {
         0
     }
     /// Changes the named control live, without a click (ramped or crossfaded). A bad
-    /// name or value is refused and nothing changes. Never allocates on success.
+    /// name or value is refused and nothing changes. Never allocates, not even to fail.
     fn set_control(&mut self, name: &str, value: f64) -> Result<(), FilterError>;
 }
 
-/// The error for a control name a filter lacks (allocates: the control path's error).
-pub(crate) fn unknown_control(name: &str, known: &'static str) -> FilterError {
-    FilterError::UnknownControl {
-        name: name.to_string(),
-        known,
-    }
+/// The error for a control name a filter lacks.
+pub(crate) fn unknown_control(_name: &str, known: &'static str) -> FilterError {
+    FilterError::UnknownControl { known }
 }
 
 /// Sets values too small to matter to zero, so a decaying state never reaches the

@@ -7,6 +7,7 @@ pub mod activation;
 pub mod alsamidi;
 pub mod cards;
 pub mod config;
+pub mod filters;
 pub mod hotplug;
 pub mod journal;
 pub mod live;
@@ -269,6 +270,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let engine =
         Engine::start(cfg.engine_config(), opened.devices).context("starting the engine")?;
     cards::fill_nodes(&engine, &mut opened.cards, &opened.owners);
+    filters::attach(&engine, &cfg.filters)?;
     for c in opened.cards {
         registry.add(c);
     }

@@ -1,6 +1,6 @@
 //! A filter chain on a device sink, end to end: quaverd started with a `[[filters]]`
-//! config, a real `paplay` of a two-tone float WAV (with one NaN in it), and the
-//! samples the file sink wrote.
+//! config, real `paplay`s (two tones with one NaN in them, then a sine whose gain is
+//! changed three times while it plays), and the samples the file sink wrote.
 
 use quaver_dsp::filter::{BiquadKind, BiquadParams, Coeffs};
 use quaver_testkit::*;
@@ -58,8 +58,8 @@ devices = ["file:out.wav,format=f32"]
 [[filters]]
 sink = "file-sink"
 chain = [
-  { type = "gain", gain_db = -3.0 },
   { type = "biquad", kind = "peaking", freq = 1000.0, q = 1.0, gain_db = 6.0 },
+  { type = "gain", gain_db = -3.0 },
 ]
 "#,
     )
@@ -93,6 +93,7 @@ chain = [
         text(&out),
         d.log_text()
     );
+    let changes = play_with_gain_changes(&d);
     let out_path = d.path("out.wav");
     d.stop();
     let (spec, out) = read_wav_f32(&out_path);
@@ -144,5 +145,105 @@ chain = [
     assert!(
         (16..=8_192).contains(&longest),
         "silent run of {longest} frames around the NaN"
+    );
+    check_gain_changes(&right, start + 60_000, &c, &changes);
+}
+
+/// Gains (dB) the second play ends at, after its changes.
+const GAIN_STEPS: [f64; 3] = [-15.0, 0.0, -9.0];
+const LOW_FREQ: f64 = 100.0;
+const LOW_FRAMES: usize = 2 * RATE;
+
+/// Plays 2 s of a 100 Hz sine and changes the chain's gain three times meanwhile,
+/// through the native protocol's `set_filter_control`. Returns the gains it set.
+fn play_with_gain_changes(d: &Daemon) -> [f64; 3] {
+    let sine: Vec<f32> = (0..LOW_FRAMES)
+        .flat_map(|n| {
+            let v = AMP * (2.0 * PI * LOW_FREQ * n as f64 / RATE as f64).sin() as f32;
+            [v, v]
+        })
+        .collect();
+    write_wav_f32(&d.path("low.wav"), RATE as u32, 2, &sine);
+    let player = pa(d, "paplay")
+        .arg("low.wav")
+        .current_dir(d.dir.path())
+        .spawn()
+        .unwrap();
+    let mut c = d.connect("filter-test");
+    // Refused with the reason, and nothing changes.
+    let e = c
+        .set_filter_control("file-sink", 1, "gian_db", -6.0)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("no such control: this filter has gain_db"),
+        "{e}"
+    );
+    let e = c
+        .set_filter_control("file-sink", 5, "gain_db", -6.0)
+        .unwrap_err();
+    assert!(e.to_string().contains("its chain has 2"), "{e}");
+    for db in GAIN_STEPS {
+        std::thread::sleep(std::time::Duration::from_millis(350));
+        c.set_filter_control("file-sink", 1, "gain_db", db).unwrap();
+    }
+    let out = wait_output(player, WAIT);
+    assert!(
+        out.status.success(),
+        "paplay: {}\n{}",
+        text(&out),
+        d.log_text()
+    );
+    GAIN_STEPS
+}
+
+/// The second play, from `from` on in channel `x`: no sample step beyond what the
+/// gain's 256-frame ramp allows on the filtered sine, and it ends at the last gain.
+fn check_gain_changes(x: &[f32], from: usize, c: &Coeffs, gains: &[f64; 3]) {
+    // The first play's chain rings on at a tiny level after it: the second play
+    // starts at the first sample anywhere near its own level.
+    let start = from
+        + x[from..]
+            .iter()
+            .position(|v| v.abs() > 1e-3)
+            .expect("the second play is in the file");
+    let play = &x[start..(start + LOW_FRAMES).min(x.len())];
+    assert!(play.len() > LOW_FRAMES - 4_800, "second play cut short");
+    let g = |db: f64| 10f64.powf(db / 20.0);
+    // y = g[n]·s[n] with s the sine after the biquad (amplitude a):
+    // |y[n] - y[n-1]| ≤ g_max·(the sine's step) + a·(largest gain change per frame).
+    let a = AMP as f64 * c.magnitude(LOW_FREQ, RATE as f64);
+    let levels = [-3.0, gains[0], gains[1], gains[2]];
+    let g_max = levels.iter().map(|&l| g(l)).fold(0.0, f64::max);
+    let per_frame = levels
+        .windows(2)
+        .map(|w| (g(w[1]) - g(w[0])).abs() / 256.0)
+        .fold(0.0, f64::max);
+    let sine_step = 2.0 * a * (PI * LOW_FREQ / RATE as f64).sin();
+    let allowed = g_max * sine_step + a * per_frame + 1e-6;
+    // The stream's own start and end are not the chain's: skip a few ms at each.
+    let body = &play[480..play.len() - 480];
+    let step = body
+        .windows(2)
+        .map(|w| (w[1] as f64 - w[0] as f64).abs())
+        .fold(0.0, f64::max);
+    eprintln!(
+        "gain changes while a 100 Hz sine plays: largest step {step:.5}, allowed {allowed:.5}"
+    );
+    assert!(
+        step <= allowed,
+        "step {step} > {allowed} allowed by the ramp"
+    );
+    // An unramped change at any but the rarest phase would step far more.
+    assert!(
+        allowed < 0.2 * a * (g(0.0) - g(-15.0)),
+        "the check would not see a jump"
+    );
+    let tail = &play[play.len() - 4_800 - 480..play.len() - 480];
+    let got = 20.0 * (amplitude(tail, LOW_FREQ) / AMP as f64).log10();
+    let want = gains[2] + 20.0 * c.magnitude(LOW_FREQ, RATE as f64).log10();
+    assert!(
+        (got - want).abs() < 0.05,
+        "ends at {got:.3} dB, expected {want:.3} dB"
     );
 }

@@ -403,3 +403,39 @@ fn controls_are_checked_by_name_and_value() {
     );
     assert!(chain.set_control(1, "freq", 2e3).is_ok());
 }
+
+#[test]
+fn control_checks_on_the_control_side_agree_with_the_filters() {
+    let mut chain = FilterChain::new(vec![
+        Box::new(Gain::new(0.0).unwrap()),
+        Box::new(Biquad::new(2, RATE, bq(BiquadKind::Peaking, 1e3, 1.0, 3.0)).unwrap()),
+        Box::new(Delay::new(2, 100, &[0]).unwrap()),
+        Box::new(Limiter::new(2, RATE, -1.0, 1.0, 50.0).unwrap()),
+        Box::new(Convolver::new(2, &[vec![1.0]], 64).unwrap()),
+    ]);
+    let mut checks = chain.controls();
+    let tries = [
+        ("gain_db", -6.0),
+        ("gain_db", 500.0),
+        ("freq", 30_000.0),
+        ("freq", 20_000.0),
+        ("q", 0.0),
+        ("q", 5.0),
+        ("frames", 100.0),
+        ("frames", 101.0),
+        ("frames", 2.5),
+        ("threshold_db", 1.0),
+        ("threshold_db", -3.0),
+        ("volume", 1.0),
+    ];
+    for (i, check) in checks.iter_mut().enumerate() {
+        for (name, value) in tries {
+            let want = chain.set_control(i, name, value);
+            assert_eq!(
+                check.check(name, value),
+                want,
+                "filter {i}: {name} = {value}"
+            );
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! A chain of filters with a guard against NaN and infinity at its end.
 
-use super::base::{Filter, FilterError};
+use super::base::Filter;
+use super::controls::Controls;
+use super::error::FilterError;
 use crate::buffer::PlanarMut;
 
 /// Filters run in order on the same buffer, with a guard at the end: a block that
@@ -64,6 +66,12 @@ impl FilterChain {
                 len: self.filters.len(),
             }),
         }
+    }
+
+    /// Each filter's controls, to check changes before they are sent
+    /// ([`Controls::check`]).
+    pub fn controls(&self) -> Vec<Controls> {
+        self.filters.iter().map(|f| f.controls()).collect()
     }
 
     /// Total delay of the chain in frames.

@@ -12,7 +12,9 @@
 //! spectrum products per `B` frames. The FFT is realfft (over rustfft), which
 //! rubato already pulls into the build.
 
-use super::base::{Filter, FilterError};
+use super::base::Filter;
+use super::controls::Controls;
+use super::error::FilterError;
 use crate::buffer::PlanarMut;
 use realfft::num_complex::Complex;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
@@ -217,7 +219,11 @@ impl Filter for Convolver {
         self.slot = 0;
     }
 
+    fn controls(&self) -> Controls {
+        Controls::None
+    }
+
     fn set_control(&mut self, name: &str, _value: f64) -> Result<(), FilterError> {
-        Err(super::base::unknown_control(name, "no controls"))
+        Err(super::error::unknown_control(name, "no controls"))
     }
 }

@@ -2,7 +2,9 @@
 //! crossfades from the old read position to the new one, since jumping would cut
 //! the waveform.
 
-use super::base::{DEFAULT_FADE_FRAMES, Filter, FilterError};
+use super::base::Filter;
+use super::controls::Controls;
+use super::error::{DEFAULT_FADE_FRAMES, FilterError};
 use crate::buffer::PlanarMut;
 
 /// Delays each channel by a whole number of frames, up to a maximum fixed at
@@ -128,6 +130,10 @@ impl Filter for Delay {
         self.delays.iter().copied().max().unwrap_or(0)
     }
 
+    fn controls(&self) -> Controls {
+        Controls::Delay { max: self.max }
+    }
+
     fn set_control(&mut self, name: &str, value: f64) -> Result<(), FilterError> {
         match name {
             "frames" if value >= 0.0 && value.fract() == 0.0 && value <= self.max as f64 => {
@@ -138,7 +144,7 @@ impl Filter for Delay {
                 value,
                 why: "must be a whole number of frames within the line's maximum",
             }),
-            _ => Err(super::base::unknown_control(name, "frames")),
+            _ => Err(super::error::unknown_control(name, "frames")),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! A gain stage whose changes ramp linearly, so a new setting never clicks.
 
-use super::base::{Filter, FilterError, check_gain_db};
+use super::base::Filter;
+use super::controls::Controls;
+use super::error::{FilterError, check_gain_db};
 use crate::buffer::PlanarMut;
 use crate::volume::{DEFAULT_RAMP_FRAMES, GainRamp, db_to_linear};
 
@@ -56,10 +58,14 @@ impl Filter for Gain {
         self.ramp = GainRamp::new(self.ramp.target());
     }
 
+    fn controls(&self) -> Controls {
+        Controls::Gain
+    }
+
     fn set_control(&mut self, name: &str, value: f64) -> Result<(), FilterError> {
         match name {
             "gain_db" => self.set_db(value),
-            _ => Err(super::base::unknown_control(name, "gain_db")),
+            _ => Err(super::error::unknown_control(name, "gain_db")),
         }
     }
 }

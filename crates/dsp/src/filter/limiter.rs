@@ -9,7 +9,9 @@
 //! most the threshold, with a gain curve that ramps down over the lookahead instead
 //! of jumping (no clicks) and the channels limited together (no image shift).
 
-use super::base::{Filter, FilterError};
+use super::base::Filter;
+use super::controls::Controls;
+use super::error::FilterError;
 use crate::buffer::PlanarMut;
 
 /// A linked-channel lookahead limiter.
@@ -46,7 +48,7 @@ impl Limiter {
         lookahead_ms: f64,
         release_ms: f64,
     ) -> Result<Self, FilterError> {
-        super::base::check_rate(rate)?;
+        super::error::check_rate(rate)?;
         if !(threshold_db.is_finite() && (-60.0..=0.0).contains(&threshold_db)) {
             return Err(FilterError::Limiter {
                 what: "threshold must be between -60 and 0 dBFS",
@@ -160,6 +162,10 @@ impl Filter for Limiter {
         self.lookahead
     }
 
+    fn controls(&self) -> Controls {
+        Controls::Limiter
+    }
+
     fn set_control(&mut self, name: &str, value: f64) -> Result<(), FilterError> {
         match name {
             // The gain computation follows a new threshold within the lookahead, and
@@ -173,7 +179,7 @@ impl Filter for Limiter {
                 value,
                 why: "must be between -60 and 0 dBFS",
             }),
-            _ => Err(super::base::unknown_control(name, "threshold_db")),
+            _ => Err(super::error::unknown_control(name, "threshold_db")),
         }
     }
 }

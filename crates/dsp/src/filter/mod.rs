@@ -9,15 +9,21 @@
 mod base;
 pub mod biquad;
 mod chain;
+pub mod controls;
 pub mod convolver;
 pub mod delay;
+mod design;
+mod error;
 pub mod gain;
 pub mod limiter;
 
-pub use base::{DEFAULT_FADE_FRAMES, Filter, FilterError, MAX_GAIN_DB};
-pub use biquad::{Biquad, BiquadKind, BiquadParams, Coeffs};
+pub use base::Filter;
+pub use biquad::Biquad;
 pub use chain::{FilterChain, all_finite};
+pub use controls::Controls;
 pub use convolver::Convolver;
 pub use delay::Delay;
+pub use design::{BiquadKind, BiquadParams, Coeffs};
+pub use error::{DEFAULT_FADE_FRAMES, FilterError, MAX_GAIN_DB};
 pub use gain::Gain;
 pub use limiter::Limiter;

@@ -32,35 +32,47 @@ impl Engine {
             )));
         }
         let slot = n.slot;
+        let controls = chain.as_ref().map(|c| c.controls());
         let processor =
             chain.map(|c| Box::new(ChainProcessor::new(c)) as Box<dyn crate::rt::node::Processor>);
-        self.send(&mut ctl, ToRt::SetProcessor { slot, processor })
+        self.send(&mut ctl, ToRt::SetProcessor { slot, processor })?;
+        match controls {
+            Some(c) => ctl.chains.insert(node, c),
+            None => ctl.chains.remove(&node),
+        };
+        Ok(())
     }
 
-    /// Sets control `name` of filter `index` in the chain of `node` to `value`, on the
-    /// RT thread at the next cycle (the filter ramps or crossfades to it). The caller
-    /// checks names and values against the chain it built (a refused change is
-    /// counted in `RtStats::controls_refused`).
+    /// Sets control `name` of filter `index` (from 0) in the chain on sink `node` (a
+    /// name or a numeric id) to `value`; the filter ramps or crossfades to it from the
+    /// next cycle on. A filter, control or value the chain would not take is refused
+    /// here with the reason, and nothing is sent.
     pub fn filter_control(
         &self,
-        node: NodeId,
+        node: &str,
         index: usize,
         name: &str,
         value: f64,
     ) -> Result<(), EngineError> {
-        let name = ControlName::new(name).ok_or_else(|| {
+        let mut ctl = self.lock();
+        let (id, _) = ctl.graph.resolve(node)?;
+        let slot = ctl.graph.nodes[&id].slot;
+        let controls = ctl
+            .chains
+            .get_mut(&id)
+            .ok_or_else(|| EngineError::Invalid(format!("node '{node}' has no filter chain")))?;
+        let len = controls.len();
+        let check = controls.get_mut(index).ok_or_else(|| {
             EngineError::Invalid(format!(
-                "control name '{name}' is longer than {} bytes",
-                ControlName::MAX
+                "no filter {index} on '{node}': its chain has {len} (counted from 0)"
             ))
         })?;
-        let mut ctl = self.lock();
-        let slot = ctl
-            .graph
-            .nodes
-            .get(&node)
-            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?
-            .slot;
+        check.check(name, value).map_err(|e| {
+            EngineError::Invalid(format!("filter {index} on '{node}', control '{name}': {e}"))
+        })?;
+        // Checked names are the filters' own, all well under the limit.
+        let name = ControlName::new(name)
+            .ok_or_else(|| EngineError::Invalid(format!("control name '{name}' is too long")))?;
         self.send(
             &mut ctl,
             ToRt::Control {

@@ -247,3 +247,86 @@ fn check_gain_changes(x: &[f32], from: usize, c: &Coeffs, gains: &[f64; 3]) {
         "ends at {got:.3} dB, expected {want:.3} dB"
     );
 }
+
+/// A measured impulse response shipped by Debian: the street in Antwerp that
+/// jconvolver's author recorded (jconvolver-config-files, 48 kHz float, 0.39 s).
+const STREET: [&str; 2] = [
+    "/usr/share/jconvolver/config-files/demo-reverbs/street2-L.wav",
+    "/usr/share/jconvolver/config-files/demo-reverbs/street2-R.wav",
+];
+
+/// Issue 36, acceptance 1: a convolver with a measured room response against an
+/// offline reference convolution (f64, direct), loaded the way quaverd loads `ir`.
+#[test]
+fn convolver_with_a_measured_room_response_matches_a_direct_convolution() {
+    use quaver_dsp::filter::{Convolver, Filter};
+    if STREET.iter().any(|p| !std::path::Path::new(p).exists()) {
+        eprintln!(
+            "SKIPPED: convolver_with_a_measured_room_response_matches_a_direct_convolution needs {} (jconvolver-config-files)",
+            STREET[0]
+        );
+        return;
+    }
+    let irs: Vec<Vec<f32>> = STREET
+        .iter()
+        .map(|p| {
+            let mut ir =
+                quaver_daemon::filters::load_impulse(std::path::Path::new(p), 2, 48_000).unwrap();
+            assert_eq!(ir.len(), 1, "{p} is mono");
+            ir.remove(0)
+        })
+        .collect();
+    assert!(irs[0].len() > 15_000, "{} taps", irs[0].len());
+    let len = 12_000;
+    let mut seed = 3u32;
+    let input: Vec<Vec<f64>> = (0..2)
+        .map(|ch| {
+            (0..len)
+                .map(|n| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    let noise = (seed >> 8) as f64 / (1u32 << 23) as f64 - 1.0;
+                    0.3 * (2.0 * PI * (440.0 + 110.0 * ch as f64) * n as f64 / 48_000.0).sin()
+                        + 0.1 * noise
+                })
+                .collect()
+        })
+        .collect();
+    let mut conv = Convolver::new(2, &irs, 1024).unwrap();
+    let mut buf = quaver_dsp::PlanarBuf::new(2, 2048);
+    let mut out = [Vec::new(), Vec::new()];
+    let mut at = 0;
+    for size in [1024usize, 1, 333, 2048, 64, 1000].iter().cycle() {
+        if at >= len {
+            break;
+        }
+        let n = (*size).min(len - at);
+        for (ch, x) in input.iter().enumerate() {
+            for (d, s) in buf.channel_mut(ch)[..n].iter_mut().zip(&x[at..]) {
+                *d = *s as f32;
+            }
+        }
+        conv.process(&mut buf.view_mut(n));
+        for (ch, o) in out.iter_mut().enumerate() {
+            o.extend(buf.channel(ch)[..n].iter().map(|&v| v as f64));
+        }
+        at += n;
+    }
+    for ch in 0..2 {
+        let h = &irs[ch];
+        let want: Vec<f64> = (0..len)
+            .map(|n| {
+                let lo = n.saturating_sub(h.len() - 1);
+                (lo..=n).map(|k| input[ch][k] * h[n - k] as f64).sum()
+            })
+            .collect();
+        let e: f64 = out[ch]
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum();
+        let s: f64 = want.iter().map(|b| b * b).sum();
+        let db = 10.0 * (e / s).log10();
+        eprintln!("measured street response, channel {ch}: relative error {db:.1} dB");
+        assert!(db < -100.0, "channel {ch}: {db:.1} dB");
+    }
+}

@@ -302,6 +302,25 @@ impl Connection {
         self.request_ok(req)
     }
 
+    /// Changes control `control` of filter `index` (from 0) in the chain on sink
+    /// `node` to `value`; the filter ramps or crossfades to it.
+    pub fn set_filter_control(
+        &mut self,
+        node: &str,
+        index: u32,
+        control: &str,
+        value: f64,
+    ) -> Result<()> {
+        let req = Request::SetFilterControl {
+            node: node.into(),
+            index,
+            control: control.into(),
+            value,
+        };
+        req.validate().map_err(ClientError::InvalidArgument)?;
+        self.request_ok(req)
+    }
+
     /// Creates a playback stream (`params.direction` must be `Playback`).
     pub fn create_playback(&mut self, params: StreamParams) -> Result<PlaybackStream> {
         let s = self.create_stream(params, Direction::Playback)?;

@@ -25,6 +25,8 @@ pub struct Config {
     pub pulse: PulseSection,
     /// `[callback]`: JACK-style callback clients.
     pub callback: CallbackSection,
+    /// `[[filters]]`: filter chains on device sinks.
+    pub filters: Vec<crate::filters::SinkChain>,
 }
 
 /// `[callback]` table.

@@ -9,6 +9,7 @@ pub mod alsamidi;
 pub mod args;
 pub mod cards;
 pub mod config;
+pub mod filters;
 pub mod hotplug;
 pub mod journal;
 pub mod live;
@@ -280,6 +281,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
     let engine =
         Engine::start(cfg.engine_config(), opened.devices).context("starting the engine")?;
     cards::fill_nodes(&engine, &mut opened.cards, &opened.owners);
+    filters::attach(&engine, &cfg.filters)?;
     for c in opened.cards {
         registry.add(c);
     }

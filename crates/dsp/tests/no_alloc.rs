@@ -177,3 +177,51 @@ fn kernels_do_not_allocate() {
     });
     assert_eq!(n, 0, "{n} allocations");
 }
+
+#[test]
+fn filter_chain_and_its_controls_do_not_allocate() {
+    use quaver_dsp::filter::{
+        Biquad, BiquadKind, BiquadParams, Convolver, Delay, FilterChain, Gain, Limiter,
+    };
+    let ir: Vec<f32> = (0..5000)
+        .map(|i| (i as f32 * 0.37).sin() * (-(i as f32) / 800.0).exp())
+        .collect();
+    let peaking = BiquadParams {
+        kind: BiquadKind::Peaking,
+        freq: 1000.0,
+        q: 1.0,
+        gain_db: 3.0,
+    };
+    let mut chain = FilterChain::new(vec![
+        Box::new(Biquad::new(2, 48_000.0, peaking).unwrap()),
+        Box::new(Gain::new(-3.0).unwrap()),
+        Box::new(Delay::new(2, 4800, &[0, 100]).unwrap()),
+        Box::new(Convolver::new(2, &[ir], 256).unwrap()),
+        Box::new(Limiter::new(2, 48_000.0, -1.0, 2.0, 50.0).unwrap()),
+    ]);
+    let mut buf = PlanarBuf::new(2, 1024);
+    let n = allocations(|| {
+        for (k, &frames) in BLOCKS.iter().cycle().take(200).enumerate() {
+            for ch in 0..2 {
+                for (i, x) in buf.channel_mut(ch)[..frames].iter_mut().enumerate() {
+                    *x = ((k * 1024 + i) as f32 * 0.03).sin();
+                }
+            }
+            if k == 30 {
+                // A non-finite block: silenced and every filter reset, still no allocation.
+                buf.channel_mut(0)[0] = f32::NAN;
+            }
+            match k % 40 {
+                5 => chain.set_control(0, "gain_db", -6.0).unwrap(),
+                6 => chain.set_control(0, "freq", 2500.0).unwrap(),
+                10 => chain.set_control(1, "gain_db", 2.0).unwrap(),
+                15 => chain.set_control(2, "frames", 700.0).unwrap(),
+                20 => chain.set_control(4, "threshold_db", -6.0).unwrap(),
+                _ => {}
+            }
+            chain.process(&mut buf.view_mut(frames));
+        }
+    });
+    assert_eq!(n, 0, "{n} allocations");
+    assert_eq!(chain.nonfinite_resets(), 1);
+}

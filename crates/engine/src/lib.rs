@@ -14,6 +14,7 @@
 //! - [`midi`]: MIDI ports' event lists (merge, gain that spares them).
 //! - [`callback`]: nodes whose processing runs in a client process (JACK-style
 //!   callbacks), with deadlines, xrun accounting and asynchronous fallback.
+//! - [`filter`]: filter chains as a node's processor, on a device's sink node or alone.
 //!
 //! The engine knows DSP and the device trait; it never knows a protocol.
 
@@ -21,6 +22,7 @@ pub mod callback;
 pub mod compile;
 pub mod engine;
 pub mod feedback;
+pub mod filter;
 pub mod graph;
 pub mod rt;
 pub mod stream;

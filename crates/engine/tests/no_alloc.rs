@@ -1,7 +1,8 @@
 //! The real-time cycle never allocates: 10,000+ cycles with link changes, volume ramps,
-//! node additions/removals and a resampling stream whose rate converter is replaced
-//! (retuned) as it plays, under an allocation guard; callback clients and feedback
-//! loops likewise.
+//! node additions/removals, a resampling stream whose rate converter is replaced
+//! (retuned) as it plays, and a filter chain on the sink whose controls change and
+//! which is swapped for another, under an allocation guard; callback clients and
+//! feedback loops likewise.
 
 mod common;
 
@@ -82,11 +83,35 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
     p.outputs = ChannelMap::stereo();
     let tone = engine.add_node(p, Some(Box::new(adapter))).unwrap();
     engine.link("tone", "test-sink").unwrap();
+    let sink = engine.inspect(|g| g.node_by_name("test-sink").unwrap().id);
+    engine.set_sink_filter(sink, Some(chain(2))).unwrap();
 
     reset_violation_count();
     let mut cycles = 0;
     let mut temp = None;
     for round in 0..200 {
+        // The sink's chain: controls change on the RT thread (one refused, which must
+        // not allocate either), and every 50 rounds a new chain replaces it.
+        match round % 50 {
+            7 => engine
+                .filter_control("test-sink", 0, "freq", 3000.0)
+                .unwrap(),
+            8 => engine
+                .filter_control("test-sink", 1, "gain_db", -12.0)
+                .unwrap(),
+            // Refused on the control side, with the reason; nothing reaches the cycle.
+            9 => {
+                let e = engine
+                    .filter_control("test-sink", 1, "no-such", 1.0)
+                    .unwrap_err();
+                assert_eq!(
+                    e.to_string(),
+                    "filter 1 on 'test-sink', control 'no-such': no such control: this filter has gain_db"
+                );
+            }
+            30 => engine.set_sink_filter(sink, Some(chain(2))).unwrap(),
+            _ => {}
+        }
         // Control-side edits happen outside the guard; the cycles that apply them are
         // inside it.
         match round % 4 {
@@ -143,11 +168,39 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
     assert_eq!(
         engine
             .stats()
+            .controls_refused
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert_eq!(
+        engine
+            .stats()
             .leaked
             .load(std::sync::atomic::Ordering::Relaxed),
         0
     );
     engine.shutdown_manual(runner).unwrap();
+}
+
+/// A chain of every filter kind for `channels` channels at 48 kHz.
+fn chain(channels: usize) -> quaver_dsp::filter::FilterChain {
+    use quaver_dsp::filter::*;
+    let ir: Vec<f32> = (0..3000)
+        .map(|i| (i as f32 * 0.37).sin() * (-(i as f32) / 500.0).exp())
+        .collect();
+    let peaking = BiquadParams {
+        kind: BiquadKind::Peaking,
+        freq: 1000.0,
+        q: 1.0,
+        gain_db: 3.0,
+    };
+    FilterChain::new(vec![
+        Box::new(Biquad::new(channels, 48_000.0, peaking).unwrap()),
+        Box::new(Gain::new(-3.0).unwrap()),
+        Box::new(Delay::new(channels, 480, &[0, 24]).unwrap()),
+        Box::new(Convolver::new(channels, &[ir], 256).unwrap()),
+        Box::new(Limiter::new(channels, 48_000.0, -1.0, 1.0, 50.0).unwrap()),
+    ])
 }
 
 /// Allocates on every cycle: proves the guard above would catch a real violation.

@@ -344,6 +344,18 @@ impl NativeServer {
                 command,
                 flags,
             } => (self.session_reply(client, node, command, flags), none),
+            Request::SetFilterControl {
+                node,
+                index,
+                control,
+                value,
+            } => match self
+                .engine
+                .filter_control(&node, index as usize, &control, value)
+            {
+                Ok(()) => (Reply::Ok, none),
+                Err(e) => (engine_error(e), none),
+            },
             Request::SetVolume { node, volume, mute } => {
                 match self.engine.set_volume(&node, volume, mute) {
                     Ok(()) => {

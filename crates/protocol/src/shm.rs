@@ -658,6 +658,13 @@ impl AsFd for Doorbell {
     }
 }
 
+/// NaN and infinities read from a ring become silence: whichever side wrote them, they
+/// would poison every mix, resampler and filter after them. *RT*.
+#[inline]
+fn finite(v: f32) -> f32 {
+    if v.is_finite() { v } else { 0.0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -927,11 +934,4 @@ mod tests {
         let bell = Doorbell::from_fd(fd).unwrap();
         assert!(!bell.wait(Some(Duration::from_millis(1))).unwrap());
     }
-}
-
-/// NaN and infinities read from a ring become silence: whichever side wrote them, they
-/// would poison every mix, resampler and filter after them. *RT*.
-#[inline]
-fn finite(v: f32) -> f32 {
-    if v.is_finite() { v } else { 0.0 }
 }

@@ -169,7 +169,7 @@ fn serve(conn: UnixStream, mode: Mode, stats: Arc<Stats>) {
                         Reply::error(ErrorCode::NoSuchPort, format!("no port '{output}'"))
                     }
                 }
-                Request::SetVolume { .. } => Reply::Ok,
+                Request::SetVolume { .. } | Request::SetFilterControl { .. } => Reply::Ok,
                 Request::CreateCallback(_)
                 | Request::AddPort { .. }
                 | Request::RemovePort { .. }

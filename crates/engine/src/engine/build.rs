@@ -129,6 +129,7 @@ impl Engine {
             events,
             held: false,
             hw: Default::default(),
+            chains: Default::default(),
         };
         let engine = Engine {
             shared: Arc::new(Shared {

@@ -45,6 +45,8 @@ pub(super) struct Control {
     pub(super) held: bool,
     /// Device nodes with a hardware volume (`hwvol.rs`).
     pub(super) hw: std::collections::HashMap<NodeId, HwEntry>,
+    /// The controls of the filter chain on each sink that has one (`filters.rs`).
+    pub(super) chains: std::collections::HashMap<NodeId, Vec<quaver_dsp::filter::Controls>>,
 }
 
 /// A device node's hardware volume and the software gain that completes it (kept here,

@@ -7,6 +7,7 @@
 //! - `build.rs`: building and starting an engine, the service thread, shutdown;
 //! - `edit.rs`: graph edits;
 //! - `devices.rs`: devices added and removed while the engine runs;
+//! - `filters.rs`: filter chains on device sinks and their live controls;
 //! - `freewheel.rs`: JACK's freewheel, and the RT thread's scheduling meanwhile;
 //! - `quantum.rs`: the forced quantum and why the quantum in force is what it is;
 //! - `status.rs`: reading the graph, status and per-node timing;
@@ -16,6 +17,7 @@ mod build;
 pub mod config;
 mod devices;
 mod edit;
+mod filters;
 mod freewheel;
 mod handle;
 mod hwvol;

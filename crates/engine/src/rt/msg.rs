@@ -36,6 +36,19 @@ pub(crate) enum ToRt {
         slot: usize,
         retune: Box<Retune>,
     },
+    /// A node's processor replaced (a filter chain put on a device's sink node, or
+    /// taken off with `None`); the old one goes back as garbage.
+    SetProcessor {
+        slot: usize,
+        processor: Option<Box<dyn crate::rt::node::Processor>>,
+    },
+    /// A control of one of a node's filters ([`crate::rt::node::Processor::control`]).
+    Control {
+        slot: usize,
+        index: usize,
+        name: ControlName,
+        value: f64,
+    },
     /// A new idle timeout before the devices suspend, in frames (`None`: never).
     SuspendAfter(Option<u64>),
     /// A device opened at run time takes the free index `index` (its nodes follow in
@@ -58,12 +71,45 @@ pub(crate) enum ToRt {
     Shutdown,
 }
 
+/// A control's name carried to the RT thread without a heap allocation.
+#[derive(Clone, Copy)]
+pub(crate) struct ControlName {
+    bytes: [u8; ControlName::MAX],
+    len: u8,
+}
+
+impl ControlName {
+    /// The longest name that fits.
+    pub(crate) const MAX: usize = 32;
+
+    /// `name`, if it fits.
+    pub(crate) fn new(name: &str) -> Option<ControlName> {
+        let len = name.len();
+        if len > Self::MAX {
+            return None;
+        }
+        let mut bytes = [0; Self::MAX];
+        bytes[..len].copy_from_slice(name.as_bytes());
+        Some(ControlName {
+            bytes,
+            len: len as u8,
+        })
+    }
+
+    /// The name (always valid UTF-8: it was copied from a `str`).
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+}
+
 /// Objects the RT thread retired; dropped on the control side.
 pub(crate) enum Garbage {
     Plan(#[allow(dead_code)] Box<Plan>),
     Node(#[allow(dead_code)] Box<NodeSlot>),
     /// The rate converter a retune replaced.
     Retune(#[allow(dead_code)] Box<Retune>),
+    /// A processor replaced by [`ToRt::SetProcessor`].
+    Processor(#[allow(dead_code)] Box<dyn crate::rt::node::Processor>),
     /// A device that failed, went away or was removed, with its rate matching: closed
     /// (at once: its card may be waiting for the handles to go) and freed by the control
     /// side.

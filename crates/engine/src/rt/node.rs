@@ -133,4 +133,11 @@ pub trait Processor: Send {
     /// ([`quaver_dsp::Planar::whole_channel`]); they must never be treated as samples.
     /// *RT*.
     fn midi_ports(&mut self, _ports: &crate::rt::midi::MidiPorts) {}
+
+    /// Sets control `name` of the node's filter `index` to `value`
+    /// ([`crate::Engine::filter_control`]); false when the node has no such control or
+    /// refuses the value. Must not allocate, even to refuse. *RT*.
+    fn control(&mut self, _index: usize, _name: &str, _value: f64) -> bool {
+        false
+    }
 }

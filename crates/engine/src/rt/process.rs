@@ -150,20 +150,35 @@ impl RtRunner {
             }
             match step.device {
                 Some(DeviceRole::Sink(d)) => {
+                    // A filter chain on the sink (`crate::filter`) turns the mix into
+                    // what the device plays, and the monitor carries that too. It
+                    // marks the node rendered: a chain cannot take back what it
+                    // processed, so a big-buffer device is not rewound under it.
+                    let played = match processor.as_mut() {
+                        Some(p) => {
+                            p.process(cx, inputs.view(q), &mut outputs.view_mut(q));
+                            *rendered = true;
+                            *rendered_until = self.queued_until + q as u64;
+                            &mut *outputs
+                        }
+                        None => &mut *inputs,
+                    };
                     if self.start_fades[d].is_ramping() {
-                        self.start_fades[d].apply(&mut inputs.view_mut(q));
+                        self.start_fades[d].apply(&mut played.view_mut(q));
                     }
                     if let Some(dev) = self.devices[d].as_deref_mut().filter(|_| !detached) {
                         let ok = self.followers[d]
                             .as_mut()
-                            .and_then(|f| f.write(&mut *dev, inputs.view(q)))
-                            .unwrap_or_else(|| dev.write(inputs.view(q)).is_ok());
+                            .and_then(|f| f.write(&mut *dev, played.view(q)))
+                            .unwrap_or_else(|| dev.write(played.view(q)).is_ok());
                         if !ok {
                             self.mark_gone(d);
                         }
                     }
-                    for ch in 0..outputs.channels().min(inputs.channels()) {
-                        outputs.channel_mut(ch)[..q].copy_from_slice(&inputs.channel(ch)[..q]);
+                    if processor.is_none() {
+                        for ch in 0..outputs.channels().min(inputs.channels()) {
+                            outputs.channel_mut(ch)[..q].copy_from_slice(&inputs.channel(ch)[..q]);
+                        }
                     }
                 }
                 Some(DeviceRole::Source(d)) => self.read_source(d, &mut outputs.view_mut(q)),

@@ -285,6 +285,29 @@ impl RtRunner {
                     }
                 }
                 ToRt::Retune { slot, retune } => self.retune(slot, retune),
+                ToRt::SetProcessor { slot, processor } => {
+                    let old = match self.slots[slot].as_mut() {
+                        Some(s) => std::mem::replace(&mut s.processor, processor),
+                        None => processor,
+                    };
+                    if let Some(old) = old {
+                        self.retire(Garbage::Processor(old));
+                    }
+                }
+                ToRt::Control {
+                    slot,
+                    index,
+                    name,
+                    value,
+                } => {
+                    let done = self.slots[slot]
+                        .as_mut()
+                        .and_then(|s| s.processor.as_mut())
+                        .is_some_and(|p| p.control(index, name.as_str(), value));
+                    if !done {
+                        self.stats.controls_refused.fetch_add(1, Relaxed);
+                    }
+                }
                 ToRt::Rewind { discard } => {
                     self.rewind_requested = true;
                     if let Some(slot) = discard

@@ -88,6 +88,9 @@ pub struct RtStats {
     pub leaked: AtomicU64,
     /// Events dropped because the event queue was full.
     pub events_dropped: AtomicU64,
+    /// Filter control changes the node refused (no such filter or control, or a value
+    /// out of range) or whose node was gone.
+    pub controls_refused: AtomicU64,
     /// Per-device counters.
     pub devices: [DeviceStats; MAX_DEVICES],
     /// Driver wakeup lateness, log2 buckets of ns (bucket i: [2^i, 2^(i+1))).

@@ -139,6 +139,24 @@ mod tests {
             volume: None,
             mute: Some(true),
         });
+        let set = Request::SetFilterControl {
+            node: "file-sink".into(),
+            index: 1,
+            control: "gain_db".into(),
+            value: -6.5,
+        };
+        roundtrip_req(set.clone());
+        assert!(set.validate().is_ok());
+        let nan = Request::SetFilterControl {
+            node: "file-sink".into(),
+            index: 1,
+            control: "gain_db".into(),
+            value: f64::NAN,
+        };
+        assert_eq!(
+            nan.validate().unwrap_err(),
+            "control value NaN is not a finite number"
+        );
     }
 
     #[test]

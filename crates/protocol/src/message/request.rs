@@ -110,6 +110,18 @@ pub enum Request {
     /// sends an `Event` reply (id 0) after every graph or device change and reads no
     /// further requests. Open another connection for requests.
     Watch,
+    /// Changes a control of one filter in the chain on a sink (gain, a biquad's
+    /// frequency, ...); the filter ramps or crossfades to it. Answered by `Ok`.
+    SetFilterControl {
+        /// The sink: node name or numeric id as a string.
+        node: String,
+        /// The filter's position in the chain, from 0.
+        index: u32,
+        /// The control's name (e.g. `gain_db`).
+        control: String,
+        /// The new value.
+        value: f64,
+    },
     /// Changes a node's volume and/or mute; `None` leaves that setting alone.
     SetVolume {
         /// Node name or numeric id as a string.
@@ -329,6 +341,20 @@ impl Request {
             Request::SetAlias { alias, .. } | Request::UnsetAlias { alias, .. } => {
                 check_alias(alias)
             }
+            Request::SetFilterControl {
+                node,
+                control,
+                value,
+                ..
+            } => {
+                check_name("node", node)?;
+                check_name("control", control)?;
+                if value.is_finite() {
+                    Ok(())
+                } else {
+                    Err(format!("control value {value} is not a finite number"))
+                }
+            }
             Request::SetVolume { node, volume, mute } => {
                 check_name("node", node)?;
                 if let Some(v) = volume {
@@ -355,6 +381,7 @@ impl Request {
             Request::Link { .. } => "link",
             Request::Unlink { .. } => "unlink",
             Request::SetVolume { .. } => "set_volume",
+            Request::SetFilterControl { .. } => "set_filter_control",
             Request::CreateCallback(_) => "create_callback",
             Request::AddPort { .. } => "add_port",
             Request::RemovePort { .. } => "remove_port",

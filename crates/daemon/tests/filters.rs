@@ -133,8 +133,9 @@ chain = [
             );
         }
     }
-    // The block with the NaN came out as silence on both channels (the chain reset),
-    // and only that block: the signal is back long before the second measurement.
+    // The NaN became one silent sample where the client's float audio is decoded, so
+    // it never reached the chain: no block of silence (a chain reset) around it. The
+    // chain's own guard, for NaN a filter makes, is tested in crates/dsp/tests/filters.rs.
     let around = &right[start + NAN_AT - 8_192..start + NAN_AT + 8_192];
     let mut run = 0usize;
     let mut longest = 0usize;
@@ -142,10 +143,8 @@ chain = [
         run = if *v == 0.0 { run + 1 } else { 0 };
         longest = longest.max(run);
     }
-    assert!(
-        (16..=8_192).contains(&longest),
-        "silent run of {longest} frames around the NaN"
-    );
+    assert!(longest < 16, "silent run of {longest} frames around the NaN");
+    assert!(around.iter().all(|v| v.is_finite()));
     check_gain_changes(&right, start + 60_000, &c, &changes);
 }
 

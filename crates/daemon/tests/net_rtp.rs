@@ -1,0 +1,144 @@
+//! RTP between two quaverds on two hosts (issue 37 acceptance 1, first half): two network
+//! namespaces joined by a veth pair with a multicast route, created and removed by this
+//! test; one quaverd sends a 48 kHz L24 stereo stream to a multicast group through an
+//! `rtp-send` sink, the other receives it through an `rtp-recv` source linked to its file
+//! sink, and the file holds exactly what was played.
+
+use quaver_testkit::*;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bound for each `ip` command.
+const IP_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs `ip ARGS` (bounded); the error carries its stderr.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let child = Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("ip: {e}"))?;
+    let out = wait_output(child, IP_WAIT);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Network namespaces this test made; removed when dropped, even after a failure (the
+/// veth pair goes with them).
+struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    fn add(&mut self, name: &str) -> Result<(), String> {
+        ip(&["netns", "add", name])?;
+        self.0.push(name.to_string());
+        Ok(())
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            if let Err(e) = ip(&["netns", "del", n]) {
+                eprintln!("cleanup: {e}");
+            }
+        }
+    }
+}
+
+/// Two hosts: `tx` at 10.237.0.1 and `rx` at 10.237.0.2, multicast routed over the link.
+fn two_hosts(tx: &str, rx: &str) -> Result<Namespaces, String> {
+    let mut ns = Namespaces(Vec::new());
+    ns.add(tx)?;
+    ns.add(rx)?;
+    ip(&[
+        "link", "add", "qv0", "netns", tx, "type", "veth", "peer", "name", "qv1", "netns", rx,
+    ])?;
+    for (n, dev, addr) in [(tx, "qv0", "10.237.0.1/24"), (rx, "qv1", "10.237.0.2/24")] {
+        ip(&["-n", n, "addr", "add", addr, "dev", dev])?;
+        ip(&["-n", n, "link", "set", dev, "up"])?;
+        ip(&["-n", n, "link", "set", "lo", "up"])?;
+        ip(&["-n", n, "route", "add", "224.0.0.0/4", "dev", dev])?;
+    }
+    Ok(ns)
+}
+
+/// quaverd in namespace `ns` with `args`.
+fn daemon_in(ns: &str, args: &[&str]) -> Daemon {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
+        .arg(quaverd_bin())
+        .args(["--realtime-priority", "0", "--log-level", "debug"])
+        .args(["--suspend-timeout-ms", "0"])
+        .args(args);
+    Daemon::start_cmd(tempfile::tempdir().unwrap(), cmd)
+}
+
+fn ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn l24_stream_between_two_namespaces_arrives_bit_exact() {
+    let tx = format!("qv-tx-{}", std::process::id());
+    let rx = format!("qv-rx-{}", std::process::id());
+    let _hosts = match two_hosts(&tx, &rx) {
+        Ok(ns) => ns,
+        Err(e) => {
+            eprintln!("SKIPPED: network namespaces not available here ({e})");
+            return;
+        }
+    };
+    let group = "239.69.0.1:5004";
+    let mut sender = daemon_in(
+        &tx,
+        &[
+            "--device",
+            &format!("rtp-send:dest={group},format=L24,rate=48000,channels=2"),
+        ],
+    );
+    let mut receiver = daemon_in(
+        &rx,
+        &[
+            "--device",
+            "file:out.wav,format=f32,rate=48000,channels=2",
+            "--device",
+            &format!(
+                "rtp-recv:listen={group},source=10.237.0.1,format=L24,rate=48000,channels=2,latency=20"
+            ),
+        ],
+    );
+    ok(&receiver.run(&["link", "rtp-recv-source", "file-sink"]));
+    // Two seconds of 24-bit noise (every value exact in L24), starting non-zero.
+    let input: Vec<f32> = noise_s16(48_000 * 2 * 2, 37, 30_000)
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| ((s as i32 * 256 + (i as i32 % 251)) | 1) as f32 / 8_388_608.0)
+        .collect();
+    write_wav_f32(&sender.path("in.wav"), 48_000, 2, &input);
+    let t0 = Instant::now();
+    ok(&sender.run(&["play", "in.wav"]));
+    // The tail crosses the link and the 20 ms jitter buffer.
+    std::thread::sleep(Duration::from_millis(300));
+    let played = t0.elapsed();
+    sender.stop();
+    let out_path = receiver.path("out.wav");
+    let log = receiver.stop();
+    let (_, out) = read_wav_f32(&out_path);
+    assert!(
+        out.iter().any(|&s| s != 0.0),
+        "nothing arrived in {played:?}; receiver log:\n{log}"
+    );
+    assert_contains_exactly(&out, &input, "received stream");
+}

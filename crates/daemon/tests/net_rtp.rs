@@ -115,7 +115,7 @@ fn l24_stream_between_two_namespaces_arrives_bit_exact() {
             "file:out.wav,format=f32,rate=48000,channels=2",
             "--device",
             &format!(
-                "rtp-recv:listen={group},source=10.237.0.1,format=L24,rate=48000,channels=2,latency=20"
+                "rtp-recv:listen={group},source=10.237.0.1,format=L24,rate=48000,channels=2,latency=60"
             ),
         ],
     );
@@ -129,16 +129,33 @@ fn l24_stream_between_two_namespaces_arrives_bit_exact() {
     write_wav_f32(&sender.path("in.wav"), 48_000, 2, &input);
     let t0 = Instant::now();
     ok(&sender.run(&["play", "in.wav"]));
-    // The tail crosses the link and the 20 ms jitter buffer.
+    // The tail crosses the link and the 60 ms jitter buffer.
     std::thread::sleep(Duration::from_millis(300));
     let played = t0.elapsed();
-    sender.stop();
+    // The receiver first: it must not see the sender go quiet.
     let out_path = receiver.path("out.wav");
     let log = receiver.stop();
+    sender.stop();
     let (_, out) = read_wav_f32(&out_path);
     assert!(
         out.iter().any(|&s| s != 0.0),
         "nothing arrived in {played:?}; receiver log:\n{log}"
     );
+    // The receiver's account when it closed: nothing lost, concealed or dropped.
+    let line = log
+        .lines()
+        .find(|l| l.contains("rtp-recv: ") && l.contains(" accepted, "))
+        .unwrap_or_else(|| panic!("no rtp-recv summary in the log:\n{log}"));
+    eprintln!("{line}");
     assert_contains_exactly(&out, &input, "received stream");
+    for clean in [
+        " 0 lost,",
+        " 0 concealed",
+        " 0 late,",
+        " 0 jumps,",
+        " 0 malformed,",
+        " 0 dropped",
+    ] {
+        assert!(line.contains(clean), "{clean:?} missing in: {line}");
+    }
 }

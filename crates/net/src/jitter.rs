@@ -4,9 +4,9 @@
 //! * Order: a packet's timestamp (extended past its 32-bit wrap) says where its frames
 //!   go, so reordered packets land in place; sequence numbers (extended past their 16-bit
 //!   wrap) count the packets lost (RFC 3550 A.3: expected minus accepted).
-//! * Target delay: after the first packet (and after each underrun) nothing plays until
-//!   `target` frames are buffered from the play position; then every
-//!   [`JitterBuffer::pull`] takes the next frames.
+//! * Target delay: after the first packet (and after each underrun) a
+//!   [`JitterBuffer::pull`] gives silence until it can take its frames and leave `target`
+//!   frames buffered; from then on every pull takes the next frames.
 //! * Loss: a frame missing when its turn comes is concealed by **silence with a short
 //!   fade**: the last played value of each channel ramps linearly to zero over `fade`
 //!   frames, then silence; when frames arrive again they fade in over `fade` frames. No
@@ -247,7 +247,7 @@ impl JitterBuffer {
         s
     }
 
-    /// Whether pulls now take frames (the target was reached).
+    /// Whether pulls take frames (the target was reached, and no underrun since).
     pub fn playing(&self) -> bool {
         self.state == State::Playing
     }
@@ -339,9 +339,6 @@ impl JitterBuffer {
         self.foreign_run = 0;
         self.stats.accepted += 1;
         self.update_jitter(arrival, ts);
-        if self.state == State::Buffering && self.end - self.read >= self.cfg.target as u64 {
-            self.state = State::Playing;
-        }
         if restarted {
             Push::Restarted
         } else {
@@ -357,6 +354,12 @@ impl JitterBuffer {
         let whole = out.len() / ch * ch;
         out[whole..].fill(0.0);
         let out = &mut out[..whole];
+        // Playing starts once this pull leaves the target buffered: the target is
+        // what stays ahead of the puller, whatever its cycle's length.
+        let need = (self.cfg.target + whole / ch) as u64;
+        if self.state == State::Buffering && self.end - self.read >= need {
+            self.state = State::Playing;
+        }
         if self.state != State::Playing {
             out.fill(0.0);
             return;

@@ -339,6 +339,29 @@ impl Device for RtpRecv {
 
     fn close(&mut self) -> Result<(), DeviceError> {
         self.pacer.stop();
+        let (st, malformed) = self.stats();
+        let (datagrams, errors, dropped) = self.received();
+        tracing::info!(
+            "{}: {datagrams} datagrams ({errors} receive errors, {dropped} dropped before \
+             the jitter buffer, {malformed} not RTP); {} accepted, {} lost, {} concealed \
+             frames, {} underruns, {} late, {} duplicates, {} jumps, {} from another SSRC, \
+             {} from another source, {} of another type, {} malformed, {} restarts; \
+             jitter {:.1} frames",
+            self.info.name,
+            st.accepted,
+            st.lost,
+            st.concealed,
+            st.underruns,
+            st.late,
+            st.duplicates,
+            st.jumps,
+            st.wrong_ssrc,
+            st.wrong_source,
+            st.wrong_type,
+            st.malformed,
+            st.restarts,
+            st.jitter
+        );
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

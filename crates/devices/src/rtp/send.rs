@@ -266,6 +266,12 @@ impl Device for RtpSend {
     fn close(&mut self) -> Result<(), DeviceError> {
         self.pacer.stop();
         self.stop_thread();
+        let (sent, errors) = self.sent();
+        tracing::info!(
+            "{}: {sent} packets sent, {errors} send errors, {} cycles dropped (ring full)",
+            self.info.name,
+            self.counters.overruns
+        );
         Ok(())
     }
 }

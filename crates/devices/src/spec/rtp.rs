@@ -6,7 +6,7 @@
 //!   (default `rtp-send`).
 //! * `rtp-recv:listen=ADDR:PORT[,options]` (a multicast ADDR joins the group):
 //!   `source=IP` (only this sender), `format`, `rate`, `channels`, `pt`, `latency=MS`
-//!   (the jitter buffer's target, default 10), `name` (default `rtp-recv`).
+//!   (the jitter buffer's target, default 50), `name` (default `rtp-recv`).
 
 use super::{DeviceDefaults, DeviceSpec, Parser};
 use crate::DeviceError;
@@ -120,7 +120,7 @@ impl Parser<'_> {
             rate: d.rate,
             channels: d.channels.clone(),
             payload_type: DEFAULT_PAYLOAD_TYPE,
-            latency_us: 10_000,
+            latency_us: 50_000,
             name: "rtp-recv".into(),
         };
         for (key, value) in self.options(rest, &[])? {

@@ -105,8 +105,13 @@ fn run(jb: &mut JitterBuffer, s: &Stream, order: &[u64]) -> Vec<f32> {
         // is pulled per packet taken: the receiver's pace is the sender's.
         let arrival = (order[0] + i as u64) * PKT as u64;
         let taken = matches!(s.push_at(jb, k, arrival), Push::Accepted | Push::Restarted);
-        if taken && jb.playing() {
-            played.extend(pull(jb, PKT));
+        let was = jb.playing();
+        if taken {
+            let out = pull(jb, PKT);
+            // Kept from the pull that started playing on (silence before it).
+            if was || jb.playing() {
+                played.extend(out);
+            }
         }
     }
     played
@@ -126,7 +131,7 @@ fn in_order_stream_plays_bit_exact_after_the_target() {
     }
     let played = run(&mut jb, &s, &(3..200).collect::<Vec<_>>());
     assert_signal(&played, 0);
-    assert_eq!(played.len(), 197 * PKT * CH);
+    assert_eq!(played.len(), 196 * PKT * CH);
     let st = jb.stats();
     assert_eq!(
         (st.accepted, st.lost, st.concealed, st.underruns),
@@ -134,8 +139,8 @@ fn in_order_stream_plays_bit_exact_after_the_target() {
     );
     assert_eq!(
         st.buffered,
-        3 * PKT as u64,
-        "the target minus the packet just pulled"
+        4 * PKT as u64,
+        "the target stays buffered after each pull"
     );
     assert_eq!(
         st.jitter, 0.0,
@@ -266,8 +271,10 @@ fn foreign_packets_are_counted_and_dropped_and_the_stream_plays_on() {
             jb.push(&RtpPacket::parse(&giant).unwrap(), sender(), 0),
             Push::Malformed
         );
-        if jb.playing() {
-            played.extend(pull(&mut jb, PKT));
+        let was = jb.playing();
+        let out = pull(&mut jb, PKT);
+        if was || jb.playing() {
+            played.extend(out);
         }
     }
     assert_signal(&played, 0);
@@ -296,7 +303,7 @@ fn a_new_ssrc_that_persists_takes_over() {
     assert_eq!(new.push(&mut jb, 15), Push::Restarted);
     let played = run(&mut jb, &new, &(16..40).collect::<Vec<_>>());
     assert_signal(&played, 15 * PKT as u64);
-    assert_eq!(played.len(), 22 * PKT * CH);
+    assert_eq!(played.len(), 21 * PKT * CH);
     let st = jb.stats();
     assert_eq!((st.restarts, st.wrong_ssrc), (1, 15));
 }
@@ -336,8 +343,8 @@ fn an_underrun_refills_to_the_target_and_a_pause_starts_a_new_timeline() {
     let s = Stream::new(0, 0);
     run(&mut jb, &s, &(0..10).collect::<Vec<_>>());
     // The sender stops: the buffer plays out what it has, then conceals and refills.
-    let rest = pull(&mut jb, 4 * PKT);
-    assert_signal(&rest[..3 * PKT * CH], 7 * PKT as u64);
+    let rest = pull(&mut jb, 5 * PKT);
+    assert_signal(&rest[..4 * PKT * CH], 6 * PKT as u64);
     assert!(!jb.playing());
     assert_eq!(jb.stats().underruns, 1);
     assert!(pull(&mut jb, PKT).iter().all(|&x| x == 0.0));

@@ -242,7 +242,7 @@ fn render(spec: &DeviceSpec) -> Option<String> {
         DeviceSpec::RtpSend(c) => {
             write!(
                 s,
-                "rtp-send:dest={},format={},rate={},channels={},ptime={},pt={},ttl={},name={}",
+                "rtp-send:dest={},format={},rate={},channels={},ptime={},pt={},ttl={},sap={},name={}",
                 c.dest,
                 c.encoding,
                 c.rate,
@@ -250,6 +250,7 @@ fn render(spec: &DeviceSpec) -> Option<String> {
                 c.ptime_us as f64 / 1000.0,
                 c.payload_type,
                 c.ttl,
+                on(c.sap),
                 plain(&c.name)?
             )
             .ok()?;

@@ -2,11 +2,25 @@
 //! namespaces joined by a veth pair with a multicast route, created and removed by this
 //! test; one quaverd sends a 48 kHz L24 stereo stream to a multicast group through an
 //! `rtp-send` sink, the other receives it through an `rtp-recv` source linked to its file
-//! sink, and the file holds exactly what was played.
+//! sink, and the file holds exactly what was played. The sender's SAP announcement is
+//! caught in the receiver's namespace and describes the stream.
 
+use quaver_net::{Encoding, SapKind, SapPacket, SessionDescription};
 use quaver_testkit::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Prints the first datagram to the SAP group and port (9875), or fails after 8 s.
+const SAP_CATCH: &str = "
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('239.255.255.255', 9875))
+m = struct.pack('4s4s', socket.inet_aton('239.255.255.255'), socket.inet_aton('0.0.0.0'))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, m)
+s.settimeout(8)
+sys.stdout.buffer.write(s.recv(65536))
+";
 
 /// Bound for each `ip` command.
 const IP_WAIT: Duration = Duration::from_secs(10);
@@ -101,6 +115,15 @@ fn l24_stream_between_two_namespaces_arrives_bit_exact() {
         }
     };
     let group = "239.69.0.1:5004";
+    // One SAP packet, caught in the receiver's namespace (started before the sender,
+    // whose first announcement leaves as it opens).
+    let sap_listener = Command::new("ip")
+        .args(["netns", "exec", &rx, "python3", "-c", SAP_CATCH])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    std::thread::sleep(Duration::from_millis(300));
     let mut sender = daemon_in(
         &tx,
         &[
@@ -120,6 +143,22 @@ fn l24_stream_between_two_namespaces_arrives_bit_exact() {
         ],
     );
     ok(&receiver.run(&["link", "rtp-recv-source", "file-sink"]));
+    let sap = wait_output(sap_listener, Duration::from_secs(10));
+    ok(&sap);
+    let p = SapPacket::parse(&sap.stdout).expect("a SAP packet");
+    assert_eq!(
+        (p.kind, p.source),
+        (SapKind::Announce, "10.237.0.1".parse().unwrap())
+    );
+    let d = SessionDescription::parse(p.sdp).expect("its SDP");
+    assert_eq!(
+        (d.name.as_str(), d.address.to_string(), d.port, d.ttl),
+        ("rtp-send", "239.69.0.1".to_string(), 5004, Some(1))
+    );
+    assert_eq!(
+        (d.encoding, d.rate, d.channels, d.payload_type, d.ptime_us),
+        (Encoding::L24, 48_000, 2, 97, Some(1000))
+    );
     // Two seconds of 24-bit noise (every value exact in L24), starting non-zero.
     let input: Vec<f32> = noise_s16(48_000 * 2 * 2, 37, 30_000)
         .iter()

@@ -34,6 +34,7 @@ fn rtp_write_and_read_allocate_nothing() {
         ptime_us: 1_000,
         payload_type: 97,
         ttl: 1,
+        sap: false,
         name: "rtp-send".into(),
     })
     .unwrap();

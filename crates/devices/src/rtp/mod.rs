@@ -10,6 +10,7 @@
 
 mod common;
 mod recv;
+mod sap;
 mod send;
 
 pub use common::{DEFAULT_PAYLOAD_TYPE, MAX_PAYLOAD};

@@ -6,11 +6,12 @@
 //! refills after one).
 
 use super::common::{NetCounters, STOP_POLL, check_packet, packet_frames, random_u64};
+use super::sap::{Announcer, SAP_INTERVAL};
 use crate::clock::RealClock;
 use crate::pacer::Pacer;
 use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus, check_format};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
-use quaver_net::{Encoding, RtpHeader};
+use quaver_net::{Encoding, RtpHeader, SessionDescription};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,8 +34,34 @@ pub struct RtpSendConfig {
     pub payload_type: u8,
     /// Multicast TTL (hops).
     pub ttl: u32,
+    /// Whether the stream is announced by SAP (IPv4 only).
+    pub sap: bool,
     /// Device name.
     pub name: String,
+}
+
+/// The SDP of `cfg`'s stream (the announcer fills in the origin and session id).
+fn describe(cfg: &RtpSendConfig) -> SessionDescription {
+    SessionDescription {
+        session_id: 0,
+        session_version: 0,
+        origin: cfg.dest.ip(),
+        name: cfg.name.clone(),
+        address: cfg.dest.ip(),
+        ttl: cfg
+            .dest
+            .ip()
+            .is_multicast()
+            .then_some(cfg.ttl.min(255) as u8),
+        port: cfg.dest.port(),
+        payload_type: cfg.payload_type,
+        encoding: cfg.encoding,
+        rate: cfg.rate,
+        channels: cfg.channels.len() as u16,
+        ptime_us: Some(cfg.ptime_us),
+        ts_refclk: None,
+        mediaclk: None,
+    }
 }
 
 /// Network side of an [`RtpSend`].
@@ -49,9 +76,19 @@ struct Sender {
     header: RtpHeader,
     stop: Arc<AtomicBool>,
     counters: Arc<NetCounters>,
+    sap: Option<Announcer>,
 }
 
 impl Sender {
+    fn announce(&self, delete: bool) {
+        if let Some(a) = &self.sap {
+            let packet = if delete { &a.delete } else { &a.announce };
+            if let Err(e) = self.socket.send_to(packet, a.group) {
+                tracing::debug!("rtp-send: SAP to {}: {e}", a.group);
+            }
+        }
+    }
+
     fn run(mut self) {
         let per_packet = self.frames * self.channels;
         let mut samples = vec![0.0f32; per_packet];
@@ -62,7 +99,12 @@ impl Sender {
             (self.frames as u64 * 500_000 / self.rate as u64).max(100),
         )
         .min(STOP_POLL);
+        let mut next_sap = std::time::Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
+            if std::time::Instant::now() >= next_sap {
+                self.announce(false);
+                next_sap += SAP_INTERVAL;
+            }
             while let Ok(chunk) = self.samples.read_chunk(per_packet) {
                 let (a, b) = chunk.as_slices();
                 samples[..a.len()].copy_from_slice(a);
@@ -87,6 +129,7 @@ impl Sender {
             }
             std::thread::sleep(nap);
         }
+        self.announce(true);
     }
 }
 
@@ -151,6 +194,11 @@ impl RtpSend {
             header,
             stop: stop.clone(),
             counters: net.clone(),
+            sap: if cfg.sap {
+                Announcer::new(describe(&cfg))
+            } else {
+                None
+            },
         };
         let thread = std::thread::Builder::new()
             .name(format!("rtp-send {}", cfg.dest))

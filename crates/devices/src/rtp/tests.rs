@@ -31,6 +31,7 @@ fn loopback_stream_arrives_bit_exact() {
         ptime_us: 1_000,
         payload_type: 97,
         ttl: 1,
+        sap: false,
         name: "rtp-send".into(),
     })
     .unwrap();
@@ -81,6 +82,7 @@ fn packets_too_big_for_one_datagram_are_refused() {
         ptime_us: 4_000,
         payload_type: 97,
         ttl: 1,
+        sap: false,
         name: "rtp-send".into(),
     })
     .err()

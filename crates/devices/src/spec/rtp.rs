@@ -2,8 +2,9 @@
 //!
 //! * `rtp-send:dest=ADDR:PORT[,options]`: `format=L24|L16` (default L24), `rate`,
 //!   `channels`, `ptime=MS` (packet time, default 1, decimals allowed: `0.125`),
-//!   `pt` (payload type, default 97), `ttl` (multicast hops, default 1), `name`
-//!   (default `rtp-send`).
+//!   `pt` (payload type, default 97), `ttl` (multicast hops, default 1), `sap=on|off`
+//!   (SAP announcements of IPv4 streams, default on), `name` (default `rtp-send`; also
+//!   the SDP's session name).
 //! * `rtp-recv:listen=ADDR:PORT[,options]` (a multicast ADDR joins the group):
 //!   `source=IP` (only this sender), `format`, `rate`, `channels`, `pt`, `latency=MS`
 //!   (the jitter buffer's target, default 50), `name` (default `rtp-recv`).
@@ -76,6 +77,7 @@ impl Parser<'_> {
             ptime_us: 1000,
             payload_type: DEFAULT_PAYLOAD_TYPE,
             ttl: 1,
+            sap: true,
             name: "rtp-send".into(),
         };
         for (key, value) in self.options(rest, &[])? {
@@ -90,12 +92,13 @@ impl Parser<'_> {
                     let ttl: u8 = self.number(key, value)?;
                     cfg.ttl = ttl as u32;
                 }
+                "sap" => cfg.sap = self.flag(key, value)?,
                 "name" => cfg.name = self.name(value)?,
                 _ => {
                     return Err(self.unknown(
                         "rtp-send",
                         key,
-                        "dest, format, rate, channels, ptime, pt, ttl, name",
+                        "dest, format, rate, channels, ptime, pt, ttl, sap, name",
                     ));
                 }
             }

@@ -10,7 +10,7 @@ fn sample(frame: usize, c: usize) -> f32 {
 }
 
 #[test]
-fn loopback_stream_arrives_bit_exact() {
+fn loopback_stream_arrives_bit_exact_through_hostile_datagrams() {
     let channels = ChannelMap::stereo();
     let mut rx = RtpRecv::open(RtpRecvConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -35,6 +35,17 @@ fn loopback_stream_arrives_bit_exact() {
         name: "rtp-send".into(),
     })
     .unwrap();
+    // Beside the stream, every cycle: three datagrams that are not RTP and one too long
+    // from the sender's own address, and a well-formed packet from another host.
+    let junk = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let stranger = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    let mut forged = [0u8; 18];
+    quaver_net::RtpHeader::new(97, 1, 0, 1)
+        .write(&[0x7f; 6], &mut forged)
+        .unwrap();
+    let mut bad_csrc = [0u8; 12];
+    bad_csrc[0] = 0x8f;
+    let hostile: [&[u8]; 4] = [&[0x40; 12], &[0x80; 11], &bad_csrc, &[0x80; 3000]];
     let (cycles, q) = (20, 480);
     let mut buf = PlanarBuf::new(2, q);
     for k in 0..cycles {
@@ -44,16 +55,22 @@ fn loopback_stream_arrives_bit_exact() {
             }
         }
         tx.write(buf.view(q)).unwrap();
+        for d in hostile {
+            junk.send_to(d, rx.local_addr()).unwrap();
+        }
+        stranger.send_to(&forged, rx.local_addr()).unwrap();
         // At the stream's pace, as the engine's cycles would write it.
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let want = (cycles * q / 48) as u64;
+    let n = cycles as u64;
+    let all = want + 5 * n;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while rx.received().0 < want && std::time::Instant::now() < deadline {
+    while rx.received().0 < all && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     assert_eq!(tx.sent(), (want, 0));
-    assert_eq!(rx.received(), (want, 0, 0));
+    assert_eq!(rx.received(), (all, 0, n), "datagrams, errors, too long");
     for k in 0..cycles {
         let mut view = buf.view_mut(q);
         rx.read(&mut view).unwrap();
@@ -64,9 +81,11 @@ fn loopback_stream_arrives_bit_exact() {
         }
     }
     let (st, malformed) = rx.stats();
+    assert_eq!((st.accepted, st.lost, st.concealed), (want, 0, 0));
     assert_eq!(
-        (st.accepted, st.lost, st.concealed, malformed),
-        (want, 0, 0, 0)
+        (malformed, st.wrong_source),
+        (3 * n, n),
+        "not RTP, another host"
     );
     tx.close().unwrap();
     rx.close().unwrap();

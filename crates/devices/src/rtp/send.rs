@@ -1,9 +1,9 @@
 //! `rtp-send`: a sink whose playback is sent as an RTP stream.
 //!
 //! The RT side interleaves each cycle into a sample ring; the network thread takes whole
-//! packets (`ptime` each) out of it, encodes them and sends them. RTP timestamps count
-//! the frames sent, so they stay continuous across pauses (the receiver's jitter buffer
-//! refills after one).
+//! packets (`ptime` each) out of it, encodes them and sends them one packet time apart.
+//! RTP timestamps count the frames sent, so they stay continuous across pauses (the
+//! receiver's jitter buffer refills after one).
 
 use super::common::{NetCounters, STOP_POLL, check_packet, packet_frames, random_u64};
 use super::sap::{Announcer, SAP_INTERVAL};
@@ -16,6 +16,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Nothing to send for this long is a pause: the packet schedule starts over after it.
+const PAUSE: Duration = Duration::from_millis(100);
 
 /// How to open an [`RtpSend`].
 #[derive(Debug, Clone, PartialEq)]
@@ -89,45 +93,66 @@ impl Sender {
         }
     }
 
+    /// Encodes and sends one packet's samples.
+    fn send(&mut self, samples: &[f32], payload: &mut [u8], packet: &mut [u8]) {
+        // Sizes were fixed together at open: neither call can fail.
+        let _ = self.encoding.encode(samples, payload);
+        let Ok(n) = self.header.write(payload, packet) else {
+            return;
+        };
+        match self.socket.send_to(&packet[..n], self.dest) {
+            Ok(_) => NetCounters::add(&self.counters.packets),
+            Err(e) => {
+                if self.counters.errors.load(Ordering::Relaxed) == 0 {
+                    tracing::warn!("rtp-send to {}: {e}", self.dest);
+                }
+                NetCounters::add(&self.counters.errors);
+            }
+        }
+        self.header.sequence = self.header.sequence.wrapping_add(1);
+        self.header.timestamp = self.header.timestamp.wrapping_add(self.frames as u32);
+    }
+
     fn run(mut self) {
         let per_packet = self.frames * self.channels;
         let mut samples = vec![0.0f32; per_packet];
         let mut payload = vec![0u8; per_packet * self.encoding.bytes()];
         let mut packet = vec![0u8; 12 + payload.len()];
-        // Half a packet time between looks: a packet leaves at most that late.
-        let nap = std::time::Duration::from_micros(
-            (self.frames as u64 * 500_000 / self.rate as u64).max(100),
-        )
-        .min(STOP_POLL);
-        let mut next_sap = std::time::Instant::now();
+        let ptime = Duration::from_nanos(self.frames as u64 * 1_000_000_000 / self.rate as u64);
+        // Half a packet time between looks while the ring is empty.
+        let nap = (ptime / 2).max(Duration::from_micros(100)).min(STOP_POLL);
+        // When the next packet is due: packets leave one packet time apart, not in a
+        // burst per engine cycle, so a receiver sees the jitter of the network only.
+        // None after a pause (nothing to send for PAUSE): the next packet starts anew.
+        let mut due: Option<Instant> = None;
+        let mut next_sap = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
-            if std::time::Instant::now() >= next_sap {
+            if Instant::now() >= next_sap {
                 self.announce(false);
                 next_sap += SAP_INTERVAL;
             }
-            while let Ok(chunk) = self.samples.read_chunk(per_packet) {
+            // Late packets (the engine or this thread was held up) leave at once.
+            while due.is_none_or(|d| d <= Instant::now()) {
+                let Ok(chunk) = self.samples.read_chunk(per_packet) else {
+                    break;
+                };
                 let (a, b) = chunk.as_slices();
                 samples[..a.len()].copy_from_slice(a);
                 samples[a.len()..].copy_from_slice(b);
                 chunk.commit_all();
-                // Sizes were fixed together at open: neither call can fail.
-                let _ = self.encoding.encode(&samples, &mut payload);
-                let Ok(n) = self.header.write(&payload, &mut packet) else {
-                    continue;
-                };
-                match self.socket.send_to(&packet[..n], self.dest) {
-                    Ok(_) => NetCounters::add(&self.counters.packets),
-                    Err(e) => {
-                        if self.counters.errors.load(Ordering::Relaxed) == 0 {
-                            tracing::warn!("rtp-send to {}: {e}", self.dest);
-                        }
-                        NetCounters::add(&self.counters.errors);
-                    }
-                }
-                self.header.sequence = self.header.sequence.wrapping_add(1);
-                self.header.timestamp = self.header.timestamp.wrapping_add(self.frames as u32);
+                self.send(&samples, &mut payload, &mut packet);
+                due = Some(due.unwrap_or_else(Instant::now) + ptime);
             }
-            std::thread::sleep(nap);
+            let now = Instant::now();
+            let sleep = match due {
+                Some(d) if d > now => (d - now).min(STOP_POLL),
+                Some(d) if now - d > PAUSE => {
+                    due = None;
+                    nap
+                }
+                _ => nap,
+            };
+            std::thread::sleep(sleep);
         }
         self.announce(true);
     }

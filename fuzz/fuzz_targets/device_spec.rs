@@ -97,6 +97,19 @@ fn check_ranges(spec: &DeviceSpec) {
                 assert!(min <= max);
             }
         }
+        DeviceSpec::RtpSend(c) => {
+            check_rate(c.rate);
+            check_channels(&c.channels);
+            assert!(c.dest.port() != 0 && c.payload_type <= 127 && c.ttl <= 255);
+            assert!((1..=1_000_000).contains(&c.ptime_us));
+            assert!(!c.name.is_empty());
+        }
+        DeviceSpec::RtpRecv(c) => {
+            check_rate(c.rate);
+            check_channels(&c.channels);
+            assert!(c.payload_type <= 127 && c.latency_us <= 2_000_000);
+            assert!(!c.name.is_empty());
+        }
     }
 }
 
@@ -224,6 +237,39 @@ fn render(spec: &DeviceSpec) -> Option<String> {
                 if let Some(v) = v {
                     write!(s, ",{key}={v}").ok()?;
                 }
+            }
+        }
+        DeviceSpec::RtpSend(c) => {
+            write!(
+                s,
+                "rtp-send:dest={},format={},rate={},channels={},ptime={},pt={},ttl={},sap={},name={}",
+                c.dest,
+                c.encoding,
+                c.rate,
+                channels(&c.channels),
+                c.ptime_us as f64 / 1000.0,
+                c.payload_type,
+                c.ttl,
+                on(c.sap),
+                plain(&c.name)?
+            )
+            .ok()?;
+        }
+        DeviceSpec::RtpRecv(c) => {
+            write!(
+                s,
+                "rtp-recv:listen={},format={},rate={},channels={},pt={},latency={},name={}",
+                c.listen,
+                c.encoding,
+                c.rate,
+                channels(&c.channels),
+                c.payload_type,
+                c.latency_us as f64 / 1000.0,
+                plain(&c.name)?
+            )
+            .ok()?;
+            if let Some(ip) = c.source {
+                write!(s, ",source={ip}").ok()?;
             }
         }
     }

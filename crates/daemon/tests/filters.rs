@@ -143,7 +143,10 @@ chain = [
         run = if *v == 0.0 { run + 1 } else { 0 };
         longest = longest.max(run);
     }
-    assert!(longest < 16, "silent run of {longest} frames around the NaN");
+    assert!(
+        longest < 16,
+        "silent run of {longest} frames around the NaN"
+    );
     assert!(around.iter().all(|v| v.is_finite()));
     check_gain_changes(&right, start + 60_000, &c, &changes);
 }

@@ -24,6 +24,7 @@ pub mod hwvol;
 pub mod margin;
 pub mod null;
 mod pacer;
+pub mod rtp;
 pub mod sim;
 pub mod spec;
 
@@ -32,6 +33,7 @@ pub use clock::{RealClock, SimClock, VirtualClock};
 pub use file::{FileConfig, FileSink, WavFormat};
 pub use margin::{Margin, MarginConfig};
 pub use null::{NullConfig, NullDevice};
+pub use rtp::{RtpRecv, RtpRecvConfig, RtpSend, RtpSendConfig};
 pub use sim::{DacProbe, DriftStep, Fault, SimCard, SimConfig};
 pub use spec::{DeviceDefaults, DeviceSpec, open_device, parse_spec};
 

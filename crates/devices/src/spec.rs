@@ -32,6 +32,9 @@
 //!   (default on), `capture=on|off` (default off), `margin` and `margin_max` (frames:
 //!   the adaptive safety margin's bounds), `pace=auto|device|clock`, `name`.
 //!
+//! * `rtp-send:dest=ADDR:PORT,…` and `rtp-recv:listen=ADDR:PORT,…`: RTP network devices
+//!   (options in `spec/rtp.rs`, docs/net.md).
+//!
 //! `rate` is in Hz; `channels` is a count (`2`), a layout name (`mono`, `stereo`, `2.1`,
 //! `4.0`, `5.1`, `7.1`) or positions joined by `+` (`FL+FR+LFE`). Both default to the
 //! [`DeviceDefaults`]. Booleans accept on/off, true/false, yes/no, 1/0. Keys may not
@@ -40,11 +43,14 @@
 use crate::alsa::{AlsaConfig, AlsaDevice, Pacing};
 use crate::file::{FileConfig, FileSink, WavFormat};
 use crate::null::{NullConfig, NullDevice};
+use crate::rtp::{RtpRecv, RtpRecvConfig, RtpSend, RtpSendConfig};
 use crate::sim::{DriftStep, Fault, SimCard, SimConfig};
 use crate::{Device, DeviceError, MAX_CHANNELS, MAX_RATE};
 use quaver_dsp::ChannelMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+mod rtp;
 
 /// Rate and channels a spec gets unless it sets its own (from the daemon's configuration).
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +91,10 @@ pub enum DeviceSpec {
     },
     /// An ALSA PCM (its name is in the config).
     Alsa(AlsaConfig),
+    /// A sink sending an RTP stream.
+    RtpSend(RtpSendConfig),
+    /// A source playing a received RTP stream.
+    RtpRecv(RtpRecvConfig),
 }
 
 impl DeviceSpec {
@@ -97,6 +107,8 @@ impl DeviceSpec {
             }
             DeviceSpec::Sim { config, name } => Box::new(SimCard::new(config)?.with_name(name)),
             DeviceSpec::Alsa(config) => Box::new(AlsaDevice::open(config)?),
+            DeviceSpec::RtpSend(config) => Box::new(RtpSend::open(config)?),
+            DeviceSpec::RtpRecv(config) => Box::new(RtpRecv::open(config)?),
         })
     }
 }
@@ -127,9 +139,13 @@ pub fn parse_spec(spec: &str, defaults: &DeviceDefaults) -> Result<DeviceSpec, D
         "file" => p.file(rest, defaults),
         "sim" => p.sim(rest, defaults),
         "alsa" => p.alsa(rest, defaults),
-        "" => Err(p.bad("empty device kind (expected null, file, sim or alsa)".into())),
+        "rtp-send" => p.rtp_send(rest, defaults),
+        "rtp-recv" => p.rtp_recv(rest, defaults),
+        "" => Err(p.bad(
+            "empty device kind (expected null, file, sim, alsa, rtp-send or rtp-recv)".into(),
+        )),
         other => Err(p.bad(format!(
-            "unknown device kind '{other}' (expected null, file, sim or alsa)"
+            "unknown device kind '{other}' (expected null, file, sim, alsa, rtp-send or rtp-recv)"
         ))),
     }
 }

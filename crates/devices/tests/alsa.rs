@@ -115,7 +115,7 @@ fn bad_alsa_specs_say_why() {
     assert!(bad("alsa:null,buffer=0").contains("outside"));
     assert!(bad("alsa:null,pace=fast").contains("auto, device or clock"));
     assert!(bad("alsa:null,rate=1,rate=2").contains("twice"));
-    assert!(bad("nope").contains("null, file, sim or alsa"));
+    assert!(bad("nope").contains("null, file, sim, alsa, rtp-send or rtp-recv"));
 }
 
 // ---- alsa-lib's null PCM ----

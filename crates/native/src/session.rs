@@ -241,30 +241,7 @@ impl NativeServer {
                 Ok((created, fds)) => (Reply::StreamCreated(created), fds),
                 Err(reply) => (reply, none),
             },
-            Request::DestroyStream { node } => {
-                let owned = {
-                    let mut clients = self.clients.lock().expect("poisoned");
-                    let c = clients.get_mut(&client).expect("registered at hello");
-                    let before = c.streams.len();
-                    c.streams.retain(|&n| n != node);
-                    c.kinds.remove(&node);
-                    if let Some(cb) = c.callbacks.remove(&node) {
-                        cb.retire();
-                    }
-                    before != c.streams.len()
-                };
-                if !owned {
-                    let msg = format!("node {node} is not a stream of this client");
-                    return (Reply::error(ErrorCode::NoSuchNode, msg), none);
-                }
-                if let Some(d) = &self.opts.ducking {
-                    d.remove(node);
-                }
-                match self.engine.remove_node(node) {
-                    Ok(()) => (Reply::Ok, none),
-                    Err(e) => (engine_error(e), none),
-                }
-            }
+            Request::DestroyStream { node } => (self.destroy_stream(client, node), none),
             Request::Link { output, input } => match self
                 .engine
                 // As JACK (libjack's jack_connect comes this way): a link may close a
@@ -365,6 +342,32 @@ impl NativeServer {
                     Err(e) => (engine_error(e), none),
                 }
             }
+        }
+    }
+
+    /// `destroy_stream`: one of this client's streams (or callback nodes) leaves.
+    fn destroy_stream(&self, client: u32, node: u32) -> Reply {
+        let owned = {
+            let mut clients = self.clients.lock().expect("poisoned");
+            let c = clients.get_mut(&client).expect("registered at hello");
+            let before = c.streams.len();
+            c.streams.retain(|&n| n != node);
+            c.kinds.remove(&node);
+            if let Some(cb) = c.callbacks.remove(&node) {
+                cb.retire();
+            }
+            before != c.streams.len()
+        };
+        if !owned {
+            let msg = format!("node {node} is not a stream of this client");
+            return Reply::error(ErrorCode::NoSuchNode, msg);
+        }
+        if let Some(d) = &self.opts.ducking {
+            d.remove(node);
+        }
+        match self.engine.remove_node(node) {
+            Ok(()) => Reply::Ok,
+            Err(e) => engine_error(e),
         }
     }
 

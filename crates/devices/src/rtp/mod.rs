@@ -1,0 +1,21 @@
+//! RTP network devices: `rtp-send` (a sink whose playback goes out as an RTP stream) and
+//! `rtp-recv` (a source that plays an RTP stream received through a jitter buffer), in
+//! the formats of `quaver_net` (L16/L24). docs/net.md.
+//!
+//! Sockets never touch the real-time thread: each device starts one network thread of
+//! its own (plain scheduling) that owns the UDP socket, non-blocking, waiting in `poll`
+//! or sleeping between packets; the device's RT methods and that thread share only
+//! lock-free rings (`rtrb`) and atomics. Both devices keep time with the monotonic clock
+//! like the null sink (see [`crate::null`]); as followers they take the driver's pace.
+
+mod common;
+mod recv;
+mod sap;
+mod send;
+
+pub use common::{DEFAULT_PAYLOAD_TYPE, MAX_PAYLOAD};
+pub use recv::{RtpRecv, RtpRecvConfig};
+pub use send::{RtpSend, RtpSendConfig};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,114 @@
+use super::*;
+use crate::Device;
+use quaver_dsp::{ChannelMap, PlanarBuf};
+use quaver_net::Encoding;
+
+/// A distinct L24 value per frame and channel.
+fn sample(frame: usize, c: usize) -> f32 {
+    let v = ((frame * 7919 + c * 104_729) % (1 << 24)) as i32 - (1 << 23);
+    v as f32 / 8_388_608.0
+}
+
+#[test]
+fn loopback_stream_arrives_bit_exact_through_hostile_datagrams() {
+    let channels = ChannelMap::stereo();
+    let mut rx = RtpRecv::open(RtpRecvConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        source: Some("127.0.0.1".parse().unwrap()),
+        encoding: Encoding::L24,
+        rate: 48_000,
+        channels: channels.clone(),
+        payload_type: 97,
+        latency_us: 10_000,
+        name: "rtp-recv".into(),
+    })
+    .unwrap();
+    let mut tx = RtpSend::open(RtpSendConfig {
+        dest: rx.local_addr(),
+        encoding: Encoding::L24,
+        rate: 48_000,
+        channels,
+        ptime_us: 1_000,
+        payload_type: 97,
+        ttl: 1,
+        sap: false,
+        name: "rtp-send".into(),
+    })
+    .unwrap();
+    // Beside the stream, every cycle: three datagrams that are not RTP and one too long
+    // from the sender's own address, and a well-formed packet from another host.
+    let junk = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let stranger = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    let mut forged = [0u8; 18];
+    quaver_net::RtpHeader::new(97, 1, 0, 1)
+        .write(&[0x7f; 6], &mut forged)
+        .unwrap();
+    let mut bad_csrc = [0u8; 12];
+    bad_csrc[0] = 0x8f;
+    let hostile: [&[u8]; 4] = [&[0x40; 12], &[0x80; 11], &bad_csrc, &[0x80; 3000]];
+    let (cycles, q) = (20, 480);
+    let mut buf = PlanarBuf::new(2, q);
+    for k in 0..cycles {
+        for c in 0..2 {
+            for (f, s) in buf.channel_mut(c).iter_mut().enumerate() {
+                *s = sample(k * q + f, c);
+            }
+        }
+        tx.write(buf.view(q)).unwrap();
+        for d in hostile {
+            junk.send_to(d, rx.local_addr()).unwrap();
+        }
+        stranger.send_to(&forged, rx.local_addr()).unwrap();
+        // At the stream's pace, as the engine's cycles would write it.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let want = (cycles * q / 48) as u64;
+    let n = cycles as u64;
+    let all = want + 5 * n;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while rx.received().0 < all && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(tx.sent(), (want, 0));
+    assert_eq!(rx.received(), (all, 0, n), "datagrams, errors, too long");
+    for k in 0..cycles {
+        let mut view = buf.view_mut(q);
+        rx.read(&mut view).unwrap();
+        for c in 0..2 {
+            for (f, s) in buf.channel(c).iter().enumerate() {
+                assert_eq!(*s, sample(k * q + f, c), "cycle {k} frame {f} channel {c}");
+            }
+        }
+    }
+    let (st, malformed) = rx.stats();
+    assert_eq!((st.accepted, st.lost, st.concealed), (want, 0, 0));
+    assert_eq!(
+        (malformed, st.wrong_source),
+        (3 * n, n),
+        "not RTP, another host"
+    );
+    tx.close().unwrap();
+    rx.close().unwrap();
+}
+
+#[test]
+fn packets_too_big_for_one_datagram_are_refused() {
+    let err = RtpSend::open(RtpSendConfig {
+        dest: "127.0.0.1:9".parse().unwrap(),
+        encoding: Encoding::L24,
+        rate: 48_000,
+        channels: ChannelMap::default_for(8),
+        ptime_us: 4_000,
+        payload_type: 97,
+        ttl: 1,
+        sap: false,
+        name: "rtp-send".into(),
+    })
+    .err()
+    .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "bad device spec 'rtp-send': packets of 192 frames × 8 channels of L24 are 4608 bytes, \
+         more than 1440 (use a shorter ptime)"
+    );
+}

@@ -1,0 +1,67 @@
+//! The RTP devices' cycle methods allocate nothing: `RtpSend::write` (into its ring) and
+//! `RtpRecv::read` (draining datagrams, parsing them, the jitter buffer, the pull) under
+//! the allocation guard the engine's no_alloc test uses, with packets really flowing over
+//! the loopback interface (their network threads may allocate; the guard watches only the
+//! calling thread, which plays the RT thread here).
+
+use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
+use quaver_devices::{Device, RtpRecv, RtpRecvConfig, RtpSend, RtpSendConfig};
+use quaver_dsp::{ChannelMap, PlanarBuf};
+use quaver_net::Encoding;
+use std::time::Duration;
+
+#[global_allocator]
+static A: AllocDisabler = AllocDisabler;
+
+#[test]
+fn rtp_write_and_read_allocate_nothing() {
+    let mut rx = RtpRecv::open(RtpRecvConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        source: None,
+        encoding: Encoding::L24,
+        rate: 48_000,
+        channels: ChannelMap::stereo(),
+        payload_type: 97,
+        latency_us: 5_000,
+        name: "rtp-recv".into(),
+    })
+    .unwrap();
+    let mut tx = RtpSend::open(RtpSendConfig {
+        dest: rx.local_addr(),
+        encoding: Encoding::L24,
+        rate: 48_000,
+        channels: ChannelMap::stereo(),
+        ptime_us: 1_000,
+        payload_type: 97,
+        ttl: 1,
+        sap: false,
+        name: "rtp-send".into(),
+    })
+    .unwrap();
+    let q = 96;
+    let mut out = PlanarBuf::new(2, q);
+    let mut inp = PlanarBuf::new(2, q);
+    for c in 0..2 {
+        for (i, s) in out.channel_mut(c).iter_mut().enumerate() {
+            *s = (i as f32 / q as f32) - 0.5;
+        }
+    }
+    reset_violation_count();
+    for _ in 0..300 {
+        assert_no_alloc(|| {
+            tx.write(out.view(q)).unwrap();
+            rx.read(&mut inp.view_mut(q)).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(
+        violation_count(),
+        0,
+        "the RTP devices allocated in the cycle"
+    );
+    let (st, malformed) = rx.stats();
+    assert!(st.accepted > 200, "packets flowed: {st:?}");
+    assert_eq!(malformed, 0);
+    tx.close().unwrap();
+    rx.close().unwrap();
+}

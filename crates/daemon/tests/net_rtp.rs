@@ -72,10 +72,16 @@ fn two_hosts(tx: &str, rx: &str) -> Result<Namespaces, String> {
     let mut ns = Namespaces(Vec::new());
     ns.add(tx)?;
     ns.add(rx)?;
+    // Per-process names: the pair is made in this namespace before it moves, so a name
+    // another run holds here would fail the test as if namespaces were not permitted.
+    let (a, b) = (
+        format!("qv{}a", std::process::id() % 100_000),
+        format!("qv{}b", std::process::id() % 100_000),
+    );
     ip(&[
-        "link", "add", "qv0", "netns", tx, "type", "veth", "peer", "name", "qv1", "netns", rx,
+        "link", "add", &a, "netns", tx, "type", "veth", "peer", "name", &b, "netns", rx,
     ])?;
-    for (n, dev, addr) in [(tx, "qv0", "10.237.0.1/24"), (rx, "qv1", "10.237.0.2/24")] {
+    for (n, dev, addr) in [(tx, &a, "10.237.0.1/24"), (rx, &b, "10.237.0.2/24")] {
         ip(&["-n", n, "addr", "add", addr, "dev", dev])?;
         ip(&["-n", n, "link", "set", dev, "up"])?;
         ip(&["-n", n, "link", "set", "lo", "up"])?;

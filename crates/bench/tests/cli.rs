@@ -504,6 +504,11 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
             "--quick",
             "--streams",
             "2",
+            // One latency for the load part: with PulseAudio and PipeWire installed (as
+            // scripts/test does for the setup and doctor tests) each costs every server
+            // its windows; both latencies are rendered by the golden report tests.
+            "--latencies",
+            "20",
             "--monitor-latencies",
             "20",
             "--capture-latencies",
@@ -517,14 +522,9 @@ fn peers_quick_compares_quaverd_with_what_is_installed() {
     let servers = v["results"]["servers"].as_array().unwrap();
     assert_eq!(servers[0]["server"], "quaverd");
     assert!(servers[0]["error"].is_null(), "{}", servers[0]["error"]);
-    // Both latencies of the load part, one sample each.
-    for lat in ["default", "20"] {
-        assert_eq!(
-            servers[0]["load"][lat]["2"].as_array().unwrap().len(),
-            1,
-            "{lat}"
-        );
-    }
+    // The load part at its one latency, one sample.
+    assert_eq!(servers[0]["load"]["20"]["2"].as_array().unwrap().len(), 1);
+    assert!(servers[0]["load"]["default"].is_null());
     // The monitor-latency part ran against quaverd: impulses went out and came back.
     let m = &servers[0]["monitor"][0];
     assert_eq!(m["latency_ms"], 20);

@@ -106,20 +106,10 @@ impl Device for NullDevice {
     }
 
     fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError> {
-        let late = self.pacer.wait(quantum);
-        self.counters.wakeups += 1;
-        if !late {
-            return Ok(WaitStatus::Ready);
-        }
-        // A stall longer than the resync limit means the sink ran dry and the source lost
-        // audio, just as a sound card would have.
-        if self.info.playback.is_some() {
-            self.counters.underruns += 1;
-        }
-        if self.info.capture.is_some() {
-            self.counters.overruns += 1;
-        }
-        Ok(WaitStatus::Xrun)
+        let (play, cap) = (self.info.playback.is_some(), self.info.capture.is_some());
+        Ok(self
+            .pacer
+            .wait_device(quantum, &mut self.counters, play, cap))
     }
 
     fn write(&mut self, buf: Planar<'_>) -> Result<(), DeviceError> {

@@ -12,6 +12,7 @@
 //! counts such a wakeup as overdue.
 
 use crate::clock::SimClock;
+use crate::{DeviceCounters, WaitStatus};
 
 /// How late a wakeup may be before the time base is resynchronized instead of catching up
 /// with a burst of cycles (e.g. after the VM or the process was stopped).
@@ -70,6 +71,28 @@ impl Pacer {
             self.frames = 0;
         }
         now > deadline + LATE_LIMIT_NS
+    }
+}
+
+impl Pacer {
+    /// A paced device's `wait`: counts the wakeup; a wakeup so late that the device ran
+    /// dry counts as an underrun of its playback and an overrun of its capture, as a
+    /// sound card would have had them.
+    pub(crate) fn wait_device(
+        &mut self,
+        quantum: usize,
+        counters: &mut DeviceCounters,
+        playback: bool,
+        capture: bool,
+    ) -> WaitStatus {
+        let late = self.wait(quantum);
+        counters.wakeups += 1;
+        if !late {
+            return WaitStatus::Ready;
+        }
+        counters.underruns += playback as u64;
+        counters.overruns += capture as u64;
+        WaitStatus::Xrun
     }
 }
 

@@ -272,13 +272,9 @@ impl Device for RtpRecv {
     }
 
     fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError> {
-        let late = self.pacer.wait(quantum);
-        self.counters.wakeups += 1;
-        if late {
-            self.counters.overruns += 1;
-            return Ok(WaitStatus::Xrun);
-        }
-        Ok(WaitStatus::Ready)
+        Ok(self
+            .pacer
+            .wait_device(quantum, &mut self.counters, false, true))
     }
 
     fn write(&mut self, _buf: Planar<'_>) -> Result<(), DeviceError> {

@@ -279,13 +279,9 @@ impl Device for RtpSend {
     }
 
     fn wait(&mut self, quantum: usize) -> Result<WaitStatus, DeviceError> {
-        let late = self.pacer.wait(quantum);
-        self.counters.wakeups += 1;
-        if late {
-            self.counters.underruns += 1;
-            return Ok(WaitStatus::Xrun);
-        }
-        Ok(WaitStatus::Ready)
+        Ok(self
+            .pacer
+            .wait_device(quantum, &mut self.counters, true, false))
     }
 
     fn write(&mut self, buf: Planar<'_>) -> Result<(), DeviceError> {

@@ -38,7 +38,9 @@ fuzz_target!(|data: &[u8]| {
     };
     check_ranges(&spec);
     if let Some(canonical) = render(&spec) {
-        let again = parse_spec(&canonical, &DeviceDefaults::default())
+        // Same defaults: an RTP device's own rate (`device_rate`) has no option and
+        // always comes from them.
+        let again = parse_spec(&canonical, &defaults)
             .unwrap_or_else(|e| panic!("{canonical:?} (from {text:?}) does not parse: {e}"));
         assert_eq!(again, spec, "{text:?} written as {canonical:?}");
     }
@@ -250,7 +252,7 @@ fn render(spec: &DeviceSpec) -> Option<String> {
                 c.ptime_us as f64 / 1000.0,
                 c.payload_type,
                 c.ttl,
-                on(c.sap),
+                c.sap.map_or_else(|| "off".to_string(), |g| g.to_string()),
                 plain(&c.name)?
             )
             .ok()?;

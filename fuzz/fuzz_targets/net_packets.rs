@@ -10,14 +10,15 @@
 //! Checked besides "no panic": an accepted RTP packet's payload lies inside the datagram
 //! and its header written back parses to the same fields; an accepted SDP keeps the
 //! ranges (1..=64 channels, 1..=768000 Hz) and its text written back parses equal; an
-//! accepted SAP packet written back parses equal; the jitter buffer counts every packet
+//! accepted SAP packet written back parses equal, and SAP discovery's directory
+//! (`Directory`) fed it keeps within its bound; the jitter buffer counts every packet
 //! exactly once and plays only finite samples within -1..=1.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use quaver_net::{
-    Encoding, JitterBuffer, JitterConfig, MAX_CHANNELS, MAX_RATE, RtpPacket, SapPacket,
+    Change, Directory, DirectoryConfig, Encoding, JitterBuffer, JitterConfig, MAX_CHANNELS, MAX_RATE, RtpPacket, SapPacket,
     SessionDescription,
 };
 
@@ -55,6 +56,7 @@ fn sdp(text: &str) {
 }
 
 fn sap(data: &[u8]) {
+    directory(data);
     let Ok(p) = SapPacket::parse(data) else {
         return;
     };
@@ -62,6 +64,26 @@ fn sap(data: &[u8]) {
     let n = p.write(&mut out).expect("a parsed packet writes back");
     assert_eq!(SapPacket::parse(&out[..n]), Ok(p));
     sdp(p.sdp);
+}
+
+/// SAP discovery's book fed the datagram as announcements from two hosts and again a
+/// second later: it never keeps more streams than its bound, and what it reports found
+/// it keeps.
+fn directory(data: &[u8]) {
+    let mut d = Directory::new(DirectoryConfig {
+        max_sessions: 1,
+        timeout_ns: 500_000_000,
+    });
+    for (i, host) in ["10.0.0.1", "10.0.0.2"].iter().enumerate() {
+        let found = d.receive(data, host.parse().unwrap(), i as u64, &[]);
+        assert!(d.len() <= 1);
+        if let Some(Change::Found(_, s)) = found {
+            assert!((1..=MAX_CHANNELS).contains(&s.channels) && (1..=MAX_RATE).contains(&s.rate));
+            assert_eq!(d.len(), 1);
+        }
+    }
+    assert!(d.expire(1_000_000_000).len() <= 1);
+    assert!(d.is_empty());
 }
 
 fn jitter(data: &[u8]) {

@@ -37,6 +37,12 @@ fuzz_target!(|data: &[u8]| {
         if let Reply::Process(p) = &env.reply {
             let _ = p.check();
         }
+        // And a network device's figures before `quaver status` shows them.
+        if let Reply::Status(st) = &env.reply {
+            for net in st.devices.iter().filter_map(|d| d.net.as_ref()) {
+                let _ = net.check();
+            }
+        }
         let bytes = encode_json(&env).expect("a parsed reply encodes");
         let back: ReplyEnvelope = decode_json(&bytes).expect("an encoded reply parses");
         assert_eq!(back, env, "reply round trip through {bytes:?}");

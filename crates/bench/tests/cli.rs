@@ -789,3 +789,49 @@ fn drift_quick_reads_every_followers_loop() {
     assert_eq!(stepping.as_array().unwrap().len(), 2);
     assert!((stepping[1]["truth_ppm"].as_f64().unwrap() + 200.0).abs() < 1e-6);
 }
+
+/// `echo --quick`: the tiny scene on quaverd and, when installed, PulseAudio; both
+/// measured with finite figures, from the same rendered scene.
+#[test]
+fn echo_quick_measures_quaverd_and_pulseaudio_on_one_scene() {
+    for tool in ["espeak-ng", "sox", "paplay", "parec", "pactl"] {
+        if quaver_bench::tools::exec::which(tool).is_none() {
+            eprintln!(
+                "SKIPPED: echo_quick needs {tool} (Debian: espeak-ng, sox, pulseaudio-utils)"
+            );
+            return;
+        }
+    }
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(&bench(&["echo", "--quick", "--seed", "3"], dir.path()));
+    assert!(out.contains("ERLE"), "{out}");
+    let v = record(dir.path(), "echo");
+    check_common(&v, "echo", 3);
+    let runs = v["results"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for run in runs {
+        let installed =
+            run["server"] == "quaverd" || quaver_bench::tools::exec::which("pulseaudio").is_some();
+        if !installed {
+            assert!(run["measures"]["Err"].is_string(), "{run}");
+            continue;
+        }
+        let m = &run["measures"]["Ok"];
+        for k in [
+            "erle_db",
+            "near_kept_single",
+            "near_kept_double",
+            "near_level_db",
+        ] {
+            assert!(m[k].as_f64().is_some_and(f64::is_finite), "{k}: {run}");
+        }
+        // Both pass the near end; quaverd's canceller has converged one second in
+        // (PulseAudio's takes longer: the figures come from the long scene).
+        assert!(m["near_kept_single"].as_f64().unwrap() > 0.5, "{run}");
+        if run["server"] == "quaverd" {
+            assert!(m["erle_db"].as_f64().unwrap() > 20.0, "{run}");
+        }
+        assert!(run["cpu_percent"].as_f64().is_some(), "{run}");
+    }
+}

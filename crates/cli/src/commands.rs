@@ -91,7 +91,9 @@ pub fn ls(server: Option<&Path>, as_json: bool) -> Result<()> {
         Ok((quaver_protocol::Reply::Aliases { ports }, _)) => ports,
         _ => Vec::new(),
     };
-    print_out(&(present::ls_text(&graph) + &present::aliases_text(&graph, &aliases)))
+    // Network devices' figures come from the status; without it the listing has none.
+    let devices = conn.status().map(|st| st.devices).unwrap_or_default();
+    print_out(&(present::ls_text_with(&graph, &devices) + &present::aliases_text(&graph, &aliases)))
 }
 
 /// `quaver graph`.

@@ -7,6 +7,7 @@ pub mod decode;
 pub mod doctor;
 pub mod dot;
 pub mod host;
+pub mod netshow;
 pub mod present;
 pub mod raw;
 pub mod setup;

@@ -260,6 +260,7 @@ pub fn status_text(
                 let _ = writeln!(s, "  {} {}", d.name, follow_text(f));
             }
         }
+        s.push_str(&crate::netshow::network_text(&st.devices));
     }
 
     if let Some(t) = timing.filter(|t| !t.nodes.is_empty()) {
@@ -348,6 +349,12 @@ fn callback_line(cb: &quaver_protocol::CallbackNodeInfo) -> String {
 
 /// `quaver ls` text: nodes with their ports, then links.
 pub fn ls_text(g: &GraphInfo) -> String {
+    ls_text_with(g, &[])
+}
+
+/// [`ls_text`] with a short line of network figures under each node of a network
+/// device among `devices` (from `status`).
+pub fn ls_text_with(g: &GraphInfo, devices: &[quaver_protocol::DeviceStatus]) -> String {
     let mut s = String::new();
     if g.nodes.is_empty() {
         s.push_str("nodes:  none\n");
@@ -401,6 +408,15 @@ pub fn ls_text(g: &GraphInfo) -> String {
             }
             if let Some(cb) = &n.callback {
                 let _ = writeln!(s, "      {}", callback_line(cb));
+            }
+            // A device's nodes are `<device>-sink` and `<device>-source`.
+            let net = devices.iter().find(|d| {
+                n.name
+                    .strip_prefix(d.name.as_str())
+                    .is_some_and(|rest| rest == "-sink" || rest == "-source")
+            });
+            if let Some(line) = net.and_then(crate::netshow::short_line) {
+                let _ = writeln!(s, "      {line}");
             }
         }
     }
@@ -633,6 +649,7 @@ links:
                 margin_frames: 0,
                 margin_changes: 0,
                 follow: None,
+                net: None,
             }],
             clients: vec![ClientInfo {
                 id: 3,

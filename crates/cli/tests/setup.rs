@@ -12,11 +12,11 @@
 //! in a private mount namespace with a fake `/run/systemd/system`) moves every process
 //! of the machine into its own cgroups.
 
+use quaver_testkit::peers::Pulseaudio;
 use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 const UNITS: [&str; 6] = [
     "pulseaudio.socket",
@@ -285,60 +285,22 @@ fn refused_while_a_server_started_by_hand_holds_the_socket(
     links0: &BTreeMap<String, String>,
 ) {
     let sock = home.xdg().join("pulse/native");
-    let (pid, comm, mut child, _listener) = if Command::new("sh")
-        .args(["-c", "command -v pulseaudio"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        let child = home
-            .cmd("pulseaudio")
-            .env("PULSE_RUNTIME_PATH", home.xdg().join("pulse"))
-            .args([
-                "-n",
-                "--daemonize=no",
-                "--exit-idle-time=-1",
-                "--disallow-exit",
-                "--use-pid-file=no",
-                "--system=no",
-                "-L",
-                "module-null-sink",
-                "-L",
-                "module-native-protocol-unix",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let t0 = Instant::now();
-        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "pulseaudio did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+    let pa = Pulseaudio::start(
+        &home.root,
+        &home.xdg(),
+        &["module-null-sink"],
+        "setup refusing a real pulseaudio (a plain listener holds the socket instead)",
+    );
+    let (pid, comm, _listener) = match &pa {
+        Some(pa) => (pa.pid(), "pulseaudio".to_string(), None),
+        None => {
+            let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+            let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+            (std::process::id(), comm.trim().to_string(), Some(l))
         }
-        (child.id(), "pulseaudio".to_string(), Some(child), None)
-    } else {
-        eprintln!(
-            "SKIPPED: pulseaudio not installed (Debian: pulseaudio); a plain listener holds \
-             the PulseAudio socket instead"
-        );
-        let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
-        (std::process::id(), comm.trim().to_string(), None, Some(l))
     };
     let out = home.quaver(&["setup"]);
-    if let Some(c) = child.as_mut() {
-        // SIGTERM by pid; pulseaudio exits cleanly on it.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while c.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop(pa);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let said = text(&out);
     assert!(

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod callback;
+pub mod peers;
 mod quantum;
 
 use std::io;

@@ -57,4 +57,8 @@ pub struct Args {
     /// wrong with it and on which line, and exit (status 1 when it is invalid).
     #[arg(long, value_name = "FILE")]
     pub check_rules: Option<PathBuf>,
+    /// Internal: build and run one plugin in this process and exit (quaverd runs
+    /// itself with this before it loads a plugin; docs/dsp/plugins.md).
+    #[arg(long, hide = true, value_name = "JSON")]
+    pub probe_plugin: Option<String>,
 }

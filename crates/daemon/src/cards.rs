@@ -3,9 +3,7 @@
 //! the card registry the front-ends present. Every failure is logged with the card's
 //! name and what was wrong, and the other cards serve. docs/alsa/discovery.md.
 
-use quaver_devices::alsa::cards::{
-    self as alsa_cards, CardProbe, CardProfiles, Mapping, PortKind, Profile,
-};
+use quaver_devices::alsa::cards::{self as alsa_cards, CardProbe, CardProfiles, PortKind, Profile};
 use quaver_devices::alsa::ucm::Ucm;
 use quaver_devices::alsa::ucm::profiles::card_profiles;
 use quaver_devices::alsa::{AlsaConfig, AlsaDevice, params::Direction};
@@ -235,15 +233,17 @@ fn open_profile_with(
             d.info().name,
             d.info().description
         );
-        let port_of = |m: &Option<String>, mapping: &Option<Mapping>| {
-            m.as_ref().and(mapping.as_ref()).map(|m| m.port.clone())
+        let port_of = |m: &Option<String>, dir: Direction| {
+            m.as_ref()
+                .and_then(|name| profile.mapping(dir, name))
+                .map(|m| m.port.clone())
         };
         opened.push(Opened {
             spec,
             owner: Owner {
                 card: card.index as u32,
-                output_port: port_of(&dev.output, &profile.output),
-                input_port: port_of(&dev.input, &profile.input),
+                output_port: port_of(&dev.output, Direction::Playback),
+                input_port: port_of(&dev.input, Direction::Capture),
             },
             device: Box::new(d.with_description(dev.description)),
         });
@@ -251,12 +251,12 @@ fn open_profile_with(
     (opened, problems)
 }
 
-/// Sets the UCM verb of `profile` (none for `off`) and enables, per direction, the
-/// best device of its mapping: the port its sink or source starts on (the mixers then
+/// Sets the UCM verb of `profile` (none for `off`) and enables, per mapping, its best
+/// device: the port its sink or source starts on (the mixers then
 /// follow the active port, docs/alsa/ucm.md).
 fn ucm_enable(ucm: &Ucm, profile: &Profile) -> Result<(), String> {
     ucm.set_verb(profile.verb.as_deref())?;
-    for m in [&profile.output, &profile.input].into_iter().flatten() {
+    for m in profile.mappings() {
         let devices: Vec<String> = m.ucm_ports.iter().map(|p| p.device.clone()).collect();
         if let Some(first) = devices.first() {
             ucm.enable_device(first, &devices)?;
@@ -269,7 +269,7 @@ fn ucm_enable(ucm: &Ucm, profile: &Profile) -> Result<(), String> {
 pub fn card_record(card: &CardProbe, profiles: &CardProfiles, active: String) -> Card {
     let mut ports: Vec<CardPort> = Vec::new();
     for p in &profiles.profiles {
-        for m in [&p.output, &p.input].into_iter().flatten() {
+        for m in p.mappings() {
             let direction = match m.dir {
                 Direction::Playback => PortDirection::Output,
                 Direction::Capture => PortDirection::Input,

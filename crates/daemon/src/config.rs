@@ -27,6 +27,10 @@ pub struct Config {
     pub callback: CallbackSection,
     /// `[[filters]]`: filter chains on device sinks.
     pub filters: Vec<crate::filters::SinkChain>,
+    /// `[net]`: network audio (SAP discovery of RTP streams).
+    pub net: crate::netdiscover::NetSection,
+    /// `[[echo_cancel]]`: echo-cancel source/sink pairs.
+    pub echo_cancel: Vec<crate::echo::EchoCancel>,
 }
 
 /// `[callback]` table.
@@ -50,6 +54,9 @@ pub struct CallbackSection {
     /// Microseconds the RT thread may poll a synchronous client's completion around its
     /// expected answer before blocking on it (0..=500; 0: block at once).
     pub spin_us: u32,
+    /// Every client asynchronous from its first cycle, as jackd2 without `-S`: one
+    /// wakeup of the RT thread per cycle instead of two, one quantum more latency.
+    pub asynchronous: bool,
 }
 
 impl Default for CallbackSection {
@@ -62,6 +69,22 @@ impl Default for CallbackSection {
             recover_ms: c.recover_ms,
             max_ports: c.max_ports,
             spin_us: c.spin_us,
+            asynchronous: c.asynchronous,
+        }
+    }
+}
+
+impl CallbackSection {
+    /// The native front-end's options these settings make.
+    pub fn options(&self) -> crate::native::CallbackOptions {
+        crate::native::CallbackOptions {
+            deadline: self.deadline,
+            async_after: self.async_after,
+            hung_ms: self.hung_ms,
+            recover_ms: self.recover_ms,
+            max_ports: self.max_ports,
+            spin_us: self.spin_us,
+            asynchronous: self.asynchronous,
         }
     }
 }
@@ -249,6 +272,8 @@ impl Config {
 
     /// Checks values that TOML types alone cannot.
     pub fn validate(&self) -> Result<()> {
+        self.net.validate()?;
+        crate::filters::validate(&self.filters)?;
         let e = &self.engine;
         if e.devices
             .iter()
@@ -441,12 +466,13 @@ mod tests {
         assert_eq!(cfg.pulse, PulseSection::default());
         assert_eq!(cfg.callback, CallbackSection::default());
         assert_eq!(cfg.policy, PolicyConfig::default());
+        assert_eq!(cfg.net, crate::netdiscover::NetSection::default());
     }
 
     #[test]
     fn callback_section_is_read_and_checked() {
         let cfg = Config::parse(
-            "[callback]\ndeadline = 0.9\nasync_after = 0\nhung_ms = 1000\nrecover_ms = 0\nmax_ports = 16\nspin_us = 40\n",
+            "[callback]\ndeadline = 0.9\nasync_after = 0\nhung_ms = 1000\nrecover_ms = 0\nmax_ports = 16\nspin_us = 40\nasynchronous = true\n",
             Path::new("q.toml"),
         )
         .unwrap();
@@ -459,6 +485,7 @@ mod tests {
                 recover_ms: 0,
                 max_ports: 16,
                 spin_us: 40,
+                asynchronous: true,
             }
         );
         let err = format!(

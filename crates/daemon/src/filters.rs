@@ -1,6 +1,8 @@
 //! `[[filters]]` in the config: filter chains put on device sinks at start-up
 //! (docs/dsp/filters.md). Every stream that plays to the sink passes through.
 
+use crate::filters_channels::{CrossoverSpec, MixerSpec};
+use crate::plugins::{LadspaSpec, Lv2Spec, Mute, PluginError, PluginSpec};
 use anyhow::{Context, Result, bail};
 use quaver_dsp::filter::{
     Biquad, BiquadKind, BiquadParams, Convolver, Delay, Filter, FilterChain, Gain, Limiter,
@@ -75,6 +77,15 @@ pub enum FilterSpec {
         #[serde(default = "default_partition")]
         partition: usize,
     },
+    /// A channel mixer: output channels as weighted sums of the input channels.
+    ChannelMixer(MixerSpec),
+    /// A Linkwitz–Riley crossover: each input channel split into bands, each band an
+    /// output channel.
+    Crossover(CrossoverSpec),
+    /// A LADSPA plugin (docs/dsp/plugins.md).
+    Ladspa(LadspaSpec),
+    /// An LV2 plugin (docs/dsp/plugins.md).
+    Lv2(Lv2Spec),
 }
 
 fn default_q() -> f64 {
@@ -91,7 +102,8 @@ fn default_partition() -> usize {
 }
 
 impl FilterSpec {
-    /// Builds the filter for `channels` channels at `rate` Hz (control thread).
+    /// Builds the filter for `channels` channels at `rate` Hz (control thread); for a
+    /// channel mixer or crossover, `channels` is what it takes in.
     pub fn build(&self, channels: usize, rate: u32) -> Result<Box<dyn Filter>> {
         let r = rate as f64;
         Ok(match self {
@@ -134,8 +146,80 @@ impl FilterSpec {
                 let irs = load_impulse(ir, channels, rate)?;
                 Box::new(Convolver::new(channels, &irs, *partition)?)
             }
+            FilterSpec::ChannelMixer(m) => Box::new(m.build(channels)?),
+            FilterSpec::Crossover(x) => Box::new(x.build(channels, rate)?),
+            FilterSpec::Ladspa(s) => plugin(PluginSpec::Ladspa(s.clone()), channels, rate)?,
+            FilterSpec::Lv2(s) => plugin(PluginSpec::Lv2(s.clone()), channels, rate)?,
         })
     }
+}
+
+/// The name of a filter's `type`, for messages.
+fn kind(f: &FilterSpec) -> &'static str {
+    match f {
+        FilterSpec::Biquad { .. } => "biquad",
+        FilterSpec::Gain { .. } => "gain",
+        FilterSpec::Delay { .. } => "delay",
+        FilterSpec::Limiter { .. } => "limiter",
+        FilterSpec::Convolver { .. } => "convolver",
+        FilterSpec::ChannelMixer(_) => "channel_mixer",
+        FilterSpec::Crossover(_) => "crossover",
+        FilterSpec::Ladspa(_) => "ladspa",
+        FilterSpec::Lv2(_) => "lv2",
+    }
+}
+
+/// Builds `specs` as a chain for a sink of `channels` channels at `rate` Hz. Each
+/// filter is built for the channels that reach it (a channel mixer or crossover
+/// changes the count for those after it), and the chain must end with the sink's
+/// count; errors name the filter (from 1, as the config lists them) and its type.
+pub fn build_chain(specs: &[FilterSpec], channels: usize, rate: u32) -> Result<FilterChain> {
+    let mut now = channels;
+    let mut last_change = None;
+    let mut filters: Vec<Box<dyn Filter>> = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let f = spec
+            .build(now, rate)
+            .with_context(|| format!("filter {} ({}, {now} channels in)", i + 1, kind(spec)))?;
+        if let Some((_, out)) = f.channels_in_out() {
+            now = out;
+            last_change = Some((i + 1, kind(spec)));
+        }
+        filters.push(f);
+    }
+    if now != channels {
+        let (i, k) = last_change.unwrap_or((0, "none"));
+        bail!(
+            "the chain ends with {now} channels, but the sink has {channels}: filter {i} ({k}) \
+             leaves {now}; end the chain with a channel_mixer back to {channels}"
+        );
+    }
+    Ok(FilterChain::for_channels(filters, channels)?)
+}
+
+/// Checks what the chains' types cannot: one chain per sink. A chain is a list run in
+/// order on one device sink's mix and names no other chain or node, so chains cannot
+/// form a cycle; a second chain for the same sink would silently replace the first.
+pub fn validate(chains: &[SinkChain]) -> Result<()> {
+    for (i, c) in chains.iter().enumerate() {
+        if let Some(j) = chains[..i].iter().position(|o| o.sink == c.sink) {
+            bail!(
+                "[[filters]] entries {} and {} are both for sink '{}': give it one chain \
+                 (filters run in the order of its list)",
+                j + 1,
+                i + 1,
+                c.sink
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A plugin, probed in a child quaverd first: this process's own executable through
+/// /proc/self/exe, which runs even after a package upgrade replaced the file.
+fn plugin(spec: PluginSpec, channels: usize, rate: u32) -> Result<Box<dyn Filter>> {
+    let exe = Path::new("/proc/self/exe");
+    Ok(Box::new(spec.build_probed(exe, channels, rate)?))
 }
 
 /// Reads an impulse response from a WAV file: one response per file channel.
@@ -195,16 +279,18 @@ pub fn attach(engine: &Engine, chains: &[SinkChain]) -> Result<()> {
             tracing::warn!("filters: no sink named '{}'; its chain is not used", c.sink);
             continue;
         };
-        let filters = c
-            .chain
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                f.build(channels, engine.rate())
-                    .with_context(|| format!("filters for sink '{}', filter {}", c.sink, i + 1))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let chain = FilterChain::new(filters);
+        let built = build_chain(&c.chain, channels, engine.rate())
+            .with_context(|| format!("filters for sink '{}'", c.sink));
+        let chain = match built {
+            Ok(chain) => chain,
+            // A plugin that cannot be used (not installed, crashed in its probe,
+            // refused) mutes its sink; the daemon and every other sink go on.
+            Err(e) if e.chain().any(|c| c.is::<PluginError>()) => {
+                tracing::error!("{e:#}; sink '{}' is muted until its chain is fixed", c.sink);
+                FilterChain::new(vec![Box::new(Mute)])
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!(
             "filters: {} filter(s) on '{}', {} frames of added latency",
             chain.len(),
@@ -219,10 +305,11 @@ pub fn attach(engine: &Engine, chains: &[SinkChain]) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<Vec<SinkChain>, toml::de::Error> {
+    /// `[[filters]]` entries from a TOML text (shared with `filters_channels`' tests).
+    pub(crate) fn parse(text: &str) -> Result<Vec<SinkChain>, toml::de::Error> {
         #[derive(Deserialize)]
         struct T {
             filters: Vec<SinkChain>,
@@ -234,17 +321,9 @@ mod tests {
     fn every_kind_parses_and_builds() {
         let dir = tempfile::tempdir().unwrap();
         let ir = dir.path().join("ir.wav");
-        let spec = hound::WavSpec {
-            channels: 1,
-            sample_rate: 48_000,
-            bits_per_sample: 32,
-            sample_format: hound::SampleFormat::Float,
-        };
-        let mut w = hound::WavWriter::create(&ir, spec).unwrap();
-        for i in 0..2000 {
-            w.write_sample(if i == 0 { 1.0f32 } else { 0.0 }).unwrap();
-        }
-        w.finalize().unwrap();
+        let mut impulse = vec![0f32; 2000];
+        impulse[0] = 1.0;
+        quaver_testkit::write_wav_f32(&ir, 48_000, 1, &impulse);
         let text = format!(
             r#"
 [[filters]]
@@ -287,6 +366,79 @@ chain = [
     }
 
     #[test]
+    fn the_annotated_plugin_example_parses() {
+        let text = include_str!("../../../config/quaver.toml");
+        let block: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("# Plugins as filters"))
+            .skip_while(|l| *l != "# [[filters]]")
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or("")))
+            .collect();
+        let chains = parse(&block).unwrap();
+        assert!(
+            matches!(
+                &chains[0].chain[..],
+                [FilterSpec::Ladspa(_), FilterSpec::Lv2(_)]
+            ),
+            "{block}"
+        );
+    }
+
+    #[test]
+    fn plugin_entries_parse_and_typos_are_named() {
+        let chains = parse(
+            r#"
+[[filters]]
+sink = "s"
+chain = [
+  { type = "ladspa", plugin = "amp", label = "amp_mono", controls = { gain = 2.0 } },
+  { type = "lv2", uri = "http://plugin.org.uk/swh-plugins/amp" },
+]
+"#,
+        )
+        .unwrap();
+        let FilterSpec::Ladspa(l) = &chains[0].chain[0] else {
+            panic!("{:?}", chains[0].chain[0])
+        };
+        assert_eq!(
+            (l.plugin.as_str(), l.label.as_deref()),
+            ("amp", Some("amp_mono"))
+        );
+        assert_eq!(l.controls["gain"], 2.0);
+        assert!(matches!(&chains[0].chain[1], FilterSpec::Lv2(s) if s.controls.is_empty()));
+        let e = parse("[[filters]]\nsink = \"s\"\nchain = [{ type = \"ladspa\", plugin = \"amp\", lable = \"x\" }]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lable") && e.contains("line 3"), "{e}");
+    }
+
+    /// Issue 36, acceptance 6, "a filter chain with a cycle": a chain is a list for one
+    /// device sink and cannot name another chain or node, so no cycle can be written.
+    /// What comes closest is refused with a clear error.
+    #[test]
+    fn chains_cannot_form_a_cycle() {
+        // A filter that would be another chain (or a link to a node) is no filter type.
+        let e = parse("[[filters]]\nsink = \"a\"\nchain = [{ type = \"chain\", sink = \"b\" }]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown variant `chain`") && e.contains("convolver"),
+            "{e}"
+        );
+        // A sink given two chains (the second would silently replace the first) is
+        // refused at load, naming both entries.
+        let two = parse(
+            "[[filters]]\nsink = \"s\"\nchain = [{ type = \"gain\", gain_db = 1.0 }]\n\
+             [[filters]]\nsink = \"s\"\nchain = [{ type = \"gain\", gain_db = 2.0 }]\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", validate(&two).unwrap_err());
+        assert!(e.contains("entries 1 and 2 are both for sink 's'"), "{e}");
+        validate(&two[..1]).unwrap();
+    }
+
+    #[test]
     fn bad_entries_say_what_is_wrong() {
         let e = parse("[[filters]]\nsink = \"s\"\nchain = [{ type = \"gain\", gian_db = 1.0 }]\n")
             .unwrap_err()
@@ -305,25 +457,18 @@ chain = [
         };
         let e = format!("{:#}", f.build(2, 48_000).err().unwrap());
         assert!(e.contains("notes.txt: not a readable WAV file"), "{e}");
-        // Eleven seconds of (silent) response: refused before any sample is read.
+        // Ten minutes of (silent) response: refused before any sample is read.
         let long = dir.path().join("long.wav");
-        let spec = hound::WavSpec {
-            channels: 1,
-            sample_rate: 8_000,
-            bits_per_sample: 16,
-            sample_format: hound::SampleFormat::Int,
-        };
-        let mut w = hound::WavWriter::create(&long, spec).unwrap();
-        for _ in 0..11 * 8_000 {
-            w.write_sample(0i16).unwrap();
-        }
-        w.finalize().unwrap();
+        quaver_testkit::write_wav_s16(&long, 8_000, 1, &vec![0i16; 600 * 8_000]);
         let f = FilterSpec::Convolver {
             ir: long,
             partition: 1024,
         };
         let e = format!("{:#}", f.build(2, 8_000).err().unwrap());
-        assert!(e.contains("11.0 s long, more than the 10 s"), "{e}");
+        assert!(
+            e.contains("long.wav: 600.0 s long, more than the 10 s"),
+            "{e}"
+        );
         let f = FilterSpec::Biquad {
             kind: BiquadKind::Peaking,
             freq: 30_000.0,

@@ -33,12 +33,20 @@ const ID_RETRY: Duration = Duration::from_millis(100);
 
 /// Reads card `card` as discovery does, once the kernel has named it.
 fn probe_card(card: u32) -> Option<CardProbe> {
+    let mut id = None;
     for _ in 1..ID_TRIES {
-        if card_id(card).is_some() {
+        id = card_id(card);
+        if id.is_some() {
             break;
         }
         std::thread::sleep(ID_RETRY);
     }
+    // How the log names a card that cannot be read: by its id when the kernel gave one
+    // before the card went again.
+    let name = match &id {
+        Some(id) => format!("card {card} ({id})"),
+        None => format!("card {card} (never named: gone again, or not a sound card)"),
+    };
     let mut tries = 0;
     loop {
         tries += 1;
@@ -49,7 +57,7 @@ fn probe_card(card: u32) -> Option<CardProbe> {
                 std::thread::sleep(PROBE_RETRY);
             }
             Err(e) => {
-                tracing::warn!("hotplug: card {card} appeared but cannot be read: {e}");
+                tracing::warn!("hotplug: {name} appeared but cannot be read: {e}");
                 return None;
             }
         }

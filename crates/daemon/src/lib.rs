@@ -9,11 +9,16 @@ pub mod alsamidi;
 pub mod args;
 pub mod cards;
 pub mod config;
+pub mod echo;
 pub mod filters;
+pub mod filters_channels;
+pub mod filters_reload;
 pub mod hotplug;
 pub mod journal;
 pub mod live;
 mod mixers;
+pub mod netdiscover;
+pub mod plugins;
 pub mod reserve;
 
 use anyhow::{Context, Result};
@@ -254,6 +259,16 @@ pub fn run(cfg: Config) -> Result<()> {
     run_with_path(cfg, None)
 }
 
+/// One role ducking for both front-ends, with its thread that forgets streams whose
+/// node leaves the engine.
+fn start_ducking(cfg: &Config, engine: &Engine) -> Result<quaver_policy::roles::SharedDucking> {
+    let ducking = quaver_policy::roles::Ducking::new(cfg.policy.roles.clone(), engine.clone());
+    ducking
+        .watch()
+        .context("starting the roles thread (streams leaving ducking)")?;
+    Ok(ducking)
+}
+
 /// [`run`], with the configuration file `cfg` was read from (for the status reply).
 pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()> {
     let runtime_dir = cfg.runtime_dir();
@@ -282,6 +297,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
         Engine::start(cfg.engine_config(), opened.devices).context("starting the engine")?;
     cards::fill_nodes(&engine, &mut opened.cards, &opened.owners);
     filters::attach(&engine, &cfg.filters)?;
+    let _echo = echo::start(&engine, &cfg.echo_cancel)?; // kept while serving
     for c in opened.cards {
         registry.add(c);
     }
@@ -313,13 +329,13 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
     quaver_policy::rehome::spawn(engine.clone(), policy.clone())
         .context("starting the rehome thread")?;
     follow_cards(&engine, &opened.mixer_specs, &defaults, live, plugged);
+    let _sap_discovery = netdiscover::spawn(&engine, &cfg.net);
     // ALSA sequencer ports as the `a2j` node's MIDI ports (a2jmidid's job under jackd2).
     let _alsa_midi = alsamidi::start(&engine);
     // One memory for both front-ends: a kind of stream keeps its volume whichever
     // protocol its next stream comes through.
     let restore = restore_mode(&cfg).open();
-    // One ducking for both front-ends.
-    let ducking = quaver_policy::roles::Ducking::new(cfg.policy.roles.clone(), engine.clone());
+    let ducking = start_ducking(&cfg, &engine)?;
     let server = native::NativeServer::with_callback_options(
         engine.clone(),
         policy.clone(),
@@ -334,14 +350,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
             restore: restore.clone(),
             ducking: Some(ducking.clone()),
         },
-        native::CallbackOptions {
-            deadline: cfg.callback.deadline,
-            async_after: cfg.callback.async_after,
-            hung_ms: cfg.callback.hung_ms,
-            recover_ms: cfg.callback.recover_ms,
-            max_ports: cfg.callback.max_ports,
-            spin_us: cfg.callback.spin_us,
-        },
+        cfg.callback.options(),
     );
     server.set_process(advice::process(&cfg, config, activated));
     server.spawn_accept(&listener)?;
@@ -392,7 +401,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
         cfg.engine.quantum_min,
         cfg.engine.quantum_max
     );
-    let sig = serve_until_stop(&cfg, &policy);
+    let sig = serve_until_stop(&cfg, &policy, &engine, config);
     tracing::info!("signal {sig} received; shutting down");
     if let Some(p) = &pulse {
         p.unload_modules();
@@ -417,12 +426,21 @@ fn start_policy(cfg: &Config) -> Result<Arc<Mutex<Policy>>> {
     Ok(Arc::new(Mutex::new(policy)))
 }
 
-/// Waits for a stop signal, reading the rule file again on each SIGHUP; returns the
-/// signal that stops quaverd.
-fn serve_until_stop(cfg: &Config, policy: &Mutex<Policy>) -> i32 {
+/// Waits for a stop signal, reading the rule file and the config's filter chains
+/// again on each SIGHUP; returns the signal that stops quaverd.
+fn serve_until_stop(
+    cfg: &Config,
+    policy: &Mutex<Policy>,
+    engine: &Engine,
+    config: Option<&std::path::Path>,
+) -> i32 {
+    let mut chains = cfg.filters.clone();
     loop {
         match wait_for_stop_signal() {
-            libc::SIGHUP => reload_rules(cfg, policy),
+            libc::SIGHUP => {
+                reload_rules(cfg, policy);
+                filters_reload::reload(engine, config, &mut chains);
+            }
             sig => return sig,
         }
     }

@@ -32,6 +32,9 @@ fn main() -> ExitCode {
 fn serve(journal: bool) -> Result<()> {
     quaver_daemon::block_stop_signals();
     let args = Args::parse();
+    if let Some(req) = &args.probe_plugin {
+        std::process::exit(quaver_daemon::plugins::probe::probe_main(req));
+    }
     if let Some(file) = &args.check_rules {
         let rules = quaver_policy::rules::Rules::load(file)?;
         println!("{}: {} rule(s), valid", file.display(), rules.len());

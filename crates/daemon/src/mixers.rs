@@ -8,6 +8,7 @@
 use quaver_devices::alsa::cards::{CardProbe, Mapping, Profile};
 use quaver_devices::alsa::jack::{Jack, port_of_jack};
 use quaver_devices::alsa::mixer::{Mixer, NoElement, card_of_pcm};
+use quaver_devices::alsa::params::Direction;
 use quaver_devices::alsa::ports::{analog_ports, output_switches};
 use quaver_devices::alsa::ucm::Ucm;
 use quaver_devices::alsa::ucm::profiles::UcmPort;
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// A card with a UCM configuration, in its active profile: its manager and the ports
-/// (UCM devices, best first) of its sink and source.
+/// (UCM devices, best first) of each of its sinks and sources.
 pub(crate) struct UcmCard {
     /// The card's use case manager. Weak: the card's probe owns it, and the threads
     /// that follow ports (which outlive a card that goes) must not keep its control
@@ -27,24 +28,43 @@ pub(crate) struct UcmCard {
     pub ucm: Weak<Ucm>,
     /// How logs name the card.
     pub label: String,
-    /// The sink's ports.
-    pub output: Vec<UcmPort>,
-    /// The source's ports.
-    pub input: Vec<UcmPort>,
+    /// One per sink and source of the profile.
+    pub groups: Vec<UcmGroup>,
+}
+
+/// The UCM devices one sink or source offers as ports: those on its PCM.
+pub(crate) struct UcmGroup {
+    /// A source's (true) or a sink's.
+    pub capture: bool,
+    /// The PCM it opens (`hw:ID,DEV`, as the card's devices are opened).
+    pub pcm: String,
+    /// Its ports, best first.
+    pub ports: Vec<UcmPort>,
 }
 
 impl UcmCard {
     /// The UCM side of `probe` in `profile`; `None` for a card without UCM.
     pub(crate) fn of(probe: &CardProbe, profile: Option<&Profile>) -> Option<Arc<UcmCard>> {
         let ucm = probe.ucm.as_ref()?;
-        let ports =
-            |m: &Option<Mapping>| m.as_ref().map(|m| m.ucm_ports.clone()).unwrap_or_default();
+        let groups = profile
+            .into_iter()
+            .flat_map(|p| p.mappings())
+            .map(|m: &Mapping| UcmGroup {
+                capture: m.dir == Direction::Capture,
+                pcm: format!("hw:{},{}", probe.id, m.device),
+                ports: m.ucm_ports.clone(),
+            })
+            .collect();
         Some(Arc::new(UcmCard {
             ucm: Arc::downgrade(ucm),
             label: ucm.label.clone(),
-            output: profile.map(|p| ports(&p.output)).unwrap_or_default(),
-            input: profile.map(|p| ports(&p.input)).unwrap_or_default(),
+            groups,
         }))
+    }
+
+    /// Every port of every sink and source.
+    fn ports(&self) -> impl Iterator<Item = &UcmPort> {
+        self.groups.iter().flat_map(|g| &g.ports)
     }
 }
 
@@ -100,7 +120,7 @@ pub(crate) fn attach(
             }
             let side = if capture { "source" } else { "sink" };
             let picked = match &ucm {
-                Some(u) => match ucm_element(u, capture) {
+                Some(u) => match ucm_element(u, capture, &cfg.pcm) {
                     Some(name) => mixer.element(&name, capture),
                     None => {
                         tracing::info!(
@@ -116,7 +136,7 @@ pub(crate) fn attach(
                 tracing::warn!(
                     "{spec}: {}: the UCM {side} volume element '{}' is not a {side} volume of card {card}; software volume only",
                     u.label,
-                    ucm_element(u, capture).unwrap_or_default()
+                    ucm_element(u, capture, &cfg.pcm).unwrap_or_default()
                 );
                 continue;
             }
@@ -224,19 +244,20 @@ fn follow_ports(mixer: &Mixer, label: &str, index: u32, cards: &SharedCards) {
     }));
 }
 
-/// The volume element a UCM card's sink (or source) uses: that of its best port that
-/// names one.
-fn ucm_element(u: &UcmCard, capture: bool) -> Option<String> {
-    let ports = if capture { &u.input } else { &u.output };
-    ports.iter().find_map(|p| p.element.clone())
+/// The volume element the UCM card's sink (or source) on `pcm` uses: that of its best
+/// port that names one.
+fn ucm_element(u: &UcmCard, capture: bool, pcm: &str) -> Option<String> {
+    let g = u
+        .groups
+        .iter()
+        .find(|g| g.capture == capture && g.pcm == pcm)?;
+    g.ports.iter().find_map(|p| p.element.clone())
 }
 
 /// The availability of each UCM port with a jack, from the jacks as they are now
 /// (`Unknown` while its jack control does not exist).
 fn ucm_availability(u: &UcmCard, jacks: &[Jack]) -> Vec<(String, Availability)> {
-    u.output
-        .iter()
-        .chain(&u.input)
+    u.ports()
         .filter_map(|p| {
             let jack = p.jack.as_ref()?;
             let mut state = Availability::Unknown;
@@ -292,9 +313,7 @@ fn follow_ucm_jacks(mixer: &Mixer, label: &str, index: u32, cards: &SharedCards,
 /// Logs a jack of a UCM card with the ports whose `JackControl` it is.
 fn log_ucm_jack(card: &str, j: &Jack, u: &UcmCard) {
     let ports: Vec<&str> = u
-        .output
-        .iter()
-        .chain(&u.input)
+        .ports()
         .filter(|p| p.jack.as_deref() == Some(j.name.as_str()))
         .map(|p| p.name.as_str())
         .collect();
@@ -312,7 +331,7 @@ fn log_ucm_jack(card: &str, j: &Jack, u: &UcmCard) {
 /// Enables the UCM device of `port` (disabling the other devices of its direction),
 /// when `port` is one of the card's UCM ports.
 fn apply_ucm_port(u: &UcmCard, node: &str, port: &str) {
-    for ports in [&u.output, &u.input] {
+    for ports in u.groups.iter().map(|g| &g.ports) {
         let Some(p) = ports.iter().find(|p| p.name == port) else {
             continue;
         };

@@ -231,10 +231,7 @@ fn a_native_phone_stream_ducks_native_music() {
         "{log}"
     );
     let (_, got) = read_wav_f32(&out_path);
-    let peaks: Vec<f32> = got
-        .chunks(960)
-        .map(|b| b.iter().step_by(2).fold(0f32, |m, &x| m.max(x.abs())))
-        .collect();
+    let peaks = quaver_testkit::block_peaks(&got, 2, 0, 480);
     let ducked = peaks.iter().filter(|&&p| (p - 0.05).abs() < 0.005).count();
     let loud = peaks.iter().filter(|&&p| (p - 0.5).abs() < 0.01).count();
     // The one-second call (about 100 blocks of 10 ms) ducked, the rest of the music loud.

@@ -8,7 +8,7 @@
 use quaver_testkit::*;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// `quaver doctor` with `XDG_RUNTIME_DIR` = `xdg`: its exit code and stdout.
 fn doctor(mut cmd: Command, xdg: &Path, config: &Path) -> (Option<i32>, String) {
@@ -33,68 +33,19 @@ fn doctor(mut cmd: Command, xdg: &Path, config: &Path) -> (Option<i32>, String) 
 /// The second server on `xdg/pulse/native`: Debian's pulseaudio, headless, or (when it
 /// is not installed) this test process listening there.
 enum Rival {
-    Pulseaudio(Child),
+    Pulseaudio(peers::Pulseaudio),
     /// Held so that the socket keeps listening.
     Listener(#[allow(dead_code)] std::os::unix::net::UnixListener),
 }
 
 fn start_rival(dir: &Path, xdg: &Path) -> Rival {
-    let sock = xdg.join("pulse").join("native");
-    if !on_path("pulseaudio") {
-        eprintln!(
-            "SKIPPED: pulseaudio not installed (Debian: pulseaudio); a plain listener holds \
-             the PulseAudio socket instead"
-        );
-        return Rival::Listener(std::os::unix::net::UnixListener::bind(&sock).unwrap());
-    }
-    let home = dir.join("pahome");
-    std::fs::create_dir_all(&home).unwrap();
-    let child = Command::new("pulseaudio")
-        .env("XDG_RUNTIME_DIR", xdg)
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("PULSE_RUNTIME_PATH", xdg.join("pulse"))
-        .env_remove("PULSE_SERVER")
-        .env_remove("DBUS_SESSION_BUS_ADDRESS")
-        .args([
-            "-n",
-            "--daemonize=no",
-            "--exit-idle-time=-1",
-            "--disallow-exit",
-            "--use-pid-file=no",
-            "--system=no",
-            "--log-target=stderr",
-            "-L",
-            "module-null-sink sink_name=null",
-            "-L",
-            "module-native-protocol-unix",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("pulseaudio.log")).unwrap())
-        .spawn()
-        .expect("spawning pulseaudio");
-    let mut rival = Rival::Pulseaudio(child);
-    let up = wait_until(WAIT, || {
-        std::os::unix::net::UnixStream::connect(&sock).is_ok()
-    });
-    if !up {
-        stop_rival(&mut rival);
-        panic!(
-            "pulseaudio did not listen on {}:\n{}",
-            sock.display(),
-            std::fs::read_to_string(dir.join("pulseaudio.log")).unwrap_or_default()
-        );
-    }
-    rival
-}
-
-fn stop_rival(rival: &mut Rival) {
-    if let Rival::Pulseaudio(child) = rival {
-        signal(child.id(), libc::SIGTERM);
-        let _ = wait_until(WAIT, || child.try_wait().ok().flatten().is_some());
-        let _ = child.kill();
-        let _ = child.wait();
+    let what = "a real PulseAudio on the socket (a plain listener holds it instead)";
+    match peers::Pulseaudio::start(dir, xdg, &["module-null-sink sink_name=null"], what) {
+        Some(pa) => Rival::Pulseaudio(pa),
+        None => {
+            let sock = xdg.join("pulse").join("native");
+            Rival::Listener(std::os::unix::net::UnixListener::bind(&sock).unwrap())
+        }
     }
 }
 
@@ -150,11 +101,13 @@ fn doctor_names_a_missing_daemon_one_without_real_time_and_a_rival_on_the_pulse_
     let daemon_pid = d.pid();
     let (code, text) = doctor(d.quaver(), &xdg, &config_home);
     let rival_pid = match &rival {
-        Rival::Pulseaudio(c) => c.id(),
+        Rival::Pulseaudio(pa) => pa.pid(),
         Rival::Listener(_) => std::process::id(),
     };
     let rival_comm = std::fs::read_to_string(format!("/proc/{rival_pid}/comm")).unwrap();
-    stop_rival(&mut rival);
+    if let Rival::Pulseaudio(pa) = &mut rival {
+        pa.stop();
+    }
     let log = d.stop();
     assert!(
         log.contains("WARN") && log.contains("pulse.enabled = false"),

@@ -572,7 +572,7 @@ renegotiate() {
     rec=$!
     wait_for "arecord at 44100 Hz to run" running pcm1c/sub0
     timeout 30 paplay -d alsa-sink "$OUT/short.wav"; echo $? > "$d/paplay2.rc"
-    timeout 20 pactl list short sinks > "$d/sinks-after"
+    timeout 90 pactl list short sinks > "$d/sinks-after"
     kill -INT $rec; wait $rec
     stop_quaverd "$d"
 }
@@ -603,7 +603,7 @@ d=$OUT/xrun; mkdir -p "$d"; xrun "$d"; echo "xrun: done ($(date +%s) s)"
 # nocard: a card that does not exist.
 d=$OUT/nocard; mkdir -p "$d"
 start_quaverd "$d" --device alsa:hw:NoSuchCard
-timeout 20 pactl list short sinks > "$d/sinks"
+timeout 90 pactl list short sinks > "$d/sinks"
 timeout 30 paplay "$OUT/short.wav"; echo $? > "$d/paplay.rc"
 stop_quaverd "$d"
 echo "nocard: done ($(date +%s) s)"

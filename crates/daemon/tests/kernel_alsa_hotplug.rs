@@ -4,8 +4,9 @@
 //! unbinding the dummy card while a `paplay` plays on it completes (quaverd closes the
 //! vanished card at once), the card and its sink go, the stream goes on through the
 //! loopback cable, and quaverd keeps serving. Then a configured card that drives is
-//! unplugged. Skipped, loudly, where the guest cannot run (`scripts/guest --check`
-//! exits 3). One guest boot runs both scenarios (each boot costs ~1 min of both CPUs).
+//! unplugged. Last, a card that vanishes again while quaverd reads and opens it. Skipped,
+//! loudly, where the guest cannot run (`scripts/guest --check` exits 3). One guest boot
+//! runs every scenario (each boot costs ~1 min of both CPUs).
 
 use quaver_testkit::guest::{self, Guest};
 use quaver_testkit::{quaverd_bin, write_wav_s16};
@@ -14,7 +15,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 /// The guest's whole run may take this long (software emulation, ~5x slower).
-const GUEST_TIMEOUT_S: u64 = 420;
+const GUEST_TIMEOUT_S: u64 = 600;
 
 /// The value printed on the line `KEY=value`.
 fn field<'a>(out: &'a str, key: &str) -> &'a str {
@@ -114,7 +115,7 @@ echo "INPUTS BEFORE:"; pactl list short sink-inputs
 arecord -q -D hw:Loopback,1,0 -f FLOAT_LE -r 48000 -c 2 -d 7 $D/cable.wav 2> $D/arecord.err & AR=$!
 sleep 2
 unbind
-timeout 20 modprobe -r snd-dummy; echo MODPROBE_R_RC=$?
+timeout 90 modprobe -r snd-dummy; echo MODPROBE_R_RC=$?
 sleep 1
 kill -0 $QP && echo ALIVE=yes
 pactl info > /dev/null; echo PACTL_INFO_RC=$?
@@ -169,6 +170,38 @@ sleep 1
 echo "SINKS IDLE REPLUGGED:"; pactl list short sinks
 echo "CARDS IDLE REPLUGGED:"; pactl list cards | grep -E "Name: alsa_card"
 stop $QP
+"#;
+
+/// Scenario C: a card that vanishes while quaverd reads and opens it. Bound and at once
+/// unbound again, six times, while a stream plays on the cable: each time the card is
+/// gone somewhere between its uevent and its devices opening (where depends on the
+/// guest's pace). quaverd logs it with the card's name, the unbind never waits on it,
+/// the stream plays on, and the card bound once more comes back whole.
+const SCENARIO_C: &str = r#"
+echo "=== C"
+unbind > /dev/null
+$Q > $D/quaverd-c.log 2>&1 & QP=$!
+wait_server
+# Silence without end: however slow the guest, the stream outlives the flashes.
+pacat --rate=48000 -d Loopback.analog-stereo-sink /dev/zero & PP=$!
+for i in $(seq 50); do pactl list short sink-inputs | grep -q . && break; sleep 0.2; done
+for i in 1 2 3 4 5 6; do
+    echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/bind
+    unbind
+done
+sleep 3
+kill -0 $QP && echo ALIVE=yes
+pactl info > /dev/null; echo PACTL_INFO_RC=$?
+echo "SINKS AFTER FLASHES:"; pactl list short sinks
+echo "CARDS AFTER FLASHES:"; pactl list cards | grep -E "Name: alsa_card"
+echo "INPUTS AFTER FLASHES:"; pactl list short sink-inputs
+kill -0 $PP && echo PAPLAY_ALIVE=yes
+echo snd_dummy.0 > /sys/bus/platform/drivers/snd_dummy/bind
+for i in $(seq 50); do pactl list short sinks | grep -q Dummy.analog-stereo-sink && break; sleep 0.2; done
+echo "SINKS BOUND AGAIN:"; pactl list short sinks
+echo "CARDS BOUND AGAIN:"; pactl list cards | grep -E "Name: alsa_card"
+kill $PP
+stop $QP
 echo "=== END"
 "#;
 
@@ -176,6 +209,7 @@ echo "=== END"
 struct Run {
     a: String,
     b: String,
+    c: String,
     files: BTreeMap<String, Vec<u8>>,
 }
 
@@ -201,7 +235,7 @@ fn guest_run() -> Option<&'static Run> {
         let g = Guest::new()
             .modules("snd-aloop")
             .timeout(std::time::Duration::from_secs(GUEST_TIMEOUT_S));
-        let script = prologue(g.out()) + SCENARIO_A + SCENARIO_B;
+        let script = prologue(g.out()) + SCENARIO_A + SCENARIO_B + SCENARIO_C;
         let t0 = std::time::Instant::now();
         let run = g.run(&script);
         eprintln!("kernel_alsa_hotplug: guest run took {:?}", t0.elapsed());
@@ -215,7 +249,11 @@ fn guest_run() -> Option<&'static Run> {
         let Some(b) = out.find("=== B\n") else {
             return Some(Err(format!("scenario B did not start:\n{out}")));
         };
+        let Some(c) = out.find("=== C\n") else {
+            return Some(Err(format!("scenario C did not start:\n{out}")));
+        };
         let (a, b) = out.split_at(b);
+        let (b, c) = b.split_at(c - a.len());
         let mut files = BTreeMap::new();
         for e in std::fs::read_dir(g.out()).unwrap() {
             let p = e.unwrap().path();
@@ -227,6 +265,7 @@ fn guest_run() -> Option<&'static Run> {
         Some(Ok(Run {
             a: a.to_string(),
             b: b.to_string(),
+            c: c.to_string(),
             files,
         }))
     });
@@ -403,4 +442,73 @@ fn the_driving_card_unplugged_while_playing_hands_over_to_the_other() {
     );
     let cards = out.split("CARDS IDLE REPLUGGED:").nth(1).unwrap_or("");
     assert_eq!(cards.matches("Name: alsa_card.Dummy").count(), 1, "{all}");
+}
+
+#[test]
+fn a_card_that_vanishes_while_it_is_opened_is_named_and_the_rest_serves() {
+    let Some(run) = guest_run() else {
+        return;
+    };
+    let out = run.c.as_str();
+    let log = run.text("quaverd-c.log");
+    let all = format!("{out}\n--- quaverd log:\n{log}");
+    let unbinds: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("UNBIND_RC="))
+        .collect();
+    assert_eq!(
+        unbinds, ["0"; 6],
+        "every unbind returns (nothing holds the vanishing card)\n{all}"
+    );
+    assert_eq!(field(out, "ALIVE"), "yes", "{all}");
+    assert_eq!(field(out, "PACTL_INFO_RC"), "0", "{all}");
+    let sinks = section(out, "SINKS AFTER FLASHES:");
+    assert_eq!(
+        sink_index(&sinks, "Dummy.analog-stereo-sink"),
+        None,
+        "{all}"
+    );
+    let loop_sink = sink_index(&sinks, "Loopback.analog-stereo-sink").expect("loopback sink");
+    let cards = out.split("CARDS AFTER FLASHES:").nth(1).unwrap_or("");
+    let cards = cards.split("INPUTS AFTER FLASHES:").next().unwrap_or("");
+    assert!(
+        cards.contains("alsa_card.Loopback") && !cards.contains("alsa_card.Dummy"),
+        "a vanished card left a record behind: {cards}\n{all}"
+    );
+    let inputs = section(out, "INPUTS AFTER FLASHES:");
+    assert!(
+        inputs
+            .iter()
+            .any(|l| l.split('\t').nth(1) == Some(&loop_sink.to_string())),
+        "the stream on the cable did not play on: {inputs:?}\n{all}"
+    );
+    assert_eq!(field(out, "PAPLAY_ALIVE"), "yes", "{all}");
+    // What went wrong is logged as a warning that names the card, never as an error.
+    assert!(!log.contains("ERROR"), "{all}");
+    // (The emulated cable's xruns are the guest's pace, not the card that vanished.)
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && !l.contains("xrun on device Loopback"))
+        .collect();
+    for w in &warnings {
+        assert!(
+            w.contains("Dummy") || w.contains("card 1 "),
+            "a warning that does not name the card: {w}\n{all}"
+        );
+    }
+    eprintln!(
+        "kernel_alsa_hotplug: six flashes gave {} warning(s), {} card(s) opened:\n{}",
+        warnings.len(),
+        log.matches("hotplug: card 'Dummy").count(),
+        warnings.join("\n")
+    );
+    // Bound once more, the card is back once and whole.
+    let back = section(out, "SINKS BOUND AGAIN:");
+    assert!(
+        sink_index(&back, "Dummy.analog-stereo-sink").is_some(),
+        "{all}"
+    );
+    let cards = out.split("CARDS BOUND AGAIN:").nth(1).unwrap_or("");
+    assert_eq!(cards.matches("Name: alsa_card.Dummy").count(), 1, "{all}");
+    assert_eq!(field(out, "QUAVERD_RC"), "0", "{all}");
 }

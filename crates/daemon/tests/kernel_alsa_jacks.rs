@@ -20,7 +20,7 @@ use std::time::Duration;
 /// `$Q`: quaverd, `$WAV`: what paplay plays (long enough to outlast the steps).
 const SCRIPT: &str = r#"
 private_runtime
-pactl() { timeout 20 env pactl "$@"; }
+pactl() { timeout 90 env pactl "$@"; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 jack() { # VALUE, or "add": the user-space Headphone Jack of the dummy card
 python3 - "$1" <<'PY'
@@ -147,7 +147,13 @@ done
 #    Voice Call. Each UCM device's enable sequence turns one capture switch on (Speaker:
 #    Synth, Headphones: Line), so amixer shows which device UCM enabled. The loopback
 #    card's configuration there has a syntax error: logged, and the card probed.
+#    The dummy card comes back first with three PCM devices: HiFi's HDMI1 device plays
+#    on the third, a sink of its own (its enable sequence turns the Mic switch on); its
+#    LineOut device is on the second, which is non-interleaved: logged, not offered.
 T_UCM=$(now_ms)
+modprobe -r snd-dummy && modprobe snd-dummy pcm_devs=3; echo "dummy reload exit $?"
+for _ in $(seq 100); do ls /dev/snd/pcmC*D2p > /dev/null 2>&1 && [ -e /proc/asound/Dummy ] && break; sleep 0.1; done
+jack add > /dev/null
 ALSA_CONFIG_UCM2="$UCM/ucm2" "$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd4.log" & QP=$!
 wait_server
 SINK=$(pactl list short sinks | awk '$2 ~ /^Dummy\./ {print $2; exit}')
@@ -161,7 +167,7 @@ devices() { # WANTED-HEADPHONES: waits (bounded) for the Line switch, then says 
 echo "=== UCM-NODES"; echo "$SINK $SOURCE"
 echo "=== UCM-SINKS"; pactl list short sinks
 echo "=== UCM-CARD"; pactl list cards
-echo "=== UCM-START"; active; devices "[off]"
+echo "=== UCM-START"; active; devices "[off]"; echo "hdmi $(capsw Mic)"
 echo "=== UCM-VOLUME"
 master=$(db Master)
 pactl set-sink-volume "$SINK" 50%; pactl set-source-volume "$SOURCE" 50%
@@ -181,6 +187,7 @@ echo "master $(db Master)"
 stop_pid $QP; echo "quaverd exit $RC"
 echo "=== UCM-LOG"; grep -E "UCM|port|ERROR.*Dummy" "$OUT/quaverd4.log"
 echo "=== UCM-TIME"; echo "part 4: $(( $(now_ms) - T_UCM )) ms"
+echo "=== FULL-LOG"; cat "$OUT/quaverd.log"  # read when an assertion fails
 echo "=== END"
 "#;
 
@@ -202,13 +209,14 @@ fn sub_lines<'a>(block: &'a str, start: &str) -> Vec<&'a str> {
 /// Part 3: the UCM configuration's profiles, ports, jacks, devices and volume elements;
 /// the loopback card's broken configuration falls back to probing.
 fn check_ucm(out: &str) {
+    assert!(out.contains("dummy reload exit 0\n"), "{out}");
     let nodes = section(out, "UCM-NODES").trim();
     assert_eq!(nodes, "Dummy.HiFi-hw0-sink Dummy.HiFi-hw0-source", "{out}");
     let card = block(section(out, "UCM-CARD"), "alsa_card.Dummy");
     assert_eq!(
         sub_lines(card, "Profiles:"),
         [
-            "HiFi: Play HiFi quality Music (sinks: 1, sources: 1, priority: 8000, available: yes)",
+            "HiFi: Play HiFi quality Music (sinks: 2, sources: 1, priority: 8000, available: yes)",
             "Voice Call: Make a phone call (sinks: 1, sources: 1, priority: 6000, available: yes)",
             "off: Off (sinks: 0, sources: 0, priority: 0, available: yes)",
         ],
@@ -230,6 +238,11 @@ fn check_ucm(out: &str) {
             ),
             "Part of profile(s): HiFi".to_string(),
             format!(
+                "[Out] HDMI1: HDMI 1 (type: HDMI, priority: {})",
+                "50, latency offset: 0 usec, availability unknown"
+            ),
+            "Part of profile(s): HiFi".to_string(),
+            format!(
                 "[In] Mic: Internal Microphone {}",
                 port("100, latency offset: 0 usec, availability unknown")
             ),
@@ -242,10 +255,11 @@ fn check_ucm(out: &str) {
         ],
         "{card}"
     );
-    // Headphones unplugged: the speaker, and UCM enabled the Speaker device only.
+    // Headphones unplugged: the speaker, and UCM enabled the Speaker device only on the
+    // first PCM, and HDMI1 on the second.
     assert_eq!(
         section(out, "UCM-START").trim(),
-        "[Out] Speaker\nspeaker Capture [on] headphones Capture [off]",
+        "[Out] Speaker\nspeaker Capture [on] headphones Capture [off]\nhdmi Capture [on]",
         "{out}"
     );
     // Volume goes to the elements the configuration names, not to Master.
@@ -282,6 +296,15 @@ fn check_ucm(out: &str) {
         "{log}"
     );
     assert!(!log.contains("ERROR"), "{log}");
+    // The non-interleaved PCM: named with the device, the PCM and why.
+    assert!(
+        log.lines().any(|l| l.contains(
+            "card 'Dummy' (Dummy): UCM verb 'HiFi' device 'LineOut': card 'Dummy' (Dummy) PCM hw:Dummy,1 playback"
+        ) && l.ends_with(
+            "offers no interleaved access (non-interleaved PCMs are not supported); not offered; skipped"
+        )),
+        "{log}"
+    );
     assert!(
         log.contains("Dummy.HiFi-hw0-sink switched to port [Out] Headphones")
             && log.contains("UCM device 'Headphones' enabled")
@@ -305,7 +328,8 @@ fn check_ucm(out: &str) {
     let sinks = section(out, "UCM-SINKS");
     assert!(
         sinks.contains("\tLoopback.analog-stereo-sink\t")
-            && sinks.contains("\tDummy.HiFi-hw0-sink\t"),
+            && sinks.contains("\tDummy.HiFi-hw0-sink\t")
+            && sinks.contains("\tDummy.HiFi-hw2-sink\t"),
         "{sinks}"
     );
     eprintln!("{}", section(out, "UCM-TIME"));

@@ -21,9 +21,9 @@ export QUAVER_RT_PRIORITY=0
 CARD=$(awk '/VirMIDI/ {print $1; exit}' /proc/asound/cards)
 echo "=== CARD"; echo "$CARD"
 "$Q" --device null > "$OUT/quaverd.log" 2>&1 & QP=$!
-lsp() { timeout 20 "$QJ" jack_lsp "$@" 2>/dev/null; }
+lsp() { timeout 90 "$QJ" jack_lsp "$@" 2>/dev/null; }
 for _ in $(seq 150); do lsp | grep -q "^a2j:Virtual Raw MIDI $CARD-0 " && break; sleep 0.2; done
-echo "=== LS"; timeout 20 "$QC" ls
+echo "=== LS"; timeout 90 "$QC" ls
 echo "=== LSP"; lsp -t -p
 CAP=$(lsp | grep "^a2j:Virtual Raw MIDI $CARD-0 .*(capture)" | head -1)
 PLAY=$(lsp | grep "^a2j:Virtual Raw MIDI $CARD-0 .*(playback)" | head -1)
@@ -31,7 +31,7 @@ echo "=== PORTS"; echo "CAP=$CAP"; echo "PLAY=$PLAY"
 # 1. amidi → virmidi → the capture port → jack_midi_dump.
 "$QJ" jack_midi_dump > "$OUT/dump.txt" 2>&1 & MP=$!
 for _ in $(seq 100); do lsp | grep -q '^midi-monitor:input$' && break; sleep 0.2; done
-timeout 20 "$QJ" jack_connect "$CAP" midi-monitor:input; echo "connect exit $?"
+timeout 90 "$QJ" jack_connect "$CAP" midi-monitor:input; echo "connect exit $?"
 amidi -p "hw:$CARD,0" -S '90 3C 7F 80 3C 00'; echo "amidi send exit $?"
 sleep 2
 stop_pid $MP
@@ -41,7 +41,7 @@ echo "=== DUMP"; cat "$OUT/dump.txt"
 amidi -p "hw:$CARD,0" -d -t 3 > "$OUT/amidi.txt" 2>&1 & AP=$!
 "$QJ" jack_midiseq seq 24000 0 60 8000 > "$OUT/seq.txt" 2>&1 & SP=$!
 for _ in $(seq 100); do lsp | grep -q '^seq:out$' && break; sleep 0.2; done
-timeout 20 "$QJ" jack_connect seq:out "$PLAY"; echo "connect exit $?"
+timeout 90 "$QJ" jack_connect seq:out "$PLAY"; echo "connect exit $?"
 sleep 2
 stop_pid $SP
 for _ in $(seq 75); do kill -0 $AP 2>/dev/null || break; sleep 0.2; done
@@ -60,12 +60,12 @@ for _ in $(seq 100); do lsp | grep -q "^a2j:Virtual Raw MIDI $CARD2-0 .*(capture
 CAP2=$(lsp | grep "^a2j:Virtual Raw MIDI $CARD2-0 .*(capture)" | head -1)
 "$QJ" jack_midi_dump > "$OUT/dump2.txt" 2>&1 & MP=$!
 for _ in $(seq 100); do lsp | grep -q '^midi-monitor:input$' && break; sleep 0.2; done
-timeout 20 "$QJ" jack_connect "$CAP2" midi-monitor:input; echo "connect exit $?"
+timeout 90 "$QJ" jack_connect "$CAP2" midi-monitor:input; echo "connect exit $?"
 amidi -p "hw:$CARD2,0" -S 'B0 07 64'; echo "amidi send exit $?"
 sleep 2
 stop_pid $MP
 echo "=== READDED"; echo "CAP2=$CAP2"; cat "$OUT/dump2.txt"
-echo "=== SERVING"; timeout 20 "$QC" ls > /dev/null; echo "ls exit $?"
+echo "=== SERVING"; timeout 90 "$QC" ls > /dev/null; echo "ls exit $?"
 kill -0 $QP && echo "quaverd alive"
 stop_pid $QP; echo "QUAVERD_RC=$RC"
 echo "=== LOG"; grep 'ALSA MIDI' "$OUT/quaverd.log"

@@ -33,7 +33,10 @@ pub use clock::{RealClock, SimClock, VirtualClock};
 pub use file::{FileConfig, FileSink, WavFormat};
 pub use margin::{Margin, MarginConfig};
 pub use null::{NullConfig, NullDevice};
-pub use rtp::{RtpRecv, RtpRecvConfig, RtpSend, RtpSendConfig};
+pub use rtp::{
+    NetHandle, NetStatus, RtpRecv, RtpRecvConfig, RtpRecvStatus, RtpSend, RtpSendConfig,
+    RtpSendStatus,
+};
 pub use sim::{DacProbe, DriftStep, Fault, SimCard, SimConfig};
 pub use spec::{DeviceDefaults, DeviceSpec, open_device, parse_spec};
 
@@ -277,6 +280,13 @@ pub trait Device: Send {
     /// How late the last [`Device::wait`] returned after its deadline, in ns, for
     /// devices that sleep until a computed deadline; `None` where that is unknown. *RT*.
     fn wakeup_lateness_ns(&self) -> Option<u64> {
+        None
+    }
+
+    /// A network device's live figures (jitter, loss, delay, packets sent), readable
+    /// from any thread; `None` for other devices. *control*, before the device goes to
+    /// the real-time thread.
+    fn net(&self) -> Option<NetHandle> {
         None
     }
 

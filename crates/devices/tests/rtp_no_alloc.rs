@@ -1,8 +1,10 @@
 //! The RTP devices' cycle methods allocate nothing: `RtpSend::write` (into its ring) and
 //! `RtpRecv::read` (draining datagrams, parsing them, the jitter buffer, the pull) under
-//! the allocation guard the engine's no_alloc test uses, with packets really flowing over
+//! the allocation guard (with the live figures `quaver status` reads) the engine's
+//! no_alloc test uses, with packets really flowing over
 //! the loopback interface (their network threads may allocate; the guard watches only the
-//! calling thread, which plays the RT thread here).
+//! calling thread, which plays the RT thread here). A second pair sends 44.1 kHz L16,
+//! PulseAudio's default, to a receiver that resamples it to 48 kHz.
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
 use quaver_devices::{Device, RtpRecv, RtpRecvConfig, RtpSend, RtpSendConfig};
@@ -20,6 +22,7 @@ fn rtp_write_and_read_allocate_nothing() {
         source: None,
         encoding: Encoding::L24,
         rate: 48_000,
+        device_rate: 48_000,
         channels: ChannelMap::stereo(),
         payload_type: 97,
         latency_us: 5_000,
@@ -34,8 +37,32 @@ fn rtp_write_and_read_allocate_nothing() {
         ptime_us: 1_000,
         payload_type: 97,
         ttl: 1,
-        sap: false,
+        sap: None,
         name: "rtp-send".into(),
+    })
+    .unwrap();
+    let mut rx44 = RtpRecv::open(RtpRecvConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        source: None,
+        encoding: Encoding::L16,
+        rate: 44_100,
+        device_rate: 48_000,
+        channels: ChannelMap::stereo(),
+        payload_type: 10,
+        latency_us: 5_000,
+        name: "rtp-recv-44".into(),
+    })
+    .unwrap();
+    let mut tx44 = RtpSend::open(RtpSendConfig {
+        dest: rx44.local_addr(),
+        encoding: Encoding::L16,
+        rate: 44_100,
+        channels: ChannelMap::stereo(),
+        ptime_us: 1_000,
+        payload_type: 10,
+        ttl: 1,
+        sap: None,
+        name: "rtp-send-44".into(),
     })
     .unwrap();
     let q = 96;
@@ -51,6 +78,8 @@ fn rtp_write_and_read_allocate_nothing() {
         assert_no_alloc(|| {
             tx.write(out.view(q)).unwrap();
             rx.read(&mut inp.view_mut(q)).unwrap();
+            tx44.write(out.view(q)).unwrap();
+            rx44.read(&mut inp.view_mut(q)).unwrap();
         });
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -62,6 +91,16 @@ fn rtp_write_and_read_allocate_nothing() {
     let (st, malformed) = rx.stats();
     assert!(st.accepted > 200, "packets flowed: {st:?}");
     assert_eq!(malformed, 0);
-    tx.close().unwrap();
-    rx.close().unwrap();
+    // What the cycle published for `quaver status` (stores only, inside the guard).
+    match rx.net().map(|h| h.status()) {
+        Some(quaver_devices::NetStatus::RtpRecv(live)) => {
+            assert_eq!(live.packets, st.accepted, "{live:?}")
+        }
+        other => panic!("no receiver figures: {other:?}"),
+    }
+    let (st, _) = rx44.stats();
+    assert!(st.accepted > 200, "44.1 kHz packets flowed: {st:?}");
+    for d in [&mut tx as &mut dyn Device, &mut rx, &mut tx44, &mut rx44] {
+        d.close().unwrap();
+    }
 }

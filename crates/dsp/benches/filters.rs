@@ -4,8 +4,8 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use quaver_dsp::PlanarBuf;
 use quaver_dsp::filter::{
-    Biquad, BiquadKind, BiquadParams, Convolver, Delay, Filter, FilterChain, Gain, Limiter,
-    all_finite,
+    Biquad, BiquadKind, BiquadParams, ChannelMixer, Convolver, Crossover, Delay, Filter,
+    FilterChain, Gain, Limiter, MixerPreset, all_finite,
 };
 use std::hint::black_box;
 
@@ -34,8 +34,14 @@ fn peaking(freq: f64, gain_db: f64) -> BiquadParams {
 
 /// Times `f` on a stereo block of noise.
 fn bench(c: &mut Criterion, name: &str, f: &mut dyn Filter) {
+    bench_wide(c, name, f, CHANNELS)
+}
+
+/// Times `f` on a stereo block of noise in a buffer of `width` channels (for a filter
+/// that writes more channels than it reads).
+fn bench_wide(c: &mut Criterion, name: &str, f: &mut dyn Filter, width: usize) {
     let src = noise(FRAMES, 3);
-    let mut buf = PlanarBuf::new(CHANNELS, FRAMES);
+    let mut buf = PlanarBuf::new(width, FRAMES);
     for ch in 0..CHANNELS {
         buf.channel_mut(ch).copy_from_slice(&src);
     }
@@ -78,6 +84,29 @@ fn bench_filters(c: &mut Criterion) {
         c,
         "limiter",
         &mut Limiter::new(CHANNELS, RATE, -6.0, 5.0, 50.0).unwrap(),
+    );
+    bench(
+        c,
+        "channel_mixer_swap",
+        &mut ChannelMixer::new(&MixerPreset::Swap.matrix(2).unwrap()).unwrap(),
+    );
+    let mut ramping = ChannelMixer::new(&[vec![1.0, 0.5], vec![0.5, 1.0]]).unwrap();
+    ramping.set_ramp_frames(usize::MAX / 2);
+    for (o, i) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+        ramping.set_weight(o, i, 0.25).unwrap();
+    }
+    bench(c, "channel_mixer_ramping", &mut ramping);
+    bench_wide(
+        c,
+        "crossover_lr4_2way_to_4",
+        &mut Crossover::new(CHANNELS, RATE, &[2_000.0], None).unwrap(),
+        4,
+    );
+    bench_wide(
+        c,
+        "crossover_lr4_3way_to_6",
+        &mut Crossover::new(CHANNELS, RATE, &[300.0, 3_000.0], None).unwrap(),
+        6,
     );
     let ir = noise(4096, 5);
     bench(

@@ -5,6 +5,7 @@
 pub mod analysis;
 pub mod buffer;
 pub mod channels;
+pub mod echo_scene;
 pub mod filter;
 pub mod format;
 pub mod mix;

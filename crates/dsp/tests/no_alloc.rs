@@ -225,3 +225,68 @@ fn filter_chain_and_its_controls_do_not_allocate() {
     assert_eq!(n, 0, "{n} allocations");
     assert_eq!(chain.nonfinite_resets(), 1);
 }
+
+#[test]
+fn channel_mixer_and_crossover_in_a_wider_chain_do_not_allocate() {
+    use quaver_dsp::filter::{
+        Biquad, BiquadKind, BiquadParams, ChannelMixer, Crossover, FilterChain,
+    };
+    let low_shelf = BiquadParams {
+        kind: BiquadKind::LowShelf,
+        freq: 60.0,
+        q: 0.707,
+        gain_db: 3.0,
+    };
+    // 2.1 bass management on 3 channels, 4 inside: the chain's own wide buffer, a
+    // 3-way split of the sub's feed, and live weight changes during ramps.
+    let mut chain = FilterChain::for_channels(
+        vec![
+            Box::new(ChannelMixer::new(&[vec![1.0, 0.0, 0.0], vec![0.0, 1.0, 0.0]]).unwrap()),
+            Box::new(Crossover::new(2, 48_000.0, &[80.0], None).unwrap()),
+            Box::new(Biquad::new(4, 48_000.0, low_shelf).unwrap()),
+            Box::new(
+                ChannelMixer::new(&[
+                    vec![0.0, 1.0, 0.0, 0.0],
+                    vec![0.0, 0.0, 0.0, 1.0],
+                    vec![1.0, 0.0, 1.0, 0.0],
+                ])
+                .unwrap(),
+            ),
+            Box::new(
+                Crossover::new(
+                    3,
+                    48_000.0,
+                    &[200.0, 2_000.0],
+                    Some(&[(0, 2), (1, 1), (2, 0)]),
+                )
+                .unwrap(),
+            ),
+        ],
+        3,
+    )
+    .unwrap();
+    let mut buf = PlanarBuf::new(3, 1024);
+    let n = allocations(|| {
+        for (k, &frames) in BLOCKS.iter().cycle().take(200).enumerate() {
+            for ch in 0..3 {
+                for (i, x) in buf.channel_mut(ch)[..frames].iter_mut().enumerate() {
+                    *x = ((k * 1024 + i) as f32 * 0.03 * (ch + 1) as f32).sin();
+                }
+            }
+            if k == 30 {
+                buf.channel_mut(1)[0] = f32::INFINITY;
+            }
+            match k % 40 {
+                5 => chain.set_control(0, "gain_0_1", 0.5).unwrap(),
+                6 => chain.set_control(3, "gain_2_2", 0.25).unwrap(),
+                7 => chain.set_control(3, "gain_2_2", 1.0).unwrap(),
+                8 => assert!(chain.set_control(3, "gain_9_0", 1.0).is_err()),
+                9 => assert!(chain.set_control(1, "freq", 1.0).is_err()),
+                _ => {}
+            }
+            chain.process(&mut buf.view_mut(frames));
+        }
+    });
+    assert_eq!(n, 0, "{n} allocations");
+    assert_eq!(chain.nonfinite_resets(), 1);
+}

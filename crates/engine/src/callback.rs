@@ -169,6 +169,10 @@ pub struct CallbackConfig {
     /// Microseconds the RT thread may poll a synchronous client's completion around its
     /// expected answer before blocking ([`crate::rt::spin`]; 0: block at once).
     pub spin_us: u32,
+    /// Runs the client asynchronously from its first cycle and for good, as jackd2 runs
+    /// every client unless started with `-S`: the RT thread never waits for it (one
+    /// wakeup per cycle instead of two), at the price of one quantum of latency.
+    pub asynchronous: bool,
 }
 
 impl Default for CallbackConfig {
@@ -191,6 +195,9 @@ impl Default for CallbackConfig {
             recover_ms: 5_000,
             // Off until measured to help (docs/engine/stages.md).
             spin_us: 0,
+            // A quantum less latency than jackd2's default; docs/bench/jack.md has what
+            // the second wakeup costs.
+            asynchronous: false,
         }
     }
 }
@@ -205,6 +212,8 @@ pub enum AsyncCause {
     Late = 1,
     /// Every cycle unanswered for `hung_ms`.
     Hung = 2,
+    /// The server's configuration (`asynchronous`): from the first cycle, for good.
+    Configured = 3,
 }
 
 impl AsyncCause {
@@ -214,6 +223,7 @@ impl AsyncCause {
             AsyncCause::None => "",
             AsyncCause::Late => "late",
             AsyncCause::Hung => "hung",
+            AsyncCause::Configured => "configured",
         }
     }
 
@@ -222,6 +232,7 @@ impl AsyncCause {
         match v {
             1 => AsyncCause::Late,
             2 => AsyncCause::Hung,
+            3 => AsyncCause::Configured,
             _ => AsyncCause::None,
         }
     }
@@ -361,7 +372,7 @@ impl<T: CallbackTransport> CallbackNode<T> {
     /// A node over `transport`; the returned stats are for the control side.
     pub fn new(transport: T, config: CallbackConfig) -> (Self, Arc<CallbackStats>) {
         let stats = Arc::new(CallbackStats::default());
-        let node = CallbackNode {
+        let mut node = CallbackNode {
             transport,
             config: CallbackConfig {
                 deadline: if config.deadline.is_finite() {
@@ -386,6 +397,9 @@ impl<T: CallbackTransport> CallbackNode<T> {
             midi: Box::new(MidiPorts::NONE),
             spin: CompletionSpin::new(config.spin_us),
         };
+        if config.asynchronous {
+            node.set_mode(CallbackMode::Async, AsyncCause::Configured);
+        }
         (node, stats)
     }
 
@@ -531,7 +545,7 @@ impl<T: CallbackTransport> Processor for CallbackNode<T> {
             }
             self.stats.caught_up.fetch_add(1, Relaxed);
         }
-        if self.mode == CallbackMode::Async && self.recovered(cx) {
+        if self.mode == CallbackMode::Async && !self.config.asynchronous && self.recovered(cx) {
             // Its answer to the previous cycle is dropped: from this cycle on its outputs
             // are this cycle's again, one quantum earlier.
             self.set_mode(CallbackMode::Sync, AsyncCause::None);
@@ -839,6 +853,38 @@ mod tests {
             cycle(&mut quiet, k, t0 + k * PERIOD);
         }
         assert_eq!(qstats.mode(), CallbackMode::Async);
+    }
+
+    #[test]
+    fn a_configured_async_client_is_never_waited_for_and_stays_async() {
+        let (mut n, stats) = CallbackNode::new(
+            Scripted {
+                done: true,
+                ..Scripted::default()
+            },
+            CallbackConfig {
+                asynchronous: true,
+                ..CallbackConfig::default()
+            },
+        );
+        assert_eq!(stats.mode(), CallbackMode::Async, "from the first cycle");
+        assert_eq!(stats.async_cause(), AsyncCause::Configured);
+        let t0 = quaver_rt::monotonic_ns();
+        // Answers every cycle at once, far within the budget, for longer than
+        // `recover_ms`: a configured client is not "recovered" into sync.
+        let six_s = 6_000_000_000 / PERIOD;
+        for k in 0..six_s {
+            n.transport.done = true;
+            n.transport.times = Some((n.signal_ns + 1, n.signal_ns + 10_000));
+            cycle(&mut n, k, t0 + k * PERIOD);
+        }
+        assert!(n.transport.waits.is_empty(), "never blocked on the client");
+        assert_eq!(n.transport.started as u64, six_s, "woken every cycle");
+        assert_eq!(stats.mode(), CallbackMode::Async);
+        assert_eq!(stats.async_cause(), AsyncCause::Configured);
+        assert_eq!(stats.resynced.load(Relaxed), 0);
+        assert_eq!(stats.xruns.load(Relaxed), 0);
+        assert_eq!(AsyncCause::from_u32(3).as_str(), "configured");
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 pub mod callback;
 pub mod compile;
+pub mod echo;
 pub mod engine;
 pub mod feedback;
 pub mod filter;
@@ -39,6 +40,7 @@ pub use engine::{
 };
 pub use graph::{Direction, Graph, LinkId, NodeId, NodeKind, NodeSpec, PortId, PortType};
 pub use quaver_devices::hwvol::{HardwareVolume, HwVolumeInfo};
+pub use quaver_devices::{NetStatus, RtpRecvStatus, RtpSendStatus};
 pub use rt::msg::RtEvent;
 pub use rt::node::{CycleInfo, Processor};
 pub use rt::runner::RtRunner;

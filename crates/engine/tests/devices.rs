@@ -268,10 +268,15 @@ fn a_device_reported_gone_from_outside_leaves_and_an_added_one_drives_after_the_
     // A uevent said the card went away before any call failed.
     engine.device_gone(0).unwrap();
     runner.run_cycle();
-    let events = engine.collect();
+    let (events, log) = logged(|| engine.collect());
     assert!(
         events.contains(&RtEvent::DeviceGone { device: 0 }),
         "{events:?}"
+    );
+    // Retired on purpose: news, not an error (a deleted network stream logged one).
+    assert!(
+        log.contains("device a retired") && !log.contains("ERROR"),
+        "{log}"
     );
     assert!(pa.closed.load(Relaxed));
     // No device left: the thread paces itself and keeps running.
@@ -290,6 +295,65 @@ fn a_device_reported_gone_from_outside_leaves_and_an_added_one_drives_after_the_
     assert!(pb.waits.load(Relaxed) >= 3);
     assert!(pb.written.load(Relaxed) >= 256 * 3);
     engine.shutdown_manual(runner).unwrap();
+}
+
+#[test]
+fn a_device_that_failed_before_its_uevent_leaves_no_mark_on_the_next_at_its_index() {
+    let (engine, mut runner, [pa]) = running(["a"]);
+    runner.run_cycle();
+    // The card fails first; the uevent that retires it arrives after.
+    pa.unplugged.store(true, Relaxed);
+    runner.run_cycle();
+    let (_, log) = logged(|| engine.collect());
+    assert!(
+        log.contains("ERROR") && log.contains("device a failed"),
+        "{log}"
+    );
+    engine.device_gone(0).unwrap();
+    runner.run_cycle();
+    engine.collect();
+    engine.remove_device(0).unwrap();
+    // A new card at the same index that really fails is an error again, not "retired".
+    let (b, pb) = Card::plug("b");
+    assert_eq!(engine.add_device(b).unwrap(), 0);
+    runner.run_cycle();
+    pb.unplugged.store(true, Relaxed);
+    runner.run_cycle();
+    let (events, log) = logged(|| engine.collect());
+    assert!(
+        events.contains(&RtEvent::DeviceGone { device: 0 }),
+        "{events:?}"
+    );
+    assert!(
+        log.contains("ERROR") && log.contains("device b failed") && !log.contains("retired"),
+        "{log}"
+    );
+    engine.shutdown_manual(runner).unwrap();
+}
+
+/// What `f` returns and what it logged (at debug and above, on this thread).
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    (out, text)
 }
 
 /// A stream that counts the cycles it is run.

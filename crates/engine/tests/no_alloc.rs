@@ -42,27 +42,8 @@ impl FrameSource for Tone {
 
 #[test]
 fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
-    let dev = RecordingDevice::new(48000, 0);
-    let cfg = EngineConfig {
-        quantum_default: 64,
-        quantum_min: 32,
-        quantum_max: 1024,
-        rt_priority: 0,
-        suspend_timeout: None,
-        ..EngineConfig::default()
-    };
-    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
-    let mut s = NodeSpec::new("sine", NodeKind::Filter);
-    s.outputs = ChannelMap::stereo();
-    engine
-        .add_node(
-            s,
-            Some(Box::new(Sine {
-                phase: 0.0,
-                step: 0.05,
-            })),
-        )
-        .unwrap();
+    let (engine, mut runner) = common::manual_engine(64, 1024);
+    common::add_sine(&engine, "sine");
     let fmt = StreamFormat {
         rate: 44100,
         channels: ChannelMap::stereo(),
@@ -98,6 +79,9 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
                 .unwrap(),
             8 => engine
                 .filter_control("test-sink", 1, "gain_db", -12.0)
+                .unwrap(),
+            10 => engine
+                .filter_control("test-sink", 6, "gain_1_2", 0.5)
                 .unwrap(),
             // Refused on the control side, with the reason; nothing reaches the cycle.
             9 => {
@@ -194,13 +178,24 @@ fn chain(channels: usize) -> quaver_dsp::filter::FilterChain {
         q: 1.0,
         gain_db: 3.0,
     };
-    FilterChain::new(vec![
-        Box::new(Biquad::new(channels, 48_000.0, peaking).unwrap()),
-        Box::new(Gain::new(-3.0).unwrap()),
-        Box::new(Delay::new(channels, 480, &[0, 24]).unwrap()),
-        Box::new(Convolver::new(channels, &[ir], 256).unwrap()),
-        Box::new(Limiter::new(channels, 48_000.0, -1.0, 1.0, 50.0).unwrap()),
-    ])
+    // A crossover to twice the channels and a mixer summing each channel's bands back:
+    // the chain runs wider inside than the sink, through its own buffer.
+    let sum_bands: Vec<Vec<f64>> = (0..channels)
+        .map(|o| (0..2 * channels).map(|i| f64::from(i / 2 == o)).collect())
+        .collect();
+    FilterChain::for_channels(
+        vec![
+            Box::new(Biquad::new(channels, 48_000.0, peaking).unwrap()),
+            Box::new(Gain::new(-3.0).unwrap()),
+            Box::new(Delay::new(channels, 480, &[0, 24]).unwrap()),
+            Box::new(Convolver::new(channels, &[ir], 256).unwrap()),
+            Box::new(Limiter::new(channels, 48_000.0, -1.0, 1.0, 50.0).unwrap()),
+            Box::new(Crossover::new(channels, 48_000.0, &[500.0], None).unwrap()),
+            Box::new(ChannelMixer::new(&sum_bands).unwrap()),
+        ],
+        channels,
+    )
+    .unwrap()
 }
 
 /// Allocates on every cycle: proves the guard above would catch a real violation.
@@ -246,27 +241,8 @@ fn the_guard_catches_an_allocating_processor() {
 fn callback_clients_allocate_nothing_in_the_cycle() {
     use common::client::{Behaviour, TestClient};
     use quaver_engine::{CallbackConfig, CallbackNode, Direction};
-    let dev = RecordingDevice::new(48000, 0);
-    let cfg = EngineConfig {
-        quantum_default: 1024,
-        quantum_min: 32,
-        quantum_max: 4096,
-        rt_priority: 0,
-        suspend_timeout: None,
-        ..EngineConfig::default()
-    };
-    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
-    let mut s = NodeSpec::new("sine", NodeKind::Filter);
-    s.outputs = ChannelMap::stereo();
-    engine
-        .add_node(
-            s,
-            Some(Box::new(Sine {
-                phase: 0.0,
-                step: 0.05,
-            })),
-        )
-        .unwrap();
+    let (engine, mut runner) = common::manual_engine(1024, 4096);
+    common::add_sine(&engine, "sine");
     let mut clients = Vec::new();
     let mut ids = Vec::new();
     for (name, behaviour) in [
@@ -344,16 +320,7 @@ fn feedback_loops_allocate_nothing_in_the_cycle() {
     use common::Thru;
     use common::client::{Behaviour, TestClient};
     use quaver_engine::{CallbackConfig, CallbackNode};
-    let dev = RecordingDevice::new(48000, 0);
-    let cfg = EngineConfig {
-        quantum_default: 1024,
-        quantum_min: 32,
-        quantum_max: 4096,
-        rt_priority: 0,
-        suspend_timeout: None,
-        ..EngineConfig::default()
-    };
-    let (engine, mut runner) = Engine::new_manual(cfg, vec![Box::new(dev)]).unwrap();
+    let (engine, mut runner) = common::manual_engine(1024, 4096);
     let stereo = |name: &str| {
         let mut s = NodeSpec::new(name, NodeKind::Filter);
         s.inputs = ChannelMap::stereo();
@@ -414,5 +381,58 @@ fn feedback_loops_allocate_nothing_in_the_cycle() {
     // the 2100 cycles (timing belongs to the benches), but the guarded cycles must
     // have woken it and taken its answers many times.
     assert!(client.calls() >= 500, "client ran {} times", client.calls());
+    engine.shutdown_manual(runner).unwrap();
+}
+
+/// An echo-cancel pair (docs/dsp/echo-cancel.md): its source node's processor only
+/// moves samples through rings and rings the worker's eventfd, so the cycle allocates
+/// nothing while the worker (which does) cancels on its own thread; the quantum moves
+/// under it.
+#[test]
+fn echo_cancellation_allocates_nothing_in_the_cycle() {
+    use common::Thru;
+    use quaver_engine::echo::{self, EchoSpec};
+    let (engine, mut runner) = common::manual_engine(256, 4096);
+    common::add_sine(&engine, "far");
+    // The microphone: a sink-like node whose monitor hears the far end.
+    let mut m = NodeSpec::new("mic", NodeKind::DeviceSink);
+    m.inputs = ChannelMap::stereo();
+    m.outputs = ChannelMap::stereo();
+    let mic = engine.add_node(m, Some(Box::new(Thru))).unwrap();
+    engine.link("far", "mic").unwrap();
+    let pair = echo::add(
+        &engine,
+        &EchoSpec {
+            source_name: "ec".into(),
+            source_description: "ec".into(),
+            sink_name: "ec-sink".into(),
+            sink_description: "ec sink".into(),
+            source_master: "mic".into(),
+            sink_master: "test-sink".into(),
+            channels: ChannelMap::stereo(),
+        },
+    )
+    .unwrap();
+    engine.link("far", "ec-sink").unwrap();
+    reset_violation_count();
+    for round in 0..40 {
+        let latency = [None, Some(64), Some(1024)][round % 3];
+        engine.set_latency(mic, latency).unwrap();
+        assert_no_alloc(|| {
+            for _ in 0..25 {
+                runner.run_cycle();
+            }
+        });
+        engine.collect();
+    }
+    assert_eq!(violation_count(), 0, "allocations in the real-time cycle");
+    // The worker got the audio: the manual runner does not wait for the clock, so it
+    // may lag, but within a bounded wait it has cancelled blocks.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pair.worker.stats().blocks == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(pair.worker.stats().blocks > 0, "{:?}", pair.worker.stats());
+    pair.remove(&engine);
     engine.shutdown_manual(runner).unwrap();
 }

@@ -123,14 +123,17 @@ fn jack_freewheel_runs_the_graph_as_fast_as_clients_allow_and_returns() {
     let run = |args: &[&str]| d.run(args);
     let real = real_rate(&probe.expect("active "));
     assert_eq!(real, 48000.0 / 256.0);
-    let paced = probe.rate();
-    assert!((paced as f64) < real * 1.5, "{paced} cycles/s before");
-
     let underruns = || -> u64 {
         let st = d.connect().status().unwrap();
         st.devices.iter().map(|dev| dev.underruns).sum()
     };
+    // The card's underruns in a half second of plain pacing: what this machine's load
+    // costs without any switch (0 on a quiet machine; a loaded one starves the cycle).
+    let start = underruns();
+    let paced = probe.rate();
+    assert!((paced as f64) < real * 1.5, "{paced} cycles/s before");
     let before = underruns();
+    let baseline = before - start;
     let out = run(&["jack_freewheel", "1"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(probe.expect("freewheel "), "freewheel 1");
@@ -153,8 +156,14 @@ fn jack_freewheel_runs_the_graph_as_fast_as_clients_allow_and_returns() {
         (paced as f64) < real * 1.5 && (paced as f64) > real * 0.5,
         "after: {paced} cycles/s, real time is {real}"
     );
-    // The devices run again, and neither switch made the card run dry.
-    assert_eq!(underruns(), before, "underruns on the sim card");
+    // The devices run again, and neither switch made the card run dry: no more
+    // underruns over the two half seconds and the switches than the load alone gave in
+    // one half second, twice (exactly none on a quiet machine).
+    let during = underruns() - before;
+    assert!(
+        during <= 2 * baseline,
+        "underruns on the sim card: {during} across the switches, {baseline} in a half second without"
+    );
     let st = d.connect().status().unwrap();
     assert!(
         st.devices.iter().all(|dev| dev.state == "running"),

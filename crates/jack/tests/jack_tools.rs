@@ -307,7 +307,13 @@ fn jack_iodelay_and_jack_session_notify_give_what_they_give_on_jackd2() {
     let reports = iodelay_reports(&out);
     eprintln!("jack_iodelay reports: {reports:?}");
     let settled = &reports[reports.len() / 2..];
-    let agree = settled.iter().filter(|&&f| f == (Q + P) as f64).count();
+    // jack_iodelay's estimate is a phase fit, printed to 1/1000 frame: after a
+    // disturbance it settles back within a few thousandths (320.002 seen on a loaded
+    // machine). A whole frame off is a wrong prediction; a hundredth is its noise.
+    let agree = settled
+        .iter()
+        .filter(|&&f| (f - (Q + P) as f64).abs() < 0.01)
+        .count();
     assert!(
         agree * 3 >= settled.len() * 2,
         "jack_iodelay measured {settled:?}, the latency bench predicts {}:\n{out}",

@@ -111,6 +111,7 @@ impl NativeServer {
                 hung_ms: opts.hung_ms,
                 recover_ms: opts.recover_ms,
                 spin_us: opts.spin_us,
+                asynchronous: opts.asynchronous,
             },
         );
         let id = self

@@ -87,6 +87,7 @@ impl NativeServer {
                         play_error_max: f.play_error.1,
                         restarts: f.restarts,
                     }),
+                    net: d.net.as_ref().map(crate::netstatus::net_info),
                 })
                 .collect(),
             clients: clients

@@ -19,6 +19,7 @@
 mod callback;
 mod introspect;
 mod meta;
+mod netstatus;
 mod quantum;
 mod restore;
 mod rt;
@@ -74,6 +75,8 @@ pub struct CallbackOptions {
     pub max_ports: u32,
     /// Microseconds the RT thread may poll a client's completion before blocking.
     pub spin_us: u32,
+    /// Every client asynchronous from its first cycle (jackd2's default mode).
+    pub asynchronous: bool,
 }
 
 impl Default for CallbackOptions {
@@ -86,6 +89,7 @@ impl Default for CallbackOptions {
             recover_ms: c.recover_ms,
             max_ports: 256,
             spin_us: c.spin_us,
+            asynchronous: c.asynchronous,
         }
     }
 }

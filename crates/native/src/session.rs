@@ -66,9 +66,6 @@ impl NativeServer {
                 cb.retire();
             }
             for node in &c.streams {
-                if let Some(d) = &self.opts.ducking {
-                    d.remove(*node);
-                }
                 if let Err(e) = self.engine.remove_node(*node) {
                     tracing::warn!("removing stream {node} of client {id}: {e}");
                 }
@@ -361,9 +358,6 @@ impl NativeServer {
         if !owned {
             let msg = format!("node {node} is not a stream of this client");
             return Reply::error(ErrorCode::NoSuchNode, msg);
-        }
-        if let Some(d) = &self.opts.ducking {
-            d.remove(node);
         }
         match self.engine.remove_node(node) {
             Ok(()) => Reply::Ok,

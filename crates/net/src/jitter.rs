@@ -22,12 +22,14 @@
 //!   are dropped, unless 16 come in a row from one new SSRC while the locked one sends
 //!   nothing: the sender restarted, and the buffer starts over with it.
 //! * Jitter: RFC 3550's interarrival jitter estimate (6.4.1), in frames, from the arrival
-//!   times the caller passes (in frames of the receiver's clock).
+//!   times the caller passes (in frames of the receiver's clock); and the sender's clock
+//!   drift against the receiver's from the same times ([`crate::arrival`]).
 //!
 //! Nothing here allocates after [`JitterBuffer::new`], locks or makes a system call, so
 //! both ends may run on the real-time thread.
 
 use crate::MAX_CHANNELS;
+use crate::arrival::{ClockDrift, InterarrivalJitter};
 use crate::payload::Encoding;
 use crate::rtp::RtpPacket;
 use std::net::IpAddr;
@@ -127,6 +129,9 @@ pub struct JitterStats {
     pub buffered: u64,
     /// RFC 3550 interarrival jitter estimate, in frames.
     pub jitter: f64,
+    /// The sender's clock against the receiver's, minus one, in ppm (positive: the
+    /// sender runs fast), since the stream last started; `None` in its first seconds.
+    pub drift_ppm: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,7 +169,8 @@ pub struct JitterBuffer {
     last: Vec<f32>,
     gap: usize,
     fade_in: usize,
-    transit: Option<i64>,
+    jitter: InterarrivalJitter,
+    drift: ClockDrift,
     /// Packets accepted, and lost, before the stream last started over.
     accepted_before: u64,
     lost_before: u64,
@@ -221,7 +227,10 @@ impl JitterBuffer {
             last: vec![0.0; cfg.channels],
             gap: 0,
             fade_in: 0,
-            transit: None,
+            jitter: InterarrivalJitter::default(),
+            // Windows as long as the ring (a receiver sizes it to a second or more):
+            // the smallest transit in each.
+            drift: ClockDrift::new(capacity as u64),
             accepted_before: 0,
             lost_before: 0,
             stats: JitterStats::default(),
@@ -244,6 +253,8 @@ impl JitterBuffer {
             s.lost += expected.saturating_sub(accepted);
         }
         s.buffered = self.end.saturating_sub(self.read);
+        s.jitter = self.jitter.frames();
+        s.drift_ppm = self.drift.ppm();
         s
     }
 
@@ -410,7 +421,8 @@ impl JitterBuffer {
         self.base_seq = ORIGIN + seq as u64;
         self.highest_seq = self.base_seq - 1;
         self.accepted_before = self.stats.accepted;
-        self.transit = None;
+        self.jitter.restart();
+        self.drift.restart();
     }
 
     /// Drops everything buffered and starts over with a new stream.
@@ -466,12 +478,8 @@ impl JitterBuffer {
     }
 
     fn update_jitter(&mut self, arrival: u64, ts: u64) {
-        let transit = arrival as i64 - ts as i64;
-        if let Some(prev) = self.transit {
-            let d = (transit - prev).unsigned_abs() as f64;
-            self.stats.jitter += (d - self.stats.jitter) / 16.0;
-        }
-        self.transit = Some(transit);
+        self.jitter.update(arrival, ts);
+        self.drift.update(arrival, ts);
     }
 }
 

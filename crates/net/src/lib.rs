@@ -8,12 +8,16 @@
 //! Everything parsed here comes from any host on the network: every length, count and
 //! number is checked before it is used, and refused with an error naming the field.
 
+pub mod arrival;
+pub mod directory;
 pub mod jitter;
 pub mod payload;
 pub mod rtp;
 pub mod sap;
 pub mod sdp;
 
+pub use arrival::{ClockDrift, InterarrivalJitter};
+pub use directory::{Change, Directory, DirectoryConfig, DirectoryStats, GoneReason, SessionKey};
 pub use jitter::{JitterBuffer, JitterConfig, JitterError, JitterStats, Push};
 pub use payload::{Encoding, PayloadError};
 pub use rtp::{RtpError, RtpHeader, RtpPacket};

@@ -21,6 +21,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const SAP_PORT: u16 = 9875;
 /// The IPv4 group SAP uses for administratively scoped sessions (239.255.255.255).
 pub const SAP_GROUP_V4: Ipv4Addr = Ipv4Addr::new(239, 255, 255, 255);
+/// The group PulseAudio's module-rtp-send/-recv and PipeWire's module-rtp-sink/-source
+/// announce to and listen on by default (224.0.0.56, link-local: never routed).
+pub const SAP_GROUP_AUDIO: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 56);
 /// The payload type SAP names for SDP.
 pub const SDP_MIME: &str = "application/sdp";
 

@@ -232,7 +232,26 @@ impl SessionDescription {
         })
     }
 
-    /// The SDP text for this stream (CRLF line ends, media-level clock attributes).
+    /// The `o=` line's origin address and session id, alone: what a SAP deletion must
+    /// carry (RFC 2974 lets it carry nothing else), so it can name the session it ends.
+    pub fn origin_of(text: &str) -> Result<(IpAddr, u64), SdpError> {
+        if text.len() > MAX_SDP {
+            return Err(SdpError::TooLong(text.len()));
+        }
+        let (n, line) = text
+            .split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+            .enumerate()
+            .find(|(_, l)| l.starts_with("o="))
+            .ok_or(SdpError::Missing("o="))?;
+        let (addr, id, _) = parse_origin(n + 1, &line[2..])?;
+        Ok((addr, id))
+    }
+
+    /// The SDP text for this stream (media-level clock attributes). Lines end in LF, as
+    /// PulseAudio and PipeWire write them: PulseAudio 16's parser takes nothing but
+    /// `v=0\n` as the first line and keeps a CR in every value, so a CRLF description
+    /// (RFC 4566's form) is refused by its module-rtp-recv.
     pub fn to_text(&self) -> String {
         self.to_string()
     }
@@ -241,25 +260,25 @@ impl SessionDescription {
 impl fmt::Display for SessionDescription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ip = |a: &IpAddr| if a.is_ipv4() { "IP4" } else { "IP6" };
-        write!(f, "v=0\r\n")?;
-        write!(
+        writeln!(f, "v=0")?;
+        writeln!(
             f,
-            "o=- {} {} IN {} {}\r\n",
+            "o=- {} {} IN {} {}",
             self.session_id,
             self.session_version,
             ip(&self.origin),
             self.origin
         )?;
-        write!(f, "s={}\r\n", self.name)?;
+        writeln!(f, "s={}", self.name)?;
         write!(f, "c=IN {} {}", ip(&self.address), self.address)?;
         if let Some(ttl) = self.ttl {
             write!(f, "/{ttl}")?;
         }
-        write!(f, "\r\nt=0 0\r\n")?;
-        write!(f, "m=audio {} RTP/AVP {}\r\n", self.port, self.payload_type)?;
-        write!(
+        writeln!(f, "\nt=0 0")?;
+        writeln!(f, "m=audio {} RTP/AVP {}", self.port, self.payload_type)?;
+        writeln!(
             f,
-            "a=rtpmap:{} {}/{}/{}\r\n",
+            "a=rtpmap:{} {}/{}/{}",
             self.payload_type, self.encoding, self.rate, self.channels
         )?;
         if let Some(us) = self.ptime_us {
@@ -270,13 +289,13 @@ impl fmt::Display for SessionDescription {
                     s.pop();
                 }
             }
-            write!(f, "a=ptime:{s}\r\n")?;
+            writeln!(f, "a=ptime:{s}")?;
         }
         if let Some(r) = &self.ts_refclk {
-            write!(f, "a=ts-refclk:{r}\r\n")?;
+            writeln!(f, "a=ts-refclk:{r}")?;
         }
         if let Some(m) = &self.mediaclk {
-            write!(f, "a=mediaclk:{m}\r\n")?;
+            writeln!(f, "a=mediaclk:{m}")?;
         }
         Ok(())
     }

@@ -10,10 +10,11 @@
 //! engine's per-node duck factor ([`quaver_engine::Engine::set_duck`]), on top of the
 //! stream's volume: what clients see as its volume does not change. docs/policy/roles.md.
 
-use quaver_engine::{Engine, NodeId};
+use quaver_engine::{Engine, GraphEvent, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 /// Role settings (the `[policy.roles]` table of quaver.toml).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -128,6 +129,24 @@ impl Ducking {
                 t.playing = playing;
             }
         });
+    }
+
+    /// Starts the thread that forgets a stream once its node leaves the engine, whoever
+    /// removed it (a front-end, a client that died, a device that went away): no
+    /// front-end has to remember to. Woken only by graph events.
+    pub fn watch(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
+        let events = self.engine.subscribe();
+        let me = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("quaver-roles".into())
+            .spawn(move || {
+                while let Ok(ev) = events.recv() {
+                    if let GraphEvent::NodeRemoved(node) = ev {
+                        let Some(d) = me.upgrade() else { break };
+                        d.remove(node);
+                    }
+                }
+            })
     }
 
     /// A stream is gone.

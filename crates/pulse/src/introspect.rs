@@ -37,6 +37,8 @@ pub struct Snapshot {
     pub default_source: Option<Device>,
     /// Device nodes whose volume drives a mixer element.
     pub hw_volumes: std::collections::BTreeMap<NodeId, quaver_engine::HwVolumeInfo>,
+    /// Network devices' live figures by device name (`quaver.rtp.*` properties).
+    pub net: Vec<(String, quaver_engine::NetStatus)>,
 }
 
 fn set(props: &mut Props, key: Prop, value: &str) {
@@ -95,6 +97,11 @@ impl Server {
             default_sink,
             default_source,
             hw_volumes: self.engine.hardware_volumes(),
+            net: status
+                .devices
+                .iter()
+                .filter_map(|d| Some((d.info.name.clone(), d.net.clone()?)))
+                .collect(),
         }
     }
 
@@ -168,6 +175,7 @@ impl Server {
         set(&mut props, Prop::DeviceClass, "sound");
         set(&mut props, Prop::DeviceApi, "quaver");
         props.set_bytes(cstr("node.name"), cstr(&node.name).as_bytes_with_nul());
+        crate::netprops::add(&mut props, &snap.net, &node.name);
         let card = self.device_card(&node.name);
         if let Some(c) = &card {
             crate::cards::add_props(&mut props, c);
@@ -243,6 +251,9 @@ impl Server {
         let card = self.device_card(&node.name);
         if let Some(c) = card.as_ref().filter(|_| !dev.monitor) {
             crate::cards::add_props(&mut props, c);
+        }
+        if !dev.monitor {
+            crate::netprops::add(&mut props, &snap.net, &node.name);
         }
         let latency = Self::device_latency_usec(snap);
         // A monitor's node is its sink's: only a capture device has the source's mixer.

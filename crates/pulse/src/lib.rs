@@ -38,6 +38,7 @@ mod io;
 mod ioloop;
 mod memstat;
 pub mod modules;
+mod netprops;
 pub use modules::pipe;
 mod rt;
 mod scache;
@@ -169,7 +170,16 @@ impl PulseServer {
         for line in &server.opts.modules {
             let line = line.trim();
             let (name, argument) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-            if let Err(e) = modules::load_indexed(&server, name, argument.trim()) {
+            let said = line.to_string();
+            // A tunnel answers later, from its own thread: its remote may be slow.
+            let done: modules::LoadDone = Box::new(move |r| {
+                if let Err(e) = r {
+                    tracing::error!(
+                        "[pulse] modules: '{said}' did not load ({e}); see the lines above"
+                    );
+                }
+            });
+            if let Err(e) = modules::load_or_start(&server, name, argument.trim(), done) {
                 // The others still load and clients are served: the log says which line.
                 tracing::error!(
                     "[pulse] modules: '{line}' did not load ({e}); see the lines above"

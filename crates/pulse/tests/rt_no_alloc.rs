@@ -310,13 +310,44 @@ fn a_pipe_sinks_tap_allocates_nothing_in_the_cycle() {
         quaver_pulse::convert::Codec::of(quaver_pulse::pulseaudio::protocol::SampleFormat::S16Le)
             .unwrap();
     let (out, mut tap) = quaver_pulse::pipe::PipeOut::start(&fifo, codec, 2, 48000).unwrap();
+    // Nobody reads the FIFO: it fills, then the ring does, and the tap drops.
+    taps_cycles_under_guard(&mut tap, |_| {});
+    drop(tap);
+    out.stop();
+    let (written, lost) = out.counts();
+    assert!(written > 0 && lost > 0, "written {written}, lost {lost}");
+    assert!(!fifo.exists());
+}
+
+#[test]
+fn a_tunnel_sinks_tap_allocates_nothing_in_the_cycle() {
+    let bell = Arc::new(quaver_pulse::transport::Bell::new().unwrap());
+    let (mut tap, mut rx) =
+        quaver_pulse::modules::tunnel::tap_for_alloc_guard(2, 4096, 48000, bell.clone());
+    // The network thread takes half the cycles' audio: the ring fills, then the tap
+    // drops, and rings the network thread all along.
+    taps_cycles_under_guard(tap.as_mut(), |cycle| {
+        if cycle % 2 == 0
+            && let Ok(chunk) = rx.read_chunk(rx.slots().min(512))
+        {
+            chunk.commit_all();
+        }
+    });
+    assert!(
+        bell.written_at_ns() > 0,
+        "the tap never rang the network thread"
+    );
+}
+
+/// Runs `tap` for 2000 cycles of 256 stereo frames, each under the allocation guard,
+/// with `between` after each (outside it); fails on any allocation.
+fn taps_cycles_under_guard(tap: &mut dyn Processor, mut between: impl FnMut(u64)) {
     let mut input = PlanarBuf::new(2, 256);
     for c in 0..2 {
         input.view_mut(256).channel_mut(c).fill(0.25);
     }
     let mut nothing = PlanarBuf::new(0, 256);
     reset_violation_count();
-    // Nobody reads the FIFO: it fills, then the ring does, and the tap drops.
     for cycle in 0..2000u64 {
         let cx = CycleInfo {
             frames: 256,
@@ -327,11 +358,7 @@ fn a_pipe_sinks_tap_allocates_nothing_in_the_cycle() {
         let inputs = input.view(256);
         let mut outs = nothing.view_mut(256);
         assert_no_alloc(|| tap.process(&cx, inputs, &mut outs));
+        between(cycle);
     }
     assert_eq!(violation_count(), 0, "allocations in the RT path");
-    drop(tap);
-    out.stop();
-    let (written, lost) = out.counts();
-    assert!(written > 0 && lost > 0, "written {written}, lost {lost}");
-    assert!(!fifo.exists());
 }

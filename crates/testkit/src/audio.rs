@@ -65,6 +65,20 @@ pub fn read_wav_f32(path: &Path) -> (hound::WavSpec, Vec<f32>) {
     (spec, s)
 }
 
+/// The peak magnitude of one channel of interleaved `samples`, per block of `frames`
+/// frames (the last block may be shorter): a level trace, e.g. of a ducked stream.
+pub fn block_peaks(samples: &[f32], channels: usize, channel: usize, frames: usize) -> Vec<f32> {
+    samples
+        .chunks(frames * channels)
+        .map(|b| {
+            b.iter()
+                .skip(channel)
+                .step_by(channels)
+                .fold(0f32, |m, &x| m.max(x.abs()))
+        })
+        .collect()
+}
+
 /// A deterministic pseudo-random S16 signal (xorshift), scaled to ±`amp`.
 pub fn noise_s16(n: usize, seed: u64, amp: i16) -> Vec<i16> {
     let mut x = seed | 1;

@@ -2,7 +2,7 @@
 //! runtime, config and state directories, started and stopped by PID), the workspace's
 //! built binaries, bounded waits and the signal/process helpers around them, and the
 //! WAV and bit-exactness helpers the audio tests compare with, and the kernel-ALSA
-//! guest rig ([`guest`]).
+//! guest rig ([`guest`]), and rival servers from Debian started headless ([`peers`]).
 //!
 //! A dev-dependency only. Every wait here is time-bounded, and nothing is ever stopped
 //! by name.
@@ -11,6 +11,7 @@ mod audio;
 mod bins;
 mod daemon;
 pub mod guest;
+pub mod peers;
 mod process;
 
 pub use audio::*;

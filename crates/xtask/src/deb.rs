@@ -107,7 +107,7 @@ pub fn run(
          Installed-Size: {size_kib}\n\
          Depends: {depends}\n\
          Recommends: rtkit\n\
-         Suggests: pulseaudio-utils, jackd2\n\
+         Suggests: pulseaudio-utils, jackd2, liblilv-0-0\n\
          Section: sound\n\
          Priority: optional\n\
          Description: {DESCRIPTION}\n"

@@ -369,6 +369,31 @@ pub enum Mode {
         #[command(flatten)]
         common: Common,
     },
+    /// Echo cancellation on a recorded scene: far-end speech through a simulated room
+    /// plus near-end speech, quaverd's module-echo-cancel beside PulseAudio's (webrtc):
+    /// ERLE, the near end kept, CPU.
+    Echo {
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// A 64k-tap convolver on 2 channels: quaverd's `[[filters]]` convolver beside
+    /// PipeWire's filter-chain convolver on the same impulse response, alternating
+    /// runs with and without it: the servers' CPU.
+    Convolver {
+        /// Runs of each server with and without the convolver.
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Seconds of each measured window.
+        #[arg(long, default_value_t = 15.0)]
+        window: f64,
+        /// quaverd's convolver partition, frames (a power of two).
+        #[arg(long, default_value_t = 1024)]
+        partition: usize,
+        /// Options every mode takes.
+        #[command(flatten)]
+        common: Common,
+    },
     /// The JACK client of `jack` (started by it through a libjack wrapper; not for
     /// direct use).
     #[command(hide = true)]
@@ -440,6 +465,8 @@ impl Mode {
             Mode::Jack { .. } => "jack",
             Mode::Bigbuf { .. } => "bigbuf",
             Mode::Drift { .. } => "drift",
+            Mode::Echo { .. } => "echo",
+            Mode::Convolver { .. } => "convolver",
             Mode::JackClient { .. } => "jack-client",
             Mode::PulseProbe { .. } => "pulse-probe",
             Mode::Stressor { .. } => "stressor",
@@ -455,7 +482,9 @@ impl Mode {
             | Mode::Peers { common, .. }
             | Mode::Jack { common, .. }
             | Mode::Bigbuf { common, .. }
-            | Mode::Drift { common, .. } => Some(common),
+            | Mode::Drift { common, .. }
+            | Mode::Echo { common }
+            | Mode::Convolver { common, .. } => Some(common),
             Mode::Stressor { .. } | Mode::JackClient { .. } | Mode::PulseProbe { .. } => None,
         }
     }

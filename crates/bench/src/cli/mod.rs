@@ -119,6 +119,16 @@ fn run(cli: Cli, argv: &[String]) -> Result<()> {
         Mode::Jack { .. } => options::jack(&mut ctx, &cli.mode, &common)?,
         Mode::Bigbuf { .. } => options::bigbuf(&mut ctx, &cli.mode, quick)?,
         Mode::Drift { .. } => options::drift(&mut ctx, &cli.mode, quick)?,
+        Mode::Echo { .. } => crate::modes::echo::render(&crate::modes::echo::run(&mut ctx)?),
+        Mode::Convolver {
+            repeats,
+            window,
+            partition,
+            ..
+        } => {
+            use crate::modes::convolver;
+            convolver::render(&convolver::run(&mut ctx, *repeats, *window, *partition)?)
+        }
         Mode::Stressor { .. } | Mode::JackClient { .. } | Mode::PulseProbe { .. } => {
             unreachable!("handled above")
         }

@@ -166,19 +166,8 @@ impl Server {
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("PULSE_RUNTIME_PATH", xdg.join("pulse"))
-            .args([
-                "-n",
-                "--daemonize=no",
-                "--exit-idle-time=-1",
-                "--disallow-exit",
-                "--use-pid-file=no",
-                "--system=no",
-                "--log-target=stderr",
-                "-L",
-                sink_module,
-                "-L",
-                "module-native-protocol-unix",
-            ]);
+            .args(quaver_client::peers::PULSEAUDIO_HEADLESS)
+            .args(["-L", sink_module, "-L", "module-native-protocol-unix"]);
         ctx.record_command(format!("{} &", describe(&cmd)));
         let log = dir.path().join("pulseaudio.log");
         let child = cmd
@@ -213,6 +202,13 @@ impl Server {
     /// `XDG_CONFIG_HOME`. pipewire, wireplumber and pipewire-pulse are measured
     /// together; the bus is scaffolding and is not.
     pub fn pipewire(ctx: &mut Ctx) -> Result<Server> {
+        Server::pipewire_with(ctx, &[])
+    }
+
+    /// Starts PipeWire like [`Server::pipewire`], with more drop-ins: each a path
+    /// under `$XDG_CONFIG_HOME` (e.g. `pipewire/pipewire.conf.d/91-x.conf`, read
+    /// after the bench's own) and its text.
+    pub fn pipewire_with(ctx: &mut Ctx, extra: &[(&str, &str)]) -> Result<Server> {
         for p in PIPEWIRE_PROGRAMS {
             if which(p).is_none() {
                 bail!("{p} is not installed");
@@ -256,7 +252,7 @@ impl Server {
                 WIREPLUMBER_BT_LUA,
             ),
         ];
-        for (name, text) in files {
+        for (name, text) in files.into_iter().chain(extra.iter().copied()) {
             std::fs::write(cfg.join(name), text)?;
             ctx.record_command(format!(
                 "# $XDG_CONFIG_HOME/{name}:\n#   {}",

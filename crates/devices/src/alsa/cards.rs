@@ -135,10 +135,11 @@ pub struct Profile {
     pub description: String,
     /// Higher is preferred: output priority × 100 + input priority, as PulseAudio does.
     pub priority: u32,
-    /// The sink's mapping.
-    pub output: Option<Mapping>,
-    /// The source's mapping.
-    pub input: Option<Mapping>,
+    /// The sinks' mappings: at most one for a probed profile; one per PCM device for a
+    /// UCM verb (a laptop's speaker/headphone PCM and its HDMI PCMs, say).
+    pub outputs: Vec<Mapping>,
+    /// The sources' mappings, likewise.
+    pub inputs: Vec<Mapping>,
     /// The UCM verb it sets, for a card with a UCM configuration.
     pub verb: Option<String>,
 }
@@ -150,19 +151,29 @@ impl Profile {
             name: "off".into(),
             description: "Off".into(),
             priority: 0,
-            output: None,
-            input: None,
+            outputs: Vec::new(),
+            inputs: Vec::new(),
             verb: None,
         }
     }
 
-    /// Sinks it opens (0 or 1).
+    /// Sinks it opens.
     pub fn sinks(&self) -> u32 {
-        self.output.is_some() as u32
+        self.outputs.len() as u32
     }
-    /// Sources it opens (0 or 1).
+    /// Sources it opens.
     pub fn sources(&self) -> u32 {
-        self.input.is_some() as u32
+        self.inputs.len() as u32
+    }
+
+    /// Every mapping: the outputs, then the inputs.
+    pub fn mappings(&self) -> impl Iterator<Item = &Mapping> {
+        self.outputs.iter().chain(&self.inputs)
+    }
+
+    /// The mapping called `name` in direction `dir`.
+    pub fn mapping(&self, dir: Direction, name: &str) -> Option<&Mapping> {
+        self.mappings().find(|m| m.dir == dir && m.name == name)
     }
 }
 
@@ -354,8 +365,8 @@ pub fn build_profiles(card: &CardProbe, rate: u32) -> CardProfiles {
             name: names.join("+"),
             description: descs.join(" + "),
             priority: o.map_or(0, |m| m.priority * 100) + i.map_or(0, |m| m.priority),
-            output: o.cloned(),
-            input: i.cloned(),
+            outputs: o.into_iter().cloned().collect(),
+            inputs: i.into_iter().cloned().collect(),
             verb: None,
         }
     };
@@ -394,8 +405,8 @@ pub fn device_name(card_id: &str, mapping: &str) -> String {
 }
 
 /// The devices to open for `profile` of `card`, with `template`'s rate and options:
-/// one playback+capture device when both mappings are the same on one PCM device (one
-/// clock, started together), else one device per mapping.
+/// one playback+capture device for an output and an input that are the same mapping on
+/// one PCM device (one clock, started together), else one device per mapping.
 pub fn devices_for(card: &CardProbe, profile: &Profile, template: &AlsaConfig) -> Vec<CardDevice> {
     let make = |m: &Mapping, playback: bool, capture: bool| CardDevice {
         config: AlsaConfig {
@@ -410,18 +421,20 @@ pub fn devices_for(card: &CardProbe, profile: &Profile, template: &AlsaConfig) -
         output: playback.then(|| m.name.clone()),
         input: capture.then(|| m.name.clone()),
     };
-    match (&profile.output, &profile.input) {
-        (Some(o), Some(i))
-            if o.device == i.device && o.name == i.name && o.channels == i.channels =>
-        {
-            vec![make(o, true, true)]
-        }
-        (o, i) => o
-            .iter()
-            .map(|o| make(o, true, false))
-            .chain(i.iter().map(|i| make(i, false, true)))
-            .collect(),
+    let duplex = |o: &Mapping, i: &Mapping| {
+        o.device == i.device && o.name == i.name && o.channels == i.channels
+    };
+    let mut devices = Vec::new();
+    for o in &profile.outputs {
+        let both = profile.inputs.iter().any(|i| duplex(o, i));
+        devices.push(make(o, true, both));
     }
+    for i in &profile.inputs {
+        if !profile.outputs.iter().any(|o| duplex(o, i)) {
+            devices.push(make(i, false, true));
+        }
+    }
+    devices
 }
 
 /// Every card the kernel has, each with its PCMs probed; a card whose control
@@ -593,6 +606,19 @@ fn probe_pcm(lib: &'static Lib, pcm: &str, dir: Direction) -> Result<PcmCaps, St
             lib.error_text(rc)
         ));
     }
+    // Quaver moves interleaved frames only; a non-interleaved PCM (snd-dummy's odd
+    // devices, some pro cards) is named here rather than failing when it is opened.
+    let interleaved = [
+        ffi::SND_PCM_ACCESS_MMAP_INTERLEAVED,
+        ffi::SND_PCM_ACCESS_RW_INTERLEAVED,
+    ]
+    .into_iter()
+    .any(|a| unsafe { (lib.hw_test_access)(h.0, hw.0, a) } == 0);
+    if !interleaved {
+        return Err(format!(
+            "'{pcm}' offers no interleaved access (non-interleaved PCMs are not supported)"
+        ));
+    }
     let mut caps = PcmCaps::default();
     let mut d: c_int = 0;
     unsafe {
@@ -708,7 +734,7 @@ mod tests {
         assert_eq!((best.sinks(), best.sources()), (1, 1));
         let hdmi = p.get("output:hdmi-stereo").unwrap();
         assert_eq!(hdmi.description, "Digital Stereo (HDMI) Output");
-        let m = hdmi.output.as_ref().unwrap();
+        let m = &hdmi.outputs[0];
         assert_eq!((m.device, m.port.as_str()), (3, "hdmi-output-0"));
         assert_eq!(m.port_kind, PortKind::Hdmi);
         let off = p.get("off").unwrap();
@@ -732,9 +758,9 @@ mod tests {
         );
         let extra = p.get("output:hdmi-stereo-extra1").unwrap();
         assert_eq!(extra.description, "Digital Stereo (HDMI 2) Output");
-        let m = extra.output.as_ref().unwrap();
+        let m = &extra.outputs[0];
         assert_eq!(m.port, "hdmi-output-1");
-        let spdif = p.get("input:iec958-stereo").unwrap().input.clone().unwrap();
+        let spdif = p.get("input:iec958-stereo").unwrap().inputs[0].clone();
         assert_eq!(spdif.port, "iec958-stereo-input");
         assert_eq!(spdif.port_description, "Digital Input (S/PDIF)");
         // HDMI (9) beats S/PDIF (5): the default is HDMI with the S/PDIF input.

@@ -360,10 +360,16 @@ impl<P: PcmIo> Driver<P> {
                 self.cap.as_mut()
             };
             let Some(side) = side else { continue };
-            // Linked PCMs start together: only start what is not running yet.
+            // Linked PCMs start together: only start what is not running yet. A side
+            // the other's start ran may already have overrun when its turn comes (a
+            // starved machine): its start then says -EBADFD, and that is an xrun to
+            // recover at the next wait, not a dead device.
             if side.pcm.state() != ffi::SND_PCM_STATE_RUNNING
                 && let Err(e) = side.pcm.start()
             {
+                if side.pcm.state() == ffi::SND_PCM_STATE_XRUN {
+                    return self.transfer_failed(-libc::EPIPE);
+                }
                 return Err(self.fail(e));
             }
         }

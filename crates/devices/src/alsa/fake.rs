@@ -65,6 +65,10 @@ pub(crate) struct FakeHw {
     pub reopen_buffer: Option<usize>,
     /// `rewind` calls that took frames back.
     pub rewinds: u64,
+    /// The next `start` finds the stream already in XRUN and says -EBADFD, as a linked
+    /// capture does when its partner's start ran it and it overran before its own start
+    /// (a starved snd-aloop guest did).
+    pub xrun_before_start: bool,
 }
 
 /// What the fake negotiates for `req`: exactly what was asked (F32 unless a format is
@@ -204,6 +208,7 @@ impl FakePcm {
             reopen_format: None,
             reopen_buffer: None,
             rewinds: 0,
+            xrun_before_start: false,
         }));
         (
             FakePcm {
@@ -284,6 +289,10 @@ impl PcmIo for FakePcm {
 
     fn start(&mut self) -> Result<(), i32> {
         self.with(|hw, now| {
+            if std::mem::take(&mut hw.xrun_before_start) {
+                hw.state = XRUN;
+                hw.xruns += 1;
+            }
             if hw.state != PREPARED {
                 return Err(-libc::EBADFD);
             }
@@ -664,6 +673,44 @@ mod tests {
             let est = rig.dev.dll.drift_ppm();
             assert!((est - ppm).abs() < 2.0, "{ppm} ppm estimated as {est}");
         }
+    }
+
+    #[test]
+    fn an_xrun_between_a_restarts_prepare_and_start_is_recovered_not_fatal() {
+        let q = 256;
+        let mut rig = Rig::new(RigConfig {
+            capture: true,
+            ..RigConfig::default()
+        });
+        rig.dev.start(q).unwrap();
+        follow_run(&mut rig, q, 20);
+        // A stall, and the capture overruns again while the restart starts it.
+        rig.clock.advance(Duration::from_millis(300));
+        rig.cap.as_ref().unwrap().lock().unwrap().xrun_before_start = true;
+        // The cycle whose restart met the xrun has no levels; the next one recovers.
+        let mut outcomes = Vec::new();
+        for _ in 0..2 {
+            rig.clock
+                .advance(Duration::from_nanos(q as u64 * 1_000_000_000 / 48_000));
+            outcomes.push(rig.dev.follow(q).unwrap().map(|l| l.restarted));
+            rig.dev.read(&mut rig.inb.view_mut(q)).unwrap();
+            rig.dev.write(rig.out.view(q)).unwrap();
+        }
+        assert_eq!(outcomes, [None, Some(true)]);
+        let (levels, restarts) = follow_run(&mut rig, q, 200);
+        assert_eq!(restarts, 0, "still xrunning: {levels:?}");
+        assert_eq!(rig.cap.as_ref().unwrap().lock().unwrap().state, RUNNING);
+        // The same for a driving device: its wait recovers again at once.
+        let mut rig = Rig::new(RigConfig {
+            capture: true,
+            ..RigConfig::default()
+        });
+        rig.run(q, 0.5, BUSY);
+        rig.clock.advance(Duration::from_millis(300));
+        rig.cap.as_ref().unwrap().lock().unwrap().xrun_before_start = true;
+        rig.run(q, 2.0, BUSY);
+        assert_eq!(xruns(&rig), 1);
+        assert_eq!(rig.cap.as_ref().unwrap().lock().unwrap().state, RUNNING);
     }
 
     #[test]

@@ -8,8 +8,22 @@ use std::time::Duration;
 /// RTP headers, so packets are never fragmented.
 pub const MAX_PAYLOAD: usize = 1440;
 
-/// The dynamic payload type quaver uses unless told otherwise.
-pub const DEFAULT_PAYLOAD_TYPE: u8 = 97;
+/// The dynamic payload type quaver uses unless told otherwise (see
+/// [`default_payload_type`]): PipeWire's module-rtp-sink always sends 127, and
+/// PulseAudio 16's receiver (Debian's, on its GStreamer backend) takes no other
+/// dynamic type, whatever the SDP maps.
+pub const DEFAULT_PAYLOAD_TYPE: u8 = 127;
+
+/// The payload type for a stream when none is given: RFC 3551's static types where
+/// one fits (10 and 11: L16 at 44.1 kHz, stereo and mono, as PulseAudio sends its
+/// default format), else [`DEFAULT_PAYLOAD_TYPE`].
+pub fn default_payload_type(encoding: Encoding, rate: u32, channels: usize) -> u8 {
+    match (encoding, rate, channels) {
+        (Encoding::L16, 44_100, 2) => 10,
+        (Encoding::L16, 44_100, 1) => 11,
+        _ => DEFAULT_PAYLOAD_TYPE,
+    }
+}
 
 /// How long a network thread waits in one `poll` or sleep before it looks at its stop
 /// flag again (bounds how long closing a device takes).
@@ -25,6 +39,8 @@ pub(crate) struct NetCounters {
     /// Datagrams dropped because the ring to or from the RT side was full, or (receive)
     /// longer than any packet the device accepts.
     pub(crate) dropped: AtomicU64,
+    /// Bytes sent (RTP headers and payloads; the sender's only).
+    pub(crate) bytes: AtomicU64,
 }
 
 impl NetCounters {
@@ -83,4 +99,25 @@ pub(crate) fn random_u64() -> u64 {
 pub(crate) fn now_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// A non-blocking UDP socket bound to `addr` with `SO_REUSEADDR`, so other receivers on
+/// this host (another stream on the same group and port from another sender,
+/// PulseAudio's receiver, SAP listeners) can bind it too.
+pub(crate) fn bind_shared(addr: std::net::SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+    rustix::net::bind(&fd, &addr)?;
+    Ok(std::net::UdpSocket::from(fd))
 }

@@ -9,13 +9,18 @@
 //! like the null sink (see [`crate::null`]); as followers they take the driver's pace.
 
 mod common;
+mod discover;
 mod recv;
 mod sap;
 mod send;
+mod status;
 
-pub use common::{DEFAULT_PAYLOAD_TYPE, MAX_PAYLOAD};
+pub use common::{DEFAULT_PAYLOAD_TYPE, MAX_PAYLOAD, default_payload_type};
+pub use discover::SapSocket;
 pub use recv::{RtpRecv, RtpRecvConfig};
+pub use sap::own_sessions;
 pub use send::{RtpSend, RtpSendConfig};
+pub use status::{NetHandle, NetStatus, RtpRecvStatus, RtpSendStatus};
 
 #[cfg(test)]
 mod tests;

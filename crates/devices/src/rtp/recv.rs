@@ -6,24 +6,29 @@
 //! frames from it. Parsing and the jitter buffer allocate nothing, so the RT side stays
 //! within its contract.
 
-use super::common::{MAX_PAYLOAD, NetCounters, STOP_POLL, now_ns, packet_frames};
+use super::common::{MAX_PAYLOAD, NetCounters, STOP_POLL, bind_shared, now_ns, packet_frames};
+use super::status::{NetHandle, RecvLive};
 use crate::clock::RealClock;
 use crate::pacer::Pacer;
 use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus, check_format};
+use quaver_dsp::resample::{ResampleQuality, StreamResampler};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
-use quaver_net::{Encoding, JitterBuffer, JitterConfig, JitterStats, RtpPacket};
+use quaver_net::{Encoding, JitterBuffer, JitterConfig, JitterStats, Push, RtpPacket};
 use rustix::event::{PollFd, PollFlags};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+/// Most frames one resampled pull produces (longer reads are cut into such pieces).
+const RESAMPLE_CHUNK: usize = 4096;
 
 /// The longest datagram handed to the RT side (longer ones are dropped and counted).
 const MAX_DATAGRAM: usize = 2048;
 
-/// A record's header in the ring: length (2 bytes), address (16, IPv4 mapped), arrival
-/// time (8, monotonic ns).
-const RECORD_HEAD: usize = 26;
+/// A record's header in the ring: length (2 bytes), address (16, IPv4 mapped), port (2),
+/// arrival time (8, monotonic ns).
+const RECORD_HEAD: usize = 28;
 
 /// How to open an [`RtpRecv`].
 #[derive(Debug, Clone, PartialEq)]
@@ -34,8 +39,11 @@ pub struct RtpRecvConfig {
     pub source: Option<IpAddr>,
     /// The payload encoding.
     pub encoding: Encoding,
-    /// Sample rate in Hz.
+    /// The stream's sample rate in Hz (its RTP clock).
     pub rate: u32,
+    /// The rate the device runs at (the engine's): the stream is resampled from `rate`
+    /// when they differ (PulseAudio sends 44.1 kHz by default).
+    pub device_rate: u32,
     /// Channels received.
     pub channels: ChannelMap,
     /// RTP payload type expected.
@@ -100,6 +108,7 @@ impl Receiver {
             .to_ne_bytes()
             .into_iter()
             .chain(ip.octets())
+            .chain(from.port().to_ne_bytes())
             .chain(now_ns().to_ne_bytes());
         chunk.fill_from_iter(head.chain(data.iter().copied()));
     }
@@ -112,6 +121,10 @@ pub struct RtpRecv {
     counters: DeviceCounters,
     records: rtrb::Consumer<u8>,
     jitter: JitterBuffer,
+    /// From the stream's rate to the device's, when they differ.
+    resampler: Option<StreamResampler>,
+    /// The stream's rate (the jitter buffer's and the arrival times' unit).
+    stream_rate: u32,
     packet: Vec<u8>,
     interleaved: Vec<f32>,
     malformed: u64,
@@ -119,6 +132,9 @@ pub struct RtpRecv {
     thread: Option<JoinHandle<()>>,
     net: Arc<NetCounters>,
     local: SocketAddr,
+    /// The live figures `quaver status` reads, and the handle reading them.
+    live: Arc<RecvLive>,
+    handle: NetHandle,
 }
 
 impl RtpRecv {
@@ -126,14 +142,41 @@ impl RtpRecv {
     /// network thread. *control*.
     pub fn open(cfg: RtpRecvConfig) -> Result<Self, DeviceError> {
         check_format(&cfg.name, cfg.rate, &cfg.channels)?;
+        check_format(&cfg.name, cfg.device_rate, &cfg.channels)?;
         let channels = cfg.channels.len();
+        let resampler = (cfg.rate != cfg.device_rate)
+            .then(|| {
+                StreamResampler::new_fixed(
+                    cfg.rate,
+                    cfg.device_rate,
+                    channels,
+                    ResampleQuality::Medium,
+                    RESAMPLE_CHUNK,
+                )
+            })
+            .transpose()
+            .map_err(|e| DeviceError::BadSpec {
+                spec: cfg.name.clone(),
+                reason: e.to_string(),
+            })?;
+        // Interleaved scratch for one pull from the jitter buffer.
+        let scratch = resampler
+            .as_ref()
+            .map_or(8192, |r| r.max_pull_input().max(8192));
         // Any packet time whose packets fit one datagram.
         let max_packet = MAX_PAYLOAD / (cfg.encoding.bytes() * channels);
         let io = |source| DeviceError::Io {
             device: cfg.name.clone(),
             source,
         };
-        let socket = UdpSocket::bind(cfg.listen).map_err(io)?;
+        // A group is shared: several senders may use one group and port (told apart
+        // by `source`), and other receivers on this host may listen to it too.
+        let socket = if cfg.listen.ip().is_multicast() {
+            bind_shared(cfg.listen)
+        } else {
+            UdpSocket::bind(cfg.listen)
+        }
+        .map_err(io)?;
         let local = socket.local_addr().map_err(io)?;
         match cfg.listen.ip() {
             IpAddr::V4(g) if g.is_multicast() => socket
@@ -176,25 +219,43 @@ impl RtpRecv {
             .name(format!("rtp-recv {}", cfg.listen))
             .spawn(move || receiver.run())
             .map_err(io)?;
+        let resampled = if resampler.is_some() {
+            format!(", resampled to {} Hz", cfg.device_rate)
+        } else {
+            String::new()
+        };
         let info = DeviceInfo {
             description: format!(
-                "RTP receiver on {} ({} {} Hz, {} ch, payload type {}, {} µs jitter buffer)",
+                "RTP receiver on {} ({} {} Hz, {} ch, payload type {}, {} µs jitter buffer{resampled})",
                 cfg.listen, cfg.encoding, cfg.rate, channels, cfg.payload_type, cfg.latency_us
             ),
-            rate: cfg.rate,
+            rate: cfg.device_rate,
             playback: None,
             capture: Some(cfg.channels.clone()),
             freewheel: false,
             name: cfg.name,
         };
+        let live = Arc::new(RecvLive::default());
+        let handle = NetHandle::recv(
+            live.clone(),
+            net.clone(),
+            Arc::new(Mutex::new(None)),
+            local,
+            cfg.rate,
+            target,
+        );
         Ok(RtpRecv {
+            live,
+            handle,
             pacer: Pacer::new(info.rate, Box::new(RealClock)),
             info,
             counters: DeviceCounters::default(),
             records: consumer,
             jitter,
+            resampler,
+            stream_rate: cfg.rate,
             packet: vec![0; MAX_DATAGRAM],
-            interleaved: vec![0.0; 8192 * channels],
+            interleaved: vec![0.0; scratch * channels],
             malformed: 0,
             stop,
             thread: Some(thread),
@@ -206,6 +267,11 @@ impl RtpRecv {
     /// The address the socket is bound to (the port, when the spec asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Names the session played (its SDP name, when found by SAP) for `quaver status`.
+    pub fn set_session(&self, name: &str) {
+        self.handle.set_session(name);
     }
 
     /// The jitter buffer's counters, and the datagrams that were not RTP at all.
@@ -223,9 +289,45 @@ impl RtpRecv {
         )
     }
 
+    /// Fills `buf` from the jitter buffer at the stream's rate. *RT*.
+    fn read_direct(&mut self, buf: &mut PlanarMut<'_>) {
+        let ch = buf.channels();
+        let max = self.interleaved.len() / ch;
+        let mut done = 0;
+        while done < buf.frames() {
+            let n = (buf.frames() - done).min(max);
+            let inter = &mut self.interleaved[..n * ch];
+            self.jitter.pull(inter);
+            deinterleave(inter, &mut buf.part_mut(done, n));
+            done += n;
+        }
+    }
+
+    /// Fills `buf` through the resampler, which pulls the stream's frames it needs from
+    /// the jitter buffer. *RT* (the resampler allocates only when built).
+    fn read_resampled(&mut self, buf: &mut PlanarMut<'_>) {
+        let Some(rs) = self.resampler.as_mut() else {
+            return;
+        };
+        let (jitter, inter) = (&mut self.jitter, &mut self.interleaved);
+        let mut done = 0;
+        while done < buf.frames() {
+            let n = (buf.frames() - done).min(RESAMPLE_CHUNK);
+            let mut part = buf.part_mut(done, n);
+            rs.process_pull(&mut part, &mut |input: &mut PlanarMut<'_>| {
+                let (m, ch) = (input.frames(), input.channels());
+                let inter = &mut inter[..m * ch];
+                jitter.pull(inter);
+                deinterleave(inter, input);
+                m
+            });
+            done += n;
+        }
+    }
+
     /// Moves every datagram the network thread handed over into the jitter buffer. *RT*.
     fn drain(&mut self) {
-        let rate = self.info.rate as u128;
+        let rate = self.stream_rate as u128;
         loop {
             let mut head = [0u8; RECORD_HEAD];
             // Records are committed whole: a head present means its datagram is too.
@@ -241,8 +343,9 @@ impl RtpRecv {
             ip.copy_from_slice(&head[2..18]);
             let ip = Ipv6Addr::from(ip);
             let from = ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4);
+            let port = u16::from_ne_bytes([head[18], head[19]]);
             let mut ns = [0u8; 8];
-            ns.copy_from_slice(&head[18..26]);
+            ns.copy_from_slice(&head[20..28]);
             let arrival = (u64::from_ne_bytes(ns) as u128 * rate / 1_000_000_000) as u64;
             let Ok(chunk) = self.records.read_chunk(len) else {
                 return;
@@ -253,7 +356,12 @@ impl RtpRecv {
             chunk.commit_all();
             match RtpPacket::parse(&self.packet[..len]) {
                 Ok(p) => {
-                    self.jitter.push(&p, from, arrival);
+                    if matches!(
+                        self.jitter.push(&p, from, arrival),
+                        Push::Accepted | Push::Restarted
+                    ) {
+                        self.live.set_remote(ip, port);
+                    }
                 }
                 Err(_) => self.malformed += 1,
             }
@@ -283,22 +391,13 @@ impl Device for RtpRecv {
 
     fn read(&mut self, buf: &mut PlanarMut<'_>) -> Result<(), DeviceError> {
         self.drain();
-        let ch = buf.channels();
-        let max = self.interleaved.len() / ch;
-        let mut done = 0;
-        while done < buf.frames() {
-            let n = (buf.frames() - done).min(max);
-            let inter = &mut self.interleaved[..n * ch];
-            self.jitter.pull(inter);
-            for c in 0..ch {
-                let out = &mut buf.channel_mut(c)[done..done + n];
-                for (o, frame) in out.iter_mut().zip(inter.chunks_exact(ch)) {
-                    *o = frame[c];
-                }
-            }
-            done += n;
+        if self.resampler.is_some() {
+            self.read_resampled(buf);
+        } else {
+            self.read_direct(buf);
         }
         let stats = self.jitter.stats();
+        self.live.publish(&stats, self.malformed);
         self.counters.underruns = stats.underruns;
         self.counters.frames_read += buf.frames() as u64;
         Ok(())
@@ -312,9 +411,12 @@ impl Device for RtpRecv {
         0
     }
 
-    /// What the jitter buffer holds ahead of the play position.
+    /// What the jitter buffer holds ahead of the play position (and the resampler's
+    /// filter delay), in the device's frames.
     fn capture_delay(&self) -> usize {
-        self.jitter.stats().buffered as usize
+        let buffered =
+            self.jitter.stats().buffered * self.info.rate as u64 / self.stream_rate as u64;
+        buffered as usize + self.resampler.as_ref().map_or(0, |r| r.delay_frames())
     }
 
     fn fades_in_on_start(&self) -> bool {
@@ -327,6 +429,10 @@ impl Device for RtpRecv {
 
     fn counters(&self) -> DeviceCounters {
         self.counters
+    }
+
+    fn net(&self) -> Option<NetHandle> {
+        Some(self.handle.clone())
     }
 
     fn wakeup_lateness_ns(&self) -> Option<u64> {
@@ -371,6 +477,16 @@ impl Drop for RtpRecv {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// Interleaved `inter` into the planar `out` (as many frames as `out` has).
+fn deinterleave(inter: &[f32], out: &mut PlanarMut<'_>) {
+    let ch = out.channels();
+    for c in 0..ch {
+        for (o, frame) in out.channel_mut(c).iter_mut().zip(inter.chunks_exact(ch)) {
+            *o = frame[c];
         }
     }
 }

@@ -7,6 +7,7 @@
 
 use super::common::{NetCounters, STOP_POLL, check_packet, packet_frames, random_u64};
 use super::sap::{Announcer, SAP_INTERVAL};
+use super::status::NetHandle;
 use crate::clock::RealClock;
 use crate::pacer::Pacer;
 use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus, check_format};
@@ -38,8 +39,8 @@ pub struct RtpSendConfig {
     pub payload_type: u8,
     /// Multicast TTL (hops).
     pub ttl: u32,
-    /// Whether the stream is announced by SAP (IPv4 only).
-    pub sap: bool,
+    /// The group the stream is announced to by SAP (IPv4 only); `None`: not announced.
+    pub sap: Option<std::net::Ipv4Addr>,
     /// Device name.
     pub name: String,
 }
@@ -101,7 +102,12 @@ impl Sender {
             return;
         };
         match self.socket.send_to(&packet[..n], self.dest) {
-            Ok(_) => NetCounters::add(&self.counters.packets),
+            Ok(sent) => {
+                NetCounters::add(&self.counters.packets);
+                self.counters
+                    .bytes
+                    .fetch_add(sent as u64, Ordering::Relaxed);
+            }
             Err(e) => {
                 if self.counters.errors.load(Ordering::Relaxed) == 0 {
                     tracing::warn!("rtp-send to {}: {e}", self.dest);
@@ -167,6 +173,7 @@ pub struct RtpSend {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     net: Arc<NetCounters>,
+    handle: NetHandle,
     last_write: usize,
 }
 
@@ -208,6 +215,10 @@ impl RtpSend {
         );
         let stop = Arc::new(AtomicBool::new(false));
         let net = Arc::new(NetCounters::default());
+        let announcer = cfg
+            .sap
+            .and_then(|group| Announcer::new(describe(&cfg), group));
+        let handle = NetHandle::send(net.clone(), cfg.dest, announcer.as_ref().map(|a| a.group));
         let sender = Sender {
             socket,
             dest: cfg.dest,
@@ -219,11 +230,7 @@ impl RtpSend {
             header,
             stop: stop.clone(),
             counters: net.clone(),
-            sap: if cfg.sap {
-                Announcer::new(describe(&cfg))
-            } else {
-                None
-            },
+            sap: announcer,
         };
         let thread = std::thread::Builder::new()
             .name(format!("rtp-send {}", cfg.dest))
@@ -248,6 +255,7 @@ impl RtpSend {
             stop,
             thread: Some(thread),
             net,
+            handle,
             last_write: 0,
         })
     }
@@ -326,6 +334,10 @@ impl Device for RtpSend {
 
     fn counters(&self) -> DeviceCounters {
         self.counters
+    }
+
+    fn net(&self) -> Option<NetHandle> {
+        Some(self.handle.clone())
     }
 
     fn wakeup_lateness_ns(&self) -> Option<u64> {

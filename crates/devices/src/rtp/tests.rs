@@ -17,6 +17,7 @@ fn loopback_stream_arrives_bit_exact_through_hostile_datagrams() {
         source: Some("127.0.0.1".parse().unwrap()),
         encoding: Encoding::L24,
         rate: 48_000,
+        device_rate: 48_000,
         channels: channels.clone(),
         payload_type: 97,
         latency_us: 10_000,
@@ -31,7 +32,7 @@ fn loopback_stream_arrives_bit_exact_through_hostile_datagrams() {
         ptime_us: 1_000,
         payload_type: 97,
         ttl: 1,
-        sap: false,
+        sap: None,
         name: "rtp-send".into(),
     })
     .unwrap();
@@ -87,6 +88,43 @@ fn loopback_stream_arrives_bit_exact_through_hostile_datagrams() {
         (3 * n, n),
         "not RTP, another host"
     );
+    // The same as `quaver status` reads them: every drop counted once, the sender named.
+    let Some(crate::NetStatus::RtpRecv(live)) = rx.net().map(|h| h.status()) else {
+        panic!("a receiver reports its figures")
+    };
+    assert_eq!(
+        (
+            live.datagrams,
+            live.packets,
+            live.lost,
+            live.late,
+            live.dropped
+        ),
+        (all, want, 0, 0, 5 * n),
+        "{live:?}"
+    );
+    assert_eq!(
+        live.remote.map(|r| r.ip()),
+        Some("127.0.0.1".parse().unwrap())
+    );
+    assert_eq!(live.listen, rx.local_addr());
+    assert_eq!(live.session, None);
+    rx.set_session("studio");
+    assert!(matches!(rx.net().map(|h| h.status()),
+        Some(crate::NetStatus::RtpRecv(s)) if s.session.as_deref() == Some("studio")));
+    assert_eq!(live.target_ms, 10.0);
+    assert!(
+        live.jitter_ms.is_finite() && live.jitter_ms >= 0.0,
+        "{live:?}"
+    );
+    // 48 frames × 2 channels × 3 bytes of L24 and a 12-byte header per packet.
+    let Some(crate::NetStatus::RtpSend(sent)) = tx.net().map(|h| h.status()) else {
+        panic!("a sender reports its figures")
+    };
+    assert_eq!(
+        (sent.dest, sent.sap, sent.packets, sent.bytes, sent.errors),
+        (rx.local_addr(), None, want, want * 300, 0)
+    );
     tx.close().unwrap();
     rx.close().unwrap();
 }
@@ -101,7 +139,7 @@ fn packets_too_big_for_one_datagram_are_refused() {
         ptime_us: 4_000,
         payload_type: 97,
         ttl: 1,
-        sap: false,
+        sap: None,
         name: "rtp-send".into(),
     })
     .err()

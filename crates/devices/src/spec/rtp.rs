@@ -2,18 +2,22 @@
 //!
 //! * `rtp-send:dest=ADDR:PORT[,options]`: `format=L24|L16` (default L24), `rate`,
 //!   `channels`, `ptime=MS` (packet time, default 1, decimals allowed: `0.125`),
-//!   `pt` (payload type, default 97), `ttl` (multicast hops, default 1), `sap=on|off`
-//!   (SAP announcements of IPv4 streams, default on), `name` (default `rtp-send`; also
-//!   the SDP's session name).
+//!   `pt` (payload type; default 10 or 11 for L16 at 44.1 kHz stereo or mono, as
+//!   RFC 3551 assigns them, else 127, what PulseAudio and PipeWire use), `ttl` (multicast hops, default 1),
+//!   `sap=on|off|GROUP` (SAP announcements of IPv4 streams, default on, to 224.0.0.56
+//!   where PulseAudio and PipeWire listen, or to the IPv4 multicast GROUP given),
+//!   `name` (default `rtp-send`; also the SDP's session name).
 //! * `rtp-recv:listen=ADDR:PORT[,options]` (a multicast ADDR joins the group):
-//!   `source=IP` (only this sender), `format`, `rate`, `channels`, `pt`, `latency=MS`
-//!   (the jitter buffer's target, default 50), `name` (default `rtp-recv`).
+//!   `source=IP` (only this sender), `format`, `rate` (the stream's; resampled to the
+//!   device's, the engine's default rate, when they differ), `channels`, `pt`,
+//!   `latency=MS` (the jitter buffer's target, default 50), `name` (default `rtp-recv`).
 
 use super::{DeviceDefaults, DeviceSpec, Parser};
 use crate::DeviceError;
-use crate::rtp::{DEFAULT_PAYLOAD_TYPE, RtpRecvConfig, RtpSendConfig};
+use crate::rtp::{RtpRecvConfig, RtpSendConfig, default_payload_type};
 use quaver_net::Encoding;
-use std::net::{IpAddr, SocketAddr};
+use quaver_net::sap::SAP_GROUP_AUDIO;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 impl Parser<'_> {
     fn encoding(&self, value: Option<&str>) -> Result<Encoding, DeviceError> {
@@ -63,21 +67,40 @@ impl Parser<'_> {
         Ok(pt)
     }
 
+    /// `on`, `off` or an IPv4 multicast group.
+    fn sap_group(&self, value: Option<&str>) -> Result<Option<Ipv4Addr>, DeviceError> {
+        if let Some(g) = value.and_then(|v| v.parse::<Ipv4Addr>().ok()) {
+            if !g.is_multicast() {
+                return Err(self.bad(format!("sap group {g} is not a multicast address")));
+            }
+            return Ok(Some(g));
+        }
+        match value.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("on" | "true" | "yes" | "1") => Ok(Some(SAP_GROUP_AUDIO)),
+            Some("off" | "false" | "no" | "0") => Ok(None),
+            Some(_) => Err(self.bad(format!(
+                "bad value '{}' for sap (expected on, off or an IPv4 multicast group)",
+                value.unwrap_or_default()
+            ))),
+        }
+    }
+
     pub(super) fn rtp_send(
         &self,
         rest: &str,
         d: &DeviceDefaults,
     ) -> Result<DeviceSpec, DeviceError> {
         let mut dest = None;
+        let mut pt = None;
         let mut cfg = RtpSendConfig {
             dest: SocketAddr::from(([0, 0, 0, 0], 0)),
             encoding: Encoding::L24,
             rate: d.rate,
             channels: d.channels.clone(),
             ptime_us: 1000,
-            payload_type: DEFAULT_PAYLOAD_TYPE,
+            payload_type: 0,
             ttl: 1,
-            sap: true,
+            sap: Some(SAP_GROUP_AUDIO),
             name: "rtp-send".into(),
         };
         for (key, value) in self.options(rest, &[])? {
@@ -87,12 +110,12 @@ impl Parser<'_> {
                 "rate" => cfg.rate = self.rate(value)?,
                 "channels" => cfg.channels = self.channels(value)?,
                 "ptime" => cfg.ptime_us = self.millis(key, value, 1, 1_000_000)?,
-                "pt" => cfg.payload_type = self.payload_type(value)?,
+                "pt" => pt = Some(self.payload_type(value)?),
                 "ttl" => {
                     let ttl: u8 = self.number(key, value)?;
                     cfg.ttl = ttl as u32;
                 }
-                "sap" => cfg.sap = self.flag(key, value)?,
+                "sap" => cfg.sap = self.sap_group(value)?,
                 "name" => cfg.name = self.name(value)?,
                 _ => {
                     return Err(self.unknown(
@@ -103,6 +126,8 @@ impl Parser<'_> {
                 }
             }
         }
+        cfg.payload_type =
+            pt.unwrap_or_else(|| default_payload_type(cfg.encoding, cfg.rate, cfg.channels.len()));
         cfg.dest = dest.ok_or_else(|| self.bad("missing dest=ADDRESS:PORT".into()))?;
         if cfg.dest.port() == 0 {
             return Err(self.bad("dest port 0".into()));
@@ -116,13 +141,15 @@ impl Parser<'_> {
         d: &DeviceDefaults,
     ) -> Result<DeviceSpec, DeviceError> {
         let mut listen = None;
+        let mut pt = None;
         let mut cfg = RtpRecvConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 0)),
             source: None,
             encoding: Encoding::L24,
             rate: d.rate,
+            device_rate: d.rate,
             channels: d.channels.clone(),
-            payload_type: DEFAULT_PAYLOAD_TYPE,
+            payload_type: 0,
             latency_us: 50_000,
             name: "rtp-recv".into(),
         };
@@ -141,7 +168,7 @@ impl Parser<'_> {
                 "format" => cfg.encoding = self.encoding(value)?,
                 "rate" => cfg.rate = self.rate(value)?,
                 "channels" => cfg.channels = self.channels(value)?,
-                "pt" => cfg.payload_type = self.payload_type(value)?,
+                "pt" => pt = Some(self.payload_type(value)?),
                 "latency" => cfg.latency_us = self.millis(key, value, 0, 2_000_000)?,
                 "name" => cfg.name = self.name(value)?,
                 _ => {
@@ -153,6 +180,8 @@ impl Parser<'_> {
                 }
             }
         }
+        cfg.payload_type =
+            pt.unwrap_or_else(|| default_payload_type(cfg.encoding, cfg.rate, cfg.channels.len()));
         cfg.listen = listen.ok_or_else(|| self.bad("missing listen=ADDRESS:PORT".into()))?;
         Ok(DeviceSpec::RtpRecv(cfg))
     }
@@ -187,6 +216,45 @@ mod tests {
             (2500, 8, "rtp-recv")
         );
         let err = |s: &str| parse_spec(s, &d).unwrap_err().to_string();
+        let Ok(DeviceSpec::RtpRecv(c)) = parse_spec("rtp-recv:listen=0.0.0.0:5004,rate=44100", &d)
+        else {
+            panic!("rtp-recv spec refused");
+        };
+        assert_eq!((c.rate, c.device_rate), (44_100, d.rate));
+        // PulseAudio's default format gets its static type; anything else 127.
+        let pt = |s: &str| match parse_spec(s, &d) {
+            Ok(DeviceSpec::RtpRecv(c)) => c.payload_type,
+            Ok(DeviceSpec::RtpSend(c)) => c.payload_type,
+            _ => panic!("{s} refused"),
+        };
+        assert_eq!(pt("rtp-recv:listen=0.0.0.0:5004,format=L16,rate=44100"), 10);
+        assert_eq!(
+            pt("rtp-send:dest=239.1.1.1:5004,format=L16,rate=44100,channels=mono"),
+            11
+        );
+        assert_eq!(pt("rtp-send:dest=239.1.1.1:5004,format=L16"), 127);
+        assert_eq!(pt("rtp-send:dest=239.1.1.1:5004,pt=96"), 96);
+        let sap = |s: &str| match parse_spec(s, &d) {
+            Ok(DeviceSpec::RtpSend(c)) => c.sap,
+            _ => panic!("{s} refused"),
+        };
+        assert_eq!(
+            sap("rtp-send:dest=239.1.1.1:5004"),
+            Some([224, 0, 0, 56].into())
+        );
+        assert_eq!(sap("rtp-send:dest=239.1.1.1:5004,sap=off"), None);
+        assert_eq!(
+            sap("rtp-send:dest=239.1.1.1:5004,sap=239.255.255.255"),
+            Some([239, 255, 255, 255].into())
+        );
+        assert_eq!(
+            err("rtp-send:dest=1.2.3.4:5,sap=10.0.0.1"),
+            "bad device spec 'rtp-send:dest=1.2.3.4:5,sap=10.0.0.1': sap group 10.0.0.1 is not a multicast address"
+        );
+        assert_eq!(
+            err("rtp-send:dest=1.2.3.4:5,sap=maybe"),
+            "bad device spec 'rtp-send:dest=1.2.3.4:5,sap=maybe': bad value 'maybe' for sap (expected on, off or an IPv4 multicast group)"
+        );
         assert_eq!(
             err("rtp-send:format=L24"),
             "bad device spec 'rtp-send:format=L24': missing dest=ADDRESS:PORT"

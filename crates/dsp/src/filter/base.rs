@@ -11,6 +11,13 @@ pub trait Filter: Send {
     fn process(&mut self, buf: &mut PlanarMut);
     /// Forgets all history (delay lines, filter state), as if just built; settings stay.
     fn reset(&mut self);
+    /// `(inputs, outputs)` for a filter that changes the channel count (a channel mixer,
+    /// a crossover): it reads the first `inputs` channels and writes the first
+    /// `outputs`. `None` for a filter that works in place on the channels it was built
+    /// for, which is every other kind.
+    fn channels_in_out(&self) -> Option<(usize, usize)> {
+        None
+    }
     /// Frames by which the filter delays its input (a limiter's lookahead).
     fn latency(&self) -> usize {
         0

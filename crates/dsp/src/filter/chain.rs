@@ -3,7 +3,10 @@
 use super::base::Filter;
 use super::controls::Controls;
 use super::error::FilterError;
-use crate::buffer::PlanarMut;
+use crate::buffer::{PlanarBuf, PlanarMut};
+
+/// Frames per pass through a chain that is wider inside than at its ends.
+const WIDE_CHUNK: usize = 256;
 
 /// Filters run in order on the same buffer, with a guard at the end: a block that
 /// comes out with NaN or infinity in it is replaced by silence and every filter is
@@ -12,19 +15,91 @@ use crate::buffer::PlanarMut;
 pub struct FilterChain {
     filters: Vec<Box<dyn Filter>>,
     nonfinite_resets: u64,
+    /// For a chain with more channels inside than at its ends (a crossover that a
+    /// channel mixer folds back): the widest count × [`WIDE_CHUNK`] frames, through
+    /// which the block runs a pass at a time.
+    wide: Option<PlanarBuf>,
 }
 
 impl FilterChain {
-    /// A chain of `filters`, run first to last.
+    /// A chain of `filters`, run first to last, each in place on the buffer it is
+    /// given. For filters that change the channel count use [`FilterChain::for_channels`].
     pub fn new(filters: Vec<Box<dyn Filter>>) -> Self {
         FilterChain {
             filters,
             nonfinite_resets: 0,
+            wide: None,
         }
+    }
+
+    /// A chain of `filters` that runs on `channels` channels, checked: each filter that
+    /// takes a fixed count (a channel mixer, a crossover) must get the count that
+    /// flows to it, and the last must leave `channels`. Where the count inside grows
+    /// past `channels`, the chain gets a buffer of its own for the widest point.
+    pub fn for_channels(
+        filters: Vec<Box<dyn Filter>>,
+        channels: usize,
+    ) -> Result<Self, FilterError> {
+        let mut now = channels;
+        let mut widest = channels;
+        for (index, f) in filters.iter().enumerate() {
+            if let Some((takes, gives)) = f.channels_in_out() {
+                if takes != now {
+                    return Err(FilterError::ChannelsIn {
+                        index,
+                        takes,
+                        gets: now,
+                    });
+                }
+                now = gives;
+                widest = widest.max(gives);
+            }
+        }
+        if now != channels {
+            return Err(FilterError::ChannelsOut {
+                ends: now,
+                channels,
+            });
+        }
+        let mut chain = FilterChain::new(filters);
+        if widest > channels {
+            chain.wide = Some(PlanarBuf::new(widest, WIDE_CHUNK));
+        }
+        Ok(chain)
     }
 
     /// Runs every filter on `buf`, then the non-finite guard. Never allocates.
     pub fn process(&mut self, buf: &mut PlanarMut) {
+        match self.wide.take() {
+            Some(mut wide) if wide.channels() > buf.channels() => {
+                self.process_wide(buf, &mut wide);
+                self.wide = Some(wide);
+            }
+            other => {
+                self.wide = other;
+                self.process_in_place(buf);
+            }
+        }
+    }
+
+    /// Runs the chain a pass at a time through its own wider buffer.
+    fn process_wide(&mut self, buf: &mut PlanarMut, wide: &mut PlanarBuf) {
+        let frames = buf.frames();
+        let mut off = 0;
+        while off < frames {
+            let n = (frames - off).min(WIDE_CHUNK);
+            for ch in 0..buf.channels() {
+                wide.channel_mut(ch)[..n].copy_from_slice(&buf.channel(ch)[off..off + n]);
+            }
+            self.process_in_place(&mut wide.view_mut(n));
+            for ch in 0..buf.channels() {
+                buf.channel_mut(ch)[off..off + n].copy_from_slice(&wide.channel(ch)[..n]);
+            }
+            off += n;
+        }
+    }
+
+    fn process_in_place(&mut self, buf: &mut PlanarMut) {
         for f in &mut self.filters {
             f.process(buf);
         }

@@ -3,6 +3,7 @@
 
 use super::design::{BiquadParams, Coeffs};
 use super::error::FilterError;
+use super::named::NamedControls;
 
 /// The controls of one filter and the values they take. Built from the filter
 /// (`Filter::controls`) and kept beside it; [`Controls::check`] follows the
@@ -27,6 +28,15 @@ pub enum Controls {
     },
     /// `threshold_db`.
     Limiter,
+    /// `gain_<output>_<input>` of a channel mixer of `outputs` × `inputs`.
+    Mixer {
+        /// Output channels (rows).
+        outputs: usize,
+        /// Input channels (columns).
+        inputs: usize,
+    },
+    /// Controls named when the filter was built (a plugin's control ports).
+    Named(NamedControls),
 }
 
 impl Controls {
@@ -38,6 +48,8 @@ impl Controls {
             Controls::Biquad { .. } => "freq, q, gain_db",
             Controls::Delay { .. } => "frames",
             Controls::Limiter => "threshold_db",
+            Controls::Mixer { .. } => super::matrix::CONTROL_NAMES,
+            Controls::Named(n) => n.names,
         }
     }
 
@@ -49,6 +61,10 @@ impl Controls {
         };
         match self {
             Controls::None => Err(unknown),
+            Controls::Named(n) => n.check(name, value),
+            Controls::Mixer { outputs, inputs } => {
+                super::matrix::check_control(name, value, *outputs, *inputs)
+            }
             Controls::Gain if name == "gain_db" => super::error::check_gain_db(value),
             Controls::Biquad { rate, params } => {
                 let mut p = *params;

@@ -80,6 +80,43 @@ pub enum FilterError {
         /// What is wrong.
         what: &'static str,
     },
+    /// A channel mixer's matrix or preset that cannot be used.
+    #[error("channel mixer: {what}")]
+    Mixer {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A crossover setting that cannot be used.
+    #[error("crossover: {what}")]
+    Crossover {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A filter that takes a fixed number of channels placed where another number
+    /// flows.
+    #[error(
+        "filter {index} (from 0) takes {takes} channels, but {gets} reach it \
+         (the chain starts with the sink's channels; a channel mixer or crossover changes the count)"
+    )]
+    ChannelsIn {
+        /// The filter's place in the chain.
+        index: usize,
+        /// Channels it takes.
+        takes: usize,
+        /// Channels flowing at that point.
+        gets: usize,
+    },
+    /// A chain that does not end with the channels it started with.
+    #[error(
+        "the chain ends with {ends} channels but runs on {channels} \
+         (end it with a channel mixer back to {channels})"
+    )]
+    ChannelsOut {
+        /// Channels after the last filter.
+        ends: usize,
+        /// Channels the chain runs on (the sink's).
+        channels: usize,
+    },
 }
 
 /// The largest boost or cut a gain or biquad accepts, in dB: beyond it a setting is

@@ -53,6 +53,8 @@ impl Engine {
         check_devices(&mut config, &devices)?;
         let rate = devices[0].info().rate;
         let infos: Vec<DeviceInfo> = devices.iter().map(|d| d.info().clone()).collect();
+        let mut net: Vec<_> = devices.iter().map(|d| d.net()).collect();
+        net.resize(MAX_DEVICES, None);
         let periods = devices
             .iter()
             .map(|d| d.periods_in_flight())
@@ -130,6 +132,7 @@ impl Engine {
             held: false,
             hw: Default::default(),
             chains: Default::default(),
+            retiring: HashSet::new(),
         };
         let engine = Engine {
             shared: Arc::new(Shared {
@@ -149,6 +152,7 @@ impl Engine {
                     v.resize(MAX_DEVICES, None);
                     v
                 }),
+                net: std::sync::RwLock::new(net),
                 periods,
                 max_fill,
                 realtime: Mutex::new(RtThread {
@@ -271,10 +275,14 @@ impl Engine {
                     tracing::warn!("xrun on device {}", self.device_name(device))
                 }
                 RtEvent::DeviceGone { device } => {
-                    tracing::error!(
-                        "device {} failed or went away and is no longer driven",
-                        self.device_name(device)
-                    );
+                    if ctl.retiring.remove(&device) {
+                        tracing::debug!("device {} retired", self.device_name(device));
+                    } else {
+                        tracing::error!(
+                            "device {} failed or went away and is no longer driven",
+                            self.device_name(device)
+                        );
+                    }
                     for n in ctl.graph.nodes.values_mut() {
                         if n.device == Some(device) {
                             n.gone = true;

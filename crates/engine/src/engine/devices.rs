@@ -26,6 +26,7 @@ impl Engine {
             Err(EngineError::Config(why))
         };
         let info = device.info().clone();
+        let net = device.net();
         if info.rate != self.shared.rate {
             return refuse(
                 &mut device,
@@ -70,8 +71,12 @@ impl Engine {
                 );
             };
             table[index] = Some(info.clone());
+            self.shared.net.write().expect("poisoned")[index] = net;
             index
         };
+        // A mark left by a device retired after it had already failed (its end was
+        // reported once, before the mark) is not this device's.
+        ctl.retiring.remove(&index);
         let sent = self.send(
             &mut ctl,
             ToRt::AddDevice {
@@ -82,6 +87,7 @@ impl Engine {
         );
         if let Err(e) = sent {
             self.shared.devices.write().expect("poisoned")[index] = None;
+            self.shared.net.write().expect("poisoned")[index] = None;
             return Err(e);
         }
         let ids = self.add_device_nodes(&mut ctl, device_node_specs(index, &info))?;
@@ -120,6 +126,7 @@ impl Engine {
         }
         self.send(&mut ctl, ToRt::RemoveDevice { index })?;
         self.shared.devices.write().expect("poisoned")[index] = None;
+        self.shared.net.write().expect("poisoned")[index] = None;
         // Its nodes' mixers go with them, released after the lock (as `remove_node`
         // does): a mixer kept would hold the card's control device open.
         let hw: Vec<_> = ids.iter().filter_map(|id| ctl.hw.remove(id)).collect();
@@ -144,6 +151,7 @@ impl Engine {
         ) {
             return Err(EngineError::Invalid(format!("no device #{index}")));
         }
+        ctl.retiring.insert(index);
         self.send(&mut ctl, ToRt::DeviceGone { index })
     }
 

@@ -47,6 +47,9 @@ pub(super) struct Control {
     pub(super) hw: std::collections::HashMap<NodeId, HwEntry>,
     /// The controls of the filter chain on each sink that has one (`filters.rs`).
     pub(super) chains: std::collections::HashMap<NodeId, Vec<quaver_dsp::filter::Controls>>,
+    /// Devices the control side retired ([`Engine::device_gone`]: a card unplugged, a
+    /// network stream deleted by its sender): their end is news, not an error.
+    pub(super) retiring: HashSet<usize>,
 }
 
 /// A device node's hardware volume and the software gain that completes it (kept here,
@@ -75,6 +78,9 @@ pub(super) struct Shared {
     /// is taken until [`Engine::remove_device`], gone or not, so node `device` indices
     /// never point at another device.
     pub(super) devices: RwLock<Vec<Option<DeviceInfo>>>,
+    /// The network devices' live figures by device index (`None` for other devices),
+    /// taken when each device was handed to the real-time thread.
+    pub(super) net: RwLock<Vec<Option<quaver_devices::NetHandle>>>,
     /// Most quanta any device holds between render and playout.
     pub(super) periods: usize,
     /// Most playback frames the driver can keep queued filling ahead; 0 where it

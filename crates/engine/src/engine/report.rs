@@ -37,6 +37,8 @@ pub struct DeviceStatus {
     pub margin_changes: u64,
     /// Its rate matching, while it is steered as a follower (`rt/follow.rs`).
     pub follow: Option<FollowStatus>,
+    /// A network device's live figures (jitter, loss, delay; packets sent).
+    pub net: Option<quaver_devices::NetStatus>,
 }
 
 /// Where a follower's rate-matching loop stands (docs/engine/followers.md).

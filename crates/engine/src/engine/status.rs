@@ -62,6 +62,7 @@ impl Engine {
     pub fn status(&self) -> EngineStatus {
         let s = &self.shared.stats;
         let suspended = s.suspended.load(Relaxed);
+        let net = self.shared.net.read().expect("poisoned").clone();
         EngineStatus {
             rate: self.shared.rate,
             quantum: self.quantum(),
@@ -99,6 +100,7 @@ impl Engine {
                         margin_frames: d.margin_frames.load(Relaxed),
                         margin_changes: d.margin_changes.load(Relaxed),
                         follow: follow_status(d),
+                        net: net.get(i).and_then(|h| h.as_ref()).map(|h| h.status()),
                     }
                 })
                 .collect(),

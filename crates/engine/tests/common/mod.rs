@@ -7,7 +7,9 @@ pub mod client;
 
 use quaver_devices::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
-use quaver_engine::{CycleInfo, Engine, NodeId, NodeKind, NodeSpec, Processor};
+use quaver_engine::{
+    CycleInfo, Engine, EngineConfig, NodeId, NodeKind, NodeSpec, Processor, RtRunner,
+};
 use std::sync::{Arc, Mutex};
 
 /// A playback+capture device for tests: `wait` returns at once, `write` appends channel
@@ -146,4 +148,33 @@ pub fn virtual_sink(engine: &Engine) -> NodeId {
     v.inputs = ChannelMap::stereo();
     v.outputs = ChannelMap::stereo();
     engine.add_node(v, Some(Box::new(Thru))).unwrap()
+}
+
+/// An engine driven by hand (no RT thread, no suspend) on a [`RecordingDevice`] at
+/// 48 kHz, its quantum `default` frames and free between 32 and `max`.
+pub fn manual_engine(default: usize, max: usize) -> (Engine, RtRunner) {
+    let cfg = EngineConfig {
+        quantum_default: default,
+        quantum_min: 32,
+        quantum_max: max,
+        rt_priority: 0,
+        suspend_timeout: None,
+        ..EngineConfig::default()
+    };
+    Engine::new_manual(cfg, vec![Box::new(RecordingDevice::new(48000, 0))]).unwrap()
+}
+
+/// Adds a stereo [`Sine`] source named `name`.
+pub fn add_sine(engine: &Engine, name: &str) -> NodeId {
+    let mut s = NodeSpec::new(name, NodeKind::Filter);
+    s.outputs = quaver_dsp::ChannelMap::stereo();
+    engine
+        .add_node(
+            s,
+            Some(Box::new(Sine {
+                phase: 0.0,
+                step: 0.05,
+            })),
+        )
+        .unwrap()
 }

@@ -15,6 +15,7 @@ mod graph;
 mod latency;
 mod limits;
 mod meta;
+mod net;
 mod process;
 mod quantum;
 mod reply;
@@ -39,6 +40,7 @@ pub use meta::{
     Property, PropertyChange, PropertyEvent, PropertyValue, UUID_TYPE_CLIENT, UUID_TYPE_PORT,
     UuidSubject, node_uuid, parse_uuid, port_uuid,
 };
+pub use net::{MAX_SESSION_NAME_BYTES, NetDeviceStatus, RtpRecvInfo, RtpSendInfo};
 pub use process::{
     MAX_CONFIG_PATH_BYTES, MAX_PID, MAX_WARNING_BYTES, MAX_WARNINGS, ServerProcess, started,
 };
@@ -340,6 +342,13 @@ mod tests {
                     play_error_max: 4,
                     restarts: 1,
                 }),
+                net: Some(NetDeviceStatus::RtpSend(RtpSendInfo {
+                    dest: "239.69.0.1:5004".into(),
+                    sap: None,
+                    packets: 3,
+                    bytes: 900,
+                    errors: 0,
+                })),
             }],
             clients: vec![ClientInfo {
                 id: 1,

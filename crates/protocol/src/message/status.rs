@@ -151,7 +151,7 @@ pub struct StatusInfo {
 }
 
 /// One device in [`StatusInfo`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceStatus {
     /// Device name.
     pub name: String,
@@ -183,6 +183,10 @@ pub struct DeviceStatus {
     /// within v1; absent for the driver and for devices without a clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow: Option<FollowStatus>,
+    /// A network device's live figures: jitter, loss, buffer delay, clock drift;
+    /// packets sent (added within v1; absent for other devices and older servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<super::net::NetDeviceStatus>,
 }
 
 /// A follower's rate matching in [`DeviceStatus`] (docs/engine/followers.md).

@@ -29,13 +29,27 @@ impl Conn {
         Ok(())
     }
 
-    /// LOAD_MODULE.
+    /// LOAD_MODULE. A tunnel's is answered once it is up ([`Conn::module_loaded`]):
+    /// its network thread connects while this thread goes on serving every client.
     pub(crate) fn load_module(&mut self, seq: u32, p: pa::LoadModuleParams) -> Reply {
-        let idx = self.load_named_module(&p)?;
-        self.out().reply_with(seq, |ts| {
-            ts.write_u32(idx).expect("vec");
-        });
+        let handle = self.handle.clone();
+        let done: crate::modules::LoadDone =
+            Box::new(move |r| handle.post(ConnMsg::ModuleLoaded(seq, r)));
+        match self.load_named_module(&p, done)? {
+            crate::modules::Loading::Now(idx) => self.module_loaded(seq, Ok(idx)),
+            crate::modules::Loading::Later => {}
+        }
         Ok(())
+    }
+
+    /// Answers LOAD_MODULE `seq`: the module's index, or the error.
+    pub(crate) fn module_loaded(&mut self, seq: u32, r: Result<u32, PulseError>) {
+        match r {
+            Ok(idx) => self.out().reply_with(seq, |ts| {
+                ts.write_u32(idx).expect("vec");
+            }),
+            Err(e) => self.out().error(seq, e),
+        }
     }
 
     /// UNLOAD_MODULE.
@@ -45,7 +59,11 @@ impl Conn {
         Ok(())
     }
 
-    pub(crate) fn load_named_module(&self, p: &pa::LoadModuleParams) -> Result<u32, PulseError> {
+    pub(crate) fn load_named_module(
+        &self,
+        p: &pa::LoadModuleParams,
+        done: crate::modules::LoadDone,
+    ) -> Result<crate::modules::Loading, PulseError> {
         let srv = &self.srv;
         let name = p.name.to_str().map_err(|_| PulseError::Invalid)?;
         let argument = p
@@ -53,7 +71,7 @@ impl Conn {
             .as_ref()
             .map(|a| a.to_string_lossy().into_owned())
             .unwrap_or_default();
-        crate::modules::load_indexed(srv, name, &argument)
+        crate::modules::load_or_start(srv, name, &argument, done)
     }
 
     pub(crate) fn unload_module_at(&self, idx: u32) -> Reply {

@@ -291,15 +291,15 @@ impl Conn {
         &self,
         graph: &Graph,
         p: &PlaybackStreamParams,
-        restored: Option<&crate::ext::restore::Entry>,
+        o: &Opening,
     ) -> Result<(Device, bool), PulseError> {
         let srv = &self.srv;
         // The rule file first, then stream restore's memory, for a stream naming no sink.
         let ruled_sink = match (p.sink_index, p.sink_name.as_ref()) {
-            (None, None) => self.rule_target(&p.props, graph),
+            (None, None) => self.rule_target(&o.props, graph),
             _ => None,
         };
-        let restored_sink = match (p.sink_index, p.sink_name.as_ref(), restored) {
+        let restored_sink = match (p.sink_index, p.sink_name.as_ref(), o.restored.as_ref()) {
             (None, None, Some(e)) => e.device.as_ref().and_then(|d| srv.sink_by_name(graph, d)),
             _ => None,
         };
@@ -314,20 +314,10 @@ impl Conn {
         Ok((sink, from_restore))
     }
 
-    /// A stream's property by name, as rules see it: [`Self::stream_props`], its own
-    /// merged with its client's.
-    pub(crate) fn rule_props(&self, stream: &Props) -> impl Fn(&str) -> Option<String> + use<> {
-        let props = self.stream_props(stream);
-        move |key: &str| {
-            let v = props.get_bytes(std::ffi::CString::new(key).ok()?)?;
-            let v = v.strip_suffix(&[0]).unwrap_or(v);
-            std::str::from_utf8(v).ok().map(str::to_string)
-        }
-    }
-
-    /// The sink the rule file sends a stream with these properties to, if it exists.
+    /// The sink the rule file sends a stream with these (merged, as [`Opening::props`])
+    /// properties to, if it exists.
     fn rule_target(&self, props: &Props, graph: &Graph) -> Option<Device> {
-        let lookup = self.rule_props(props);
+        let lookup = rule_lookup(props);
         let name = self
             .srv
             .policy
@@ -343,6 +333,15 @@ impl Conn {
         sink
     }
 
+    /// A stream's role for ducking: its `media.role` (its own or its client's), else the
+    /// one the rule file gives it.
+    fn stream_role(&self, props: &Props) -> Option<String> {
+        prop_str(props, pulseaudio::protocol::Prop::MediaRole).or_else(|| {
+            let policy = self.srv.policy.lock().ok()?;
+            policy.rules().role(&rule_lookup(props)).map(str::to_string)
+        })
+    }
+
     /// CREATE_PLAYBACK_STREAM.
     pub(crate) fn create_playback(&mut self, seq: u32, p: PlaybackStreamParams) -> Reply {
         let srv = self.srv.clone();
@@ -355,7 +354,7 @@ impl Conn {
         )?;
         let (spec, codec, map) = (o.spec, o.codec, o.map);
         let graph = srv.engine.graph();
-        let (sink, from_restore) = self.playback_target(&graph, &p, o.restored.as_ref())?;
+        let (sink, from_restore) = self.playback_target(&graph, &p, &o)?;
         let node_map = ports_map(&graph, &graph.nodes[&sink.node].inputs);
         let mode = LatencyMode {
             adjust_latency: p.flags.adjust_latency,
@@ -412,13 +411,15 @@ impl Conn {
             monitors: None,
             io: StreamIo::Play(shared.clone()),
         };
+        // Read before add_stream takes the merged proplist into the stream's record.
+        let role = srv
+            .opts
+            .ducking
+            .is_some()
+            .then(|| self.stream_role(&o.props))
+            .flatten();
         let (node, channel) = self.add_stream(&mut o, &p.props, stream, adapter)?;
         if let Some(d) = &srv.opts.ducking {
-            let role = prop_str(&p.props, pulseaudio::protocol::Prop::MediaRole).or_else(|| {
-                let lookup = self.rule_props(&p.props);
-                let policy = srv.policy.lock().ok()?;
-                policy.rules().role(&lookup).map(str::to_string)
-            });
             d.add(node, role.as_deref(), corked);
         }
         tracing::info!(
@@ -767,5 +768,14 @@ pub(crate) fn default_pa_map(channels: u8) -> PaMap {
         5 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter]),
         6 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter, Lfe]),
         n => crate::wire::convert::map_to_pa(&quaver_dsp::ChannelMap::default_for(n as usize)),
+    }
+}
+
+/// A stream's property by name, as rules see it, from its merged proplist.
+fn rule_lookup(props: &Props) -> impl Fn(&str) -> Option<String> + '_ {
+    move |key: &str| {
+        let v = props.get_bytes(std::ffi::CString::new(key).ok()?)?;
+        let v = v.strip_suffix(&[0]).unwrap_or(v);
+        std::str::from_utf8(v).ok().map(str::to_string)
     }
 }

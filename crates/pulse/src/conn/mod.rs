@@ -668,6 +668,7 @@ impl Conn {
                     crate::ext::devrestore::MODULE_NAME,
                     &[crate::ext::devrestore::EVENT, kind, index],
                 ),
+                ConnMsg::ModuleLoaded(seq, r) => self.module_loaded(seq, r),
                 ConnMsg::RestoreEvent => self.extension_event(
                     crate::modules::RESTORE_MODULE,
                     crate::ext::restore::MODULE_NAME,
@@ -706,9 +707,6 @@ impl Conn {
     }
 
     pub(crate) fn drop_stream(&self, node: NodeId) {
-        if let Some(d) = &self.srv.opts.ducking {
-            d.remove(node);
-        }
         if let Err(e) = self.srv.engine.remove_node(node) {
             tracing::warn!("pulse: removing stream node {node}: {e}");
         }

@@ -61,6 +61,9 @@ pub enum ConnMsg {
     DeviceRestoreEvent(u32, u32),
     /// A module's sink or source (this node) was suspended (true) or resumed on its own.
     NodeSuspended(NodeId, bool),
+    /// A module loading in the background (a tunnel) is up, under this index, or
+    /// failed: the answer to the client's LOAD_MODULE of this sequence number.
+    ModuleLoaded(u32, Result<u32, pulseaudio::protocol::PulseError>),
 }
 
 /// The handle other threads hold on a connection.
@@ -102,7 +105,8 @@ impl ConnHandle {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // A client that never reads its socket must not grow our memory without bound:
         // past this many queued events it gets no more of them.
-        if q.len() < 4096 {
+        // A deferred reply is always kept: the client waits for it.
+        if q.len() < 4096 || matches!(msg, ConnMsg::ModuleLoaded(..)) {
             q.push_back(msg);
         }
         drop(q);

@@ -14,6 +14,8 @@
 //! - `module-loopback`: a node from a source (or a sink's monitor) to a sink, listed as
 //!   a sink input (volume, mute, move). Both ends run on the engine's one clock, so no
 //!   resampler or latency adaptation is needed.
+//! - `module-echo-cancel`: a source cleaned of what a sink plays and a sink playing on
+//!   it (`echo`, over quaver_engine::echo).
 //!
 //! - `module-native-protocol-tcp`: a TCP listener (`port`, `listen`, `auth-anonymous`,
 //!   `auth-ip-acl`, `auth-cookie`, `auth-cookie-enabled`, with PulseAudio's defaults:
@@ -21,6 +23,8 @@
 //!   and disconnects the clients it let in.
 //! - `module-native-protocol-unix`: another unix socket (`socket`, an absolute path);
 //!   its clients are trusted like the main socket's.
+//! - `module-tunnel-sink-new`, `module-tunnel-source-new`: a sink (source) played to
+//!   (recorded from) a remote PulseAudio-protocol server over TCP ([`tunnel`]).
 //!
 //! Other modules answer PA_ERR_MODINITFAILED, as PulseAudio does for a module it cannot
 //! load.
@@ -35,7 +39,9 @@
 mod args;
 mod combine;
 mod context;
+mod echo;
 mod idle;
+pub(crate) mod loading;
 mod loopback;
 mod nodes;
 mod null;
@@ -43,8 +49,12 @@ pub mod pipe;
 mod protocol;
 pub mod record;
 mod remap;
+pub(crate) mod rescue;
+pub mod tunnel;
 
 pub use args::{parse_args, parse_args_raw, parse_channel_map, parse_props, unescape};
+pub(crate) use loading::register;
+pub use loading::{LoadDone, Loading};
 pub use nodes::{LoopCapture, NullSink};
 pub use null::{NullSinkPlan, null_sink};
 pub use record::{
@@ -56,29 +66,39 @@ use crate::state::{Server, stream_target};
 use context::{Load, port_layout};
 use pulseaudio::protocol::PulseError;
 use quaver_dsp::ChannelMap;
-use quaver_engine::{NodeId, NodeKind};
+use quaver_engine::NodeId;
 use std::sync::Arc;
+
+/// Loads module `name` and lists it: at once ([`load_indexed`]), or for a tunnel, whose
+/// remote may take seconds to answer, on the tunnel's own thread, `done` told the
+/// outcome. Arguments found bad at once fail here either way.
+pub fn load_or_start(
+    srv: &Arc<Server>,
+    name: &str,
+    argument: &str,
+    done: LoadDone,
+) -> Result<Loading, PulseError> {
+    if name == tunnel::SINK || name == tunnel::SOURCE {
+        let cx = context(srv, name, argument)?;
+        tunnel::start(&cx, argument, done)?;
+        return Ok(Loading::Later);
+    }
+    load_indexed(srv, name, argument).map(Loading::Now)
+}
 
 /// Loads module `name` ([`load`]) and lists it under the next free index, which it
 /// returns; subscribers are told.
 pub fn load_indexed(srv: &Arc<Server>, name: &str, argument: &str) -> Result<u32, PulseError> {
     let rec = load(srv, name, argument)?;
-    let mut st = srv.lock();
-    let idx = st.next_module.max(FIRST_LOADED);
-    st.next_module = idx + 1;
-    st.modules.insert(idx, rec);
-    drop(st);
-    srv.broadcast(
-        pulseaudio::protocol::SubscriptionEventFacility::Module,
-        pulseaudio::protocol::SubscriptionEventType::New,
-        idx,
-    );
-    tracing::info!("pulse: loaded {name} {argument} as module #{idx}");
-    Ok(idx)
+    Ok(register(srv, rec))
 }
 
-/// Creates what module `name` stands for in the graph.
-pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, PulseError> {
+/// What module `name`'s constructor works from.
+fn context<'a>(
+    srv: &'a Arc<Server>,
+    name: &'a str,
+    argument: &str,
+) -> Result<Load<'a>, PulseError> {
     let args = parse_args_raw(argument).map_err(|why| {
         tracing::info!("pulse: {name}: {why}");
         PulseError::ModInitFailed
@@ -89,13 +109,19 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
         .and_then(|d| graph.nodes.get(&d.node))
         .map(|n| port_layout(&graph, n, true))
         .unwrap_or_else(ChannelMap::stereo);
-    let cx = Load {
+    Ok(Load {
         srv,
         name,
         args,
         graph,
         default_map,
-    };
+    })
+}
+
+/// Creates what module `name` stands for in the graph (a tunnel loads only through
+/// [`load_or_start`]).
+pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, PulseError> {
+    let cx = context(srv, name, argument)?;
     let mut rec = ModuleRec::new(name, argument);
     let r = &mut rec;
     match name {
@@ -108,8 +134,12 @@ pub fn load(srv: &Arc<Server>, name: &str, argument: &str) -> Result<ModuleRec, 
         "module-remap-sink" => remap::load_sink(&cx, r),
         "module-remap-source" => remap::load_source(&cx, r),
         "module-loopback" => loopback::load(&cx, r),
+        "module-echo-cancel" => echo::load(&cx, r),
         "module-native-protocol-tcp" => protocol::load_tcp(&cx, r),
         "module-native-protocol-unix" => protocol::load_unix(&cx, r),
+        tunnel::SINK | tunnel::SOURCE => Err(cx.fail()(format!(
+            "{name} connects on its own thread: loaded through load_or_start"
+        ))),
         other => Err(cx.fail()(format!("{other} is not available in quaver"))),
     }?;
     Ok(rec)
@@ -121,32 +151,18 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
     if let Some(acc) = &m.acceptor {
         acc.stop(srv);
     }
-    for node in &m.nodes {
-        let graph = srv.engine.graph();
-        // The defaults as they will be once the module's devices are gone: the user's
-        // default may be one of them, and the policy then falls back to another.
-        let mut rest = graph.clone();
-        rest.nodes.retain(|id, _| !m.nodes.contains(id));
-        for s in graph.nodes.values().filter(|n| n.kind.is_stream()) {
-            if stream_target(&graph, s.id) != Some(*node) {
-                continue;
-            }
-            let playback = s.kind == NodeKind::PlaybackStream;
-            let dev = if playback {
-                srv.default_sink(&rest)
-            } else {
-                srv.default_source(&rest)
-            };
-            if let Some(dev) = dev {
-                let _ = srv.move_stream(&graph, s.id, &dev, playback);
-            }
-        }
-        if let Err(e) = srv.engine.remove_node(*node) {
-            tracing::warn!("pulse: unloading {}: {e}", m.name);
-        }
-    }
+    // A tunnel's nodes come and go with its remote: its thread knows which are there.
+    let nodes = match &m.tunnel {
+        Some(t) => t.stop(),
+        None => m.nodes.clone(),
+    };
+    rescue::remove_rescuing(srv, &nodes, &m.name);
     for (o, i) in &m.links {
         let _ = srv.engine.unlink(o, i);
+    }
+    // Its nodes are gone: the canceller's thread has nothing more to do.
+    if let Some(e) = &m.echo {
+        e.worker.stop();
     }
     // After its tap left the graph: what the tap wrote last still reaches the pipe.
     if let Some(p) = &m.pipe {
@@ -171,15 +187,20 @@ pub fn unload(srv: &Server, m: &ModuleRec) {
 pub fn unload_orphans(srv: &Server) {
     loop {
         // Every stream that ends comes here: copy the graph only when some module
-        // depends on other nodes at all.
-        let dependent = srv
-            .lock()
-            .modules
-            .values()
-            .any(|m| !m.needs.is_empty() || m.capture.is_some());
-        if !dependent {
-            return;
-        }
+        // depends on other nodes at all. Only modules listed before the copy is taken
+        // are judged by it: one listed after may have linked its nodes after the copy
+        // (a loopback seen without links is not stranded, only not yet loaded).
+        let judged: std::collections::BTreeSet<u32> = {
+            let st = srv.lock();
+            let dependent = st
+                .modules
+                .values()
+                .any(|m| !m.needs.is_empty() || m.capture.is_some());
+            if !dependent {
+                return;
+            }
+            st.modules.keys().copied().collect()
+        };
         let graph = srv.engine.graph();
         let orphan = {
             let mut st = srv.lock();
@@ -194,6 +215,7 @@ pub fn unload_orphans(srv: &Server) {
             let idx = st
                 .modules
                 .iter()
+                .filter(|(i, _)| judged.contains(i))
                 .find(|(_, m)| {
                     m.needs.iter().any(|n| !graph.nodes.contains_key(n))
                         || m.nodes.iter().any(stranded_loop)

@@ -3,6 +3,7 @@
 
 use super::nodes::LoopCapture;
 use super::pipe::{PipeIn, PipeOut};
+use super::tunnel::handle::Tunnel;
 use crate::io::shared::Acceptor;
 use quaver_engine::NodeId;
 use std::sync::Arc;
@@ -42,6 +43,10 @@ pub struct ModuleRec {
     pub pipe: Option<Arc<PipeOut>>,
     /// A pipe source's reader.
     pub pipe_in: Option<Arc<PipeIn>>,
+    /// module-echo-cancel's pair (its worker is stopped on unload).
+    pub echo: Option<quaver_engine::echo::EchoPair>,
+    /// A tunnel's network thread (stopped on unload).
+    pub tunnel: Option<Arc<Tunnel>>,
     /// module-suspend-on-idle: unloading it stops idle suspends.
     pub idle_suspend: bool,
     /// A loopback's `sink_dont_move`: its sink input cannot be moved, and it is
@@ -70,6 +75,8 @@ impl ModuleRec {
             needs: Vec::new(),
             pipe: None,
             pipe_in: None,
+            echo: None,
+            tunnel: None,
             idle_suspend: false,
             sink_dont_move: false,
             source_dont_move: false,

@@ -321,9 +321,11 @@ pub fn run(ctx: &mut Ctx, o: &JackOptions) -> Result<JackResults> {
     let mut servers = Vec::new();
     for &s in &o.servers {
         let why = match s {
-            JackServer::Quaverd => find_next_to_me(&o.self_exe, "quaver-jack")
-                .is_none()
-                .then(|| "quaver-jack not found (cargo build --release -p quaver-jack)".into()),
+            JackServer::Quaverd | JackServer::QuaverdAsync => {
+                find_next_to_me(&o.self_exe, "quaver-jack")
+                    .is_none()
+                    .then(|| "quaver-jack not found (cargo build --release -p quaver-jack)".into())
+            }
             JackServer::Jackd2 => (tool_version("jackd", &["--version"]) == NOT_INSTALLED)
                 .then(|| "jackd: not installed".to_string()),
             JackServer::Pipewire => {

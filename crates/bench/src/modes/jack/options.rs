@@ -14,6 +14,9 @@ pub const CLIENT_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum JackServer {
     /// quaverd through quaver's libjack (`quaver-jack`).
     Quaverd,
+    /// quaverd with `callback.asynchronous = true`: the client runs one quantum later and
+    /// is never waited for, as jackd2 runs clients without `-S`.
+    QuaverdAsync,
     /// jackd2 with the dummy driver.
     Jackd2,
     /// PipeWire through pipewire-jack (`pw-jack`).
@@ -21,10 +24,16 @@ pub enum JackServer {
 }
 
 impl JackServer {
+    /// Whether it is a quaverd (either mode).
+    pub fn is_quaverd(&self) -> bool {
+        matches!(self, JackServer::Quaverd | JackServer::QuaverdAsync)
+    }
+
     /// Name in tables.
     pub fn name(&self) -> &'static str {
         match self {
             JackServer::Quaverd => "quaverd",
+            JackServer::QuaverdAsync => "quaverd-async",
             JackServer::Jackd2 => "jackd2",
             JackServer::Pipewire => "pipewire",
         }

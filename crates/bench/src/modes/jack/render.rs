@@ -57,22 +57,24 @@ pub(crate) fn verdict(q: &XrunTotals, j: &XrunTotals) -> Option<String> {
         }
     };
     Some(format!(
-        "period {}: quaverd {qs:.2}/min ({} xruns in {:.2} min, {} windows) vs jackd2 \
+        "period {}: {} {qs:.2}/min ({} xruns in {:.2} min, {} windows) vs jackd2 \
          {js:.2}/min ({} in {:.2} min, {} windows) server-counted ({}; {}; per-window \
          median {:.2} vs {:.2}); callbacks more than two periods late {ql:.2}/min vs \
          {jl:.2}/min ({} late, issue 33: {})",
         q.period,
+        q.server.name(),
         q.server_xruns.unwrap_or(0),
         q.server_minutes,
         q.windows,
         j.server_xruns.unwrap_or(0),
         j.server_minutes,
         j.windows,
-        if qs <= js {
-            "quaverd ≤ jackd2: met"
-        } else {
-            "quaverd > jackd2: NOT met"
-        },
+        format_args!(
+            "{} {} jackd2: {}",
+            q.server.name(),
+            if qs <= js { "≤" } else { ">" },
+            if qs <= js { "met" } else { "NOT met" }
+        ),
         format_args!("issue 33: {}", half(qs, js)),
         med(q),
         med(j),
@@ -140,11 +142,10 @@ pub fn render(r: &JackResults) -> ModeOutput {
     }
     let verdicts: Vec<String> = periods
         .iter()
-        .filter_map(|&period| {
-            verdict(
-                total(period, JackServer::Quaverd)?,
-                total(period, JackServer::Jackd2)?,
-            )
+        .flat_map(|&period| {
+            [JackServer::Quaverd, JackServer::QuaverdAsync]
+                .into_iter()
+                .filter_map(move |q| verdict(total(period, q)?, total(period, JackServer::Jackd2)?))
         })
         .collect();
     let mut doc = Doc::new();
@@ -160,19 +161,21 @@ pub fn render(r: &JackResults) -> ModeOutput {
     }
     doc.heading(3, "Details").list(details(r, rounds));
     for &period in &periods {
-        let windows = r
-            .xruns
-            .iter()
-            .filter(|p| p.period == period && p.server == JackServer::Quaverd)
-            .filter_map(|p| p.quaver.as_ref()?.stages.as_ref());
-        if let Some(w) = crate::modes::jack::stages::StageWindow::sum(windows) {
-            let (text, table) = stage_table(period, &w);
-            doc.heading(
-                3,
-                format!("quaverd, {period} frames: where the cycles' time went"),
-            )
-            .para(text)
-            .table(&table);
+        for q in servers.iter().filter(|s| s.is_quaverd()) {
+            let windows = r
+                .xruns
+                .iter()
+                .filter(|p| p.period == period && p.server == *q)
+                .filter_map(|p| p.quaver.as_ref()?.stages.as_ref());
+            if let Some(w) = crate::modes::jack::stages::StageWindow::sum(windows) {
+                let (text, table) = stage_table(period, &w);
+                doc.heading(
+                    3,
+                    format!("{}, {period} frames: where the cycles' time went", q.name()),
+                )
+                .para(text)
+                .table(&table);
+            }
         }
     }
     let oh = overhead_table(r);

@@ -191,19 +191,16 @@ pub(super) fn start_server(
     period: usize,
 ) -> Result<Running> {
     Ok(match s {
-        JackServer::Quaverd => Running::Quaverd(Box::new(
-            ctx.start_daemon(DaemonSpec {
+        JackServer::Quaverd | JackServer::QuaverdAsync => {
+            Running::Quaverd(Box::new(ctx.start_daemon(DaemonSpec {
                 devices: vec![format!("null:rate={}", o.rate)],
                 rate: Some(o.rate),
                 quantum: Some(period),
                 quantum_min: Some(period.min(32)),
-                config: o
-                    .callback_spin_us
-                    .map(|us| format!("[callback]\nspin_us = {us}\n"))
-                    .unwrap_or_default(),
+                config: callback_config(o, s),
                 ..DaemonSpec::default()
-            })?,
-        )),
+            })?))
+        }
         JackServer::Jackd2 => {
             let j = Jackd::start(o.jackd_priority, o.rate, period)?;
             ctx.record_command(format!("{} &", j.command));
@@ -216,4 +213,46 @@ pub(super) fn start_server(
             Running::Pipewire(Box::new(Server::pipewire(ctx)?))
         }
     })
+}
+
+/// quaverd's `[callback]` table for server `s`: the run's spin, and asynchronous clients
+/// for `quaverd-async`.
+fn callback_config(o: &JackOptions, s: JackServer) -> String {
+    let mut c = String::new();
+    if let Some(us) = o.callback_spin_us {
+        c += &format!("spin_us = {us}\n");
+    }
+    if s == JackServer::QuaverdAsync {
+        c += "asynchronous = true\n";
+    }
+    if c.is_empty() {
+        c
+    } else {
+        format!("[callback]\n{c}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quaverd_async_gets_asynchronous_clients_and_the_spin_goes_to_both() {
+        let mut o = JackOptions::new(true, PathBuf::from("quaver-bench"));
+        assert_eq!(callback_config(&o, JackServer::Quaverd), "");
+        assert_eq!(
+            callback_config(&o, JackServer::QuaverdAsync),
+            "[callback]\nasynchronous = true\n"
+        );
+        o.callback_spin_us = Some(100);
+        assert_eq!(
+            callback_config(&o, JackServer::Quaverd),
+            "[callback]\nspin_us = 100\n"
+        );
+        assert_eq!(
+            callback_config(&o, JackServer::QuaverdAsync),
+            "[callback]\nspin_us = 100\nasynchronous = true\n"
+        );
+        assert!(JackServer::QuaverdAsync.is_quaverd() && !JackServer::Jackd2.is_quaverd());
+    }
 }

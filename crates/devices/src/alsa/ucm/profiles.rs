@@ -1,8 +1,9 @@
 //! A card's UCM configuration as profiles and ports, the way PulseAudio's alsa-ucm
 //! presents it: one profile per verb (named after the verb, described by its comment)
-//! plus `off`; in each, one sink on the PCM of the verb's best playback device and one
-//! source on that of its best capture device; each device on that PCM is a port
-//! (`[Out] Speaker`, `[In] Mic`) with the device's priority, jack and volume element.
+//! plus `off`; in each, one sink per PCM device the verb's playback devices use and one
+//! source per capture PCM (a laptop's speaker/headphone PCM and its HDMI PCMs); each
+//! device on a PCM is a port of its sink or source (`[Out] Speaker`, `[In] Mic`) with
+//! the device's priority, jack and volume element.
 //! Pure: configuration and probe data in, profiles out. docs/alsa/ucm.md.
 
 pub use super::UcmPort;
@@ -86,16 +87,16 @@ fn slug(verb: &str) -> String {
         .collect()
 }
 
-/// The mapping of `verb` in `dir`: the PCM of its best device in that direction, with
-/// every device on that PCM as a port. `None` when the verb has no usable device there;
-/// what was left out goes to `problems`.
-fn mapping(
+/// The mappings of `verb` in `dir`: one per PCM device its devices use, that of its best
+/// device first, each with every device on its PCM as a port (best first). Empty when
+/// the verb has no usable device there; what was left out goes to `problems`.
+fn mappings(
     card: &CardProbe,
     verb: &UcmVerb,
     dir: Direction,
     rate: u32,
     problems: &mut Vec<String>,
-) -> Option<Mapping> {
+) -> Vec<Mapping> {
     let what = |d: &UcmDevice| {
         format!(
             "card '{}' ({}): UCM verb '{}' device '{}'",
@@ -112,34 +113,51 @@ fn mapping(
     }
     // Stable: equal priorities keep the configuration's order.
     devs.sort_by_key(|(d, _)| std::cmp::Reverse(priority_of(d, dir)));
-    let &(best, device) = devs.first()?;
-    for (d, n) in devs.iter().filter(|(_, n)| *n != device) {
-        problems.push(format!(
-            "{}: plays on PCM device {n}, not on device {device} with the verb's best device '{}'; not offered (one {} per profile)",
-            what(d),
-            best.name,
-            if dir == Direction::Playback { "sink" } else { "source" }
-        ));
+    let mut pcms: Vec<u32> = Vec::new();
+    for (_, n) in &devs {
+        if !pcms.contains(n) {
+            pcms.push(*n);
+        }
     }
-    let Some(probe) = card
+    let several = pcms.len() > 1;
+    pcms.into_iter()
+        .filter_map(|device| {
+            let on: Vec<&UcmDevice> = devs
+                .iter()
+                .filter(|(_, n)| *n == device)
+                .map(|(d, _)| *d)
+                .collect();
+            let m = mapping(card, verb, dir, rate, device, &on, several);
+            m.map_err(|e| problems.push(format!("{}: {e}", what(on[0]))))
+                .ok()
+        })
+        .collect()
+}
+
+/// The mapping of `verb` on PCM `device` in `dir`, whose ports are `devs` (best first);
+/// `several`: the verb has other PCMs in this direction, so the description names the
+/// devices. `Err` says why it is not offered.
+fn mapping(
+    card: &CardProbe,
+    verb: &UcmVerb,
+    dir: Direction,
+    rate: u32,
+    device: u32,
+    devs: &[&UcmDevice],
+    several: bool,
+) -> Result<Mapping, String> {
+    let best = devs[0];
+    let probe = card
         .pcms
         .iter()
         .find(|p| p.device == device && p.dir == dir)
-    else {
-        problems.push(format!(
-            "{}: the card has no {} PCM device {device}; not offered",
-            what(best),
-            dir.name()
-        ));
-        return None;
-    };
-    let caps = match usable(card, probe, rate) {
-        Ok(c) => c,
-        Err(e) => {
-            problems.push(format!("UCM verb '{}': {e}", verb.name));
-            return None;
-        }
-    };
+        .ok_or_else(|| {
+            format!(
+                "the card has no {} PCM device {device}; not offered",
+                dir.name()
+            )
+        })?;
+    let caps = usable(card, probe, rate).map_err(|e| format!("{e}; not offered"))?;
     let want = match dir {
         Direction::Playback => best.playback_channels,
         Direction::Capture => best.capture_channels,
@@ -153,23 +171,23 @@ fn mapping(
     if !caps.channel_counts.contains(&channels)
         && !(caps.channels_min..=caps.channels_max).contains(&channels)
     {
-        problems.push(format!(
-            "{}: PCM device {device} does not open {channels} channels; not offered",
-            what(best)
+        return Err(format!(
+            "PCM device {device} does not open {channels} channels; not offered"
         ));
-        return None;
     }
+    let described = |d: &UcmDevice| {
+        if d.comment.is_empty() {
+            d.name.clone()
+        } else {
+            d.comment.clone()
+        }
+    };
     let ports: Vec<UcmPort> = devs
         .iter()
-        .filter(|(_, n)| *n == device)
-        .map(|(d, _)| UcmPort {
+        .map(|d| UcmPort {
             name: port_name(&d.name, dir),
             device: d.name.clone(),
-            description: if d.comment.is_empty() {
-                d.name.clone()
-            } else {
-                d.comment.clone()
-            },
+            description: described(d),
             priority: priority_of(d, dir),
             jack: d.jack.clone(),
             element: match dir {
@@ -185,13 +203,20 @@ fn mapping(
     } else {
         PortKind::Analog
     };
-    Some(Mapping {
+    let verb_description = if verb.comment.is_empty() {
+        verb.name.clone()
+    } else {
+        verb.comment.clone()
+    };
+    let description = if several {
+        let names: Vec<String> = devs.iter().map(|d| described(d)).collect();
+        format!("{verb_description} ({})", names.join(" / "))
+    } else {
+        verb_description
+    };
+    Ok(Mapping {
         name: format!("{}-hw{device}", slug(&verb.name)),
-        description: if verb.comment.is_empty() {
-            verb.name.clone()
-        } else {
-            verb.comment.clone()
-        },
+        description,
         dir,
         device,
         channels,
@@ -218,9 +243,9 @@ pub fn build_profiles(card: &CardProbe, config: &UcmConfig, rate: u32) -> CardPr
     let mut problems = Vec::new();
     let mut profiles = Vec::new();
     for verb in &config.verbs {
-        let output = mapping(card, verb, Direction::Playback, rate, &mut problems);
-        let input = mapping(card, verb, Direction::Capture, rate, &mut problems);
-        if output.is_none() && input.is_none() {
+        let outputs = mappings(card, verb, Direction::Playback, rate, &mut problems);
+        let inputs = mappings(card, verb, Direction::Capture, rate, &mut problems);
+        if outputs.is_empty() && inputs.is_empty() {
             problems.push(format!(
                 "card '{}' ({}): UCM verb '{}' has no usable device; no profile",
                 card.name, card.id, verb.name
@@ -235,8 +260,8 @@ pub fn build_profiles(card: &CardProbe, config: &UcmConfig, rate: u32) -> CardPr
                 verb.comment.clone()
             },
             priority: verb_priority(&verb.name),
-            output,
-            input,
+            outputs,
+            inputs,
             verb: Some(verb.name.clone()),
         });
     }
@@ -359,7 +384,8 @@ mod tests {
     fn devices_on_the_verbs_pcm_are_its_ports_best_first() {
         let p = build_profiles(&dummy(), &config(), 48_000);
         let hifi = p.get("HiFi").unwrap();
-        let o = hifi.output.as_ref().unwrap();
+        assert_eq!((hifi.outputs.len(), hifi.inputs.len()), (1, 1));
+        let o = &hifi.outputs[0];
         assert_eq!((o.name.as_str(), o.device, o.channels), ("HiFi-hw0", 0, 2));
         let ports: Vec<(&str, u32, Option<&str>)> = o
             .ucm_ports
@@ -375,15 +401,17 @@ mod tests {
         );
         assert_eq!(o.port, "[Out] Headphones");
         assert_eq!(o.ucm_ports[1].element.as_deref(), Some("Synth"));
-        let i = hifi.input.as_ref().unwrap();
+        let i = &hifi.inputs[0];
         assert_eq!(i.ucm_ports[0].name, "[In] Mic");
         assert_eq!(i.ucm_ports[0].description, "Internal Microphone");
         assert_eq!(i.ucm_ports[0].element.as_deref(), Some("CD"));
         // Same PCM both ways: one duplex device, as for probed profiles.
         assert_eq!(o.name, i.name);
         let call = p.get("Voice Call").unwrap();
-        assert_eq!(call.output.as_ref().unwrap().device, 1);
-        assert_eq!(call.output.as_ref().unwrap().port, "[Out] Earpiece");
+        assert_eq!(call.outputs[0].device, 1);
+        assert_eq!(call.outputs[0].port, "[Out] Earpiece");
+        // One PCM per direction: the verb's own description.
+        assert_eq!(o.description, "Play HiFi quality Music");
     }
 
     #[test]
@@ -399,11 +427,6 @@ mod tests {
         c.verbs[0].devices[1].capture_pcm = Some("dmix:Dummy".into());
         let p = build_profiles(&dummy(), &c, 48_000);
         let problems = p.problems.join("\n");
-        assert!(
-            problems
-                .contains("UCM verb 'HiFi' device 'HDMI': plays on PCM device 1, not on device 0"),
-            "{problems}"
-        );
         assert!(
             problems.contains("'Other': PCM 'hw:PCH,0' is not on this card"),
             "{problems}"
@@ -422,6 +445,7 @@ mod tests {
         );
         let names: Vec<&str> = p.profiles.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["HiFi", "off"]);
+        assert!(!problems.contains("HDMI"), "{problems}");
         // A rate the PCM does not run at leaves the verb without that direction.
         let p = build_profiles(&dummy(), &config(), 96_000);
         assert_eq!(p.profiles.len(), 1, "{:?}", p.profiles);
@@ -429,6 +453,65 @@ mod tests {
             p.problems
                 .iter()
                 .any(|e| e.contains("does not run at 96000 Hz"))
+        );
+    }
+
+    #[test]
+    fn devices_on_other_pcms_of_a_verb_are_sinks_of_their_own() {
+        // A laptop with SOF: speaker and headphones on PCM 0, HDMI on PCM 1, each with
+        // a sink of its own in the one profile (and in the order of their best device).
+        let mut c = config();
+        c.verbs[1].devices.push(UcmDevice {
+            jack: Some("HDMI/DP,pcm=1 Jack".into()),
+            ..out("HDMI1", "HDMI / DisplayPort 1 Output", "hw:Dummy,1", 500)
+        });
+        let p = build_profiles(&dummy(), &c, 48_000);
+        assert!(p.problems.is_empty(), "{:?}", p.problems);
+        let hifi = p.get("HiFi").unwrap();
+        assert_eq!((hifi.sinks(), hifi.sources()), (2, 1));
+        let outs: Vec<(&str, u32, &str, &str)> = hifi
+            .outputs
+            .iter()
+            .map(|m| {
+                (
+                    m.name.as_str(),
+                    m.device,
+                    m.port.as_str(),
+                    m.description.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            outs,
+            [
+                (
+                    "HiFi-hw1",
+                    1,
+                    "[Out] HDMI1",
+                    "Play HiFi quality Music (HDMI / DisplayPort 1 Output)"
+                ),
+                (
+                    "HiFi-hw0",
+                    0,
+                    "[Out] Headphones",
+                    "Play HiFi quality Music (Headphones / Speaker)"
+                ),
+            ]
+        );
+        assert_eq!(hifi.outputs[0].port_kind, PortKind::Hdmi);
+        assert_eq!(hifi.outputs[0].ucm_ports.len(), 1);
+        assert_eq!(hifi.outputs[1].ucm_ports.len(), 2);
+        // Opened as three devices: HDMI alone, then speaker/headphones with the mic
+        // (same PCM, same mapping name: duplex).
+        let t = crate::alsa::config::AlsaConfig::default();
+        let d = crate::alsa::cards::devices_for(&dummy(), hifi, &t);
+        let opened: Vec<(&str, bool, bool)> = d
+            .iter()
+            .map(|d| (d.config.pcm.as_str(), d.config.playback, d.config.capture))
+            .collect();
+        assert_eq!(
+            opened,
+            [("hw:Dummy,1", true, false), ("hw:Dummy,0", true, true)]
         );
     }
 

@@ -171,7 +171,7 @@ fn pipe_codec(
 /// Adds a module's device node (a null sink's or source's: its inputs copied to its
 /// outputs) and a helper filter linked behind it (`after`: the device's outputs feed
 /// the helper) or in front of it; on failure nothing stays in the graph.
-fn add_with_helper(
+pub(in crate::modules) fn add_with_helper(
     srv: &Server,
     device: NodeSpec,
     helper: NodeSpec,

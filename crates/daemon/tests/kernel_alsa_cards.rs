@@ -69,7 +69,9 @@ pactl set-card-profile alsa_card.Dummy off; echo "off again exit $?"
 kill $SUB
 echo "=== EVENTS"; cat "$priv/events.log"
 stop
-echo "=== LOG1"; grep -E "WARN|ERROR" "$out/run1.log" | head -20
+# Without the xruns: they only say the host was busy (the guest's timings mean nothing)
+# and, in a CI run beside the suite, pushed the lines checked below out of the head.
+echo "=== LOG1"; grep -E "WARN|ERROR" "$out/run1.log" | grep -v "xrun on device" | head -40
 
 # The dummy card off (remembered above), the loopback card drives alone: the
 # emulated CPU is too slow for a follower's resampling to keep the cable gapless.
@@ -93,7 +95,7 @@ for a in 1 2 3; do
     [ "$x" = 0 ] && break
 done
 echo "=== FORMAT"; echo "$fmt"
-echo "=== LOG2"; grep -E "WARN|ERROR" "$out/run2.log" | head -20
+echo "=== LOG2"; grep -E "WARN|ERROR" "$out/run2.log" | grep -v "xrun on device" | head -40
 
 rm -f "$XDG_STATE_HOME/quaver/card-profiles.toml"
 modprobe -r snd-dummy && modprobe snd-dummy pcm_substreams=1
@@ -118,7 +120,7 @@ pactl list cards | grep -E "Name: alsa_card|Active Profile"
 pactl info > /dev/null; echo "info exit $?"
 stop
 kill "$B"; wait "$B"
-echo "=== LOG4"; grep -E "WARN|ERROR" "$out/run4.log" | head -20
+echo "=== LOG4"; grep -E "WARN|ERROR" "$out/run4.log" | grep -v "xrun on device" | head -40
 
 # A card whose PCMs refuse every format quaver converts: each playback side of the
 # loopback card held by another program in S16_BE, so both capture sides offer that alone
@@ -133,7 +135,7 @@ echo "=== NOFORMAT"; pactl list short sinks; pactl list cards | grep -E "Name: a
 paplay --device=Dummy.analog-stereo-sink "$wav"; echo "noformat paplay exit $?"
 stop
 kill "$H1" "$H2"; wait "$H1" "$H2"
-echo "=== LOG5"; grep -E "WARN|ERROR" "$out/run5.log" | head -20
+echo "=== LOG5"; grep -E "WARN|ERROR" "$out/run5.log" | grep -v "xrun on device" | head -40
 echo "=== END"
 "#;
 

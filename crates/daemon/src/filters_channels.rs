@@ -237,7 +237,7 @@ mod tests {
     }
 
     #[test]
-    fn matrix_weights_change_live_on_sighup_and_other_changes_rebuild() {
+    fn weights_and_splits_change_live_on_sighup_and_other_changes_rebuild() {
         use crate::filters_reload::chain_changes;
         let old = chain(
             r#"{ type = "channel_mixer", matrix = [[1, 0], [0, 1]] },
@@ -255,7 +255,11 @@ mod tests {
             r#"{ type = "channel_mixer", matrix = [[1, 0], [0, 1]] },
                { type = "crossover", freq = 1200.0 }, { type = "channel_mixer", preset = "mono_downmix" }"#,
         );
-        assert_eq!(chain_changes(&old, &other_freq), None);
+        // A split frequency is a live control too (filters_reload's own test).
+        assert_eq!(
+            chain_changes(&old, &other_freq),
+            Some(vec![(1, "freq".to_string(), 1200.0)])
+        );
         let other_shape = chain(
             r#"{ type = "channel_mixer", matrix = [[1, 0]] },
                { type = "crossover", freq = 1000.0 }, { type = "channel_mixer", preset = "mono_downmix" }"#,

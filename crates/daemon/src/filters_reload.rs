@@ -2,8 +2,8 @@
 //! (docs/dsp/filters.md, "Reloading on SIGHUP").
 //!
 //! A chain whose filters are the same kinds with the same fixed settings, only
-//! controls changed (a gain, a corner frequency, a limiter's threshold, a plugin's
-//! control values), is changed in place through the live controls, so each change
+//! controls changed (a gain, a corner frequency, a limiter's threshold, a crossover's
+//! split frequencies, a plugin's control values), is changed in place through the live controls, so each change
 //! ramps or crossfades as `set_filter_control` does and the filters keep their state:
 //! no click, no gap. Any other change builds the new chain first (a bad one is logged
 //! and the chain in force stays) and swaps it in at a cycle boundary.
@@ -88,6 +88,7 @@ pub fn control_changes(old: &FilterSpec, new: &FilterSpec) -> Option<Vec<(String
             },
         ) if l0 == l1 && r0 == r1 => vec![("threshold_db", *t0, *t1)],
         (F::ChannelMixer(a), F::ChannelMixer(b)) if a != b => return mixer_changes(a, b),
+        (F::Crossover(a), F::Crossover(b)) if a != b => return crossover_changes(a, b),
         (F::Ladspa(a), F::Ladspa(b)) if a.plugin == b.plugin && a.label == b.label => {
             return plugin_changes(&a.controls, &b.controls);
         }
@@ -129,6 +130,49 @@ fn mixer_changes(
         }
     }
     Some(changes)
+}
+
+/// A crossover's changes: the same outputs and number of splits, each moved split as
+/// its `freq` (one split) or `freq_<k>` control. The new set is checked as a whole
+/// (rising, in range) when it is built for the check at load; each step here is
+/// checked again against the one before it, so a move that would cross a neighbour
+/// on the way is sent in an order that never does.
+fn crossover_changes(
+    a: &crate::filters_channels::CrossoverSpec,
+    b: &crate::filters_channels::CrossoverSpec,
+) -> Option<Vec<(String, f64)>> {
+    use crate::filters_channels::Freqs;
+    let list = |f: &Freqs| match f {
+        Freqs::One(x) => vec![*x],
+        Freqs::More(v) => v.clone(),
+    };
+    let (f0, f1) = (list(&a.freq), list(&b.freq));
+    if a.outputs != b.outputs || f0.len() != f1.len() {
+        return None;
+    }
+    let name = |k: usize| {
+        if f1.len() == 1 {
+            "freq".to_string()
+        } else {
+            format!("freq_{k}")
+        }
+    };
+    let moved: Vec<usize> = (0..f1.len()).filter(|&k| f0[k] != f1[k]).collect();
+    // Moving up: the highest first, so none passes the one above it; down: the
+    // lowest first.
+    let up: Vec<usize> = moved
+        .iter()
+        .copied()
+        .filter(|&k| f1[k] > f0[k])
+        .rev()
+        .collect();
+    let down = moved.iter().copied().filter(|&k| f1[k] < f0[k]);
+    Some(
+        up.into_iter()
+            .chain(down)
+            .map(|k| (name(k), f1[k]))
+            .collect(),
+    )
 }
 
 /// A plugin's changes: the same controls named (one left out would go back to a
@@ -334,5 +378,30 @@ mod tests {
         assert_eq!(chain_changes(&old[..1], &old), None, "a filter added");
         let same = r#"{ type = "convolver", ir = "a.wav" }"#;
         assert_eq!(chain_changes(&chain(same), &chain(same)), Some(vec![]));
+    }
+
+    #[test]
+    fn crossover_frequencies_move_live_in_an_order_that_never_crosses() {
+        let x = |f: &str| chain(&format!(r#"{{ type = "crossover", freq = {f} }}"#));
+        let got = chain_changes(&x("1000.0"), &x("2000.0")).unwrap();
+        assert_eq!(got, vec![(0, "freq".to_string(), 2000.0)]);
+        // Both up past the old upper one: the upper moves first.
+        let got = chain_changes(&x("[300.0, 3000.0]"), &x("[3100.0, 3200.0]")).unwrap();
+        let names: Vec<&str> = got.iter().map(|(_, n, _)| n.as_str()).collect();
+        assert_eq!(names, ["freq_1", "freq_0"]);
+        // Each step, checked as the engine checks it, stays rising.
+        let mut controls = quaver_dsp::filter::Crossover::new(1, 48_000.0, &[300.0, 3000.0], None)
+            .map(|c| quaver_dsp::filter::Filter::controls(&c))
+            .unwrap();
+        for (_, n, v) in &got {
+            controls.check(n, *v).unwrap();
+        }
+        let got = chain_changes(&x("[300.0, 3000.0]"), &x("[100.0, 200.0]")).unwrap();
+        let names: Vec<&str> = got.iter().map(|(_, n, _)| n.as_str()).collect();
+        assert_eq!(names, ["freq_0", "freq_1"]);
+        // Another split count or other outputs: a new chain.
+        assert_eq!(chain_changes(&x("1000.0"), &x("[300.0, 3000.0]")), None);
+        let outs = chain(r#"{ type = "crossover", freq = 1000.0, outputs = ["0.high", "0.low"] }"#);
+        assert_eq!(chain_changes(&x("1000.0"), &outs), None);
     }
 }

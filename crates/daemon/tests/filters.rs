@@ -182,12 +182,19 @@ fn check_mixer_controls(d: &Daemon) {
         .set_filter_control("xover-sink", 0, "gain_2_0", 1.0)
         .unwrap_err();
     assert!(e.to_string().contains("no such matrix entry"), "{e}");
+    // The crossover's split: `freq` (one split), in range.
     let e = c
-        .set_filter_control("xover-sink", 1, "freq", 500.0)
+        .set_filter_control("xover-sink", 1, "freq_0", 500.0)
         .unwrap_err();
-    assert!(e.to_string().contains("this filter has no controls"), "{e}");
-    // Back to what it is: accepted, and the samples checked are already written.
+    assert!(e.to_string().contains("freq (one split)"), "{e}");
+    let e = c
+        .set_filter_control("xover-sink", 1, "freq", 30_000.0)
+        .unwrap_err();
+    assert!(e.to_string().contains("outside (0, 24000)"), "{e}");
+    // Back to what they are: accepted, and the samples checked are already written.
     c.set_filter_control("xover-sink", 0, "gain_1_1", 1.0)
+        .unwrap();
+    c.set_filter_control("xover-sink", 1, "freq", 1000.0)
         .unwrap();
 }
 

@@ -281,7 +281,13 @@ fn channel_mixer_and_crossover_in_a_wider_chain_do_not_allocate() {
                 6 => chain.set_control(3, "gain_2_2", 0.25).unwrap(),
                 7 => chain.set_control(3, "gain_2_2", 1.0).unwrap(),
                 8 => assert!(chain.set_control(3, "gain_9_0", 1.0).is_err()),
-                9 => assert!(chain.set_control(1, "freq", 1.0).is_err()),
+                9 => assert!(chain.set_control(1, "freq", 30_000.0).is_err()),
+                // Split frequencies move live: a crossfade, one change arriving
+                // during it (pending), one refused for crossing its neighbour.
+                10 => chain.set_control(1, "freq", 120.0).unwrap(),
+                11 => chain.set_control(1, "freq", 90.0).unwrap(),
+                12 => assert!(chain.set_control(4, "freq_0", 2_500.0).is_err()),
+                13 => chain.set_control(4, "freq_1", 2_500.0).unwrap(),
                 _ => {}
             }
             chain.process(&mut buf.view_mut(frames));

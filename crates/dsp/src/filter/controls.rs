@@ -35,6 +35,15 @@ pub enum Controls {
         /// Input channels (columns).
         inputs: usize,
     },
+    /// The split frequencies of a crossover at `rate`: `freq`, or `freq_<k>`.
+    Crossover {
+        /// Sample rate the filter runs at.
+        rate: f64,
+        /// The frequencies as changed so far; the first `splits` are used.
+        freqs: [f64; super::splits::MAX_SPLITS],
+        /// How many splits the crossover has.
+        splits: usize,
+    },
     /// Controls named when the filter was built (a plugin's control ports).
     Named(NamedControls),
 }
@@ -49,6 +58,7 @@ impl Controls {
             Controls::Delay { .. } => "frames",
             Controls::Limiter => "threshold_db",
             Controls::Mixer { .. } => super::matrix::CONTROL_NAMES,
+            Controls::Crossover { .. } => super::splits::CONTROL_NAMES,
             Controls::Named(n) => n.names,
         }
     }
@@ -62,6 +72,11 @@ impl Controls {
         match self {
             Controls::None => Err(unknown),
             Controls::Named(n) => n.check(name, value),
+            Controls::Crossover {
+                rate,
+                freqs,
+                splits,
+            } => super::splits::check_freq(&mut freqs[..*splits], *rate, name, value),
             Controls::Mixer { outputs, inputs } => {
                 super::matrix::check_control(name, value, *outputs, *inputs)
             }

@@ -10,11 +10,16 @@
 //! per octave beyond. With more than one split, a band below split k also goes
 //! through the all-pass of every later split, so every band carries the same phase
 //! and the sum stays flat.
+//!
+//! The frequencies are live controls (`freq` with one split, else `freq_0`, `freq_1`,
+//! …). A change crossfades as a biquad's does: the new sections start from the old
+//! ones' state, both run for [`DEFAULT_FADE_FRAMES`] frames and their bands are mixed
+//! linearly, so the output stays a blend of two stable crossovers.
 
 use super::base::Filter;
 use super::controls::Controls;
 use super::design::{BiquadKind, BiquadParams, Coeffs};
-use super::error::{FilterError, flush_tiny};
+use super::error::{DEFAULT_FADE_FRAMES, FilterError, flush_tiny};
 use crate::buffer::PlanarMut;
 use std::f64::consts::FRAC_1_SQRT_2;
 
@@ -22,8 +27,8 @@ use std::f64::consts::FRAC_1_SQRT_2;
 /// outputs overwrite the inputs in place.
 const CHUNK: usize = 256;
 
-/// The most splits (4 bands): more is beyond what active speakers use.
-pub const MAX_SPLITS: usize = 3;
+pub use super::splits::MAX_SPLITS;
+use super::splits::check_freq;
 
 /// One split's sections.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +81,7 @@ fn split(sp: &Split, st: &mut [[f64; 2]], rest: &mut [f64], band: &mut [f64]) {
 /// `outputs` (input channel, band from 0 = lowest) to output channels 0, 1, …
 pub struct Crossover {
     channels: usize,
+    rate: f64,
     freqs: Vec<f64>,
     splits: Vec<Split>,
     outputs: Vec<(usize, usize)>,
@@ -85,6 +91,82 @@ pub struct Crossover {
     bands_out: Vec<f32>,
     rest: Vec<f64>,
     band: Vec<f64>,
+    /// A frequency change under way: the sections faded to, their state and bands.
+    next_freqs: Vec<f64>,
+    next_splits: Vec<Split>,
+    next_state: Vec<Vec<[f64; 2]>>,
+    next_bands: Vec<f32>,
+    /// Frames of the fade done; `fade_frames` when none runs.
+    fade_done: usize,
+    fade_frames: usize,
+    /// A change that came during a fade, applied when it ends (the latest wins).
+    pending: Option<[f64; MAX_SPLITS]>,
+}
+
+/// The sections of a crossover at `freqs` for `rate` Hz, checked.
+fn design_splits(freqs: &[f64], rate: f64) -> Result<Vec<Split>, FilterError> {
+    let design = |kind, freq| {
+        Coeffs::design(
+            &BiquadParams {
+                kind,
+                freq,
+                q: FRAC_1_SQRT_2,
+                gain_db: 0.0,
+            },
+            rate,
+        )
+    };
+    let splits = freqs
+        .iter()
+        .map(|&f| {
+            Ok(Split {
+                lp: design(BiquadKind::LowPass, f)?,
+                hp: design(BiquadKind::HighPass, f)?,
+                ap: design(BiquadKind::AllPass, f)?,
+            })
+        })
+        .collect::<Result<Vec<_>, FilterError>>()?;
+    // Each is a finite number in range now, so `>=` is the whole test.
+    if freqs.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(FilterError::Crossover {
+            what: "crossover frequencies must rise from one to the next",
+        });
+    }
+    Ok(splits)
+}
+
+/// Splits `n` frames of `input` into bands with `splits`, each channel's sections'
+/// state in `st`, into `out` (one `CHUNK` per band, lowest first).
+fn split_bands(
+    splits: &[Split],
+    st: &mut [[f64; 2]],
+    input: &[f32],
+    rest: &mut [f64],
+    band: &mut [f64],
+    out: &mut [f32],
+) {
+    let n = input.len();
+    let bands = splits.len() + 1;
+    let (rest, band) = (&mut rest[..n], &mut band[..n]);
+    for (r, x) in rest.iter_mut().zip(input) {
+        *r = *x as f64;
+    }
+    let mut s = 0;
+    for (k, sp) in splits.iter().enumerate() {
+        split(sp, &mut st[s..s + 4], rest, band);
+        s += 4;
+        for later in &splits[k + 1..] {
+            run(&later.ap, &mut st[s], band);
+            s += 1;
+        }
+        for (d, v) in out[k * CHUNK..k * CHUNK + n].iter_mut().zip(band.iter()) {
+            *d = *v as f32;
+        }
+    }
+    let at = (bands - 1) * CHUNK;
+    for (d, v) in out[at..at + n].iter_mut().zip(rest.iter()) {
+        *d = *v as f32;
+    }
 }
 
 impl Crossover {
@@ -108,33 +190,7 @@ impl Crossover {
                 what: "needs at least one channel in",
             });
         }
-        let design = |kind, freq| {
-            Coeffs::design(
-                &BiquadParams {
-                    kind,
-                    freq,
-                    q: FRAC_1_SQRT_2,
-                    gain_db: 0.0,
-                },
-                rate,
-            )
-        };
-        let splits = freqs
-            .iter()
-            .map(|&f| {
-                Ok(Split {
-                    lp: design(BiquadKind::LowPass, f)?,
-                    hp: design(BiquadKind::HighPass, f)?,
-                    ap: design(BiquadKind::AllPass, f)?,
-                })
-            })
-            .collect::<Result<Vec<_>, FilterError>>()?;
-        // Each is a finite number in range now, so `>=` is the whole test.
-        if freqs.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(FilterError::Crossover {
-                what: "crossover frequencies must rise from one to the next",
-            });
-        }
+        let splits = design_splits(freqs, rate)?;
         let bands = freqs.len() + 1;
         let outputs: Vec<(usize, usize)> = match outputs {
             Some(o) => o.to_vec(),
@@ -161,14 +217,78 @@ impl Crossover {
         let sections = 4 * n + n * (n - 1) / 2;
         Ok(Crossover {
             channels,
+            rate,
             freqs: freqs.to_vec(),
+            next_freqs: freqs.to_vec(),
+            next_splits: splits.clone(),
             splits,
             outputs,
             state: vec![vec![[0.0; 2]; sections]; channels],
+            next_state: vec![vec![[0.0; 2]; sections]; channels],
             bands_out: vec![0.0; channels * bands * CHUNK],
+            next_bands: vec![0.0; channels * bands * CHUNK],
             rest: vec![0.0; CHUNK],
             band: vec![0.0; CHUNK],
+            fade_done: DEFAULT_FADE_FRAMES,
+            fade_frames: DEFAULT_FADE_FRAMES,
+            pending: None,
         })
+    }
+
+    /// Frames a frequency change crossfades over (0: it jumps).
+    pub fn set_fade_frames(&mut self, frames: usize) {
+        self.fade_frames = frames;
+        self.fade_done = frames;
+    }
+
+    fn fading(&self) -> bool {
+        self.fade_done < self.fade_frames
+    }
+
+    /// Moves to `freqs` (checked), through a crossfade unless none is set.
+    fn start_fade(&mut self, freqs: &[f64]) -> Result<(), FilterError> {
+        // `design_splits` collects into a new Vec: design in place instead, no
+        // allocation on the RT thread.
+        for (sp, &f) in self.next_splits.iter_mut().zip(freqs) {
+            let d = |kind| {
+                Coeffs::design(
+                    &BiquadParams {
+                        kind,
+                        freq: f,
+                        q: FRAC_1_SQRT_2,
+                        gain_db: 0.0,
+                    },
+                    self.rate,
+                )
+            };
+            *sp = Split {
+                lp: d(BiquadKind::LowPass)?,
+                hp: d(BiquadKind::HighPass)?,
+                ap: d(BiquadKind::AllPass)?,
+            };
+        }
+        self.next_freqs.copy_from_slice(freqs);
+        for (n, c) in self.next_state.iter_mut().zip(&self.state) {
+            n.copy_from_slice(c);
+        }
+        if self.fade_frames == 0 {
+            self.end_fade();
+        } else {
+            self.fade_done = 0;
+        }
+        Ok(())
+    }
+
+    fn end_fade(&mut self) {
+        std::mem::swap(&mut self.splits, &mut self.next_splits);
+        std::mem::swap(&mut self.state, &mut self.next_state);
+        self.freqs.copy_from_slice(&self.next_freqs);
+        self.fade_done = self.fade_frames;
+        if let Some(p) = self.pending.take() {
+            let n = self.freqs.len();
+            // Checked when it was set, against what was then in force or pending.
+            let _ = self.start_fade(&p[..n]);
+        }
     }
 
     /// The crossover frequencies, Hz.
@@ -185,30 +305,28 @@ impl Crossover {
         self.splits.len() + 1
     }
 
-    /// Splits `n` frames from `off` of input channel `ch` into its bands.
+    /// Splits `n` frames from `off` of input channel `ch` into its bands, with the
+    /// sections in force and, while a change fades, with the new ones too.
     fn split_channel(&mut self, buf: &PlanarMut, ch: usize, off: usize, n: usize) {
-        let bands = self.bands();
-        let (rest, band) = (&mut self.rest[..n], &mut self.band[..n]);
-        for (r, x) in rest.iter_mut().zip(&buf.channel(ch)[off..off + n]) {
-            *r = *x as f64;
-        }
-        let st = &mut self.state[ch];
-        let mut s = 0;
-        for (k, sp) in self.splits.iter().enumerate() {
-            split(sp, &mut st[s..s + 4], rest, band);
-            s += 4;
-            for later in &self.splits[k + 1..] {
-                run(&later.ap, &mut st[s], band);
-                s += 1;
-            }
-            let at = (ch * bands + k) * CHUNK;
-            for (d, v) in self.bands_out[at..at + n].iter_mut().zip(band.iter()) {
-                *d = *v as f32;
-            }
-        }
-        let at = (ch * bands + bands - 1) * CHUNK;
-        for (d, v) in self.bands_out[at..at + n].iter_mut().zip(rest.iter()) {
-            *d = *v as f32;
+        let len = self.bands() * CHUNK;
+        let input = &buf.channel(ch)[off..off + n];
+        split_bands(
+            &self.splits,
+            &mut self.state[ch],
+            input,
+            &mut self.rest,
+            &mut self.band,
+            &mut self.bands_out[ch * len..(ch + 1) * len],
+        );
+        if self.fading() {
+            split_bands(
+                &self.next_splits,
+                &mut self.next_state[ch],
+                input,
+                &mut self.rest,
+                &mut self.band,
+                &mut self.next_bands[ch * len..(ch + 1) * len],
+            );
         }
     }
 }
@@ -230,9 +348,25 @@ impl Filter for Crossover {
             for ch in 0..self.channels {
                 self.split_channel(buf, ch, off, n);
             }
+            let fading = self.fading();
+            let total = self.fade_frames.max(1) as f32;
             for (o, &(ch, b)) in self.outputs.iter().enumerate() {
                 let at = (ch * bands + b) * CHUNK;
-                buf.channel_mut(o)[off..off + n].copy_from_slice(&self.bands_out[at..at + n]);
+                let out = &mut buf.channel_mut(o)[off..off + n];
+                out.copy_from_slice(&self.bands_out[at..at + n]);
+                if fading {
+                    for (i, (y, z)) in out.iter_mut().zip(&self.next_bands[at..at + n]).enumerate()
+                    {
+                        let w = ((self.fade_done + i + 1) as f32 / total).min(1.0);
+                        *y += (*z - *y) * w;
+                    }
+                }
+            }
+            if fading {
+                self.fade_done += n;
+                if self.fade_done >= self.fade_frames {
+                    self.end_fade();
+                }
             }
             off += n;
         }
@@ -242,7 +376,7 @@ impl Filter for Crossover {
     }
 
     fn reset(&mut self) {
-        for s in &mut self.state {
+        for s in self.state.iter_mut().chain(&mut self.next_state) {
             s.fill([0.0; 2]);
         }
     }
@@ -252,10 +386,33 @@ impl Filter for Crossover {
     }
 
     fn controls(&self) -> Controls {
-        Controls::None
+        let mut freqs = [0.0; MAX_SPLITS];
+        let latest = self
+            .pending
+            .as_ref()
+            .map_or(&self.next_freqs[..], |p| &p[..]);
+        freqs[..self.freqs.len()].copy_from_slice(&latest[..self.freqs.len()]);
+        Controls::Crossover {
+            rate: self.rate,
+            freqs,
+            splits: self.freqs.len(),
+        }
     }
 
-    fn set_control(&mut self, name: &str, _value: f64) -> Result<(), FilterError> {
-        Err(super::error::unknown_control(name, "no controls"))
+    fn set_control(&mut self, name: &str, value: f64) -> Result<(), FilterError> {
+        let n = self.freqs.len();
+        // Checked against the latest setting: the pending one, else the one faded to.
+        let mut want = [0.0; MAX_SPLITS];
+        match &self.pending {
+            Some(p) => want = *p,
+            None => want[..n].copy_from_slice(&self.next_freqs),
+        }
+        check_freq(&mut want[..n], self.rate, name, value)?;
+        if self.fading() {
+            self.pending = Some(want);
+            Ok(())
+        } else {
+            self.start_fade(&want[..n])
+        }
     }
 }

@@ -21,6 +21,7 @@ pub mod limiter;
 mod matrix;
 pub mod mixer;
 mod named;
+mod splits;
 
 pub use base::Filter;
 pub use biquad::Biquad;

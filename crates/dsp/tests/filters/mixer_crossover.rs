@@ -387,3 +387,108 @@ fn mixer_controls_are_checked_the_same_on_both_sides() {
         "no such control: this filter has gain_<output>_<input> (a linear weight, from 0)"
     );
 }
+
+/// The low band of a 200 Hz sine at 0.5 through a 2-way crossover at 1 kHz whose split
+/// moves to 150 Hz at frame 10 000, crossfaded over `fade` frames; and the same sine
+/// through a crossover built at 150 Hz.
+fn split_moves_while_a_sine_plays(fade: usize) -> (Vec<f32>, Vec<f32>) {
+    let sine: Vec<f32> = (0..40_000)
+        .map(|n| (0.5 * (2.0 * PI * 200.0 * n as f64 / RATE).sin()) as f32)
+        .collect();
+    let mut x = Crossover::new(1, RATE, &[1_000.0], None).unwrap();
+    x.set_fade_frames(fade);
+    let mut frame = 0usize;
+    let mut moved = false;
+    let out = run(
+        &mut |b| {
+            if !moved && frame + b.frames() > 10_000 {
+                x.set_control("freq", 150.0).unwrap();
+                moved = true;
+            }
+            frame += b.frames();
+            x.process(b);
+        },
+        std::slice::from_ref(&sine),
+        2,
+        1,
+    );
+    let mut fresh = Crossover::new(1, RATE, &[150.0], None).unwrap();
+    let want = run(&mut |b| fresh.process(b), &[sine], 2, 1);
+    (out[0].clone(), want[0].clone())
+}
+
+/// The largest second difference: a sine's is its amplitude times ω², a click's is
+/// far more.
+fn max_bend(y: &[f32]) -> f64 {
+    y.windows(3)
+        .map(|w| (w[2] as f64 - 2.0 * w[1] as f64 + w[0] as f64).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn a_live_split_frequency_change_crossfades_and_ends_as_a_new_crossover_would() {
+    let (faded, fresh) = split_moves_while_a_sine_plays(quaver_dsp::filter::DEFAULT_FADE_FRAMES);
+    let w = 2.0 * PI * 200.0 / RATE;
+    let sine_bend = 0.5 * w * w;
+    let bend = max_bend(&faded[9_000..14_000]);
+    let (jumped, _) = split_moves_while_a_sine_plays(0);
+    let jump_bend = max_bend(&jumped[9_000..14_000]);
+    eprintln!(
+        "split 1 kHz -> 150 Hz under a 200 Hz sine: largest bend {bend:.6} faded, \
+         {jump_bend:.6} jumped, the sine's own {sine_bend:.6}"
+    );
+    // The blend of two crossovers is no pure sine while it lasts (measured: 1.7 times
+    // the sine's bend), but a click is of another order (the jump: over 100 times).
+    assert!(
+        bend <= 2.5 * sine_bend,
+        "faded: bend {bend} vs the sine's {sine_bend}"
+    );
+    assert!(
+        jump_bend > 10.0 * sine_bend,
+        "the jump shows no click ({jump_bend}): this check could not fail"
+    );
+    // Once the fade and the old state's tail are over, it is the 150 Hz crossover.
+    let worst = faded[30_000..]
+        .iter()
+        .zip(&fresh[30_000..])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst < 1e-4,
+        "differs from a crossover built at 150 Hz by {worst}"
+    );
+}
+
+#[test]
+fn split_frequency_controls_are_checked_with_the_reason() {
+    let one = Crossover::new(1, RATE, &[1_000.0], None).unwrap();
+    let e = one
+        .controls()
+        .check("freq_0", 500.0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("freq (one split)"), "{e}");
+    let mut two = Crossover::new(1, RATE, &[300.0, 3_000.0], None).unwrap();
+    let mut c = two.controls();
+    assert!(
+        c.check("freq", 500.0)
+            .unwrap_err()
+            .to_string()
+            .contains("freq_0")
+    );
+    assert!(c.check("freq_2", 500.0).is_err());
+    let e = c.check("freq_0", 3_500.0).unwrap_err().to_string();
+    assert!(e.contains("must rise"), "{e}");
+    c.check("freq_1", 4_000.0).unwrap();
+    // Checked against the change before it: 3 500 is below 4 000 now.
+    c.check("freq_0", 3_500.0).unwrap();
+    assert!(
+        two.set_control("freq_0", 3_500.0).is_err(),
+        "the filter checks too"
+    );
+    two.set_control("freq_1", 4_000.0).unwrap();
+    two.set_control("freq_0", 3_500.0).unwrap();
+    assert!(
+        matches!(two.controls(), Controls::Crossover { freqs, .. } if freqs[..2] == [3_500.0, 4_000.0])
+    );
+}

@@ -27,6 +27,8 @@ pub struct Config {
     pub callback: CallbackSection,
     /// `[[filters]]`: filter chains on device sinks.
     pub filters: Vec<crate::filters::SinkChain>,
+    /// `[[chains]]`: named filter chains the rule file puts on single streams.
+    pub chains: Vec<crate::stream_chains::NamedChain>,
     /// `[net]`: network audio (SAP discovery of RTP streams).
     pub net: crate::netdiscover::NetSection,
     /// `[[echo_cancel]]`: echo-cancel source/sink pairs.
@@ -274,6 +276,7 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         self.net.validate()?;
         crate::filters::validate(&self.filters)?;
+        crate::stream_chains::validate(&self.chains)?;
         let e = &self.engine;
         if e.devices
             .iter()

@@ -20,6 +20,7 @@ mod mixers;
 pub mod netdiscover;
 pub mod plugins;
 pub mod reserve;
+pub mod stream_chains;
 
 use anyhow::{Context, Result};
 use config::Config;
@@ -305,6 +306,7 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
     let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults, &registry, None);
     let policy = start_policy(&cfg)?;
+    stream_chains::install(&policy, &cfg.chains, stream_channels(&cfg), engine.rate())?;
     // The discovered cards: their mixers, cards plugged in later, profile switches.
     let live = live::LiveCards::new(
         engine.clone(),
@@ -414,6 +416,36 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
     Ok(())
 }
 
+/// SIGHUP: reads `[[chains]]` from `path` again. New streams get the new chains;
+/// streams playing keep theirs. A file that no longer parses, or a chain that no
+/// longer builds, is logged and the chains in force stay.
+fn reload_stream_chains(
+    policy: &Mutex<Policy>,
+    path: Option<&std::path::Path>,
+    channels: usize,
+    rate: u32,
+) {
+    let Some(path) = path else {
+        return;
+    };
+    let read = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config {}", path.display()))
+        .and_then(|t| Config::parse(&t, path))
+        .and_then(|cfg| stream_chains::install(policy, &cfg.chains, channels, rate));
+    match read {
+        Ok(()) => tracing::info!("SIGHUP: [[chains]] read again"),
+        Err(e) => tracing::error!("SIGHUP: {e:#}; the chains in force stay"),
+    }
+}
+
+/// The channel count named chains are checked with at start: the engine's.
+fn stream_channels(cfg: &Config) -> usize {
+    cfg.engine
+        .channels
+        .parse::<quaver_dsp::ChannelMap>()
+        .map_or(2, |m| m.len())
+}
+
 /// The routing policy with the rule file read.
 fn start_policy(cfg: &Config) -> Result<Arc<Mutex<Policy>>> {
     let mut policy = Policy::new(cfg.policy.clone());
@@ -440,6 +472,7 @@ fn serve_until_stop(
             libc::SIGHUP => {
                 reload_rules(cfg, policy);
                 filters_reload::reload(engine, config, &mut chains);
+                reload_stream_chains(policy, config, stream_channels(cfg), engine.rate());
             }
             sig => return sig,
         }

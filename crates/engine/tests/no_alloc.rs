@@ -94,6 +94,11 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
                 );
             }
             30 => engine.set_sink_filter(sink, Some(chain(2))).unwrap(),
+            // A stream's own chain (a rule's `chain`): put on, a control changed on
+            // it, taken off.
+            20 => engine.set_stream_filter(tone, Some(chain(2))).unwrap(),
+            22 => engine.filter_control("tone", 1, "gain_db", -6.0).unwrap(),
+            45 => engine.set_stream_filter(tone, None).unwrap(),
             _ => {}
         }
         // Control-side edits happen outside the guard; the cycles that apply them are
@@ -113,13 +118,16 @@ fn ten_thousand_cycles_with_link_changes_allocate_nothing() {
                 let mut t = NodeSpec::new("temp", NodeKind::PlaybackStream);
                 t.outputs = ChannelMap::stereo();
                 t.latency_frames = Some(if round % 8 == 2 { 128 } else { 2048 });
+                // Every other one with a chain of its own from its first cycle.
                 let id = engine
-                    .add_node(
+                    .add_stream_node(
                         t,
                         Some(Box::new(Sine {
                             phase: 0.0,
                             step: 0.01,
                         })),
+                        None,
+                        (round % 8 == 2).then(|| chain(2)),
                     )
                     .unwrap();
                 engine.link("temp", "test-sink").unwrap();

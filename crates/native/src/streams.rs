@@ -49,13 +49,30 @@ impl NativeServer {
         let bell_fd = rustix::io::dup(bell.as_fd())
             .map_err(|e| Reply::error(ErrorCode::Internal, format!("dup eventfd: {e}")))?;
         let mut spec = stream_spec(client, p, &node_map, latency_engine);
+        let extras = {
+            let props = self.rule_props(client, p);
+            let policy = self.policy.lock().expect("poisoned");
+            policy.stream_extras(&props)
+        };
+        // The client's own volume, else stream restore's, else the rule's.
         if let Some(v) = restored.volume(p) {
             spec.volume = v;
+        } else if let (None, Some(v)) = (p.volume, extras.volume) {
+            spec.volume = v;
         }
+        // The node carries the target's layout (its adapter converts once).
+        let chain = match extras.build_chain(spec.outputs.len().max(spec.inputs.len())) {
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                tracing::warn!("rules: {e}; stream '{}' plays without it", p.name);
+                None
+            }
+            None => None,
+        };
         let processor = self.stream_processor(p, ring, &bell, &node_map, capacity)?;
         let id = self
             .engine
-            .add_node_linked(spec, Some(processor), target.as_deref())
+            .add_stream_node(spec, Some(processor), target.as_deref(), chain)
             .map_err(engine_error)?;
         if restored.muted()
             && let Err(e) = self.engine.set_volume(&id.to_string(), None, Some(true))
@@ -152,7 +169,7 @@ impl NativeServer {
             .collect();
         // The rule file comes before stream restore's memory (docs/policy/rules.md).
         let ruled = match p.direction {
-            Direction::Playback if p.target.is_none() => {
+            _ if p.target.is_none() && p.monitor_of.is_none() => {
                 let props = self.rule_props(client, p);
                 let policy = self.policy.lock().expect("poisoned");
                 policy

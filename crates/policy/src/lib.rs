@@ -11,7 +11,8 @@
 //! - [`restore`]: stream restore's memory (volume, mute and device per kind of stream),
 //!   one store for every front-end.
 //! - [`roles`]: streams of lower roles ducked while a higher one plays.
-//! - [`rules`]: the rule file: where streams go and their roles, by their properties.
+//! - [`rules`]: the rule file: where streams go, their roles, own filter chains and
+//!   starting volumes, by their properties.
 
 pub mod cards;
 pub mod rehome;
@@ -45,11 +46,65 @@ pub struct PolicyConfig {
     pub rules: Option<std::path::PathBuf>,
 }
 
+/// Builds the config's named filter chains for one stream (the daemon's `[[filters]]`
+/// entries with a `name`), for the rules' `chain` action. The front-ends call it
+/// outside the policy's lock: building may probe a plugin in a child process.
+pub trait ChainMaker: Send + Sync {
+    /// The chain `name` built for `channels` channels at the engine's rate, or why not.
+    fn make(&self, name: &str, channels: usize) -> Result<quaver_dsp::filter::FilterChain, String>;
+    /// Whether the config has a chain `name`.
+    fn has(&self, name: &str) -> bool;
+}
+
+/// The chain maker the daemon installed, if any.
+#[derive(Clone, Default)]
+struct Chains(Option<std::sync::Arc<dyn ChainMaker>>);
+
+impl std::fmt::Debug for Chains {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Chains(installed)"
+        } else {
+            "Chains(none)"
+        })
+    }
+}
+
+/// What the rules give a new stream besides its target and role.
+#[derive(Clone, Default)]
+pub struct StreamExtras {
+    /// A named chain and what builds it (`None`: no rule gives one).
+    pub chain: Option<(String, Option<std::sync::Arc<dyn ChainMaker>>)>,
+    /// A starting volume, linear.
+    pub volume: Option<f32>,
+}
+
+impl StreamExtras {
+    /// Builds the rule's chain for `channels` channels: `None` when no rule gives one;
+    /// an error naming the chain when it cannot be built (the stream then plays
+    /// without it: a missing effect must not cost the sound).
+    pub fn build_chain(
+        &self,
+        channels: usize,
+    ) -> Option<Result<quaver_dsp::filter::FilterChain, String>> {
+        let (name, maker) = self.chain.as_ref()?;
+        Some(match maker {
+            Some(m) => m
+                .make(name, channels)
+                .map_err(|e| format!("chain '{name}': {e}")),
+            None => Err(format!(
+                "chain '{name}': no [[filters]] chains are configured"
+            )),
+        })
+    }
+}
+
 /// The routing policy.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     config: PolicyConfig,
     rules: rules::Rules,
+    chains: Chains,
 }
 
 impl Policy {
@@ -58,7 +113,34 @@ impl Policy {
         Policy {
             config,
             rules: rules::Rules::none(),
+            chains: Chains::default(),
         }
+    }
+
+    /// Installs what builds the config's named chains (at start, and on SIGHUP).
+    pub fn set_chain_maker(&mut self, maker: std::sync::Arc<dyn ChainMaker>) {
+        self.chains = Chains(Some(maker));
+    }
+
+    /// The chain and volume the rules give a stream whose properties `prop` gives.
+    pub fn stream_extras(&self, prop: &dyn Fn(&str) -> Option<String>) -> StreamExtras {
+        StreamExtras {
+            chain: self
+                .rules
+                .chain(prop)
+                .map(|n| (n.to_string(), self.chains.0.clone())),
+            volume: self.rules.volume(prop),
+        }
+    }
+
+    /// Rules' chains the config does not have (a typo, or an entry taken out).
+    pub fn missing_chains(&self) -> Vec<String> {
+        self.rules
+            .chains()
+            .into_iter()
+            .filter(|n| !self.chains.0.as_ref().is_some_and(|m| m.has(n)))
+            .map(str::to_string)
+            .collect()
     }
 
     /// The rules in force.

@@ -9,13 +9,17 @@
 //! [[rule]]
 //! match = { "application.process.binary" = "zoom*" }
 //! role = "phone"
+//! chain = "voice"
+//! volume = 0.8
 //! ```
 //!
 //! A rule applies to a stream when every property it names matches (`*` stands for any
 //! run of characters, anything else is literal). The first rule that applies to a stream
 //! decides each action it sets. `target` is the sink (playback) or source (record) the
 //! stream goes to when it names none itself; `role` is the role it has for ducking
-//! ([`crate::roles`]) when it states none. docs/policy/rules.md.
+//! ([`crate::roles`]) when it states none; `chain` is a named filter chain of the
+//! config run on the stream alone; `volume` its starting volume when neither the client
+//! nor stream restore gives one. docs/policy/rules.md.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -37,7 +41,18 @@ pub struct Rule {
     /// The stream's role when it states none.
     #[serde(default)]
     pub role: Option<String>,
+    /// The stream's own filter chain: a named `[[filters]]` entry of the config.
+    #[serde(default)]
+    pub chain: Option<String>,
+    /// The stream's starting volume, as pactl and pavucontrol show it (1.0 is 100 %,
+    /// 0.5 is 50 %, about −18 dB), when the client sets none and stream restore
+    /// remembers none.
+    #[serde(default)]
+    pub volume: Option<f64>,
 }
+
+/// Highest rule volume: 150 %, pavucontrol's slider end.
+pub const MAX_RULE_VOLUME: f64 = 1.5;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,8 +141,18 @@ impl Rules {
                 Some("`match` names no property (it would apply to every stream)".to_string())
             } else if let Some(k) = r.matches.keys().find(|k| k.trim().is_empty()) {
                 Some(format!("`match` has an empty property name {k:?}"))
-            } else if r.target.is_none() && r.role.is_none() {
-                Some("no action: set `target` or `role`".to_string())
+            } else if r.target.is_none()
+                && r.role.is_none()
+                && r.chain.is_none()
+                && r.volume.is_none()
+            {
+                Some("no action: set `target`, `role`, `chain` or `volume`".to_string())
+            } else if r.chain.as_deref().is_some_and(str::is_empty) {
+                Some("`chain` is empty".to_string())
+            } else if let Some(v) = r.volume.filter(|v| !(0.0..=MAX_RULE_VOLUME).contains(v)) {
+                Some(format!(
+                    "`volume` {v} is outside 0.0–{MAX_RULE_VOLUME} (1.0 is 100 %)"
+                ))
             } else if r.target.as_deref().is_some_and(str::is_empty) {
                 Some("`target` is empty".to_string())
             } else if r.role.as_deref().is_some_and(str::is_empty) {
@@ -172,6 +197,36 @@ impl Rules {
             .iter()
             .filter(|r| applies(r, prop))
             .find_map(|r| r.role.as_deref())
+    }
+
+    /// The chain of the first rule with one that applies to the stream.
+    pub fn chain(&self, prop: &dyn Fn(&str) -> Option<String>) -> Option<&str> {
+        self.rules
+            .iter()
+            .filter(|r| applies(r, prop))
+            .find_map(|r| r.chain.as_deref())
+    }
+
+    /// The starting volume of the first rule with one that applies to the stream, as a
+    /// linear gain (the rule's pactl-style fraction, cubed as PulseAudio's scale is).
+    pub fn volume(&self, prop: &dyn Fn(&str) -> Option<String>) -> Option<f32> {
+        self.rules
+            .iter()
+            .filter(|r| applies(r, prop))
+            .find_map(|r| r.volume)
+            .map(|v| v.powi(3) as f32)
+    }
+
+    /// The chains the rules name, each once, for checking them against the config.
+    pub fn chains(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .rules
+            .iter()
+            .filter_map(|r| r.chain.as_deref())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
     }
 }
 
@@ -281,5 +336,29 @@ role = "music"
         assert!(e("[[rule]]\nmatch = { a = \"b\" }\ntarget = \"\"\n").contains("empty"));
         assert!(e("[[rule]]\nmatch = { a = \"b\" }\ntarget = 3\n").contains("line 3"));
         assert!(Rules::parse("", Path::new("r.toml")).unwrap().is_empty());
+        let s = e("[[rule]]\nmatch = { a = \"b\" }\nvolume = 2.0\n");
+        assert!(s.contains("`volume` 2 is outside"), "{s}");
+        assert!(e("[[rule]]\nmatch = { a = \"b\" }\nchain = \"\"\n").contains("`chain` is empty"));
+    }
+
+    #[test]
+    fn chains_and_volumes_come_from_the_first_rule_that_sets_them() {
+        let text = r#"
+[[rule]]
+match = { "media.role" = "phone" }
+chain = "voice"
+
+[[rule]]
+match = { "application.name" = "mpv" }
+chain = "loudness"
+volume = 0.5
+"#;
+        let r = Rules::parse(text, Path::new("rules.toml")).unwrap();
+        let call = props(&[("application.name", "mpv"), ("media.role", "phone")]);
+        assert_eq!(r.chain(&call), Some("voice"));
+        assert_eq!(r.volume(&call), Some(0.125));
+        assert_eq!(r.chain(&props(&[("application.name", "vlc")])), None);
+        assert_eq!(r.volume(&props(&[("application.name", "vlc")])), None);
+        assert_eq!(r.chains(), vec!["loudness", "voice"]);
     }
 }

@@ -9,6 +9,7 @@ use crate::rt::msg::ToRt;
 use crate::rt::node::Processor;
 use crate::rt::plan::NodeSlot;
 use crate::rt::retune::Retune;
+use quaver_dsp::filter::FilterChain;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -111,6 +112,27 @@ impl Engine {
         processor: Option<Box<dyn Processor>>,
         target: Option<&str>,
     ) -> Result<NodeId, EngineError> {
+        self.add_stream_node(spec, processor, target, None)
+    }
+
+    /// [`Engine::add_node_linked`] for a client stream with its own filter chain (a
+    /// rule's `chain`): the chain is part of the node from its first cycle, on a
+    /// playback stream's outputs or a record stream's inputs, before its volume. The
+    /// chain must be built for the stream's channels at the engine's rate.
+    pub fn add_stream_node(
+        &self,
+        spec: NodeSpec,
+        processor: Option<Box<dyn Processor>>,
+        target: Option<&str>,
+        chain: Option<FilterChain>,
+    ) -> Result<NodeId, EngineError> {
+        if chain.is_some() && !spec.kind.is_stream() {
+            return Err(EngineError::Invalid(format!(
+                "node '{}' is a {}: a node's own chain is for client streams",
+                spec.name,
+                spec.kind.as_str()
+            )));
+        }
         if spec.name.is_empty() || spec.name.contains(':') || spec.name.len() > 128 {
             return Err(EngineError::Invalid(format!(
                 "node name '{}' must be 1–128 characters without ':'",
@@ -147,7 +169,7 @@ impl Engine {
         for n in spec.input_names.iter().chain(&spec.output_names) {
             Graph::check_port_name(n)?;
         }
-        let node = Box::new(NodeSlot::new(
+        let mut node = Box::new(NodeSlot::new(
             processor,
             spec.input_capacity(),
             spec.output_capacity(),
@@ -155,7 +177,12 @@ impl Engine {
             spec.volume,
             spec.kind.volume_on_inputs(),
         ));
+        let controls = chain.as_ref().map(FilterChain::controls);
+        node.chain = chain.map(Box::new);
         let id = ctl.graph.add_node(&spec, slot);
+        if let Some(c) = controls {
+            ctl.chains.insert(id, c);
+        }
         if let Some(t) = target {
             let name = ctl.graph.nodes[&id].name.clone();
             let linked = if spec.outputs.is_empty() {
@@ -166,12 +193,14 @@ impl Engine {
             .and_then(|pairs| ctl.graph.add_links(&pairs));
             if let Err(e) = linked {
                 ctl.graph.remove_node(id);
+                ctl.chains.remove(&id);
                 ctl.free_slots.push(slot);
                 return Err(e);
             }
         }
         if let Err(e) = self.send(&mut ctl, ToRt::AddNode { slot, node }) {
             ctl.graph.remove_node(id);
+            ctl.chains.remove(&id);
             ctl.free_slots.push(slot);
             return Err(e);
         }
@@ -195,6 +224,7 @@ impl Engine {
         self.publish(&mut ctl)?;
         self.send(&mut ctl, ToRt::RemoveNode { slot: node.slot })?;
         ctl.free_slots.push(node.slot);
+        ctl.chains.remove(&id);
         self.request_rewind(&mut ctl)?;
         notify(&mut ctl, GraphEvent::NodeRemoved(id));
         // A device node's mixer goes with it, released after the lock: dropping the last

@@ -1,4 +1,5 @@
-//! Filter chains on device sinks, and their controls changed while audio plays.
+//! Filter chains on device sinks and on client streams, and their controls changed
+//! while audio plays.
 
 use crate::EngineError;
 use crate::engine::handle::Engine;
@@ -43,7 +44,45 @@ impl Engine {
         Ok(())
     }
 
-    /// Sets control `name` of filter `index` (from 0) in the chain on sink `node` (a
+    /// Puts `chain` on client stream `node`, replacing its own chain, or takes it off
+    /// with `None` ([`Engine::add_stream_node`] says where it runs). A replaced chain
+    /// is freed on this side; the new one starts from silence, so a change while the
+    /// stream plays is not click-free (controls are: [`Engine::filter_control`]).
+    pub fn set_stream_filter(
+        &self,
+        node: NodeId,
+        chain: Option<FilterChain>,
+    ) -> Result<(), EngineError> {
+        let mut ctl = self.lock();
+        let n = ctl
+            .graph
+            .nodes
+            .get(&node)
+            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?;
+        if !n.kind.is_stream() {
+            return Err(EngineError::Invalid(format!(
+                "node '{}' is a {}: a node's own chain is for client streams",
+                n.name,
+                n.kind.as_str()
+            )));
+        }
+        let slot = n.slot;
+        let controls = chain.as_ref().map(FilterChain::controls);
+        self.send(
+            &mut ctl,
+            ToRt::SetChain {
+                slot,
+                chain: chain.map(Box::new),
+            },
+        )?;
+        match controls {
+            Some(c) => ctl.chains.insert(node, c),
+            None => ctl.chains.remove(&node),
+        };
+        Ok(())
+    }
+
+    /// Sets control `name` of filter `index` (from 0) in the chain on sink or stream `node` (a
     /// name or a numeric id) to `value`; the filter ramps or crossfades to it from the
     /// next cycle on. A filter, control or value the chain would not take is refused
     /// here with the reason, and nothing is sent.

@@ -7,7 +7,8 @@
 //! - `build.rs`: building and starting an engine, the service thread, shutdown;
 //! - `edit.rs`: graph edits;
 //! - `devices.rs`: devices added and removed while the engine runs;
-//! - `filters.rs`: filter chains on device sinks and their live controls;
+//! - `filters.rs`: filter chains on device sinks and client streams, and their live
+//!   controls;
 //! - `freewheel.rs`: JACK's freewheel, and the RT thread's scheduling meanwhile;
 //! - `quantum.rs`: the forced quantum and why the quantum in force is what it is;
 //! - `status.rs`: reading the graph, status and per-node timing;

@@ -42,7 +42,14 @@ pub(crate) enum ToRt {
         slot: usize,
         processor: Option<Box<dyn crate::rt::node::Processor>>,
     },
-    /// A control of one of a node's filters ([`crate::rt::node::Processor::control`]).
+    /// A stream node's own filter chain put on, replaced or taken off (`None`); the
+    /// old one goes back as garbage.
+    SetChain {
+        slot: usize,
+        chain: Option<Box<quaver_dsp::filter::FilterChain>>,
+    },
+    /// A control of one of a node's filters: its own chain's when it has one, else
+    /// its processor's ([`crate::rt::node::Processor::control`]).
     Control {
         slot: usize,
         index: usize,
@@ -110,6 +117,8 @@ pub(crate) enum Garbage {
     Retune(#[allow(dead_code)] Box<Retune>),
     /// A processor replaced by [`ToRt::SetProcessor`].
     Processor(#[allow(dead_code)] Box<dyn crate::rt::node::Processor>),
+    /// A stream's chain replaced by [`ToRt::SetChain`].
+    Chain(#[allow(dead_code)] Box<quaver_dsp::filter::FilterChain>),
     /// A device that failed, went away or was removed, with its rate matching: closed
     /// (at once: its card may be waiting for the handles to go) and freed by the control
     /// side.

@@ -7,6 +7,7 @@
 use crate::rt::midi::MidiPorts;
 use crate::rt::node::Processor;
 use quaver_dsp::PlanarBuf;
+use quaver_dsp::filter::FilterChain;
 use quaver_dsp::volume::GainRamp;
 use std::ops::Range;
 
@@ -89,6 +90,10 @@ impl Plan {
 /// A node's real-time state: its processor, port buffers and volume ramp.
 pub struct NodeSlot {
     pub(crate) processor: Option<Box<dyn Processor>>,
+    /// A stream's own filter chain ([`crate::Engine::set_stream_filter`]): on a
+    /// playback stream's outputs after its processor, on a record stream's inputs
+    /// before it; before the stream's volume either way.
+    pub(crate) chain: Option<Box<FilterChain>>,
     pub(crate) inputs: PlanarBuf,
     pub(crate) outputs: PlanarBuf,
     pub(crate) gain: GainRamp,
@@ -121,6 +126,7 @@ impl NodeSlot {
     ) -> Self {
         NodeSlot {
             processor,
+            chain: None,
             inputs: PlanarBuf::new(inputs, max_quantum),
             outputs: PlanarBuf::new(outputs, max_quantum),
             gain: GainRamp::new(gain),

@@ -51,9 +51,11 @@ impl RtRunner {
             return;
         }
         let all_can = self.plan.steps.iter().all(|s| {
-            self.slots[s.slot]
-                .as_ref()
-                .is_none_or(|n| !n.rendered || n.processor.as_ref().is_none_or(|p| p.can_rewind()))
+            self.slots[s.slot].as_ref().is_none_or(|n| {
+                // A filter chain cannot take back what it processed.
+                !n.rendered
+                    || (n.chain.is_none() && n.processor.as_ref().is_none_or(|p| p.can_rewind()))
+            })
         });
         if !all_can {
             return;
@@ -134,6 +136,7 @@ impl RtRunner {
             self.gather_inputs(&step, &mut cur, q, first);
             let NodeSlot {
                 processor,
+                chain,
                 inputs,
                 outputs,
                 gain,
@@ -146,6 +149,11 @@ impl RtRunner {
                 ..
             } = &mut *cur;
             if *volume_on_inputs {
+                // A record stream's own chain works on what reaches it, before its
+                // volume (as a playback stream's does on what it makes).
+                if let Some(c) = chain.as_mut() {
+                    c.process(&mut inputs.view_mut(q));
+                }
                 midi::apply_gain(gain, &mut inputs.view_mut(q), &ports.inputs);
             }
             match step.device {
@@ -203,6 +211,9 @@ impl RtRunner {
                     self.pending.push(step.slot);
                 }
             } else if !*volume_on_inputs {
+                if let Some(c) = chain.as_mut() {
+                    c.process(&mut outputs.view_mut(q));
+                }
                 midi::apply_gain(gain, &mut outputs.view_mut(q), &ports.outputs);
             }
             if timing {
@@ -306,6 +317,9 @@ impl RtRunner {
             p.finish(cx, &mut n.outputs.view_mut(q));
         }
         if !n.volume_on_inputs {
+            if let Some(c) = n.chain.as_mut() {
+                c.process(&mut n.outputs.view_mut(q));
+            }
             midi::apply_gain(&mut n.gain, &mut n.outputs.view_mut(q), &n.midi.outputs);
         }
     }

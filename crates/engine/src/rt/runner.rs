@@ -294,6 +294,15 @@ impl RtRunner {
                         self.retire(Garbage::Processor(old));
                     }
                 }
+                ToRt::SetChain { slot, chain } => {
+                    let old = match self.slots[slot].as_mut() {
+                        Some(s) => std::mem::replace(&mut s.chain, chain),
+                        None => chain,
+                    };
+                    if let Some(old) = old {
+                        self.retire(Garbage::Chain(old));
+                    }
+                }
                 ToRt::Control {
                     slot,
                     index,
@@ -302,8 +311,13 @@ impl RtRunner {
                 } => {
                     let done = self.slots[slot]
                         .as_mut()
-                        .and_then(|s| s.processor.as_mut())
-                        .is_some_and(|p| p.control(index, name.as_str(), value));
+                        .is_some_and(|s| match s.chain.as_mut() {
+                            Some(c) => c.set_control(index, name.as_str(), value).is_ok(),
+                            None => s
+                                .processor
+                                .as_mut()
+                                .is_some_and(|p| p.control(index, name.as_str(), value)),
+                        });
                     if !done {
                         self.stats.controls_refused.fetch_add(1, Relaxed);
                     }

@@ -4,7 +4,8 @@
 //! file of its group:
 //!
 //! - `auth`: AUTH, the client's name and proplist, SUBSCRIBE, memfd and srbchannel.
-//! - `stream`: CREATE_PLAYBACK_STREAM / CREATE_RECORD_STREAM, through one prologue.
+//! - `stream`: CREATE_PLAYBACK_STREAM / CREATE_RECORD_STREAM, through one prologue;
+//!   `stream_rules`: where a new stream goes and what the rule file gives it.
 //! - `stream_ctl`: everything on an open stream (delete, drain, cork, flush, latency,
 //!   buffer attributes, names, proplists, rate).
 //! - `introspect`: the GET_*_INFO commands, lookups, STAT.
@@ -29,6 +30,7 @@ mod modules;
 mod sample;
 mod stream;
 mod stream_ctl;
+mod stream_rules;
 
 /// What a command's handler returns: `Err` is sent to the client as an ERROR reply.
 pub(crate) type Reply = Result<(), PulseError>;

@@ -6,7 +6,7 @@ use crate::conn::playback::Playback;
 use crate::conn::record::{Peak, Record, record_wake_frames};
 use crate::rt::shared::{PlayShared, RecShared};
 use crate::rt::transport::{PlaySource, RecSink};
-use crate::state::{Device, Server, StreamIo, StreamRec, ports_map, stream_target};
+use crate::state::{Server, StreamIo, StreamRec, ports_map};
 use crate::wire::bufattr::{self, LatencyMode};
 use crate::wire::convert::{
     Codec, bytes_to_usec, check_spec, cvolume_to_linear, frame_size, frames_to_usec, map_from_pa,
@@ -18,7 +18,7 @@ use pulseaudio::protocol::{
     PulseError, RecordStreamParams, SampleFormat, SampleSpec,
 };
 use quaver_engine::stream::{PlaybackAdapter, RecordAdapter, StreamFormat};
-use quaver_engine::{Graph, NodeId, NodeKind, NodeSpec, Processor};
+use quaver_engine::{NodeId, NodeKind, NodeSpec, Processor};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Release;
@@ -247,11 +247,32 @@ impl Conn {
         }
         nspec.latency_frames = s.latency_frames;
         let ch = o.spec.channels as usize;
-        let cvolume = stream_volume(s.cvolume, o.restored.as_ref(), &o.map, ch);
+        let extras = self.stream_extras(&o.props);
+        let remembered = o
+            .restored
+            .as_ref()
+            .and_then(|e| crate::ext::restore::volume_for(e, &o.map))
+            .is_some();
+        let cvolume = match extras.volume {
+            // The rule's volume starts a stream nothing else gives one.
+            Some(v) if s.cvolume.is_none() && !remembered => {
+                crate::wire::convert::uniform_cvolume(ch, v)
+            }
+            _ => stream_volume(s.cvolume, o.restored.as_ref(), &o.map, ch),
+        };
         nspec.volume = cvolume_to_linear(&cvolume);
+        // The node carries its device's layout (its adapter converts once).
+        let chain = match extras.build_chain(nspec.outputs.len().max(nspec.inputs.len())) {
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                tracing::warn!("rules: {e}; stream of {client_name} plays without it");
+                None
+            }
+            None => None,
+        };
         let node = srv
             .engine
-            .add_node_linked(nspec, Some(processor), Some(s.link_to))
+            .add_stream_node(nspec, Some(processor), Some(s.link_to), chain)
             .map_err(engine_err)?;
         if s.start_muted
             .or_else(|| o.restored.as_ref().and_then(|e| e.mute))
@@ -283,63 +304,6 @@ impl Conn {
     fn quantum_frames(&self, top_rate: u32) -> usize {
         let cfg = self.srv.engine.config();
         (cfg.quantum_max as u64 * top_rate as u64).div_ceil(self.srv.engine.rate() as u64) as usize
-    }
-
-    /// What a playback stream plays to: the sink it names, else the one stream restore
-    /// remembers (if it exists), else the default; `true` when restore chose it.
-    fn playback_target(
-        &self,
-        graph: &Graph,
-        p: &PlaybackStreamParams,
-        o: &Opening,
-    ) -> Result<(Device, bool), PulseError> {
-        let srv = &self.srv;
-        // The rule file first, then stream restore's memory, for a stream naming no sink.
-        let ruled_sink = match (p.sink_index, p.sink_name.as_ref()) {
-            (None, None) => self.rule_target(&o.props, graph),
-            _ => None,
-        };
-        let restored_sink = match (p.sink_index, p.sink_name.as_ref(), o.restored.as_ref()) {
-            (None, None, Some(e)) => e.device.as_ref().and_then(|d| srv.sink_by_name(graph, d)),
-            _ => None,
-        };
-        let from_restore = restored_sink.is_some() || ruled_sink.is_some();
-        let sink = match (p.sink_index, p.sink_name.as_ref()) {
-            _ if ruled_sink.is_some() => ruled_sink,
-            _ if restored_sink.is_some() => restored_sink,
-            (None, None) => srv.default_sink(graph),
-            (i, n) => srv.find_sink(graph, i, n.and_then(|n| n.to_str().ok())),
-        }
-        .ok_or(PulseError::NoEntity)?;
-        Ok((sink, from_restore))
-    }
-
-    /// The sink the rule file sends a stream with these (merged, as [`Opening::props`])
-    /// properties to, if it exists.
-    fn rule_target(&self, props: &Props, graph: &Graph) -> Option<Device> {
-        let lookup = rule_lookup(props);
-        let name = self
-            .srv
-            .policy
-            .lock()
-            .ok()?
-            .rules()
-            .target(&lookup)?
-            .to_string();
-        let sink = self.srv.sink_by_name(graph, &name);
-        if sink.is_none() {
-            tracing::info!("rules: sink {name:?} is not here; the stream goes to the default");
-        }
-        sink
-    }
-
-    /// A stream's role for ducking: its `media.role` (its own or its client's), else the
-    /// one the rule file gives it.
-    fn stream_role(&self, props: &Props) -> Option<String> {
-        prop_str(props, pulseaudio::protocol::Prop::MediaRole).or_else(|| {
-            let policy = self.srv.policy.lock().ok()?;
-            policy.rules().role(&rule_lookup(props)).map(str::to_string)
-        })
     }
 
     /// CREATE_PLAYBACK_STREAM.
@@ -492,54 +456,6 @@ impl Conn {
         Ok(())
     }
 
-    /// What a record stream taps: the sink input it monitors, else the device it names,
-    /// else the one stream restore remembers (`restored`, if it exists), else the default.
-    pub(crate) fn record_target(
-        &self,
-        p: &RecordStreamParams,
-        restored: Option<&str>,
-    ) -> Result<(Target, Device), PulseError> {
-        let srv = &self.srv;
-        let graph = srv.engine.graph();
-        if let Some(input) = p.direct_on_input_index {
-            // A single sink input's monitor: tap that stream's node.
-            let n = graph
-                .nodes
-                .get(&input)
-                .filter(|n| n.kind == NodeKind::PlaybackStream)
-                .ok_or(PulseError::NoEntity)?;
-            let sink = stream_target(&graph, input)
-                .and_then(|s| srv.monitor_of(&graph, s))
-                .ok_or(PulseError::NoEntity)?;
-            return Ok((
-                Target {
-                    node: n.id,
-                    name: n.name.clone(),
-                    dev_index: sink.index,
-                    dev_name: sink.name.clone(),
-                },
-                sink,
-            ));
-        }
-        let dev = match (p.source_index, p.source_name.as_ref()) {
-            (None, None) => restored
-                .and_then(|d| srv.source_by_name(&graph, d))
-                .or_else(|| srv.default_source(&graph)),
-            (i, n) => srv.find_source(&graph, i, n.and_then(|n| n.to_str().ok())),
-        }
-        .ok_or(PulseError::NoEntity)?;
-        let node = &graph.nodes[&dev.node];
-        Ok((
-            Target {
-                node: node.id,
-                name: node.name.clone(),
-                dev_index: dev.index,
-                dev_name: dev.name.clone(),
-            },
-            dev,
-        ))
-    }
-
     /// CREATE_RECORD_STREAM.
     pub(crate) fn create_record(&mut self, seq: u32, p: RecordStreamParams) -> Reply {
         let srv = self.srv.clone();
@@ -549,7 +465,9 @@ impl Conn {
             self.open_stream(p.sample_spec, p.channel_map, &p.formats, &p.props, restore)?;
         let (spec, codec, map) = (o.spec, o.codec, o.map);
         let restored_device = o.restored.as_ref().and_then(|e| e.device.as_deref());
-        let (target, dev) = self.record_target(&p, restored_device)?;
+        // Meters keep to what they name; the user's streams follow the rule file.
+        let ruled = restore.and_then(|_| self.ruled_target(&o.props));
+        let (target, dev) = self.record_target(&p, ruled.as_deref(), restored_device)?;
         let restored_dev = p.source_index.is_none()
             && p.source_name.is_none()
             && restored_device.is_some_and(|d| d == dev.name);
@@ -768,14 +686,5 @@ pub(crate) fn default_pa_map(channels: u8) -> PaMap {
         5 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter]),
         6 => PaMap::new([FrontLeft, FrontRight, RearLeft, RearRight, FrontCenter, Lfe]),
         n => crate::wire::convert::map_to_pa(&quaver_dsp::ChannelMap::default_for(n as usize)),
-    }
-}
-
-/// A stream's property by name, as rules see it, from its merged proplist.
-fn rule_lookup(props: &Props) -> impl Fn(&str) -> Option<String> + '_ {
-    move |key: &str| {
-        let v = props.get_bytes(std::ffi::CString::new(key).ok()?)?;
-        let v = v.strip_suffix(&[0]).unwrap_or(v);
-        std::str::from_utf8(v).ok().map(str::to_string)
     }
 }

@@ -13,31 +13,11 @@ const AMP: f32 = 0.25;
 const NAN_AT: usize = 36_000;
 
 fn pa(d: &Daemon, prog: &str) -> Command {
-    let conf = d.path("pulse-client.conf");
-    std::fs::write(&conf, "autospawn = no\n").unwrap();
-    let home = d.path("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let sock = d.runtime.parent().unwrap().join("pulse").join("native");
-    let mut c = Command::new(prog);
-    c.env("PULSE_SERVER", format!("unix:{}", sock.display()))
-        .env("PULSE_CLIENTCONFIG", &conf)
-        .env("PULSE_RUNTIME_PATH", home.join("pulse-runtime"))
-        .env("PULSE_STATE_PATH", home.join("pulse-state"))
-        .env("HOME", &home)
-        .env("XDG_RUNTIME_DIR", d.runtime.parent().unwrap())
-        .env("XDG_CONFIG_HOME", home.join(".config"));
-    c
+    d.pulse_client(prog)
 }
 
-/// Amplitude of the `freq` component of `x` (a whole number of periods long).
 fn amplitude(x: &[f32], freq: f64) -> f64 {
-    let w = 2.0 * PI * freq / RATE as f64;
-    let (mut re, mut im) = (0.0, 0.0);
-    for (n, &v) in x.iter().enumerate() {
-        re += v as f64 * (w * n as f64).cos();
-        im += v as f64 * (w * n as f64).sin();
-    }
-    2.0 * re.hypot(im) / x.len() as f64
+    tone_amplitude(x, freq, RATE as f64)
 }
 
 /// The config quaverd starts with; the last gain change rewrites its `-3.0`.

@@ -104,28 +104,8 @@ fn a_native_streams_volume_and_mute_come_back_for_its_kind() {
 /// A libpulse tool aimed at `d`: PULSE_SERVER set, autospawn off, HOME inside the test's
 /// directory.
 fn pa(d: &Daemon, prog: &str) -> Command {
-    let conf = d.path("pulse-client.conf");
-    if !conf.exists() {
-        std::fs::write(&conf, "autospawn = no\n").unwrap();
-    }
-    let home = d.path("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let sock = d.runtime.parent().unwrap().join("pulse").join("native");
-    let mut c = Command::new(prog);
-    c.env("PULSE_SERVER", format!("unix:{}", sock.display()))
-        .env("PULSE_CLIENTCONFIG", &conf)
-        .env("PULSE_RUNTIME_PATH", home.join("pulse-runtime"))
-        .env("PULSE_STATE_PATH", home.join("pulse-state"))
-        .env("HOME", &home)
-        .env("XDG_RUNTIME_DIR", d.runtime.parent().unwrap())
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env_remove("PULSE_COOKIE")
-        .env_remove("PULSE_SINK")
-        .env_remove("PULSE_SOURCE")
-        .current_dir(d.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut c = d.pulse_client(prog);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
     c
 }
 

@@ -212,6 +212,18 @@ pub fn compare_recording(out: &[f64], input: &[i16], fade: usize) -> Result<(), 
     }
 }
 
+/// Amplitude of the `freq` Hz component of `x` at `rate` Hz (a whole number of its
+/// periods long, so other such tones add nothing): a single-bin DFT.
+pub fn tone_amplitude(x: &[f32], freq: f64, rate: f64) -> f64 {
+    let w = 2.0 * std::f64::consts::PI * freq / rate;
+    let (mut re, mut im) = (0.0, 0.0);
+    for (n, &v) in x.iter().enumerate() {
+        re += v as f64 * (w * n as f64).cos();
+        im += v as f64 * (w * n as f64).sin();
+    }
+    2.0 * re.hypot(im) / x.len() as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -127,6 +127,40 @@ impl Daemon {
         self.dir.path().join(name)
     }
 
+    /// The daemon's PulseAudio socket.
+    pub fn pulse_socket(&self) -> PathBuf {
+        self.runtime.parent().unwrap().join("pulse").join("native")
+    }
+
+    /// A libpulse tool (`paplay`, `pactl`, …) aimed at this daemon only: PULSE_SERVER
+    /// set, autospawn off, HOME and libpulse's runtime and state inside the test's
+    /// directory, no inherited cookie or default device, in the test's directory.
+    pub fn pulse_client(&self, prog: &str) -> Command {
+        let conf = self.path("pulse-client.conf");
+        if !conf.exists() {
+            std::fs::write(&conf, "autospawn = no\n").unwrap();
+        }
+        let home = self.path("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let mut c = Command::new(prog);
+        c.env(
+            "PULSE_SERVER",
+            format!("unix:{}", self.pulse_socket().display()),
+        )
+        .env("PULSE_CLIENTCONFIG", &conf)
+        .env("PULSE_RUNTIME_PATH", home.join("pulse-runtime"))
+        .env("PULSE_STATE_PATH", home.join("pulse-state"))
+        .env("HOME", &home)
+        .env("XDG_RUNTIME_DIR", self.runtime.parent().unwrap())
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env_remove("PULSE_COOKIE")
+        .env_remove("PULSE_SINK")
+        .env_remove("PULSE_SOURCE")
+        .current_dir(self.dir.path())
+        .stdin(Stdio::null());
+        c
+    }
+
     /// A `quaver` command aimed at this daemon.
     pub fn quaver(&self) -> Command {
         let mut c = Command::new(quaver_bin());

@@ -57,35 +57,12 @@ fn ready(d: Daemon) -> Daemon {
 
 /// The daemon's PulseAudio socket.
 pub fn pulse_socket(d: &Daemon) -> PathBuf {
-    d.runtime.parent().unwrap().join("pulse").join("native")
+    d.pulse_socket()
 }
 
-/// A libpulse tool aimed at `d` only: PULSE_SERVER set, autospawn off, HOME and the
-/// runtime paths inside the test's directory.
+/// A libpulse tool aimed at `d` only ([`Daemon::pulse_client`]).
 pub fn pa(d: &Daemon, prog: &str) -> Command {
-    let conf = d.path("pulse-client.conf");
-    if !conf.exists() {
-        std::fs::write(&conf, "autospawn = no\n").unwrap();
-    }
-    let home = d.path("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let mut c = Command::new(prog);
-    c.env(
-        "PULSE_SERVER",
-        format!("unix:{}", pulse_socket(d).display()),
-    )
-    .env("PULSE_CLIENTCONFIG", &conf)
-    .env("PULSE_RUNTIME_PATH", home.join("pulse-runtime"))
-    .env("PULSE_STATE_PATH", home.join("pulse-state"))
-    .env("HOME", &home)
-    .env("XDG_RUNTIME_DIR", d.runtime.parent().unwrap())
-    .env("XDG_CONFIG_HOME", home.join(".config"))
-    .env_remove("PULSE_COOKIE")
-    .env_remove("PULSE_SINK")
-    .env_remove("PULSE_SOURCE")
-    .current_dir(d.dir.path())
-    .stdin(Stdio::null());
-    c
+    d.pulse_client(prog)
 }
 
 /// Runs a libpulse tool to completion (bounded) and returns its output.

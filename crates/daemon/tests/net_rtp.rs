@@ -633,7 +633,11 @@ fn discovered_source(d: &Daemon, prefix: &str) -> Option<String> {
 
 /// One peer, both ways: its stream found by name and recorded by quaverd, quaverd's
 /// played by it. Returns what was measured.
-fn interoperate(kind: Kind, tx: &str, rx: &str, work: &std::path::Path) -> String {
+/// One peer, both ways (see above); `None` when the peer itself aborted before taking
+/// quaverd's stream (PulseAudio 16's module-rtp-recv asserts on a zero-length block
+/// after a rate adjustment: seen once on a loaded fresh-machine run, "Assertion
+/// 'length' failed at memblock.c"), which the caller runs again once.
+fn interoperate(kind: Kind, tx: &str, rx: &str, work: &std::path::Path) -> Option<String> {
     let mut peer = Peer::start(kind, rx);
     // quaverd after the peer's receiver, so the peer hears quaverd's first announcement;
     // the peer's sender after quaverd, so quaverd hears the peer's first.
@@ -652,11 +656,16 @@ fn interoperate(kind: Kind, tx: &str, rx: &str, work: &std::path::Path) -> Strin
         peer.logs()
     );
     let source = source.unwrap();
-    assert!(
-        peer.wait_receiving("quaver-peer"),
-        "{kind:?} did not pick up quaverd's stream 'quaver-peer':\n{}",
-        peer.logs()
-    );
+    if !peer.wait_receiving("quaver-peer") {
+        let logs = peer.logs();
+        if logs.contains("Assertion '") && logs.contains("Aborting") {
+            eprintln!(
+                "{kind:?} aborted (its own assertion) before it took quaverd's stream:\n{logs}"
+            );
+            return None;
+        }
+        panic!("{kind:?} did not pick up quaverd's stream 'quaver-peer':\n{logs}");
+    }
     ok(&q.run(&["link", &source, "file-sink"]));
     // Small fragments: pipewire-pulse hands a record stream with no latency asked
     // for its data in 2 s pieces, and what it has not handed over when parec stops is
@@ -754,9 +763,9 @@ fn interoperate(kind: Kind, tx: &str, rx: &str, work: &std::path::Path) -> Strin
         })
         .unwrap_or("")
         .to_string();
-    format!(
+    Some(format!(
         "{kind:?} → quaverd via '{source}': {at_quaver}\n  {summary}\nquaverd → {kind:?}: {at_peer}"
-    )
+    ))
 }
 
 #[test]
@@ -791,7 +800,9 @@ fn pulseaudio_and_pipewire_streams_found_by_name_and_heard_both_ways() {
     .unwrap();
     for kind in kinds {
         let t0 = Instant::now();
-        let what = interoperate(kind, &tx, &rx, work.path());
+        let what = interoperate(kind, &tx, &rx, work.path())
+            .or_else(|| interoperate(kind, &tx, &rx, work.path()))
+            .unwrap_or_else(|| panic!("{kind:?} aborted twice before taking quaverd's stream"));
         eprintln!("{what}\n({kind:?}: {:.1} s)", t0.elapsed().as_secs_f64());
     }
 }

@@ -485,10 +485,15 @@ fn a_card_that_vanishes_while_it_is_opened_is_named_and_the_rest_serves() {
     assert_eq!(field(out, "PAPLAY_ALIVE"), "yes", "{all}");
     // What went wrong is logged as a warning that names the card, never as an error.
     assert!(!log.contains("ERROR"), "{all}");
-    // (The emulated cable's xruns are the guest's pace, not the card that vanished.)
+    // (The emulated cable's xruns, and the I/O thread's "busy … without sleeping" on a
+    // starved guest, are the guest's pace, not the card that vanished.)
     let warnings: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("WARN") && !l.contains("xrun on device Loopback"))
+        .filter(|l| {
+            l.contains("WARN")
+                && !l.contains("xrun on device Loopback")
+                && !l.contains("without sleeping; slept")
+        })
         .collect();
     for w in &warnings {
         assert!(

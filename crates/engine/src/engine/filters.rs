@@ -19,29 +19,18 @@ impl Engine {
         node: NodeId,
         chain: Option<FilterChain>,
     ) -> Result<(), EngineError> {
-        let mut ctl = self.lock();
-        let n = ctl
-            .graph
-            .nodes
-            .get(&node)
-            .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?;
-        if n.kind != NodeKind::DeviceSink {
-            return Err(EngineError::Invalid(format!(
-                "node '{}' is a {}, not a device sink: filter chains go on sinks",
-                n.name,
-                n.kind.as_str()
-            )));
-        }
-        let slot = n.slot;
-        let controls = chain.as_ref().map(|c| c.controls());
-        let processor =
-            chain.map(|c| Box::new(ChainProcessor::new(c)) as Box<dyn crate::rt::node::Processor>);
-        self.send(&mut ctl, ToRt::SetProcessor { slot, processor })?;
-        match controls {
-            Some(c) => ctl.chains.insert(node, c),
-            None => ctl.chains.remove(&node),
-        };
-        Ok(())
+        self.put_chain(
+            node,
+            chain,
+            |k| k == NodeKind::DeviceSink,
+            ", not a device sink: filter chains go on sinks",
+            |slot, chain| ToRt::SetProcessor {
+                slot,
+                processor: chain.map(|c| {
+                    Box::new(ChainProcessor::new(c)) as Box<dyn crate::rt::node::Processor>
+                }),
+            },
+        )
     }
 
     /// Puts `chain` on client stream `node`, replacing its own chain, or takes it off
@@ -53,28 +42,45 @@ impl Engine {
         node: NodeId,
         chain: Option<FilterChain>,
     ) -> Result<(), EngineError> {
+        self.put_chain(
+            node,
+            chain,
+            |k| k.is_stream(),
+            ": a node's own chain is for client streams",
+            |slot, chain| ToRt::SetChain {
+                slot,
+                chain: chain.map(Box::new),
+            },
+        )
+    }
+
+    /// Sends `chain` (or its removal) to `node`'s slot as `to_rt` wraps it, when the
+    /// node's kind `accepts` it (else refuses with the node, its kind and `refusal`),
+    /// and keeps the chain's controls for [`Engine::filter_control`].
+    fn put_chain(
+        &self,
+        node: NodeId,
+        chain: Option<FilterChain>,
+        accepts: fn(NodeKind) -> bool,
+        refusal: &str,
+        to_rt: impl FnOnce(usize, Option<FilterChain>) -> ToRt,
+    ) -> Result<(), EngineError> {
         let mut ctl = self.lock();
         let n = ctl
             .graph
             .nodes
             .get(&node)
             .ok_or_else(|| EngineError::NoSuchNode(node.to_string()))?;
-        if !n.kind.is_stream() {
+        if !accepts(n.kind) {
             return Err(EngineError::Invalid(format!(
-                "node '{}' is a {}: a node's own chain is for client streams",
+                "node '{}' is a {}{refusal}",
                 n.name,
                 n.kind.as_str()
             )));
         }
         let slot = n.slot;
         let controls = chain.as_ref().map(FilterChain::controls);
-        self.send(
-            &mut ctl,
-            ToRt::SetChain {
-                slot,
-                chain: chain.map(Box::new),
-            },
-        )?;
+        self.send(&mut ctl, to_rt(slot, chain))?;
         match controls {
             Some(c) => ctl.chains.insert(node, c),
             None => ctl.chains.remove(&node),

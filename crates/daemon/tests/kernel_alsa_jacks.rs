@@ -22,8 +22,8 @@ const SCRIPT: &str = r#"
 private_runtime
 pactl() { timeout 90 env pactl "$@"; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-jack() { # VALUE, or "add": the user-space Headphone Jack of the dummy card
-python3 - "$1" <<'PY'
+jack() { # VALUE, or "add" [NAME]: the dummy card's user-space jack NAME (Headphone Jack)
+python3 - "$1" "${2:-Headphone Jack}" <<'PY'
 import ctypes, sys
 a = ctypes.CDLL("libasound.so.2")
 ctl = ctypes.c_void_p()
@@ -31,7 +31,7 @@ assert a.snd_ctl_open(ctypes.byref(ctl), b"hw:Dummy", 0) == 0
 eid = ctypes.c_void_p()
 a.snd_ctl_elem_id_malloc(ctypes.byref(eid))
 a.snd_ctl_elem_id_set_interface(eid, 0)  # SND_CTL_ELEM_IFACE_CARD
-a.snd_ctl_elem_id_set_name(eid, b"Headphone Jack")
+a.snd_ctl_elem_id_set_name(eid, sys.argv[2].encode())
 if sys.argv[1] == "add":
     print("jack add", a.snd_ctl_elem_add_boolean(ctl, eid, 1))
 else:
@@ -154,9 +154,10 @@ T_UCM=$(now_ms)
 modprobe -r snd-dummy && modprobe snd-dummy pcm_devs=3; echo "dummy reload exit $?"
 for _ in $(seq 100); do ls /dev/snd/pcmC*D2p > /dev/null 2>&1 && [ -e /proc/asound/Dummy ] && break; sleep 0.1; done
 jack add > /dev/null
+jack add "HDMI/DP,pcm=2 Jack" > /dev/null
 ALSA_CONFIG_UCM2="$UCM/ucm2" "$Q" --realtime-priority 0 --suspend-timeout-ms 0 2> "$OUT/quaverd4.log" & QP=$!
 wait_server
-SINK=$(pactl list short sinks | awk '$2 ~ /^Dummy\./ {print $2; exit}')
+SINK=$(pactl list short sinks | awk '$2 ~ /^Dummy\..*-hw0-sink$/ {print $2; exit}')
 SOURCE=$(pactl list short sources | awk '$2 ~ /^Dummy\./ && $2 !~ /monitor$/ {print $2; exit}')
 db() { amixer -c Dummy sget "$1" | grep -o '\[-*[0-9.]*dB\]' | head -1; }
 capsw() { amixer -c Dummy sget "$1" | grep -o 'Capture \[o[nf]*\]' | head -1; }
@@ -177,6 +178,39 @@ echo "=== UCM-PLUG"
 w=$(jack 1); wait_port "$(echo "$w" | awk '/write_ms/ {print $2}')" "[Out] Headphones"; devices "[on]"
 echo "=== UCM-BY-HAND"
 pactl set-sink-port "$SINK" "[Out] Speaker"; echo "set exit $?"; active; devices "[off]"
+# The default sink by availability and priority: HDMI1 outranks every other port but
+# its jack is unplugged, so another sink is the default and a paplay naming no sink
+# plays there; plugged, HDMI1's sink becomes the default and the paplay follows it;
+# unplugged, both go back.
+default_is() { # SINK: waits (bounded, 60 s) until it is the default; says so
+    for _ in $(seq 600); do [ "$(pactl get-default-sink)" = "$1" ] && break; sleep 0.1; done
+    echo "default $( [ "$(pactl get-default-sink)" = "$1" ] && echo "is" || echo "is not") $1"
+}
+on_sink() { # the sink the paplay of PID $DP plays on
+    pactl list sink-inputs | awk -v p="$DP" '$1=="Sink:" {s=$2} /application.process.id = / {gsub(/"/, "", $3); if ($3 == p) print s}' | head -1
+}
+sink_index() { pactl list short sinks | awk -v n="$1" '$2==n {print $1}'; }
+HDMI=Dummy.HiFi-hw2-sink
+BEFORE=$(pactl get-default-sink)
+timeout 600 env pactl subscribe > "$OUT/events4.txt" 2>&1 & SP=$!
+paplay "$WAV" & DP=$!
+for _ in $(seq 100); do [ -n "$(on_sink)" ] && break; sleep 0.1; done
+echo "=== UCM-DEFAULT-BEFORE"; echo "$BEFORE"
+echo "=== UCM-DEFAULT"
+[ "$BEFORE" = "$HDMI" ] && echo "unplugged HDMI is the default" || echo "unplugged: not HDMI"
+[ "$(on_sink)" = "$(sink_index "$BEFORE")" ] && echo "paplay on the default"
+jack 1 "HDMI/DP,pcm=2 Jack" > /dev/null
+default_is "$HDMI"
+for _ in $(seq 100); do [ "$(on_sink)" = "$(sink_index "$HDMI")" ] && break; sleep 0.1; done
+[ "$(on_sink)" = "$(sink_index "$HDMI")" ] && echo "paplay followed to HDMI"
+jack 0 "HDMI/DP,pcm=2 Jack" > /dev/null
+default_is "$BEFORE"
+for _ in $(seq 100); do [ "$(on_sink)" = "$(sink_index "$BEFORE")" ] && break; sleep 0.1; done
+[ "$(on_sink)" = "$(sink_index "$BEFORE")" ] && echo "paplay followed back"
+kill -0 $DP && echo "paplay running"
+kill $DP; wait $DP
+sleep 0.5; kill $SP; wait $SP
+echo "server events: $(grep -c "'change' on server" "$OUT/events4.txt")"
 echo "=== UCM-PROFILE"
 pactl set-card-profile alsa_card.Dummy "Voice Call"; echo "profile exit $?"
 pactl list cards | awk '/Name: alsa_card.Dummy/ {f=1} f && /Active Profile/ {print; exit}'
@@ -227,6 +261,12 @@ fn check_ucm(out: &str) {
     assert_eq!(
         sub_lines(card, "Ports:"),
         [
+            // Ports by priority: HDMI1's is the highest (the default-sink check below).
+            format!(
+                "[Out] HDMI1: HDMI 1 (type: HDMI, priority: {})",
+                "20000, latency offset: 0 usec, not available"
+            ),
+            "Part of profile(s): HiFi".to_string(),
             format!(
                 "[Out] Headphones: Headphones {}",
                 port("200, latency offset: 0 usec, not available")
@@ -235,11 +275,6 @@ fn check_ucm(out: &str) {
             format!(
                 "[Out] Speaker: Speaker {}",
                 port("100, latency offset: 0 usec, availability unknown")
-            ),
-            "Part of profile(s): HiFi".to_string(),
-            format!(
-                "[Out] HDMI1: HDMI 1 (type: HDMI, priority: {})",
-                "50, latency offset: 0 usec, availability unknown"
             ),
             "Part of profile(s): HiFi".to_string(),
             format!(
@@ -331,6 +366,15 @@ fn check_ucm(out: &str) {
             && sinks.contains("\tDummy.HiFi-hw0-sink\t")
             && sinks.contains("\tDummy.HiFi-hw2-sink\t"),
         "{sinks}"
+    );
+    // The default by availability, then priority; a stream naming no sink follows it.
+    assert_eq!(
+        section(out, "UCM-DEFAULT").trim(),
+        "unplugged: not HDMI\npaplay on the default\ndefault is Dummy.HiFi-hw2-sink\n\
+         paplay followed to HDMI\ndefault is BACK\npaplay followed back\npaplay running\n\
+         server events: 2"
+            .replace("BACK", section(out, "UCM-DEFAULT-BEFORE").trim()),
+        "{out}"
     );
     eprintln!("{}", section(out, "UCM-TIME"));
 }

@@ -325,6 +325,19 @@ impl Cards {
             .find_map(|c| c.nodes.iter().find(|n| n.node == node).map(|n| (c, n)))
     }
 
+    /// How the node `node` competes for default: its active port's priority and
+    /// availability (`None`: no card opened it; a port the card does not list: 0,
+    /// unknown).
+    pub fn node_rank(&self, node: &str) -> Option<(u32, Availability)> {
+        let (card, n) = self.node(node)?;
+        Some(
+            card.ports
+                .iter()
+                .find(|p| p.name == n.port && p.direction == n.direction)
+                .map_or((0, Availability::Unknown), |p| (p.priority, p.available)),
+        )
+    }
+
     /// The profile remembered for the card called `card_name`.
     pub fn remembered(&self, card_name: &str) -> Option<&str> {
         self.store.get(card_name)

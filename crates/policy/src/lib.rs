@@ -35,9 +35,10 @@ pub struct NodeView {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
-    /// Preferred sink for new playback streams; the first sink when unset or absent.
+    /// Preferred sink for new playback streams while its port is not unplugged; unset or
+    /// absent: the sink of highest priority (a card's active port), the first of equals.
     pub default_sink: Option<String>,
-    /// Preferred source for new record streams; the first source when unset or absent.
+    /// Preferred source for new record streams; otherwise as for the sink.
     pub default_source: Option<String>,
     /// Roles and ducking (`[policy.roles]`).
     #[serde(default)]
@@ -99,12 +100,40 @@ impl StreamExtras {
     }
 }
 
+/// The card registry the policy reads each device's port priority and availability
+/// from. Lock order: the policy's lock, then the registry's; holders of the registry's
+/// lock never take the policy's.
+#[derive(Clone, Default)]
+struct CardsHandle(Option<cards::SharedCards>);
+
+impl std::fmt::Debug for CardsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "CardsHandle(installed)"
+        } else {
+            "CardsHandle(none)"
+        })
+    }
+}
+
+/// How a device competes for default: PulseAudio's order (a device whose port is
+/// unplugged loses to any other, then the configured default wins, then the higher
+/// priority, then the earlier device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Rank {
+    plugged: bool,
+    configured: bool,
+    priority: u32,
+    earlier: std::cmp::Reverse<usize>,
+}
+
 /// The routing policy.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     config: PolicyConfig,
     rules: rules::Rules,
     chains: Chains,
+    cards: CardsHandle,
 }
 
 impl Policy {
@@ -114,7 +143,15 @@ impl Policy {
             config,
             rules: rules::Rules::none(),
             chains: Chains::default(),
+            cards: CardsHandle::default(),
         }
+    }
+
+    /// Reads the card registry for the default's choice: a card's sink or source
+    /// competes with its active port's priority and availability; other devices with
+    /// priority 0 and an unknown availability.
+    pub fn set_cards(&mut self, cards: cards::SharedCards) {
+        self.cards = CardsHandle(Some(cards));
     }
 
     /// Installs what builds the config's named chains (at start, and on SIGHUP).
@@ -153,21 +190,40 @@ impl Policy {
         self.rules = rules;
     }
 
-    fn pick(preferred: Option<&str>, kind: &str, nodes: &[NodeView]) -> Option<String> {
-        preferred
-            .and_then(|p| nodes.iter().find(|n| n.name == p && n.kind == kind))
-            .or_else(|| nodes.iter().find(|n| n.kind == kind))
-            .map(|n| n.name.clone())
+    /// The best node of `kind` by [`Rank`].
+    fn pick(&self, preferred: Option<&str>, kind: &str, nodes: &[NodeView]) -> Option<String> {
+        let reg = self
+            .cards
+            .0
+            .as_ref()
+            .map(|c| c.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.kind == kind)
+            .max_by_key(|(i, n)| {
+                let (priority, available) = reg
+                    .as_ref()
+                    .and_then(|r| r.node_rank(&n.name))
+                    .unwrap_or((0, cards::Availability::Unknown));
+                Rank {
+                    plugged: available != cards::Availability::No,
+                    configured: preferred == Some(n.name.as_str()),
+                    priority,
+                    earlier: std::cmp::Reverse(*i),
+                }
+            })
+            .map(|(_, n)| n.name.clone())
     }
 
     /// The sink new playback streams go to when they name none.
     pub fn default_sink(&self, nodes: &[NodeView]) -> Option<String> {
-        Self::pick(self.config.default_sink.as_deref(), "sink", nodes)
+        self.pick(self.config.default_sink.as_deref(), "sink", nodes)
     }
 
     /// The source new record streams read when they name none.
     pub fn default_source(&self, nodes: &[NodeView]) -> Option<String> {
-        Self::pick(self.config.default_source.as_deref(), "source", nodes)
+        self.pick(self.config.default_source.as_deref(), "source", nodes)
     }
 
     /// Changes the default sink (takes effect for new streams).
@@ -236,6 +292,112 @@ mod tests {
         });
         assert_eq!(p.default_sink(&nodes()).as_deref(), Some("a-sink"));
         assert_eq!(p.default_source(&nodes()).as_deref(), Some("a-source"));
+    }
+
+    /// A card with one sink, `node`, on a port of `priority` and `available`.
+    fn one_sink_card(
+        index: u32,
+        node: &str,
+        priority: u32,
+        available: cards::Availability,
+    ) -> cards::Card {
+        use cards::{Card, CardNode, CardPort, CardProfile, PortDirection, PortType};
+        let profile = "output:stereo".to_string();
+        Card {
+            index,
+            name: format!("alsa_card.C{index}"),
+            driver: "quaver-alsa".into(),
+            props: Vec::new(),
+            profiles: vec![CardProfile {
+                name: profile.clone(),
+                description: String::new(),
+                priority: 1,
+                sinks: 1,
+                sources: 0,
+                available: true,
+            }],
+            ports: vec![CardPort {
+                name: "out".into(),
+                description: "Out".into(),
+                priority,
+                direction: PortDirection::Output,
+                available,
+                port_type: PortType::Analog,
+                profiles: vec![profile.clone()],
+            }],
+            active: profile,
+            pending: None,
+            nodes: vec![CardNode {
+                node: node.into(),
+                direction: PortDirection::Output,
+                port: "out".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn an_unplugged_device_loses_then_the_configured_one_wins_then_priority() {
+        use cards::Availability::{No, Unknown, Yes};
+        let views: Vec<NodeView> = ["null-sink", "hdmi-sink", "speaker-sink"]
+            .iter()
+            .map(|n| NodeView {
+                name: n.to_string(),
+                kind: "sink".into(),
+            })
+            .collect();
+        let reg = cards::Cards::new(cards::ProfileStore::memory()).shared();
+        let put = |card| reg.lock().unwrap().add(card);
+        put(one_sink_card(1, "hdmi-sink", 9900, No));
+        put(one_sink_card(2, "speaker-sink", 9000, Unknown));
+        let mut p = Policy::default();
+        assert_eq!(
+            p.default_sink(&views).as_deref(),
+            Some("null-sink"),
+            "no registry: the first"
+        );
+        p.set_cards(reg.clone());
+        assert_eq!(
+            p.default_sink(&views).as_deref(),
+            Some("speaker-sink"),
+            "the unplugged HDMI loses despite its priority; the null sink has none"
+        );
+        put(one_sink_card(1, "hdmi-sink", 9900, Yes));
+        assert_eq!(
+            p.default_sink(&views).as_deref(),
+            Some("hdmi-sink"),
+            "plugged in"
+        );
+        p.set_default_sink(Some("null-sink".into()));
+        assert_eq!(
+            p.default_sink(&views).as_deref(),
+            Some("null-sink"),
+            "configured"
+        );
+        p.set_default_sink(Some("hdmi-sink".into()));
+        put(one_sink_card(1, "hdmi-sink", 9900, No));
+        assert_eq!(
+            p.default_sink(&views).as_deref(),
+            Some("speaker-sink"),
+            "configured but unplugged"
+        );
+        put(one_sink_card(2, "speaker-sink", 9000, No));
+        assert_eq!(
+            p.default_sink(&views).as_deref(),
+            Some("null-sink"),
+            "every card unplugged: the device that cannot tell"
+        );
+        reg.lock().unwrap().remove(2);
+        put(one_sink_card(1, "hdmi-sink", 9900, No));
+        let only: Vec<NodeView> = views
+            .iter()
+            .filter(|v| v.name == "hdmi-sink")
+            .cloned()
+            .collect();
+        assert_eq!(
+            p.default_sink(&only).as_deref(),
+            Some("hdmi-sink"),
+            "an unplugged sink is still the default when it is the only one"
+        );
     }
 
     #[test]

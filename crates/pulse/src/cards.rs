@@ -104,6 +104,8 @@ pub(crate) fn listen(reg: &cards::SharedCards, server: &std::sync::Arc<Server>) 
                 cards::CardChange::Removed(i) => (Ev::Removed, i),
             };
             srv.broadcast(Fac::Card, kind, index);
+            // A card that came may outrank the default; one that went may have been it.
+            srv.check_defaults();
         }));
 }
 
@@ -180,6 +182,8 @@ pub(crate) fn spawn_port_events(srv: &std::sync::Arc<Server>) -> std::io::Result
                         srv.broadcast(Fac::Source, Ev::Changed, d.index);
                     }
                 }
+                // A port plugged or unplugged can change which device is the default.
+                srv.check_defaults();
             }
         })
         .map(|_| ())

@@ -111,6 +111,7 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
         let mut links_changed = false;
         let mut removed = false;
         let mut appeared = Vec::new();
+        let mut devices_changed = false;
         for ev in batch {
             match ev {
                 GraphEvent::NodeAdded(id) => {
@@ -130,6 +131,7 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                         }
                         links_changed = true;
                         appeared.push(id);
+                        devices_changed |= !n.kind.is_stream();
                     }
                 }
                 GraphEvent::NodeRemoved(id) => {
@@ -141,6 +143,7 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
                         server.broadcast(F::SourceOutput, T::Removed, id);
                     }
                     if let Some(kind) = mem.kinds.remove(&id) {
+                        devices_changed |= !kind.is_stream();
                         for &f in facilities(kind).iter().rev() {
                             server.broadcast(f, T::Removed, id);
                         }
@@ -182,6 +185,9 @@ pub fn run(server: Arc<Server>, rx: Receiver<GraphEvent>) {
         }
         if removed {
             crate::modules::unload_orphans(&server);
+        }
+        if devices_changed {
+            server.check_defaults();
         }
     }
 }

@@ -114,6 +114,8 @@ impl PulseServer {
             );
             st.next_module = modules::FIRST_LOADED + 1;
         }
+        // What later changes of the default are told against.
+        server.check_defaults();
         if let Some(reg) = &server.opts.cards {
             cards::listen(reg, &server);
         }

@@ -180,6 +180,8 @@ pub struct State {
     pub suspend_requests: std::collections::BTreeSet<(bool, NodeId)>,
     /// Next module index.
     pub next_module: u32,
+    /// The default sink's and source's names as last announced ([`Server::check_defaults`]).
+    pub announced_defaults: (Option<String>, Option<String>),
 }
 
 impl State {
@@ -519,6 +521,40 @@ impl Server {
 }
 
 impl Server {
+    /// Compares the policy's default sink and source now with those last announced:
+    /// when one changed (a port plugged or unplugged, a card come or gone, a default
+    /// set), tells subscribers and moves the streams that follow the default to it.
+    /// Returns whether anything changed.
+    pub fn check_defaults(&self) -> bool {
+        let graph = self.engine.graph();
+        let (sink, source) = (self.default_sink(&graph), self.default_source(&graph));
+        let now = (
+            sink.as_ref().map(|d| d.name.clone()),
+            source.as_ref().map(|d| d.name.clone()),
+        );
+        let before = std::mem::replace(&mut self.lock().announced_defaults, now.clone());
+        if before == now {
+            return false;
+        }
+        tracing::info!(
+            "default sink {}, default source {}",
+            now.0.as_deref().unwrap_or("(none)"),
+            now.1.as_deref().unwrap_or("(none)")
+        );
+        self.broadcast(Facility::Server, EventType::Changed, u32::MAX);
+        if before.0 != now.0
+            && let Some(d) = &sink
+        {
+            self.follow_default(d, true);
+        }
+        if before.1 != now.1
+            && let Some(d) = &source
+        {
+            self.follow_default(d, false);
+        }
+        true
+    }
+
     /// Moves every stream that follows the default device to the new default `dev`.
     pub fn follow_default(&self, dev: &Device, playback: bool) {
         let graph = self.engine.graph();

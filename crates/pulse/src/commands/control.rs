@@ -95,8 +95,11 @@ impl Conn {
                 policy.set_default_source(Some(d.name.clone()));
             }
         }
-        srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
-        srv.follow_default(&d, sink);
+        // The default follows the choice unless its port is unplugged (the policy's
+        // order); subscribers hear of the set either way, as from PulseAudio.
+        if !srv.check_defaults() {
+            srv.broadcast(Fac::Server, Ev::Changed, u32::MAX);
+        }
         self.out().ack(seq);
         Ok(())
     }

@@ -349,42 +349,30 @@ mod tests {
         let put = |card| reg.lock().unwrap().add(card);
         put(one_sink_card(1, "hdmi-sink", 9900, No));
         put(one_sink_card(2, "speaker-sink", 9000, Unknown));
+        // The policy's default sink over `views` is `want`, for the reason `why`.
+        let expect = |p: &Policy, want: &str, why: &str| {
+            assert_eq!(p.default_sink(&views).as_deref(), Some(want), "{why}")
+        };
         let mut p = Policy::default();
-        assert_eq!(
-            p.default_sink(&views).as_deref(),
-            Some("null-sink"),
-            "no registry: the first"
-        );
+        expect(&p, "null-sink", "no registry: the first");
         p.set_cards(reg.clone());
-        assert_eq!(
-            p.default_sink(&views).as_deref(),
-            Some("speaker-sink"),
-            "the unplugged HDMI loses despite its priority; the null sink has none"
+        expect(
+            &p,
+            "speaker-sink",
+            "the unplugged HDMI loses despite its priority; the null sink has none",
         );
         put(one_sink_card(1, "hdmi-sink", 9900, Yes));
-        assert_eq!(
-            p.default_sink(&views).as_deref(),
-            Some("hdmi-sink"),
-            "plugged in"
-        );
+        expect(&p, "hdmi-sink", "plugged in");
         p.set_default_sink(Some("null-sink".into()));
-        assert_eq!(
-            p.default_sink(&views).as_deref(),
-            Some("null-sink"),
-            "configured"
-        );
+        expect(&p, "null-sink", "configured");
         p.set_default_sink(Some("hdmi-sink".into()));
         put(one_sink_card(1, "hdmi-sink", 9900, No));
-        assert_eq!(
-            p.default_sink(&views).as_deref(),
-            Some("speaker-sink"),
-            "configured but unplugged"
-        );
+        expect(&p, "speaker-sink", "configured but unplugged");
         put(one_sink_card(2, "speaker-sink", 9000, No));
-        assert_eq!(
-            p.default_sink(&views).as_deref(),
-            Some("null-sink"),
-            "every card unplugged: the device that cannot tell"
+        expect(
+            &p,
+            "null-sink",
+            "every card unplugged: the device that cannot tell",
         );
         reg.lock().unwrap().remove(2);
         put(one_sink_card(1, "hdmi-sink", 9900, No));

@@ -513,8 +513,10 @@ play() {
     wait_for "arecord to run" running pcm1c/sub0
     timeout 30 paplay "$OUT/in-S16_LE.wav" &
     p=$!
-    # Read while the stream plays: before it, a slow guest may find the card closed
-    # for idleness already.
+    # Read while the stream plays: the card that ran from quaverd's start may still be
+    # running when paplay starts and close for idleness a moment later (seen in CI), so
+    # the stream must exist first; while it does the card stays open.
+    wait_for "paplay's stream" bash -c 'pactl list short sink-inputs | grep -q .'
     wait_for "quaverd's end to run" running pcm0p/sub0
     cat /proc/asound/Loopback/pcm0p/sub0/hw_params > "$d/hw_params"
     wait $p; echo $? > "$d/paplay.rc"

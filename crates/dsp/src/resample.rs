@@ -58,8 +58,8 @@ use crate::polyphase::{Polyphase, gcd};
 pub enum ResampleQuality {
     /// Cubic polynomial interpolation: cheapest, no anti-aliasing filter.
     Fast,
-    /// Windowed sinc: 32 taps on exact sub-phases for common rate pairs, else 64 taps
-    /// with linear interpolation between 128 sub-phases.
+    /// Windowed sinc: 32 taps on exact sub-phases for common rate pairs at a ratio that
+    /// never moves, else 64 taps with linear interpolation between 128 sub-phases.
     #[default]
     Medium,
     /// Windowed sinc of 256 taps, cubic interpolation between 256 sub-phases.
@@ -250,7 +250,7 @@ impl StreamResampler {
             )))
         } else {
             Core::Sinc(Box::new(SincCore::new(
-                from_rate, to_rate, channels, quality, max_frames,
+                from_rate, to_rate, channels, quality, max_frames, !fixed,
             )?))
         };
         Ok(StreamResampler {
@@ -532,18 +532,19 @@ impl SincCore {
         channels: usize,
         quality: ResampleQuality,
         max_frames: usize,
+        adjustable: bool,
     ) -> Result<Self, ResampleError> {
         let ratio = to_rate as f64 / from_rate as f64;
         // A push of max_frames input frames may produce up to max_frames·ratio output
         // frames; the output chunk must cover both that and a pull of max_frames.
         let max_chunk =
             max_frames.max((max_frames as f64 * ratio * MAX_RELATIVE_RATIO).ceil() as usize);
-        let sinc = |len, interpolation, oversampling_factor| SincInterpolationParameters {
+        let sinc = |len, interpolation, oversampling_factor, window| SincInterpolationParameters {
             sinc_len: len,
             f_cutoff: None,
             oversampling_factor,
             interpolation,
-            window: WindowFunction::BlackmanHarris2,
+            window,
         };
         let fixed = FixedAsync::Output;
         let inner = match quality {
@@ -562,11 +563,28 @@ impl SincCore {
                 // instead of linear interpolation's two. Without interpolation error
                 // 32 taps keep images below −80 dB up to 19 kHz (tested below), and
                 // the dot product is most of the daemon's CPU with many streams.
+                // A ratio that moves falls between those phases: "nearest" then rounds
+                // every output frame's position to 1/phases of a frame, and at equal
+                // rates (one phase) to a whole frame, so a drift correction of 500 ppm
+                // dropped or repeated a frame every 2000 (heard as clicks; tested
+                // below). Adjustable converters interpolate.
                 let phases = (to_rate / gcd(from_rate, to_rate)) as usize;
-                let params = if phases <= MAX_EXACT_PHASES {
-                    sinc(MEDIUM_TAPS, SincInterpolationType::Nearest, phases)
+                let params = if !adjustable && phases <= MAX_EXACT_PHASES {
+                    sinc(
+                        MEDIUM_TAPS,
+                        SincInterpolationType::Nearest,
+                        phases,
+                        WindowFunction::BlackmanHarris2,
+                    )
                 } else {
-                    sinc(64, SincInterpolationType::Linear, 128)
+                    // The squared window's main lobe is twice as wide: at 64 taps, with
+                    // rubato's cutoff for it, 18 kHz came out 11 dB down.
+                    sinc(
+                        64,
+                        SincInterpolationType::Linear,
+                        128,
+                        WindowFunction::BlackmanHarris,
+                    )
                 };
                 Async::new_sinc(
                     ratio,
@@ -580,7 +598,12 @@ impl SincCore {
             ResampleQuality::High => Async::new_sinc(
                 ratio,
                 MAX_RELATIVE_RATIO,
-                &sinc(256, SincInterpolationType::Cubic, 256),
+                &sinc(
+                    256,
+                    SincInterpolationType::Cubic,
+                    256,
+                    WindowFunction::BlackmanHarris2,
+                ),
                 max_chunk,
                 channels,
                 fixed,
@@ -966,6 +989,32 @@ mod tests {
         assert_eq!(r.ratio(), 1.0);
     }
 
+    /// A drift correction bends the ratio by a fraction of a frame per frame: every
+    /// quality must follow it smoothly, at equal rates too (where `medium`'s exact
+    /// phases are a single one).
+    #[test]
+    fn adjusted_ratios_keep_a_sine_clean() {
+        for ((from, rel), q) in [(48000, 1.0005), (48000, 0.9997), (44100, 1.0005)]
+            .into_iter()
+            .flat_map(|x| ResampleQuality::ALL.map(|q| (x, q)))
+        {
+            let input = sine(from, 1000.0, 0.5, from as usize * 2);
+            let mut r = StreamResampler::new(from, 48000, 1, q, 1024).unwrap();
+            r.set_ratio_relative(rel);
+            let out = pull_all(&mut r, &input, 90_000, &[1024, 480, 128]);
+            // rel more output frames per input frame: the tone comes out lower by rel.
+            let f = 1000.0 / rel;
+            let thd = thd_n_db(&out[4000..out.len() - 4000], 48000, f);
+            eprintln!("THD+N {q} {from} Hz at {rel}: {thd:.1} dB");
+            let limit = if q == ResampleQuality::Fast {
+                -40.0
+            } else {
+                -70.0
+            };
+            assert!(thd < limit, "{q} {from} Hz at {rel}: {thd:.1} dB");
+        }
+    }
+
     #[test]
     fn high_quality_44k1_to_48k_thd_n_below_minus_90_db() {
         let input = sine(44100, 1000.0, 0.5, 44100 * 2);
@@ -998,6 +1047,32 @@ mod tests {
             let thd = thd_n_db(&out[skip..out.len() - skip], 48000, f);
             eprintln!("THD+N medium {kind} at {f} Hz: {thd:.1} dB");
             assert!(thd < limit, "medium {kind} at {f} Hz: {thd} dB");
+        }
+    }
+
+    /// A 32-tap filter with a wide transition band had put 44.1 kHz streams' −3 dB
+    /// point at 12 kHz: every constructor and quality keeps the level within 0.5 dB to
+    /// 17 kHz, both ways between 44.1 and 48 kHz.
+    #[test]
+    fn every_converter_is_flat_to_17_khz() {
+        for ((from, to), (q, (kind, make))) in [(44100, 48000), (48000, 44100)]
+            .into_iter()
+            .flat_map(|x| every_kind().map(move |k| (x, k)))
+            .filter(|(_, (q, _))| *q != ResampleQuality::Fast)
+        {
+            for f in [1000.0, 10_000.0, 15_000.0, 17_000.0] {
+                let input = sine(from, f, 0.5, 40_000);
+                let mut r = make(from, to, 1, q, 512).unwrap();
+                let out = pull_all(&mut r, &input, 36_000, &[512, 100]);
+                let w = &out[4000..32_000];
+                let rms = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
+                let db = 20.0 * (rms / (0.5 / 2f32.sqrt())).log10();
+                eprintln!("{q} {kind} {from} → {to} at {f} Hz: {db:+.2} dB");
+                assert!(
+                    db.abs() < 0.5,
+                    "{q} {kind} {from} → {to} at {f} Hz: {db:+.2} dB"
+                );
+            }
         }
     }
 

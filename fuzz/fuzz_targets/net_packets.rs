@@ -99,6 +99,11 @@ fn jitter(data: &[u8]) {
         max_packet: 16,
         capacity: 0,
         fade: 4,
+        // Gaps cut short past a few frames of excess, or never.
+        excess: data
+            .get(1)
+            .filter(|b| *b & 0x80 == 0)
+            .map(|b| (b >> 2 & 31) as usize),
         source: None,
     };
     let channels = cfg.channels;

@@ -35,8 +35,13 @@ fn origin(r: &RtpRecvInfo) -> String {
 }
 
 fn drift_text(r: &RtpRecvInfo) -> String {
-    r.drift_ppm
-        .map_or_else(|| "not measured yet".into(), |d| format!("{d:+.1} ppm"))
+    let measured = r
+        .drift_ppm
+        .map_or_else(|| "not measured yet".into(), |d| format!("{d:+.1} ppm"));
+    match r.steered_ppm {
+        Some(p) => format!("{measured}, followed by resampling ({p:+.1} ppm)"),
+        None => measured,
+    }
 }
 
 fn recv_lines(name: &str, r: &RtpRecvInfo, s: &mut String) {
@@ -162,6 +167,7 @@ mod tests {
             target_ms: 60.0,
             delay_ms: 60.44,
             drift_ppm: Some(-3.24),
+            steered_ppm: None,
         }
     }
 

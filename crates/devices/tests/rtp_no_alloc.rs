@@ -3,7 +3,9 @@
 //! the allocation guard (with the live figures `quaver status` reads) the engine's
 //! no_alloc test uses, with packets really flowing over
 //! the loopback interface (their network threads may allocate; the guard watches only the
-//! calling thread, which plays the RT thread here). A second pair sends 44.1 kHz L16,
+//! calling thread, which plays the RT thread here). Halfway, the 48 kHz receiver is made
+//! to steer as if its sender drifted: its switch to the resampler and the resampled
+//! reads after it run under the guard too. A second pair sends 44.1 kHz L16,
 //! PulseAudio's default, to a receiver that resamples it to 48 kHz.
 
 use assert_no_alloc::{AllocDisabler, assert_no_alloc, reset_violation_count, violation_count};
@@ -74,7 +76,12 @@ fn rtp_write_and_read_allocate_nothing() {
         }
     }
     reset_violation_count();
-    for _ in 0..300 {
+    for k in 0..300 {
+        if k == 150 {
+            // From here the 48 kHz stream is steered as if its sender drifted: the
+            // switch from the direct path to the resampler, then resampled reads.
+            rx.force_steering(1.0005);
+        }
         assert_no_alloc(|| {
             tx.write(out.view(q)).unwrap();
             rx.read(&mut inp.view_mut(q)).unwrap();

@@ -49,6 +49,7 @@ pub(crate) fn net_info(s: &NetStatus) -> NetDeviceStatus {
             target_ms: ms(r.target_ms),
             delay_ms: ms(r.delay_ms),
             drift_ppm: r.drift_ppm.filter(|d| (-1e6..=1e6).contains(d)),
+            steered_ppm: r.steered_ppm.filter(|d| (-1e6..=1e6).contains(d)),
         }),
         NetStatus::RtpSend(t) => NetDeviceStatus::RtpSend(RtpSendInfo {
             dest: t.dest.to_string(),

@@ -39,12 +39,59 @@ impl InterarrivalJitter {
     }
 }
 
-/// Windows between the first and the latest before [`ClockDrift::ppm`] gives a figure.
+/// Windows in the fit beyond which [`ClockDrift::ppm`] gives a figure (one frame of
+/// rounding over eight windows of a second is 2.6 ppm).
 pub const MIN_WINDOWS: u64 = 8;
 
 /// Steps of the lowest transit between windows beyond this (relative to a window's
-/// length, in ppm) start the estimate over.
+/// length, in ppm) are steps, not drift: a new segment of the same line.
 pub const MAX_STEP_PPM: u64 = 1000;
+
+/// Windows a window's weight in [`ClockDrift`]'s fit takes to fall to 1/e: long enough
+/// that a frame of rounding per window is a fraction of a ppm, short enough that a
+/// sender settling after its start, or a crystal warming up, is forgotten in a minute.
+pub const MEMORY_WINDOWS: f64 = 8.0;
+
+/// One straight run of windows' lowest transits, as weighted running means and
+/// co-moments (West's update: no cancellation however long the stream runs).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Segment {
+    /// The weights' sum; 0 while the segment is empty.
+    w: f64,
+    /// Arrival of the segment's first point: positions are taken from it.
+    origin: u64,
+    mean_x: f64,
+    mean_y: f64,
+    /// Weighted sums of (x − mean)² and (x − mean)(y − mean).
+    sxx: f64,
+    sxy: f64,
+}
+
+impl Segment {
+    /// Scales every point's weight by `f` (the means stay).
+    fn fade(&mut self, f: f64) {
+        self.w *= f;
+        self.sxx *= f;
+        self.sxy *= f;
+    }
+
+    /// Adds a point of weight 1.
+    fn add(&mut self, at: u64, low: i64) {
+        if self.w == 0.0 {
+            *self = Segment {
+                origin: at,
+                ..Segment::default()
+            };
+        }
+        let (x, y) = ((at - self.origin) as f64, low as f64);
+        self.w += 1.0;
+        let dx = x - self.mean_x;
+        self.mean_x += dx / self.w;
+        self.mean_y += (y - self.mean_y) / self.w;
+        self.sxx += dx * (x - self.mean_x);
+        self.sxy += dx * (y - self.mean_y);
+    }
+}
 
 /// The sender's clock against the receiver's, from the drift of packets' transit time.
 ///
@@ -52,24 +99,32 @@ pub const MAX_STEP_PPM: u64 = 1000;
 /// clocks' offset; when the sender's clock runs fast its timestamps gain on the
 /// receiver's clock and the transit time shrinks. Queueing only ever adds delay, so the
 /// smallest transit time seen in each window of `window` frames is the one nearest the
-/// clocks' true offset; the drift is the slope between the first window's minimum and
-/// the latest whole window's: the mean since the stream started, more precise the
-/// longer it runs (one frame of rounding over `t` frames is `1e6 / t` ppm), so none is
-/// given before [`MIN_WINDOWS`] windows lie between the two. A window whose lowest
-/// transit moved from the previous one's by more than [`MAX_STEP_PPM`] of a window
-/// (and two frames of rounding) is a new timeline, not drift — the sender paused and
-/// its timestamps went on from where they stopped, or the route changed — and the
-/// estimate starts over from it.
+/// clocks' true offset; the drift is the slope of the least-squares line through those
+/// minima, each window's weight fading by 1/e per [`MEMORY_WINDOWS`] windows: a window
+/// off the line (a sender settling after its start) is forgotten, where a slope from
+/// the first window would carry its error for the whole run. None is given before more
+/// than [`MIN_WINDOWS`] windows are in the fit. A window whose lowest transit moved from the previous one's by
+/// more than [`MAX_STEP_PPM`] of a window (and two frames of rounding) is a step, not
+/// drift — the sender skipped time it lost, or paused, or the route changed: that window
+/// (which may hold both sides of the step) is left out and the next starts a new segment;
+/// the slope is common to all segments, each with its own offset (the pooled
+/// within-segment fit), so a step costs neither the estimate so far nor a measurement of
+/// its size.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClockDrift {
     window: u64,
     /// The open window: where it started (arrival), and its lowest transit with that
     /// packet's arrival.
     open: Option<(u64, i64, u64)>,
-    /// The first whole window's lowest transit and its arrival.
-    first: Option<(i64, u64)>,
-    /// The latest whole window's.
-    last: Option<(i64, u64)>,
+    /// The latest whole window's lowest transit.
+    last: Option<i64>,
+    /// The segment the windows go to now, and the co-moments of those before it.
+    seg: Segment,
+    sxx: f64,
+    sxy: f64,
+    /// Steps seen since the last restart, and windows in the fit.
+    steps: u32,
+    windows: u64,
 }
 
 impl ClockDrift {
@@ -78,8 +133,12 @@ impl ClockDrift {
         ClockDrift {
             window: window.max(1),
             open: None,
-            first: None,
             last: None,
+            seg: Segment::default(),
+            sxx: 0.0,
+            sxy: 0.0,
+            steps: 0,
+            windows: 0,
         }
     }
 
@@ -93,17 +152,32 @@ impl ClockDrift {
                 }
             }
             Some((_, low, at)) => {
-                let done = (*low, *at);
-                let step = self.window * MAX_STEP_PPM / 1_000_000 + 2;
-                match self.last.or(self.first) {
-                    Some((prev, _)) if (done.0 - prev).unsigned_abs() <= step => {
-                        self.last = Some(done)
-                    }
-                    _ => (self.first, self.last) = (Some(done), None),
-                }
+                let (low, at) = (*low, *at);
+                self.close(low, at);
                 self.open = Some((arrival, transit, arrival));
             }
             None => self.open = Some((arrival, transit, arrival)),
+        }
+    }
+
+    /// Ends a window whose lowest transit was `low`, at arrival `at`.
+    fn close(&mut self, low: i64, at: u64) {
+        let fade = (-1.0 / MEMORY_WINDOWS).exp();
+        self.seg.fade(fade);
+        self.sxx *= fade;
+        self.sxy *= fade;
+        let step = (self.window * MAX_STEP_PPM / 1_000_000 + 2) as i64;
+        match self.last.replace(low) {
+            Some(prev) if (low - prev).abs() > step => {
+                self.steps += 1;
+                self.sxx += self.seg.sxx;
+                self.sxy += self.seg.sxy;
+                self.seg = Segment::default();
+            }
+            _ => {
+                self.seg.add(at, low);
+                self.windows += 1;
+            }
         }
     }
 
@@ -112,16 +186,21 @@ impl ClockDrift {
         *self = ClockDrift::new(self.window);
     }
 
+    /// Steps in the transit time seen since the last restart.
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
     /// The sender's clock rate over the receiver's, minus one, in parts per million
-    /// (positive: the sender runs fast); `None` until [`MIN_WINDOWS`] lie between the
-    /// first whole window and the latest.
+    /// (positive: the sender runs fast); `None` until more than [`MIN_WINDOWS`]
+    /// windows are in the fit.
     pub fn ppm(&self) -> Option<f64> {
-        let ((t0, a0), (t1, a1)) = (self.first?, self.last?);
-        if a1 < a0 + MIN_WINDOWS * self.window {
+        let (sxx, sxy) = (self.sxx + self.seg.sxx, self.sxy + self.seg.sxy);
+        if self.windows <= MIN_WINDOWS || sxx <= 0.0 {
             return None;
         }
         // + 0.0: no drift reads as 0, not -0.
-        Some((t0 - t1) as f64 / (a1 - a0) as f64 * 1e6 + 0.0)
+        Some(-sxy / sxx * 1e6 + 0.0)
     }
 }
 
@@ -193,13 +272,14 @@ mod tests {
                 assert_eq!(d.ppm(), None, "at {arrival}");
             }
         }
-        // First window's lowest transit 0 at arrival 0; the last whole window
-        // [180_000, 200_000) has 9 at 180_000: -9 / 180_000 = -50 ppm.
-        assert_eq!(d.ppm(), Some(-50.0));
+        // Window k's lowest transit is k, at arrival 20_000 k: ten points on a line of
+        // slope 1 / 20_000, so -50 ppm.
+        let ppm = d.ppm().expect("nine windows");
+        assert!((ppm + 50.0).abs() < 1e-9, "{ppm}");
     }
 
     #[test]
-    fn a_pause_in_sending_starts_the_estimate_over() {
+    fn a_pause_in_sending_is_a_step_not_drift() {
         // On time for 20 windows, then the sender pauses for 4800 frames (100 ms) and
         // its timestamps go on from where they stopped: the transit steps up for good.
         let mut d = ClockDrift::new(1000);
@@ -211,15 +291,57 @@ mod tests {
             d.ppm().unwrap().is_sign_positive(),
             "shown as 0.0, not -0.0"
         );
-        // Not -4800 frames over some 20_000 (about -200_000 ppm): a new timeline,
-        // measured anew, with nothing to say until eight windows passed on it.
-        // (The first window after the step closes at packet 2100.)
+        // Not -4800 frames over some 20_000 (about -200_000 ppm): the step is taken
+        // out and the line goes on.
         for k in 2000..3500u64 {
             d.update(4800 + 10 * k, 10 * k);
-            if (2100..2850).contains(&k) {
-                assert_eq!(d.ppm(), None, "packet {k}");
+            assert_eq!(d.ppm(), Some(0.0), "packet {k}");
+        }
+        assert_eq!(d.steps(), 1);
+        d.restart();
+        assert_eq!((d.ppm(), d.steps()), (None, 0));
+    }
+
+    #[test]
+    fn a_drifting_sender_that_skips_lost_time_keeps_its_estimate() {
+        // 500 ppm fast through 0..=29 frames of queueing, windows of 48_000; every
+        // 10 s the sender skips 1440 frames (30 ms its graph lost) in its timestamps,
+        // which lowers the transit time for good.
+        let mut d = ClockDrift::new(48_000);
+        let mut skipped = 0u64;
+        for k in 0..60_000u64 {
+            let arrival = 48 * k;
+            if k > 0 && k % 10_000 == 0 {
+                skipped += 1440;
+            }
+            let ts = (arrival as f64 * 1.0005) as u64 + skipped;
+            d.update(arrival + (k * 7919) % 30, ts);
+        }
+        assert_eq!(d.steps(), 5);
+        let ppm = d.ppm().expect("an estimate after 60 s");
+        assert!((ppm - 500.0).abs() < 3.0, "{ppm}");
+    }
+
+    #[test]
+    fn a_sender_settling_after_its_start_is_forgotten() {
+        // 500 ppm fast; the first packets left 6 ms (288 frames) early, less and less
+        // so over eight seconds, as a sender settling its pace might (too gradual to be
+        // a step). A slope from the first window would be 288 frames short over the
+        // run: 200 ppm low at 30 s, 100 ppm at 60 s.
+        let mut d = ClockDrift::new(48_000);
+        let mut at_30 = None;
+        for k in 0..60_000u64 {
+            let arrival = 48 * k;
+            let early = 288u64.saturating_sub(288 * k / 8000);
+            let ts = (arrival as f64 * 1.0005) as u64 + early;
+            d.update(arrival, ts);
+            if k == 30_000 {
+                at_30 = d.ppm();
             }
         }
-        assert_eq!(d.ppm(), Some(0.0));
+        let (at_30, at_60) = (at_30.expect("an estimate at 30 s"), d.ppm().unwrap());
+        // (Measured: 443.8 and 497.5.)
+        assert!((at_30 - 500.0).abs() < 80.0, "{at_30}");
+        assert!((at_60 - 500.0).abs() < 5.0, "{at_60}");
     }
 }

@@ -59,6 +59,9 @@ pub struct JitterConfig {
     pub capacity: usize,
     /// Frames of the concealment's fade out and back in.
     pub fade: usize,
+    /// Frames beyond the target (after a pull) past which a gap being concealed is cut
+    /// short; `None`: gaps are always played out. Receivers use [`EXCESS_S`].
+    pub excess: Option<usize>,
     /// The only source address packets are taken from, when set.
     pub source: Option<IpAddr>,
 }
@@ -123,6 +126,10 @@ pub struct JitterStats {
     pub restarts: u64,
     /// Frames concealed (played while missing).
     pub concealed: u64,
+    /// Frames passed over instead of played: missing ones because the buffer held more
+    /// than [`JitterConfig::excess`] beyond its target (see [`JitterBuffer::pull`]),
+    /// and any asked for by [`JitterBuffer::drop_ahead`].
+    pub skipped: u64,
     /// Times the buffer ran dry while playing and filled up again.
     pub underruns: u64,
     /// Frames buffered ahead of the play position (the delay the buffer adds now).
@@ -143,6 +150,12 @@ enum State {
     /// Pulls take frames.
     Playing,
 }
+
+/// Seconds beyond the target (after a pull) past which receivers cut a gap being
+/// concealed short rather than play it out ([`JitterConfig::excess`]): a sender's skip of time it lost arriving while this
+/// receiver had stalled too (or its own xrun) left the buffer that much fuller, and
+/// playing the whole gap would keep the latency it added for good.
+pub const EXCESS_S: f64 = 0.010;
 
 /// The jitter buffer of one received stream.
 #[derive(Debug)]
@@ -169,6 +182,9 @@ pub struct JitterBuffer {
     last: Vec<f32>,
     gap: usize,
     fade_in: usize,
+    /// Frames to drop ahead ([`JitterBuffer::drop_ahead`]) once the fade out left ends.
+    drop: usize,
+    drop_fade: usize,
     jitter: InterarrivalJitter,
     drift: ClockDrift,
     /// Packets accepted, and lost, before the stream last started over.
@@ -227,6 +243,8 @@ impl JitterBuffer {
             last: vec![0.0; cfg.channels],
             gap: 0,
             fade_in: 0,
+            drop: 0,
+            drop_fade: 0,
             jitter: InterarrivalJitter::default(),
             // Windows as long as the ring (a receiver sizes it to a second or more):
             // the smallest transit in each.
@@ -357,6 +375,21 @@ impl JitterBuffer {
         }
     }
 
+    /// Drops up to `frames` frames ahead of the play position, audio or not: the
+    /// receiver's own graph lost time (a stall, an xrun) and what it did not play sits
+    /// in the buffer as latency its sender's other receivers do not have. The next pulls
+    /// fade out over `fade` frames, drop, and fade back in; never below the target (and
+    /// the pull in progress). Returns the frames that will be dropped. Allocates nothing.
+    pub fn drop_ahead(&mut self, frames: usize) -> usize {
+        if self.state != State::Playing || self.drop > 0 {
+            return 0;
+        }
+        let spare = (self.end - self.read).saturating_sub((self.cfg.target + self.cfg.fade) as u64);
+        self.drop = frames.min(spare as usize);
+        self.drop_fade = self.cfg.fade;
+        self.drop
+    }
+
     /// Fills `out` (interleaved, `out.len() / channels` frames) with the next frames:
     /// silence until the target is reached, then the stream, concealing what is missing.
     /// Allocates nothing.
@@ -376,7 +409,37 @@ impl JitterBuffer {
             return;
         }
         let mut concealed = false;
-        for frame in out.chunks_exact_mut(ch) {
+        let n = (whole / ch) as u64;
+        let keep = self
+            .cfg
+            .excess
+            .map_or(u64::MAX / 4, |e| (self.cfg.target + e) as u64);
+        for (i, frame) in out.chunks_exact_mut(ch).enumerate() {
+            // Past the fade out, a gap is passed over while what would stay buffered
+            // after this pull is still more than `keep`: never audio, only silence, and
+            // the fade in follows as after any gap.
+            if self.gap > 0 && self.gap >= self.cfg.fade {
+                let left = n - i as u64;
+                while self.read + left + keep < self.end
+                    && !self.present[(self.read & self.mask) as usize]
+                {
+                    self.read += 1;
+                    self.stats.skipped += 1;
+                }
+            }
+            if self.drop > 0 && self.drop_fade == 0 {
+                for _ in 0..self.drop.min((self.end - self.read) as usize) {
+                    let at = (self.read & self.mask) as usize;
+                    if self.present[at] {
+                        self.present[at] = false;
+                        self.filled -= 1;
+                    }
+                    self.read += 1;
+                    self.stats.skipped += 1;
+                }
+                self.drop = 0;
+                self.fade_in = self.cfg.fade;
+            }
             let at = (self.read & self.mask) as usize;
             if self.present[at] {
                 self.present[at] = false;
@@ -403,10 +466,16 @@ impl JitterBuffer {
                 }
                 self.fade_in = self.cfg.fade;
             }
+            if self.drop > 0 {
+                let gain = self.drop_fade as f32 / (self.cfg.fade + 1) as f32;
+                frame.iter_mut().for_each(|s| *s *= gain);
+                self.drop_fade -= 1;
+            }
             self.read += 1;
         }
         self.end = self.end.max(self.read);
         if concealed && self.filled == 0 {
+            self.drop = 0;
             self.stats.underruns += 1;
             self.state = State::Buffering;
         }
@@ -432,6 +501,7 @@ impl JitterBuffer {
         self.jump_run = 0;
         self.foreign_run = 0;
         self.stats.restarts += 1;
+        self.drop = 0;
         // What was lost so far stays counted.
         self.lost_before = self.stats().lost;
         self.start(ssrc, ts, seq);

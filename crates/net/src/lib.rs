@@ -15,14 +15,16 @@ pub mod payload;
 pub mod rtp;
 pub mod sap;
 pub mod sdp;
+pub mod steer;
 
 pub use arrival::{ClockDrift, InterarrivalJitter};
 pub use directory::{Change, Directory, DirectoryConfig, DirectoryStats, GoneReason, SessionKey};
-pub use jitter::{JitterBuffer, JitterConfig, JitterError, JitterStats, Push};
+pub use jitter::{EXCESS_S, JitterBuffer, JitterConfig, JitterError, JitterStats, Push};
 pub use payload::{Encoding, PayloadError};
 pub use rtp::{RtpError, RtpHeader, RtpPacket};
 pub use sap::{SapError, SapKind, SapPacket};
 pub use sdp::{SdpError, SessionDescription};
+pub use steer::PlayoutSteer;
 
 /// Most channels a stream may carry (AES67 needs 8; the devices' bound is 64).
 pub const MAX_CHANNELS: u16 = 64;

@@ -10,6 +10,7 @@
 
 mod common;
 mod discover;
+mod playout;
 mod recv;
 mod sap;
 mod send;

@@ -7,11 +7,11 @@
 //! within its contract.
 
 use super::common::{MAX_PAYLOAD, NetCounters, STOP_POLL, bind_shared, now_ns, packet_frames};
+use super::playout::Playout;
 use super::status::{NetHandle, RecvLive};
 use crate::clock::RealClock;
 use crate::pacer::Pacer;
 use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus, check_format};
-use quaver_dsp::resample::{ResampleQuality, StreamResampler};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
 use quaver_net::{Encoding, JitterBuffer, JitterConfig, JitterStats, Push, RtpPacket};
 use rustix::event::{PollFd, PollFlags};
@@ -19,9 +19,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-
-/// Most frames one resampled pull produces (longer reads are cut into such pieces).
-const RESAMPLE_CHUNK: usize = 4096;
 
 /// The longest datagram handed to the RT side (longer ones are dropped and counted).
 const MAX_DATAGRAM: usize = 2048;
@@ -121,8 +118,8 @@ pub struct RtpRecv {
     counters: DeviceCounters,
     records: rtrb::Consumer<u8>,
     jitter: JitterBuffer,
-    /// From the stream's rate to the device's, when they differ.
-    resampler: Option<StreamResampler>,
+    /// Direct or resampled, steered to the sender's clock.
+    playout: Playout,
     /// The stream's rate (the jitter buffer's and the arrival times' unit).
     stream_rate: u32,
     packet: Vec<u8>,
@@ -144,25 +141,15 @@ impl RtpRecv {
         check_format(&cfg.name, cfg.rate, &cfg.channels)?;
         check_format(&cfg.name, cfg.device_rate, &cfg.channels)?;
         let channels = cfg.channels.len();
-        let resampler = (cfg.rate != cfg.device_rate)
-            .then(|| {
-                StreamResampler::new_fixed(
-                    cfg.rate,
-                    cfg.device_rate,
-                    channels,
-                    ResampleQuality::Medium,
-                    RESAMPLE_CHUNK,
-                )
-            })
-            .transpose()
-            .map_err(|e| DeviceError::BadSpec {
+        let target = packet_frames(cfg.rate, cfg.latency_us);
+        let playout = Playout::new(cfg.rate, cfg.device_rate, channels, target).map_err(|e| {
+            DeviceError::BadSpec {
                 spec: cfg.name.clone(),
                 reason: e.to_string(),
-            })?;
+            }
+        })?;
         // Interleaved scratch for one pull from the jitter buffer.
-        let scratch = resampler
-            .as_ref()
-            .map_or(8192, |r| r.max_pull_input().max(8192));
+        let scratch = playout.max_pull_input().max(8192);
         // Any packet time whose packets fit one datagram.
         let max_packet = MAX_PAYLOAD / (cfg.encoding.bytes() * channels);
         let io = |source| DeviceError::Io {
@@ -189,7 +176,6 @@ impl RtpRecv {
         // Room for bursts while the network thread is not scheduled (best effort: the
         // kernel caps it at net.core.rmem_max).
         let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&socket, 1 << 20);
-        let target = packet_frames(cfg.rate, cfg.latency_us);
         let jitter = JitterBuffer::new(JitterConfig {
             encoding: cfg.encoding,
             channels,
@@ -199,6 +185,7 @@ impl RtpRecv {
             // Room for a second of audio beyond the target: a sender far ahead is a jump.
             capacity: cfg.rate as usize,
             fade: (cfg.rate / 1000) as usize,
+            excess: Some((cfg.rate as f64 * quaver_net::EXCESS_S) as usize),
             source: cfg.source,
         })
         .map_err(|e| DeviceError::BadSpec {
@@ -219,7 +206,7 @@ impl RtpRecv {
             .name(format!("rtp-recv {}", cfg.listen))
             .spawn(move || receiver.run())
             .map_err(io)?;
-        let resampled = if resampler.is_some() {
+        let resampled = if cfg.rate != cfg.device_rate {
             format!(", resampled to {} Hz", cfg.device_rate)
         } else {
             String::new()
@@ -252,7 +239,7 @@ impl RtpRecv {
             counters: DeviceCounters::default(),
             records: consumer,
             jitter,
-            resampler,
+            playout,
             stream_rate: cfg.rate,
             packet: vec![0; MAX_DATAGRAM],
             interleaved: vec![0.0; scratch * channels],
@@ -274,6 +261,21 @@ impl RtpRecv {
         self.handle.set_session(name);
     }
 
+    /// Steers at `factor` (stream frames consumed per frame played) from the next read
+    /// on, as if the playout loop had engaged and said so: for tests and benchmarks of
+    /// the resampled path and of the switch to it. *control*, before the device goes
+    /// to the real-time thread.
+    #[doc(hidden)]
+    pub fn force_steering(&mut self, factor: f64) {
+        self.playout.forced = Some(factor);
+    }
+
+    /// Whether reads go through the resampler.
+    #[cfg(test)]
+    pub(super) fn playout_resampling(&self) -> bool {
+        self.playout.resampling()
+    }
+
     /// The jitter buffer's counters, and the datagrams that were not RTP at all.
     pub fn stats(&self) -> (JitterStats, u64) {
         (self.jitter.stats(), self.malformed)
@@ -287,42 +289,6 @@ impl RtpRecv {
             self.net.errors.load(Ordering::Relaxed),
             self.net.dropped.load(Ordering::Relaxed),
         )
-    }
-
-    /// Fills `buf` from the jitter buffer at the stream's rate. *RT*.
-    fn read_direct(&mut self, buf: &mut PlanarMut<'_>) {
-        let ch = buf.channels();
-        let max = self.interleaved.len() / ch;
-        let mut done = 0;
-        while done < buf.frames() {
-            let n = (buf.frames() - done).min(max);
-            let inter = &mut self.interleaved[..n * ch];
-            self.jitter.pull(inter);
-            deinterleave(inter, &mut buf.part_mut(done, n));
-            done += n;
-        }
-    }
-
-    /// Fills `buf` through the resampler, which pulls the stream's frames it needs from
-    /// the jitter buffer. *RT* (the resampler allocates only when built).
-    fn read_resampled(&mut self, buf: &mut PlanarMut<'_>) {
-        let Some(rs) = self.resampler.as_mut() else {
-            return;
-        };
-        let (jitter, inter) = (&mut self.jitter, &mut self.interleaved);
-        let mut done = 0;
-        while done < buf.frames() {
-            let n = (buf.frames() - done).min(RESAMPLE_CHUNK);
-            let mut part = buf.part_mut(done, n);
-            rs.process_pull(&mut part, &mut |input: &mut PlanarMut<'_>| {
-                let (m, ch) = (input.frames(), input.channels());
-                let inter = &mut inter[..m * ch];
-                jitter.pull(inter);
-                deinterleave(inter, input);
-                m
-            });
-            done += n;
-        }
     }
 
     /// Moves every datagram the network thread handed over into the jitter buffer. *RT*.
@@ -391,13 +357,11 @@ impl Device for RtpRecv {
 
     fn read(&mut self, buf: &mut PlanarMut<'_>) -> Result<(), DeviceError> {
         self.drain();
-        if self.resampler.is_some() {
-            self.read_resampled(buf);
-        } else {
-            self.read_direct(buf);
-        }
+        self.playout
+            .read(&mut self.jitter, &mut self.interleaved, buf);
         let stats = self.jitter.stats();
-        self.live.publish(&stats, self.malformed);
+        self.live
+            .publish(&stats, self.malformed, self.playout.steering_ppm());
         self.counters.underruns = stats.underruns;
         self.counters.frames_read += buf.frames() as u64;
         Ok(())
@@ -416,7 +380,7 @@ impl Device for RtpRecv {
     fn capture_delay(&self) -> usize {
         let buffered =
             self.jitter.stats().buffered * self.info.rate as u64 / self.stream_rate as u64;
-        buffered as usize + self.resampler.as_ref().map_or(0, |r| r.delay_frames())
+        buffered as usize + self.playout.delay_frames()
     }
 
     fn fades_in_on_start(&self) -> bool {
@@ -477,16 +441,6 @@ impl Drop for RtpRecv {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-    }
-}
-
-/// Interleaved `inter` into the planar `out` (as many frames as `out` has).
-fn deinterleave(inter: &[f32], out: &mut PlanarMut<'_>) {
-    let ch = out.channels();
-    for c in 0..ch {
-        for (o, frame) in out.channel_mut(c).iter_mut().zip(inter.chunks_exact(ch)) {
-            *o = frame[c];
         }
     }
 }

@@ -12,15 +12,91 @@ use crate::clock::RealClock;
 use crate::pacer::Pacer;
 use crate::{Device, DeviceCounters, DeviceError, DeviceInfo, WaitStatus, check_format};
 use quaver_dsp::{ChannelMap, Planar, PlanarMut};
-use quaver_net::{Encoding, RtpHeader, SessionDescription};
+use quaver_net::{ClockDrift, Encoding, PlayoutSteer, RtpHeader, SessionDescription};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Nothing to send for this long is a pause: the packet schedule starts over after it.
 const PAUSE: Duration = Duration::from_millis(100);
+
+/// A due packet's data this late is time the graph lost, not the phase of its writes
+/// (those leave a packet or two waiting at most).
+const LOST_AFTER: Duration = Duration::from_millis(8);
+
+/// The sender's packet clock against its graph's: the graph runs on its driver's clock
+/// (a sound card's crystal), packets leave on the monotonic clock, and a card a little
+/// fast would fill the ring until it overflowed. The ring's level steers the packet
+/// interval with the loop a receiver steers its playout with ([`PlayoutSteer`]), seeded
+/// by the graph's rate against the monotonic clock measured from when its writes are
+/// seen ([`ClockDrift`], as a receiver measures a sender from arrivals), so packets
+/// leave evenly at the graph's pace and receivers see the card's clock, not ours.
+struct GraphPace {
+    steer: PlayoutSteer,
+    drift: ClockDrift,
+    rate: f64,
+    channels: usize,
+    /// Since when the graph's writes are timed (the stream's start or its last pause).
+    start: Instant,
+    /// Frames taken out of the ring, and the graph's total writes last seen.
+    taken: u64,
+    written: u64,
+    last: Instant,
+    /// Stream frames to send per frame of the monotonic clock.
+    factor: f64,
+}
+
+impl GraphPace {
+    fn new(rate: u32, channels: usize, target: usize) -> Self {
+        let now = Instant::now();
+        GraphPace {
+            steer: PlayoutSteer::new(target, rate),
+            drift: ClockDrift::new(rate as u64),
+            rate: rate as f64,
+            channels,
+            start: now,
+            taken: 0,
+            written: 0,
+            last: now,
+            factor: 1.0,
+        }
+    }
+
+    /// The stream paused: its writes are timed anew, the estimate of the clocks kept.
+    fn restart(&mut self) {
+        self.steer.restart();
+        self.drift.restart();
+        self.start = Instant::now();
+        self.last = self.start;
+        self.written = self.taken;
+    }
+
+    /// The schedule restarted after the ring ran dry: the packets' phase against the
+    /// graph's writes is new, and so is the ring's mean level. The loop takes that level
+    /// to hold; steered back to the old one instead, it bent the pace by a few hundred
+    /// ppm for tens of seconds, which receivers read as the sender's clock.
+    fn resync(&mut self) {
+        self.steer.restart();
+    }
+
+    /// Looks at the ring (`slots` samples waiting) at `now`.
+    fn observe(&mut self, slots: usize, now: Instant) {
+        let level = slots / self.channels;
+        let written = self.taken + level as u64;
+        if written != self.written {
+            self.written = written;
+            let arrival = ((now - self.start).as_secs_f64() * self.rate) as u64;
+            self.drift.update(arrival, written);
+        }
+        let dt = (now - self.last).as_secs_f64();
+        self.last = now;
+        if dt > 0.0 {
+            self.factor = self.steer.update(level, dt, self.drift.ppm());
+        }
+    }
+}
 
 /// How to open an [`RtpSend`].
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +158,18 @@ struct Sender {
     stop: Arc<AtomicBool>,
     counters: Arc<NetCounters>,
     sap: Option<Announcer>,
+    /// The graph's transit ([`GraphTransit`]).
+    transit: Arc<GraphTransit>,
+}
+
+/// When the graph's last write came, minus the time of the frames it had written by
+/// then, in nanoseconds of the monotonic clock since `base`: constant while the graph
+/// keeps time, up by whatever time it loses (its driver's xrun). Stamped by the RT
+/// side at each write (a vDSO clock read and a relaxed store), so the network
+/// thread's own lateness does not count.
+struct GraphTransit {
+    base: Instant,
+    ns: AtomicI64,
 }
 
 impl Sender {
@@ -119,6 +207,32 @@ impl Sender {
         self.header.timestamp = self.header.timestamp.wrapping_add(self.frames as u32);
     }
 
+    /// The graph lost `lost` (its writes came that much later than its frames' count
+    /// says: its driver's xrun, measured across a stall) and the packets now leave
+    /// `slip` behind their schedule. Past [`LOST_AFTER`] both, the timestamps skip the
+    /// slip in whole packets, so receivers conceal the gap and keep their delay. Sent on
+    /// with the timestamps unbroken, the stream would reach them late by the gap: each
+    /// sender xrun took ~30 ms off a receiver's buffer until it underran. The slip, not
+    /// the time lost: what the ring held when the graph stalled carried the packets
+    /// through part of it (skipped by the time lost, a receiver's buffer gained 21 ms).
+    fn skip_lost(&mut self, lost: Duration, slip: Duration) {
+        if lost > LOST_AFTER && slip > LOST_AFTER {
+            let packets =
+                (slip.as_secs_f64() * self.rate as f64 / self.frames as f64).round() as u32;
+            self.header.timestamp = self
+                .header
+                .timestamp
+                .wrapping_add(packets.wrapping_mul(self.frames as u32));
+            tracing::debug!(
+                "rtp-send to {}: the graph lost {:.1} ms, packets {:.1} ms behind; \
+                 timestamps skip {packets} packets",
+                self.dest,
+                lost.as_secs_f64() * 1e3,
+                slip.as_secs_f64() * 1e3
+            );
+        }
+    }
+
     fn run(mut self) {
         let per_packet = self.frames * self.channels;
         let mut samples = vec![0.0f32; per_packet];
@@ -132,28 +246,50 @@ impl Sender {
         // None after a pause (nothing to send for PAUSE): the next packet starts anew.
         let mut due: Option<Instant> = None;
         let mut next_sap = Instant::now();
+        let mut pace = GraphPace::new(self.rate, self.channels, self.frames * 2);
+        // Since when a due packet has found the ring empty, and the graph's transit then.
+        let mut starved: Option<(Instant, i64)> = None;
         while !self.stop.load(Ordering::Relaxed) {
             if Instant::now() >= next_sap {
                 self.announce(false);
                 next_sap += SAP_INTERVAL;
             }
-            // Late packets (the engine or this thread was held up) leave at once.
+            // Late packets (this thread was held up) leave at once.
             while due.is_none_or(|d| d <= Instant::now()) {
                 let Ok(chunk) = self.samples.read_chunk(per_packet) else {
+                    // Due but not there: the graph is behind the schedule (it lost
+                    // time in an xrun, or its clock is slower). The schedule restarts
+                    // from the packet's arrival; sent in a burst instead, the packets
+                    // after it would reach receivers late by the gap, as jitter.
+                    starved
+                        .get_or_insert((Instant::now(), self.transit.ns.load(Ordering::Relaxed)));
                     break;
                 };
                 let (a, b) = chunk.as_slices();
                 samples[..a.len()].copy_from_slice(a);
                 samples[a.len()..].copy_from_slice(b);
                 chunk.commit_all();
+                pace.taken += self.frames as u64;
+                if let Some((_, before)) = starved.take() {
+                    let now = Instant::now();
+                    let slip = due.map_or(Duration::ZERO, |d| now.saturating_duration_since(d));
+                    due = Some(now);
+                    pace.resync();
+                    let lost_ns = self.transit.ns.load(Ordering::Relaxed) - before;
+                    self.skip_lost(Duration::from_nanos(lost_ns.max(0) as u64), slip);
+                }
                 self.send(&samples, &mut payload, &mut packet);
-                due = Some(due.unwrap_or_else(Instant::now) + ptime);
+                due = Some(due.unwrap_or_else(Instant::now) + ptime.div_f64(pace.factor));
             }
             let now = Instant::now();
-            let sleep = match due {
-                Some(d) if d > now => (d - now).min(STOP_POLL),
-                Some(d) if now - d > PAUSE => {
-                    due = None;
+            if due.is_some() {
+                pace.observe(self.samples.slots(), now);
+            }
+            let sleep = match (due, starved) {
+                (Some(d), _) if d > now => (d - now).min(STOP_POLL),
+                (Some(_), Some((s, _))) if now - s > PAUSE => {
+                    (due, starved) = (None, None);
+                    pace.restart();
                     nap
                 }
                 _ => nap,
@@ -175,6 +311,9 @@ pub struct RtpSend {
     net: Arc<NetCounters>,
     handle: NetHandle,
     last_write: usize,
+    transit: Arc<GraphTransit>,
+    /// Frames the graph has written, for [`GraphTransit`].
+    written: u64,
 }
 
 impl RtpSend {
@@ -219,6 +358,10 @@ impl RtpSend {
             .sap
             .and_then(|group| Announcer::new(describe(&cfg), group));
         let handle = NetHandle::send(net.clone(), cfg.dest, announcer.as_ref().map(|a| a.group));
+        let transit = Arc::new(GraphTransit {
+            base: Instant::now(),
+            ns: AtomicI64::new(0),
+        });
         let sender = Sender {
             socket,
             dest: cfg.dest,
@@ -231,6 +374,7 @@ impl RtpSend {
             stop: stop.clone(),
             counters: net.clone(),
             sap: announcer,
+            transit: transit.clone(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("rtp-send {}", cfg.dest))
@@ -257,6 +401,8 @@ impl RtpSend {
             net,
             handle,
             last_write: 0,
+            transit,
+            written: 0,
         })
     }
 
@@ -303,6 +449,10 @@ impl Device for RtpSend {
         };
         chunk.fill_from_iter((0..frames).flat_map(|f| (0..ch).map(move |c| buf.channel(c)[f])));
         self.counters.frames_written += frames as u64;
+        self.written += frames as u64;
+        let at = self.transit.base.elapsed().as_nanos() as i64;
+        let played = (self.written as u128 * 1_000_000_000 / self.info.rate as u128) as i64;
+        self.transit.ns.store(at - played, Ordering::Relaxed);
         Ok(())
     }
 

@@ -54,6 +54,10 @@ pub struct RtpRecvStatus {
     /// The sender's clock against ours, minus one, ppm (positive: the sender runs
     /// fast), as measured from the packets' arrival times; `None` in the first seconds.
     pub drift_ppm: Option<f64>,
+    /// Once the receiver resamples to follow the sender's clock: the playout loop's
+    /// estimate of that clock against ours, ppm; `None` while it plays the stream as it
+    /// comes (bit-exact).
+    pub steered_ppm: Option<f64>,
 }
 
 /// An RTP sender's figures.
@@ -86,6 +90,8 @@ pub(crate) struct RecvLive {
     buffered: AtomicU64,
     /// f64 bits; NaN for none.
     drift: AtomicU64,
+    /// f64 bits; NaN while not steered.
+    steered: AtomicU64,
     /// The latest accepted packet's sender, IPv6 (IPv4 mapped) in two halves, and its
     /// port with bit 16 set once there is one.
     remote_hi: AtomicU64,
@@ -97,7 +103,7 @@ pub(crate) struct RecvLive {
 
 impl RecvLive {
     /// Copies the jitter buffer's counters. *RT*: relaxed stores only.
-    pub(crate) fn publish(&self, st: &JitterStats, malformed: u64) {
+    pub(crate) fn publish(&self, st: &JitterStats, malformed: u64, steered_ppm: Option<f64>) {
         let dropped = st.wrong_source
             + st.wrong_type
             + st.malformed
@@ -116,6 +122,8 @@ impl RecvLive {
         self.drift
             .store(st.drift_ppm.unwrap_or(f64::NAN).to_bits(), Relaxed);
         self.malformed.store(malformed, Relaxed);
+        self.steered
+            .store(steered_ppm.unwrap_or(f64::NAN).to_bits(), Relaxed);
     }
 
     /// Notes the sender of an accepted packet. *RT*: relaxed stores only.
@@ -197,6 +205,7 @@ impl NetHandle {
             } => {
                 let ms = |frames: f64| frames / frames_per_ms;
                 let drift = f64::from_bits(live.drift.load(Relaxed));
+                let steered = f64::from_bits(live.steered.load(Relaxed));
                 NetStatus::RtpRecv(RtpRecvStatus {
                     listen: *listen,
                     remote: live.remote(),
@@ -215,6 +224,7 @@ impl NetHandle {
                     target_ms: ms(*target_frames as f64),
                     delay_ms: ms(live.buffered.load(Relaxed) as f64),
                     drift_ppm: drift.is_finite().then_some(drift),
+                    steered_ppm: steered.is_finite().then_some(steered),
                 })
             }
             Kind::Send { net, dest, sap } => NetStatus::RtpSend(RtpSendStatus {

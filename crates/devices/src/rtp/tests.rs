@@ -150,3 +150,78 @@ fn packets_too_big_for_one_datagram_are_refused() {
          more than 1440 (use a shorter ptime)"
     );
 }
+
+#[test]
+fn the_switch_to_the_resampler_mid_stream_leaves_no_gap_and_no_jump() {
+    // A 1 kHz sine straight from the jitter buffer, then through the resampler from
+    // the cycle the loop engages (forced here, at exactly the sender's pace): every
+    // frame played is the sine at its own position, before and after.
+    let channels = ChannelMap::stereo();
+    let (rate, q, cycles) = (48_000usize, 480usize, 40usize);
+    let mut rx = RtpRecv::open(RtpRecvConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        source: None,
+        encoding: Encoding::L24,
+        rate: rate as u32,
+        device_rate: rate as u32,
+        channels: channels.clone(),
+        payload_type: 97,
+        latency_us: 10_000,
+        name: "rtp-recv".into(),
+    })
+    .unwrap();
+    let mut tx = RtpSend::open(RtpSendConfig {
+        dest: rx.local_addr(),
+        encoding: Encoding::L24,
+        rate: rate as u32,
+        channels,
+        ptime_us: 1_000,
+        payload_type: 97,
+        ttl: 1,
+        sap: None,
+        name: "rtp-send".into(),
+    })
+    .unwrap();
+    let sine = |n: usize| {
+        (0.5 * (2.0 * std::f64::consts::PI * 1000.0 * n as f64 / rate as f64).sin()) as f32
+    };
+    let mut buf = PlanarBuf::new(2, q);
+    for k in 0..cycles {
+        for c in 0..2 {
+            for (f, s) in buf.channel_mut(c).iter_mut().enumerate() {
+                *s = sine(k * q + f);
+            }
+        }
+        tx.write(buf.view(q)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let want = (cycles * q / 48) as u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while rx.received().0 < want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut worst = (0.0f32, 0usize);
+    for k in 0..cycles - 5 {
+        if k == 10 {
+            assert!(!rx.playout_resampling(), "direct until the loop engages");
+            rx.force_steering(1.0);
+        }
+        let mut view = buf.view_mut(q);
+        rx.read(&mut view).unwrap();
+        for f in 0..q {
+            let e = (buf.channel(0)[f] - sine(k * q + f)).abs();
+            if e > worst.0 {
+                worst = (e, k * q + f);
+            }
+        }
+    }
+    assert!(rx.playout_resampling(), "resampling after the switch");
+    // A frame off would be 0.065 at the switch; the resampler's own error is far below.
+    assert!(
+        worst.0 < 2e-3,
+        "off by {} at frame {} (switch at {})",
+        worst.0,
+        worst.1,
+        10 * q
+    );
+}

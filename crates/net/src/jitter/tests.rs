@@ -22,6 +22,7 @@ fn config() -> JitterConfig {
         max_packet: PKT * 4,
         capacity: 0,
         fade: 8,
+        excess: None,
         source: Some(sender()),
     }
 }
@@ -403,4 +404,111 @@ fn bad_configs_are_refused() {
     );
     let jb = JitterBuffer::new(config()).unwrap();
     assert_eq!(jb.capacity(), 1024, "2 x (192 + 192) rounded up");
+}
+
+/// Ten packets' time in which neither side ran (one host stalled), then the sender's
+/// timestamps skip those ten packets: the receiver, which played nothing meanwhile,
+/// finds a gap of ten packets ahead on top of its target. Returns the stats, and the
+/// frames buffered after each pull that follows.
+fn gap_after_a_shared_stall(excess: Option<usize>) -> (JitterStats, Vec<u64>, Vec<f32>) {
+    let mut jb = JitterBuffer::new(JitterConfig { excess, ..config() }).unwrap();
+    let before = Stream::new(100, 5000);
+    let after = Stream::new(100, 5000 + 10 * PKT as u32);
+    for k in 0..40 {
+        before.push(&mut jb, k);
+        pull(&mut jb, PKT);
+    }
+    let (mut levels, mut played) = (Vec::new(), Vec::new());
+    for k in 40..80 {
+        assert_eq!(
+            after.push_at(&mut jb, k, (k + 10) * PKT as u64),
+            Push::Accepted
+        );
+        played.extend(pull(&mut jb, PKT));
+        levels.push(jb.stats().buffered);
+    }
+    (jb.stats(), levels, played)
+}
+
+#[test]
+fn a_gap_beyond_the_excess_is_cut_short_and_no_audio_is_lost() {
+    let cfg = config();
+    // Played out, the gap keeps its ten packets of latency for good.
+    let (st, levels, _) = gap_after_a_shared_stall(None);
+    assert_eq!(st.skipped, 0);
+    assert!(
+        *levels.last().unwrap() >= (cfg.target + 9 * PKT) as u64,
+        "{levels:?}"
+    );
+    // Cut short past two packets of excess: back within it, the fade out first.
+    let excess = 2 * PKT;
+    let (st, levels, played) = gap_after_a_shared_stall(Some(excess));
+    assert!(st.skipped > 0, "{st:?}");
+    assert_eq!(st.skipped + st.concealed, 10 * PKT as u64, "{st:?}");
+    assert!(st.concealed >= cfg.fade as u64, "{st:?}");
+    assert!(
+        *levels.last().unwrap() <= (cfg.target + excess) as u64,
+        "{levels:?}"
+    );
+    // Only silence was passed over: the last frame before the stall, the concealment
+    // played, `fade` frames fading in, then the signal exact from packet 40's frame on.
+    let at = |n: u64| {
+        played
+            .chunks_exact(CH)
+            .position(|f| f[0] == sample(n, 0))
+            .unwrap_or_else(|| panic!("frame {n} never played"))
+    };
+    let last = 40 * PKT as u64 - 1;
+    let (p, q) = (at(last), at(last + 1 + cfg.fade as u64));
+    assert_signal(&played[..(p + 1) * CH], last - p as u64);
+    assert_eq!((q - p - 1) as u64, st.concealed + cfg.fade as u64);
+    assert_signal(&played[q * CH..], last + 1 + cfg.fade as u64);
+}
+
+#[test]
+fn drop_ahead_fades_out_drops_and_fades_back_in() {
+    let cfg = config();
+    let fade = cfg.fade;
+    let mut jb = JitterBuffer::new(cfg.clone()).unwrap();
+    let s = Stream::new(3, 0);
+    // Six packets in, then one in and one out each time: plays from frame 0.
+    for k in 0..6 {
+        s.push(&mut jb, k);
+    }
+    let (mut played, mut dropped) = (Vec::new(), 0);
+    for k in 6..20 {
+        s.push(&mut jb, k);
+        if k == 12 {
+            // Not into the target (nor the fade): 13 packets in, 6 played.
+            dropped = jb.drop_ahead(10 * PKT);
+            assert_eq!(dropped, 7 * PKT - cfg.target - fade);
+            assert_eq!(jb.drop_ahead(PKT), 0, "one drop at a time");
+        }
+        played.extend(pull(&mut jb, PKT));
+    }
+    assert_eq!(jb.stats().skipped, dropped as u64);
+    let at = 6 * PKT;
+    assert_signal(&played[..at * CH], 0);
+    for j in 0..fade {
+        let out = (fade - j) as f32 / (fade + 1) as f32;
+        let back = 1.0 - (fade - j) as f32 / (fade + 1) as f32;
+        for c in 0..CH {
+            let n = (at + j) as u64;
+            assert_eq!(
+                played[(at + j) * CH + c],
+                sample(n, c) * out,
+                "fade out {j}"
+            );
+            let n = (at + fade + dropped + j) as u64;
+            assert_eq!(
+                played[(at + fade + j) * CH + c],
+                sample(n, c) * back,
+                "fade in {j}"
+            );
+        }
+    }
+    assert_signal(
+        &played[(at + 2 * fade) * CH..],
+        (at + 2 * fade + dropped) as u64,
+    );
 }

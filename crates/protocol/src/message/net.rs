@@ -57,6 +57,10 @@ pub struct RtpRecvInfo {
     /// The sender's clock against the receiver's, minus one, ppm (positive: the
     /// sender runs fast); `null` in the stream's first seconds.
     pub drift_ppm: Option<f64>,
+    /// The playout loop's estimate of the sender's clock, ppm, once the receiver
+    /// resamples to follow it; `null` while it plays the stream as it comes.
+    #[serde(default)]
+    pub steered_ppm: Option<f64>,
 }
 
 /// An RTP sender in [`NetDeviceStatus`].
@@ -114,6 +118,9 @@ impl NetDeviceStatus {
                 if let Some(d) = r.drift_ppm.filter(|d| !(-1e6..=1e6).contains(d)) {
                     return Err(format!("drift_ppm {d} is outside ±1000000"));
                 }
+                if let Some(d) = r.steered_ppm.filter(|d| !(-1e6..=1e6).contains(d)) {
+                    return Err(format!("steered_ppm {d} is outside ±1000000"));
+                }
                 if r.packets > r.datagrams {
                     return Err(format!(
                         "{} packets taken of {} datagrams received",
@@ -154,6 +161,7 @@ mod tests {
             target_ms: 60.0,
             delay_ms: 60.4,
             drift_ppm: Some(-3.2),
+            steered_ppm: Some(-3.0),
         }
     }
 
@@ -202,6 +210,7 @@ mod tests {
         bad(&|r| r.jitter_ms = -1.0, "jitter_ms -1 is outside");
         bad(&|r| r.delay_ms = f64::INFINITY, "delay_ms inf");
         bad(&|r| r.drift_ppm = Some(5e6), "drift_ppm 5000000");
+        bad(&|r| r.steered_ppm = Some(f64::INFINITY), "steered_ppm inf");
         bad(&|r| r.packets = 5000, "5000 packets taken of 1010");
         let s = NetDeviceStatus::RtpSend(RtpSendInfo {
             dest: "x".into(),

@@ -9,26 +9,26 @@ fn sample(frame: usize, c: usize) -> f32 {
     v as f32 / 8_388_608.0
 }
 
-#[test]
-fn loopback_stream_arrives_bit_exact_through_hostile_datagrams() {
-    let channels = ChannelMap::stereo();
-    let mut rx = RtpRecv::open(RtpRecvConfig {
+/// A 48 kHz stereo L24 receiver on a free loopback port (taking packets from `source`
+/// only, when given; 10 ms of jitter buffer) and a sender of 1 ms packets to it.
+fn loopback_pair(source: Option<std::net::IpAddr>) -> (RtpRecv, RtpSend) {
+    let rx = RtpRecv::open(RtpRecvConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
-        source: Some("127.0.0.1".parse().unwrap()),
+        source,
         encoding: Encoding::L24,
         rate: 48_000,
         device_rate: 48_000,
-        channels: channels.clone(),
+        channels: ChannelMap::stereo(),
         payload_type: 97,
         latency_us: 10_000,
         name: "rtp-recv".into(),
     })
     .unwrap();
-    let mut tx = RtpSend::open(RtpSendConfig {
+    let tx = RtpSend::open(RtpSendConfig {
         dest: rx.local_addr(),
         encoding: Encoding::L24,
         rate: 48_000,
-        channels,
+        channels: ChannelMap::stereo(),
         ptime_us: 1_000,
         payload_type: 97,
         ttl: 1,
@@ -36,6 +36,12 @@ fn loopback_stream_arrives_bit_exact_through_hostile_datagrams() {
         name: "rtp-send".into(),
     })
     .unwrap();
+    (rx, tx)
+}
+
+#[test]
+fn loopback_stream_arrives_bit_exact_through_hostile_datagrams() {
+    let (mut rx, mut tx) = loopback_pair(Some("127.0.0.1".parse().unwrap()));
     // Beside the stream, every cycle: three datagrams that are not RTP and one too long
     // from the sender's own address, and a well-formed packet from another host.
     let junk = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -156,32 +162,8 @@ fn the_switch_to_the_resampler_mid_stream_leaves_no_gap_and_no_jump() {
     // A 1 kHz sine straight from the jitter buffer, then through the resampler from
     // the cycle the loop engages (forced here, at exactly the sender's pace): every
     // frame played is the sine at its own position, before and after.
-    let channels = ChannelMap::stereo();
     let (rate, q, cycles) = (48_000usize, 480usize, 40usize);
-    let mut rx = RtpRecv::open(RtpRecvConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        source: None,
-        encoding: Encoding::L24,
-        rate: rate as u32,
-        device_rate: rate as u32,
-        channels: channels.clone(),
-        payload_type: 97,
-        latency_us: 10_000,
-        name: "rtp-recv".into(),
-    })
-    .unwrap();
-    let mut tx = RtpSend::open(RtpSendConfig {
-        dest: rx.local_addr(),
-        encoding: Encoding::L24,
-        rate: rate as u32,
-        channels,
-        ptime_us: 1_000,
-        payload_type: 97,
-        ttl: 1,
-        sap: None,
-        name: "rtp-send".into(),
-    })
-    .unwrap();
+    let (mut rx, mut tx) = loopback_pair(None);
     let sine = |n: usize| {
         (0.5 * (2.0 * std::f64::consts::PI * 1000.0 * n as f64 / rate as f64).sin()) as f32
     };

@@ -137,7 +137,7 @@ fn a_drifting_sender_is_followed_and_one_clock_stays_bit_exact() {
     // Followed: the loop's estimate near the sender's +500 ppm, and the buffer held.
     let (engaged_at, delay_then) = engaged.unwrap_or_else(|| panic!("never resampled: {r}"));
     assert!(
-        engaged_at < Duration::from_secs(SECONDS - 10),
+        engaged_at < Duration::from_secs(SECONDS - 20),
         "the loop engaged only {engaged_at:?} in: too late to see it hold the level"
     );
     let steered = num(&r, "steered_ppm");
@@ -150,18 +150,20 @@ fn a_drifting_sender_is_followed_and_one_clock_stays_bit_exact() {
         (0.0, 0.0),
         "{r}"
     );
-    // Unfollowed, the delay would grow by 0.5 ms a second (over 20 ms in the 45 s
-    // after engaging); held, it stays where the loop engaged. The median of the last
-    // 15 readings: a sender's xrun just before one reading shifts it by a few ms for the
-    // seconds the loop takes to pay that back (seen: 65.1 ms for 40 s, then 69.0 one
-    // second after an xrun).
+    // Unfollowed, the delay would grow by 0.5 ms a second from where the loop engaged
+    // (at least 10 ms over the 20 s or more after it); held, it stays there. The median
+    // of the last 15 readings, within half of what unfollowed drift would have added:
+    // a sender's xrun shifts the level and the loop pays that back at 0.5 ms a second
+    // at most (seen under the whole suite: stalls of 54 and 97 ms 20 s before the end
+    // left the median 6 ms low, paying back).
     let mut last: Vec<f64> = delays[delays.len().saturating_sub(15)..].to_vec();
     last.sort_by(f64::total_cmp);
     let delay = last[last.len() / 2];
+    let unfollowed = 0.5 * (t0.elapsed().as_secs_f64() - engaged_at.as_secs_f64());
     assert!(
-        (delay - delay_then).abs() < 4.0,
+        (delay - delay_then).abs() < unfollowed / 2.0,
         "delay {delay_then:.1} ms when the loop engaged {engaged_at:?} in, median {delay:.1} \
-         ms over the last readings {last:.1?}: {r}"
+         ms over the last readings {last:.1?} (unfollowed: {unfollowed:.1} ms more): {r}"
     );
     // One clock: never resampled.
     assert!(
